@@ -1,0 +1,3 @@
+from mascot.cli import main
+
+main()

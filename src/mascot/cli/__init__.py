@@ -1,0 +1,42 @@
+"""The `mascot` command: one subcommand per stage, each thin over the library modules.
+
+Subcommand modules import only typer and the shared option types at import time, so that
+`mascot --help` answers without loading torch.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import typer
+
+from mascot.errors import MascotError
+
+app = typer.Typer(
+    name="mascot",
+    help="MASCOT: multi-agent socio-collaborative companions (generation, judging, training, chat).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _register() -> None:
+    # Each module adds its own commands to `app`; keep this list in pipeline order.
+    from mascot.cli import data_cmd, demo, generate, judge_cmd, prefs_cmd, metrics_cmd  # noqa: F401
+
+
+_register()
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        app()
+    except MascotError as exc:
+        typer.secho(f"error: {exc}", fg="red", err=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        typer.secho("interrupted: partial results are saved; rerun with --resume to continue", fg="yellow", err=True)
+        sys.exit(130)

@@ -1,0 +1,153 @@
+"""`mascot generate --mode individual`: Stage-1 candidates, judgments and preference pairs.
+
+`mascot generate` (cli/generate.py) parses the flags and calls `run_individual_command`; the work
+itself is `mascot.prefs.individual.run_individual`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from mascot.errors import MascotError
+
+
+def _model_basename(model: str) -> str:
+    return Path(model.rstrip("/")).name or model
+
+
+def individual_run_dir(output_dir: Path, dataset: str, speaker_model: str) -> Path:
+    return Path(output_dir) / f"individual_{dataset}_{_model_basename(speaker_model)}"
+
+
+def run_individual_command(
+    *,
+    dataset: str,
+    data_file: Path | None = None,
+    split: str = "test",
+    limit: int | None = None,
+    roster: str | None = None,
+    num_candidates: int = 8,
+    score_margin: float = 0.5,
+    temperature: float = 0.7,
+    max_tokens: int = 160,
+    seed: int = 42,
+    endpoints=None,
+    output_dir: Path = Path("data/rl"),
+    resume: bool = False,
+    overwrite: bool = False,
+    strict: bool = False,
+    trace_role_calls: bool = False,
+    personas: list[str] | None = None,
+    rubric_version: str = "paper_v1",
+    cache_dir: Path | None = None,
+    no_cache: bool = False,
+    judge_max_tokens: int = 512,
+    clients: dict | None = None,
+    **_ignored,
+) -> Path:
+    """Runs Stage-1 generation and returns the run directory. `clients` injects ready chat clients
+    per role ("speaker", "judge"), for tests."""
+    from mascot.llm.routing import EndpointOptions
+
+    if num_candidates < 2:
+        raise MascotError("--num-candidates must be at least 2 to make preference pairs")
+    if score_margin < 0:
+        raise MascotError("--score-margin must not be negative")
+    endpoints = endpoints or EndpointOptions()
+    return asyncio.run(
+        _run(
+            dataset=dataset,
+            data_file=data_file,
+            split=split,
+            limit=limit,
+            roster_name=roster,
+            settings_kwargs=dict(
+                num_candidates=num_candidates,
+                score_margin=score_margin,
+                temperature=temperature,
+                max_tokens=max_tokens,
+                seed=seed,
+                personas=tuple(personas) if personas else None,
+                strict=strict,
+            ),
+            endpoints=endpoints,
+            output_dir=output_dir,
+            resume=resume,
+            overwrite=overwrite,
+            trace_role_calls=trace_role_calls,
+            rubric_version=rubric_version,
+            cache_dir=cache_dir,
+            no_cache=no_cache,
+            judge_max_tokens=judge_max_tokens,
+            clients=clients,
+        )
+    )
+
+
+async def _run(*, dataset, data_file, split, limit, roster_name, settings_kwargs, endpoints, output_dir, resume, overwrite, trace_role_calls, rubric_version, cache_dir, no_cache, judge_max_tokens, clients) -> Path:
+    from rich.console import Console
+
+    from mascot import __version__
+    from mascot.data import load_contexts
+    from mascot.judge.cache import JudgmentCache
+    from mascot.judge.rubric_judge import RubricJudge
+    from mascot.llm.routing import DEFAULT_LOCAL_MODEL, build_backends, resolve_roles
+    from mascot.prefs.individual import OUTPUTS, IndividualSettings, candidate_key, run_individual
+    from mascot.rosters import load_roster, roster_for_dataset
+    from mascot.rubrics import rubric_for
+    from mascot.schema import RunConfig
+    from mascot.store import RunStore
+
+    console = Console(stderr=True)
+    roster = load_roster(roster_name) if roster_name else roster_for_dataset(dataset)
+    rubric_for(dataset, "agent", rubric_version)  # fail early on an unknown version
+    contexts = load_contexts(dataset, split=split, data_file=data_file, limit=limit, seed=settings_kwargs["seed"])
+    settings = IndividualSettings(**settings_kwargs)
+    roles = resolve_roles(endpoints, ("speaker", "judge"))
+    run_dir = individual_run_dir(output_dir, dataset, roles["speaker"].model or DEFAULT_LOCAL_MODEL)
+    store = RunStore(run_dir, outputs=OUTPUTS, resume=resume, overwrite=overwrite, command="mascot generate --mode individual", key_of=candidate_key)
+    cache = None if no_cache else JudgmentCache(cache_dir)
+    with store:
+        backends = build_backends(roles, endpoints, trace_path=run_dir / "role_call_trace.jsonl" if trace_role_calls else None, overrides=clients)
+        try:
+            store.write_config(
+                RunConfig(
+                    run_id=run_dir.name,
+                    command="mascot generate --mode individual",
+                    mascot_version=__version__,
+                    output_file=str(store.path()),
+                    roles=backends.describe(),
+                    settings={
+                        "dataset": dataset,
+                        "split": split,
+                        "data_file": str(data_file) if data_file else None,
+                        "limit": limit,
+                        "roster": roster.ident,
+                        "rubric_version": rubric_version,
+                        "num_contexts": len(contexts),
+                        "judge_cache": str(cache.path) if cache else None,
+                        **{k: v for k, v in asdict(settings).items()},
+                    },
+                )
+            )
+            local = backends.local_roles
+            if local:
+                console.print(f"[yellow]{', '.join(local)} run in-process on the local backend ({', '.join(sorted({backends.endpoints[r].model for r in local}))}): no server URL was given.[/yellow]")
+            judge = RubricJudge(backends["judge"], rubric_version=rubric_version, cache=cache, max_tokens=judge_max_tokens, strict=settings.strict)
+            total = len(contexts) * len(settings.personas or roster.names)
+            stats = await run_individual(contexts, roster, backends["speaker"], judge, store, settings, on_progress=lambda done: store.write_summary(usage=backends.meter.by_role))
+        finally:
+            store.summary.usage = backends.meter.by_role
+            await backends.aclose()
+            if cache:
+                cache.close()
+    summary = stats.to_dict()
+    console.print(
+        f"{total} queries: {summary['num_pairs']} pairs (margin {settings.score_margin}; {summary['num_dropped_by_margin']} dropped by the margin), "
+        f"annotation failures {store.counters.num_annotation_failures}; wrote {run_dir}"
+    )
+    console.print(json.dumps({"pairs": str(store.path('pairs.jsonl')), "candidates": str(store.path('candidates.jsonl'))}))
+    return run_dir

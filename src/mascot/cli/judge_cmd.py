@@ -1,0 +1,129 @@
+"""`mascot judge`: rubric LLM-as-a-judge over an episode file (per agent turn and per episode)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from mascot.cli import app
+from mascot.cli import options as o
+from mascot.errors import MascotError
+
+# ---- flags shared with `mascot prefs group`
+Judges = Annotated[
+    Optional[list[str]],
+    typer.Option("--judge", "--judge-model", help="Judge model id; repeat for several judges (all on --judge-server-url, or the local model)."),
+]
+JudgesFile = Annotated[Optional[Path], typer.Option("--judges-file", help="YAML list of judges: name, model, url, provider, api_key_env.")]
+Provider = Annotated[str, typer.Option("--provider", help="openai-compatible (vllm) | openai | anthropic | gemini, for --judge.")]
+RubricVersion = Annotated[str, typer.Option("--rubric-version", help="Rubric version (built-in name or a rubric YAML file).")]
+CacheDir = Annotated[Optional[Path], typer.Option("--cache-dir", help="Judgment cache folder (default $MASCOT_CACHE_DIR or ~/.cache/mascot).")]
+NoCache = Annotated[bool, typer.Option("--no-cache", help="Judge everything again instead of reusing cached judgments.")]
+JudgeMaxTokens = Annotated[int, typer.Option("--judge-max-tokens", help="Longest judge reply in tokens.")]
+DataFileForContext = Annotated[
+    Optional[Path],
+    typer.Option("--data-file", help="Dataset file or folder to look up each episode's context by context_id (otherwise judged on the conversation)."),
+]
+
+
+def judge_specs(judges: list[str] | None, judges_file: Path | None, provider: str, judge_server_url: str | None):
+    from mascot.judge.panel import JudgeSpec, load_judges_file
+    from mascot.llm.routing import DEFAULT_LOCAL_MODEL
+
+    if judges_file and judges:
+        raise MascotError("use either --judge or --judges-file, not both")
+    if judges_file:
+        return load_judges_file(judges_file)
+    provider = "openai-compatible" if provider == "vllm" else provider
+    models = judges or [DEFAULT_LOCAL_MODEL]
+    try:
+        return [JudgeSpec(model=m, url=judge_server_url, provider=provider) for m in models]  # type: ignore[arg-type]
+    except ValueError:
+        raise MascotError(f"unknown --provider {provider!r}: use openai-compatible, vllm, openai, anthropic or gemini") from None
+
+
+def load_context_index(dataset: str | None, data_file: Path | None, split: str) -> dict | None:
+    if data_file is None:
+        return None
+    if dataset is None:
+        raise MascotError("--data-file needs --dataset to know how to read it")
+    from mascot.data import load_contexts
+
+    return {c.context_id: c for c in load_contexts(dataset, split=split, data_file=data_file)}
+
+
+def build_panel(specs, *, rubric_version: str, cache_dir: Path | None, no_cache: bool, max_in_flight: int, strict: bool, max_tokens: int, trace_path: Path | None = None):
+    from mascot.judge.cache import JudgmentCache
+    from mascot.judge.panel import JudgePanel, build_judge_backends
+    from mascot.llm.routing import EndpointOptions
+    from mascot.rubrics import load_rubric_set
+
+    load_rubric_set(rubric_version)  # fail early on an unknown version
+    backends = build_judge_backends(specs, EndpointOptions(max_in_flight=max_in_flight), trace_path=trace_path)
+    cache = None if no_cache else JudgmentCache(cache_dir)
+    panel = JudgePanel.from_backends(backends, rubric_version=rubric_version, cache=cache, strict=strict, max_tokens=max_tokens)
+    return panel, backends, cache
+
+
+@app.command("judge", no_args_is_help=True)
+def judge(
+    input_file: Annotated[Path, typer.Option("--input-file", help="Episode JSONL to judge.")],
+    judges: Judges = None,
+    judges_file: JudgesFile = None,
+    provider: Provider = "openai-compatible",
+    judge_server_url: o.JudgeServerUrl = None,
+    rubric_version: RubricVersion = "paper_v1",
+    dataset: Annotated[Optional[str], typer.Option("--dataset", help="Override the dataset (default: each record's metadata.dataset).")] = None,
+    data_file: DataFileForContext = None,
+    split: o.Split = "test",
+    scope: Annotated[str, typer.Option("--scope", help="agent | collective | both.")] = "both",
+    limit: Annotated[Optional[int], typer.Option("--limit", help="Judge only the first N episodes.")] = None,
+    output_dir: Annotated[Optional[Path], typer.Option("--output-dir", help="Where to write (default: next to the input file).")] = None,
+    max_in_flight: o.MaxInFlight = 64,
+    cache_dir: CacheDir = None,
+    no_cache: NoCache = False,
+    judge_max_tokens: JudgeMaxTokens = 512,
+    strict: o.Strict = False,
+) -> None:
+    """Judge episodes with the rubric LLM judge (each agent turn and each episode).
+
+    Writes metrics_<stem>.json (0-100 per criterion; per persona, per system and overall) and
+    judgments_<stem>.jsonl next to the input or under --output-dir.
+    """
+    import asyncio
+
+    from rich.console import Console
+
+    from mascot.judge.run import judge_episode_file
+
+    scopes = {"both": ("agent", "collective"), "agent": ("agent",), "collective": ("collective",)}.get(scope)
+    if scopes is None:
+        raise MascotError(f"unknown --scope {scope!r}: use agent, collective or both")
+    specs = judge_specs(judges, judges_file, provider, judge_server_url)
+    contexts = load_context_index(dataset, data_file, split)
+    console = Console(stderr=True)
+
+    async def run():
+        panel, backends, cache = build_panel(
+            specs, rubric_version=rubric_version, cache_dir=cache_dir, no_cache=no_cache, max_in_flight=max_in_flight, strict=strict, max_tokens=judge_max_tokens
+        )
+        if backends.local_roles:
+            console.print(f"[yellow]judges {', '.join(backends.local_roles)} run in-process on the local backend (no --judge-server-url).[/yellow]")
+        try:
+            return await judge_episode_file(
+                input_file, panel, rubric_version=rubric_version, dataset=dataset, contexts=contexts, scopes=scopes, output_dir=output_dir, limit=limit
+            )
+        finally:
+            await backends.aclose()
+            if cache:
+                cache.close()
+
+    result = asyncio.run(run())
+    c = result.report["counters"]
+    console.print(
+        f"judged {c['num_items']} items with {len(specs)} judge(s): {c['num_model_calls']} model calls, {c['num_cached']} cached, "
+        f"{c['num_annotation_failures']} annotation failures"
+    )
+    typer.echo(str(result.metrics_path))

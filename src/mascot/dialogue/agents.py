@@ -1,0 +1,121 @@
+"""The Speakers (persona agents) and the simulated user."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from mascot.dialogue.prompts import speaker_messages, user_label, user_messages
+from mascot.dialogue.tally import Tally
+from mascot.llm.base import ChatClient, ChatRequest, strip_think
+from mascot.schema import BigFiveProfile, Context, Directive, Persona, Roster, Turn
+
+_EMOTION_LINE = re.compile(r"^\s*[*_]*emotion[*_]*\s*[:\-]\s*[*_]*([A-Za-z][A-Za-z \-]{0,40}?)[*_.!]*\s*$", re.IGNORECASE | re.MULTILINE)
+
+
+def _stop_strings(roster: Roster, context: Context) -> tuple[str, ...]:
+    """Small models tend to continue the transcript with other speakers' lines: stop there."""
+    names = [*roster.names, user_label(context)]
+    return tuple(f"\n{name}:" for name in names)
+
+
+def clean_reply(text: str, speaker_name: str) -> str:
+    """Visible reply: reasoning removed, a leading 'Name:' prefix removed, and only the first
+    paragraph kept (replies are asked to be a few sentences; what follows a blank line is a model
+    running on into an imagined transcript)."""
+    visible = strip_think(text)
+    visible = re.sub(rf"^\s*\**{re.escape(speaker_name)}\**\s*:\s*", "", visible, flags=re.IGNORECASE)
+    return first_paragraph(visible)
+
+
+def first_paragraph(text: str) -> str:
+    head = re.split(r"\n\s*\n|\n?</?(?:transcript|directive|meeting_transcript)>", text.strip(), maxsplit=1)[0]
+    return head.strip().strip('"').strip()
+
+
+class Speaker:
+    def __init__(
+        self,
+        client: ChatClient,
+        roster: Roster,
+        tally: Tally,
+        *,
+        temperature: float = 0.7,
+        max_tokens: int = 160,
+        think: bool = False,
+    ) -> None:
+        self.client = client
+        self.roster = roster
+        self.tally = tally
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.think = think
+
+    async def respond(self, persona: Persona, context: Context, history: list[Turn], directive: Directive | None, seed: int) -> str:
+        messages = speaker_messages(persona, self.roster, context, history, directive, think=self.think)
+        for attempt in range(2):  # an empty reply is retried once with another seed
+            request = ChatRequest(
+                messages=messages,
+                temperature=self.temperature,
+                max_tokens=self.max_tokens,
+                seed=seed + attempt,
+                stop=_stop_strings(self.roster, context),
+            )
+            reply = clean_reply((await self.client.chat(request)).text, persona.name)
+            if reply:
+                return reply
+        self.tally.count("num_empty_responses", f"{persona.name} gave an empty reply twice")
+        return ""
+
+
+@dataclass
+class UserReply:
+    text: str
+    emotion: str | None
+
+
+def split_emotion(text: str) -> UserReply:
+    """Separates the 'Emotion: <word>' report from the user's message."""
+    matches = list(_EMOTION_LINE.finditer(text))
+    if not matches:
+        return UserReply(text.strip(), None)
+    last = matches[-1]
+    message = (text[: last.start()] + text[last.end() :]).strip()
+    return UserReply(message, last.group(1).strip().lower())
+
+
+class SimulatedUser:
+    def __init__(
+        self,
+        client: ChatClient,
+        roster: Roster,
+        tally: Tally,
+        *,
+        profile: BigFiveProfile | None = None,
+        temperature: float = 0.7,
+        max_tokens: int = 120,
+    ) -> None:
+        self.client = client
+        self.roster = roster
+        self.tally = tally
+        self.profile = profile
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+
+    async def respond(self, context: Context, history: list[Turn], seed: int) -> UserReply:
+        report_emotion = not context.is_meeting
+        messages = user_messages(context, history, self.profile, report_emotion=report_emotion)
+        request = ChatRequest(
+            messages=messages,
+            temperature=self.temperature,
+            max_tokens=self.max_tokens,
+            seed=seed,
+            stop=tuple(f"\n{name}:" for name in self.roster.names),
+        )
+        raw = strip_think((await self.client.chat(request)).text)
+        raw = re.sub(rf"^\s*{re.escape(user_label(context))}\s*:\s*", "", raw, flags=re.IGNORECASE)
+        reply = split_emotion(raw) if report_emotion else UserReply(raw, None)
+        reply.text = first_paragraph(reply.text)
+        if not reply.text:
+            self.tally.count("num_empty_responses", "the simulated user gave an empty reply")
+        return reply

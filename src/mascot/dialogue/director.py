@@ -1,0 +1,193 @@
+"""The Director: chooses who speaks next and how, parsed forgivingly and validated strictly.
+
+Accepted answer formats (after reasoning inside <think>...</think> is set aside):
+1. the block the prompt asks for: `<directive> agent: ... action: ... tone: ... </directive>`;
+2. a JSON object with `agent`/`agent_name`/`speaker` (+ `action`, `tone`);
+3. `Agent: / Action: / Tone:` lines.
+Names match forgivingly (case, spacing, underscores, a missing "The") but only names on the roster
+are accepted. A failed parse gets one corrective message; a second failure falls back to a seeded
+random speaker (never the previous one when another remains) with a neutral directive.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from dataclasses import dataclass
+
+from mascot.dialogue.prompts import director_correction, director_messages
+from mascot.dialogue.tally import Tally
+from mascot.llm.base import ChatClient, ChatRequest, strip_think
+from mascot.schema import Context, Directive, Roster, Turn
+
+NEUTRAL_ACTION = "Respond in your role to the latest message."
+NEUTRAL_TONE = "warm and natural"
+
+_BLOCK = re.compile(r"<directive>(.*?)(?:</directive>|\Z)", re.IGNORECASE | re.DOTALL)
+_FIELD = re.compile(
+    r"^[\s>*_#-]*(agent(?:[ _]name)?|speaker|next[ _]speaker|action|instruction|tone)[\s*_]*[:=][\s*_]*(.+?)[\s*_]*$",
+    re.IGNORECASE | re.MULTILINE,
+)
+_KEY_ALIASES = {
+    "agent": "agent",
+    "agent name": "agent",
+    "agent_name": "agent",
+    "speaker": "agent",
+    "next speaker": "agent",
+    "next_speaker": "agent",
+    "name": "agent",
+    "action": "action",
+    "instruction": "action",
+    "directive": "action",
+    "tone": "tone",
+}
+
+
+def normalize_name(name: str) -> str:
+    """'the_ANCHOR ' -> 'anchor': lower case, separators to spaces, quotes and a leading 'the' gone."""
+    name = re.sub(r"[\"'`*\[\]()<>.:,;!]", " ", name.lower())
+    name = re.sub(r"[_\-\s]+", " ", name).strip()
+    return re.sub(r"^the\s+", "", name)
+
+
+def match_roster_name(candidate: str, roster: Roster) -> str | None:
+    """The roster name `candidate` refers to, or None. A trailing remark such as
+    'The Anchor (validator)' still matches; a different name never does."""
+    wanted = normalize_name(candidate)
+    if not wanted:
+        return None
+    by_norm = {normalize_name(n): n for n in roster.names}
+    if wanted in by_norm:
+        return by_norm[wanted]
+    # longest roster name that the candidate starts with, followed by a word boundary
+    for norm in sorted(by_norm, key=len, reverse=True):
+        if wanted.startswith(norm + " "):
+            return by_norm[norm]
+    return None
+
+
+def _fields_from_lines(text: str) -> dict[str, str]:
+    fields: dict[str, str] = {}
+    for key, value in _FIELD.findall(text):
+        canonical = _KEY_ALIASES.get(key.lower().replace("_", " "), _KEY_ALIASES.get(key.lower()))
+        if canonical and canonical not in fields:
+            fields[canonical] = value.strip().strip("\"'")
+    return fields
+
+
+def _fields_from_json(text: str) -> dict[str, str] | None:
+    start = text.find("{")
+    while start != -1:
+        depth = 0
+        for end in range(start, len(text)):
+            if text[end] == "{":
+                depth += 1
+            elif text[end] == "}":
+                depth -= 1
+                if depth == 0:
+                    try:
+                        obj = json.loads(text[start : end + 1])
+                    except json.JSONDecodeError:
+                        break
+                    if isinstance(obj, dict):
+                        return {
+                            _KEY_ALIASES[k.lower()]: str(v)
+                            for k, v in obj.items()
+                            if isinstance(k, str) and k.lower() in _KEY_ALIASES and v is not None
+                        }
+                    break
+        start = text.find("{", start + 1)
+    return None
+
+
+@dataclass
+class ParseResult:
+    directive: Directive | None
+    problem: str = ""
+
+
+def parse_directive(text: str, roster: Roster) -> ParseResult:
+    """Parses a Director answer into a Directive naming a roster member, or says what is wrong."""
+    visible = strip_think(text or "")
+    if not visible:
+        return ParseResult(None, "the answer was empty")
+    candidates: list[dict[str, str]] = []
+    block = _BLOCK.search(visible)
+    if block:
+        candidates.append(_fields_from_lines(block.group(1)))
+    as_json = _fields_from_json(visible)
+    if as_json:
+        candidates.append(as_json)
+    candidates.append(_fields_from_lines(visible))
+    first_line = visible.splitlines()[0]
+    if len(first_line) <= 40:  # a bare name ("The Anchor.") is a decision too
+        candidates.append({"agent": first_line})
+    named = [c for c in candidates if c.get("agent")]
+    if not named:
+        return ParseResult(None, "no agent was named in the expected format")
+    for fields in named:
+        name = match_roster_name(fields["agent"], roster)
+        if name:
+            return ParseResult(Directive(agent_name=name, action=fields.get("action", ""), tone=fields.get("tone", "")))
+    return ParseResult(None, f"{named[0]['agent'][:60]!r} is not on the roster")
+
+
+def fallback_directive(roster: Roster, previous: str | None, rng: random.Random) -> Directive:
+    choices = [n for n in roster.names if n != previous] or roster.names
+    return Directive(agent_name=rng.choice(choices), action=NEUTRAL_ACTION, tone=NEUTRAL_TONE)
+
+
+@dataclass
+class DirectorDecision:
+    directive: Directive
+    output: str  # every raw answer, corrective exchange included
+    parse_failed: bool = False
+    fell_back: bool = False
+
+
+class Director:
+    def __init__(
+        self,
+        client: ChatClient,
+        roster: Roster,
+        tally: Tally,
+        *,
+        temperature: float = 0.7,
+        max_tokens: int = 160,
+    ) -> None:
+        self.client = client
+        self.roster = roster
+        self.tally = tally
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+
+    def _request(self, messages, seed: int, n: int = 1) -> ChatRequest:
+        return ChatRequest(messages=messages, temperature=self.temperature, max_tokens=self.max_tokens, n=n, seed=seed)
+
+    async def decide(self, context: Context, history: list[Turn], seed: int) -> DirectorDecision:
+        messages = director_messages(self.roster, context, history)
+        first = (await self.client.chat(self._request(messages, seed))).text
+        return await self._settle(messages, first, history, seed)
+
+    async def propose(self, context: Context, history: list[Turn], seed: int, n: int) -> list[DirectorDecision]:
+        """n sampled directives for one decision point (branching generation, GRPO groups)."""
+        messages = director_messages(self.roster, context, history)
+        texts = (await self.client.chat(self._request(messages, seed, n=n))).texts
+        return [await self._settle(messages, text, history, seed + 7919 * (i + 1)) for i, text in enumerate(texts)]
+
+    async def _settle(self, messages, answer: str, history: list[Turn], seed: int) -> DirectorDecision:
+        parsed = parse_directive(answer, self.roster)
+        if parsed.directive:
+            return DirectorDecision(parsed.directive, answer)
+        self.tally.count("num_directive_parse_failures", parsed.problem)
+        retry = [*messages, {"role": "assistant", "content": answer}, director_correction(self.roster, parsed.problem)]
+        second = (await self.client.chat(self._request(retry, seed + 1))).text
+        output = f"{answer}\n\n[correction]\n{second}"
+        reparsed = parse_directive(second, self.roster)
+        if reparsed.directive:
+            return DirectorDecision(reparsed.directive, output, parse_failed=True)
+        self.tally.count("num_random_agent_fallbacks", reparsed.problem)
+        previous = next((t.agent_name for t in reversed(history) if not t.is_user), None)
+        directive = fallback_directive(self.roster, previous, random.Random(seed))
+        return DirectorDecision(directive, output, parse_failed=True, fell_back=True)

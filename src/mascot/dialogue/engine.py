@@ -1,0 +1,348 @@
+"""The episode engine: rounds of Director -> Speaker (-> simulated user), in three generation modes.
+
+- directed: one episode per context;
+- independent: `num_episodes` full episodes per context (pairs for the group reward model);
+- branching: per context a directed "spine" episode, then at every decision point (round) the
+  Director proposes `num_candidates` directives and each is continued to the end of the episode.
+  Branch records share `metadata.branch.group_id` and the prefix `turns[:prefix_turns]`.
+
+Every random choice derives its seed from (run seed, context, episode, round, purpose), so episodes
+are the same whether they run one by one or many at once on a deterministic backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Literal
+
+from mascot.dialogue.agents import SimulatedUser, Speaker
+from mascot.dialogue.director import Director, DirectorDecision
+from mascot.dialogue.policies import TurnPolicy, make_policy
+from mascot.dialogue.prompts import PROMPT_VERSION
+from mascot.dialogue.seeds import derive_seed, derived_rng
+from mascot.dialogue.tally import Tally
+from mascot.llm.base import ChatClient, LLMError
+from mascot.rosters import big_five_profile, load_big_five
+from mascot.schema import (
+    BigFiveProfile,
+    BranchInfo,
+    Context,
+    Directive,
+    Episode,
+    EpisodeMetadata,
+    RoleIdentity,
+    Roster,
+    Turn,
+    utc_now,
+)
+
+GenerationMode = Literal["directed", "independent", "branching"]
+
+
+@dataclass
+class EngineSettings:
+    num_turns: int = 5
+    generation_mode: GenerationMode = "directed"
+    num_episodes: int = 1
+    num_candidates: int = 8
+    user_response_probability: float = 0.5
+    enable_user_simulation: bool = True
+    enable_big_five: bool = False
+    user_big_five_profile: str | None = None
+    turn_policy: str = "director"
+    seed: int = 42
+    max_concurrent_episodes: int = 64
+    system: str = "mascot"
+    rubric_version: str = "paper_v1"
+    dataset: str = ""
+    run_id: str | None = None
+    temperature: float = 0.7
+    director_temperature: float = 0.7
+    max_tokens: int = 160
+    speaker_think: bool = False
+
+
+@dataclass
+class EpisodeState:
+    context: Context
+    episode_idx: int
+    seed_key: tuple
+    profile: BigFiveProfile | None
+    turns: list[Turn] = field(default_factory=list)
+    emotions: list[str] = field(default_factory=list)
+
+    @property
+    def next_turn_idx(self) -> int:
+        return len(self.turns)
+
+
+def turns_before_round(turns: list[Turn], round_id: int) -> list[Turn]:
+    return [t for t in turns if t.round_id < round_id]
+
+
+class EpisodeEngine:
+    def __init__(
+        self,
+        roster: Roster,
+        clients: dict[str, ChatClient],
+        settings: EngineSettings,
+        tally: Tally | None = None,
+        *,
+        role_identities: dict[str, RoleIdentity] | None = None,
+    ) -> None:
+        self.roster = roster
+        self.settings = settings
+        self.tally = tally or Tally()
+        self.clients = clients
+        s = settings
+        self.director = Director(clients["director"], roster, self.tally, temperature=s.director_temperature, max_tokens=s.max_tokens) if "director" in clients else None
+        self.speaker = Speaker(clients["speaker"], roster, self.tally, temperature=s.temperature, max_tokens=s.max_tokens, think=s.speaker_think)
+        self.policy: TurnPolicy = make_policy(s.turn_policy, roster, self.director)
+        self.role_identities = role_identities or {
+            role: RoleIdentity(base_model=c.model, served_model=c.model, backend=c.backend) for role, c in clients.items()  # type: ignore[arg-type]
+        }
+
+    # ------------------------------------------------------------------ one episode
+    @property
+    def simulates_user(self) -> bool:
+        return self.settings.enable_user_simulation and self.settings.user_response_probability > 0 and "user" in self.clients
+
+    def _profile_for(self, context: Context, episode_idx: int) -> BigFiveProfile | None:
+        s = self.settings
+        if s.user_big_five_profile:
+            return big_five_profile(s.user_big_five_profile)
+        if not s.enable_big_five:
+            return None
+        profiles = list(load_big_five().values())
+        return derived_rng(s.seed, context.context_id, episode_idx, "big5").choice(profiles)
+
+    def new_state(self, context: Context, episode_idx: int, *seed_extra: object) -> EpisodeState:
+        state = EpisodeState(context, episode_idx, (self.settings.seed, context.context_id, episode_idx, *seed_extra), self._profile_for(context, episode_idx))
+        if context.emotion and not context.is_meeting:
+            state.emotions.append(context.emotion)
+        return state
+
+    async def play_round(self, state: EpisodeState, round_id: int, decision: DirectorDecision | None = None) -> None:
+        """One Director -> Speaker (-> User) cycle appended to `state.turns`."""
+        ctx = state.context
+        if decision is None:
+            decision = await self.policy.next_turn(ctx, state.turns, round_id, derive_seed(*state.seed_key, round_id, "director"))
+        persona = self.roster.persona(decision.directive.agent_name)
+        response = await self.speaker.respond(persona, ctx, state.turns, decision.directive, derive_seed(*state.seed_key, round_id, "speaker"))
+        state.turns.append(
+            Turn(
+                turn_idx=state.next_turn_idx,
+                round_id=round_id,
+                directive=decision.directive,
+                agent_name=persona.name,
+                response=response,
+                directive_output=decision.output or None,
+            )
+        )
+        if self.simulates_user and derived_rng(*state.seed_key, round_id, "user-turn").random() < self.settings.user_response_probability:
+            await self._user_turn(state, round_id)
+
+    async def _user_turn(self, state: EpisodeState, round_id: int) -> None:
+        user = SimulatedUser(self.clients["user"], self.roster, self.tally, profile=state.profile, temperature=self.settings.temperature)
+        reply = await user.respond(state.context, state.turns, derive_seed(*state.seed_key, round_id, "user"))
+        if reply.emotion:
+            state.emotions.append(reply.emotion)
+        state.turns.append(
+            Turn(turn_idx=state.next_turn_idx, round_id=round_id, agent_name="user", response=reply.text, turn_type="user", emotion=reply.emotion)
+        )
+
+    async def play_rounds(self, state: EpisodeState, start: int, end: int, first: DirectorDecision | None = None) -> None:
+        for round_id in range(start, end):
+            await self.play_round(state, round_id, first if round_id == start else None)
+
+    async def continue_from(
+        self,
+        context: Context,
+        prefix: list[Turn],
+        directive: Directive,
+        *,
+        num_rounds: int | None = None,
+        seed_key: tuple = (),
+        directive_output: str | None = None,
+    ) -> list[Turn]:
+        """Continues an episode from recorded `prefix` turns with `directive` as the next decision,
+        for `num_rounds` rounds (default: to the end of the episode). Returns only the new turns.
+        This is the suffix rollout of Director GRPO."""
+        start = (max((t.round_id for t in prefix), default=-1)) + 1
+        end = start + num_rounds if num_rounds is not None else max(self.settings.num_turns, start + 1)
+        state = self.new_state(context, 0, "rollout", *seed_key)
+        state.turns = list(prefix)
+        await self.play_rounds(state, start, end, DirectorDecision(directive, directive_output or ""))
+        return state.turns[len(prefix) :]
+
+    def to_episode(self, state: EpisodeState, branch: BranchInfo | None = None, key_suffix: str = "") -> Episode:
+        ctx, s = state.context, self.settings
+        spoken: dict[str, int] = {}
+        for t in state.turns:
+            if not t.is_user:
+                spoken[t.agent_name] = spoken.get(t.agent_name, 0) + 1
+        emotional = not ctx.is_meeting
+        ran_user = self.simulates_user
+        ident = self.role_identities
+        metadata = EpisodeMetadata(
+            system=s.system,
+            dataset=s.dataset or ctx.dataset,
+            persona_set="big5" if state.profile else "default",
+            director_model=ident["director"].served_model if "director" in ident and s.turn_policy == "director" else None,
+            speaker_model=ident["speaker"].served_model if "speaker" in ident else None,
+            user_model=ident["user"].served_model if ran_user and "user" in ident else None,
+            rubric_version=s.rubric_version,
+            roster=self.roster.name,
+            roster_version=self.roster.version,
+            roles={r: i for r, i in ident.items() if r != "user" or ran_user},
+            generation_mode=s.generation_mode,
+            turn_policy=s.turn_policy,
+            seed=s.seed,
+            run_id=s.run_id,
+            episode_idx=state.episode_idx,
+            branch=branch,
+            created_at=utc_now(),
+            prompt_version=PROMPT_VERSION,
+        )
+        episode = Episode(
+            episode_id=f"{ctx.context_id}:e{state.episode_idx}{key_suffix}",
+            context_id=ctx.context_id,
+            turns=state.turns,
+            agents_spoken=spoken,
+            metadata=metadata,
+        )
+        if ctx.is_meeting:
+            episode.id, episode.start_idx, episode.meeting = ctx.context_id, ctx.start_idx, ctx.meeting
+        else:
+            episode.conv_id = getattr(ctx, "conv_id", None) or ctx.context_id
+        if emotional:
+            episode.initial_emotion = state.emotions[0] if state.emotions else None
+            episode.final_emotion = state.emotions[-1] if state.emotions else None
+            episode.emotion_trajectory = list(state.emotions)
+            episode.user_big_five = state.profile.name if state.profile else None
+        return episode
+
+    async def run_episode(self, context: Context, episode_idx: int = 0) -> Episode:
+        state = self.new_state(context, episode_idx)
+        await self.play_rounds(state, 0, self.settings.num_turns)
+        return self.to_episode(state)
+
+    # ------------------------------------------------------------------ branching
+    @staticmethod
+    def spine_id(context: Context) -> str:
+        return f"{context.context_id}:spine"
+
+    @staticmethod
+    def branch_id(context: Context, decision_round: int, candidate_idx: int) -> str:
+        return f"{context.context_id}:d{decision_round}:k{candidate_idx}"
+
+    async def run_spine(self, context: Context) -> Episode:
+        state = self.new_state(context, 0, "spine")
+        await self.play_rounds(state, 0, self.settings.num_turns)
+        episode = self.to_episode(state)
+        episode.episode_id = self.spine_id(context)
+        return episode
+
+    async def run_branch_group(self, context: Context, spine: Episode, decision_round: int, skip: Callable[[str], bool]) -> list[Episode]:
+        """The `num_candidates` continuations of one decision point of `spine`."""
+        s = self.settings
+        prefix = turns_before_round(spine.turns, decision_round)
+        missing = [k for k in range(s.num_candidates) if not skip(self.branch_id(context, decision_round, k))]
+        if not missing:
+            return []
+        if self.director is None:
+            raise ValueError("branching generation needs a Director")
+        seed = derive_seed(s.seed, context.context_id, "branch", decision_round, "propose")
+        decisions = await self.director.propose(context, prefix, seed, s.num_candidates)
+        group_id = f"{context.context_id}:d{decision_round}"
+
+        async def one(k: int) -> Episode:
+            state = self.new_state(context, 0, "branch", decision_round, k)
+            state.turns = list(prefix)
+            state.emotions = self._emotions_of(spine, prefix)
+            await self.play_rounds(state, decision_round, s.num_turns, decisions[k])
+            branch = BranchInfo(group_id=group_id, decision_round=decision_round, candidate_idx=k, num_candidates=s.num_candidates, prefix_turns=len(prefix))
+            episode = self.to_episode(state, branch)
+            episode.episode_id = self.branch_id(context, decision_round, k)
+            return episode
+
+        return list(await asyncio.gather(*(one(k) for k in missing)))
+
+    @staticmethod
+    def _emotions_of(spine: Episode, prefix: list[Turn]) -> list[str]:
+        emotions = [spine.initial_emotion] if spine.initial_emotion else []
+        return emotions + [t.emotion for t in prefix if t.is_user and t.emotion]
+
+    # ------------------------------------------------------------------ work units
+    def records_per_context(self) -> int:
+        s = self.settings
+        if s.generation_mode == "independent":
+            return s.num_episodes
+        if s.generation_mode == "branching":
+            return 1 + s.num_turns * s.num_candidates
+        return 1
+
+    async def run_context(self, context: Context, skip: Callable[[str], bool], spine: Episode | None = None) -> AsyncIterator[Episode]:
+        """Yields every missing record of one context, in write order."""
+        s = self.settings
+        if s.generation_mode == "branching":
+            if spine is None:
+                spine = await self.run_spine(context)
+                yield spine
+            groups = [self.run_branch_group(context, spine, d, skip) for d in range(s.num_turns)]
+            for episodes in await asyncio.gather(*groups):
+                for episode in episodes:
+                    yield episode
+            return
+        count = s.num_episodes if s.generation_mode == "independent" else 1
+        for idx in range(count):
+            if not skip(f"{context.context_id}:e{idx}"):
+                yield await self.run_episode(context, idx)
+
+
+@dataclass
+class RunProgress:
+    done: int = 0
+    failed: int = 0
+
+
+async def run_all(
+    engine: EpisodeEngine,
+    contexts: Iterable[Context],
+    *,
+    write: Callable[[Episode], None],
+    skip: Callable[[str], bool],
+    spines: dict[str, Episode] | None = None,
+    on_progress: Callable[[RunProgress], None] | None = None,
+    strict: bool = False,
+) -> RunProgress:
+    """Runs every context through the engine with at most `max_concurrent_episodes` contexts at
+    once; records stream to `write` as soon as they are complete (memory stays flat)."""
+    progress = RunProgress()
+    iterator: Iterator[Context] = iter(contexts)
+    workers = max(1, engine.settings.max_concurrent_episodes)
+
+    async def worker() -> None:
+        for context in iterator:  # one shared iterator: each context is taken by exactly one worker
+            try:
+                async for episode in engine.run_context(context, skip, (spines or {}).get(context.context_id)):
+                    write(episode)
+                    progress.done += 1
+                    if on_progress:
+                        on_progress(progress)
+            except LLMError as exc:
+                progress.failed += 1
+                engine.tally.count("num_generation_failures", f"{context.context_id}: {exc}")
+                if on_progress:
+                    on_progress(progress)
+
+    tasks = [asyncio.create_task(worker()) for _ in range(workers)]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return progress

@@ -1,0 +1,112 @@
+"""Chat messages for the Director, the Speakers and the simulated user, rendered from the Jinja
+templates in `mascot/prompts/` (versioned by PROMPT_VERSION, recorded in every episode).
+
+Everything a person or a dataset wrote is untrusted: it is rendered inside delimited blocks with the
+tags that structure our prompts neutralised, so that typed text cannot close a block or forge a
+directive.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+
+import jinja2
+
+from mascot.llm.base import Message
+from mascot.schema import BigFiveProfile, Context, Directive, Persona, Roster, Turn
+
+PROMPT_VERSION = "v1"
+PROMPT_DIR = Path(__file__).resolve().parent.parent / "prompts"
+_STRUCTURAL_TAGS = re.compile(r"</?\s*(directive|transcript|meeting_transcript|think)\s*>", re.IGNORECASE)
+
+
+def neutralize(text: str | None) -> str:
+    """Makes prompt-structuring tags inert: `<directive>` becomes `[directive]`."""
+    if not text:
+        return ""
+    return _STRUCTURAL_TAGS.sub(lambda m: "[" + m.group(0).strip("<>").strip() + "]", str(text))
+
+
+@lru_cache(maxsize=1)
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(PROMPT_DIR)),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=False,
+        autoescape=False,
+    )
+    env.filters["neutralize"] = neutralize
+    return env
+
+
+def render(template: str, **values) -> str:
+    return _env().get_template(template).render(**values).strip()
+
+
+def user_label(context: Context) -> str:
+    return "Participant" if context.is_meeting else "Person"
+
+
+def render_transcript(context: Context, history: list[Turn]) -> str:
+    """Opening lines from the dataset, then the episode's turns, one line each, all neutralised."""
+    lines = []
+    for line in context.opening_turns:
+        who = user_label(context) if line.speaker in ("user", "usr", "seeker") else line.speaker
+        lines.append(f"{who}: {neutralize(line.text)}")
+    for turn in history:
+        who = user_label(context) if turn.is_user else turn.agent_name
+        lines.append(f"{who}: {neutralize(turn.response)}")
+    return "\n".join(lines) if lines else "(nothing has been said yet)"
+
+
+def director_messages(roster: Roster, context: Context, history: list[Turn]) -> list[Message]:
+    return [
+        {"role": "system", "content": render("director_system.j2", roster=roster, context=context)},
+        {
+            "role": "user",
+            "content": render("director_user.j2", context=context, transcript=render_transcript(context, history)),
+        },
+    ]
+
+
+def director_correction(roster: Roster, problem: str) -> Message:
+    return {"role": "user", "content": render("director_correction.j2", roster=roster, problem=problem)}
+
+
+def speaker_messages(
+    persona: Persona,
+    roster: Roster,
+    context: Context,
+    history: list[Turn],
+    directive: Directive | None = None,
+    *,
+    think: bool = False,
+    sentences: str = "one to three sentences",
+) -> list[Message]:
+    """The prompt a Speaker answers; also the `prompt` of Stage-1 preference pairs."""
+    others = [n for n in roster.names if n != persona.name]
+    system = render("speaker_system.j2", persona=persona, others=others, think=think, sentences=sentences)
+    user = render(
+        "speaker_user.j2",
+        context=context,
+        persona=persona,
+        directive=directive,
+        transcript=render_transcript(context, history),
+    )
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def user_messages(
+    context: Context,
+    history: list[Turn],
+    profile: BigFiveProfile | None = None,
+    *,
+    report_emotion: bool = False,
+) -> list[Message]:
+    system = render("user_system.j2", context=context, profile=profile, report_emotion=report_emotion)
+    user = render("user_user.j2", context=context, transcript=render_transcript(context, history))
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]

@@ -1,0 +1,164 @@
+"""Several judges over the same items: scores per judge, their mean, and how well they agree.
+
+Judges are listed with `--judge` (repeatable, all on `--judge-server-url` or the local model) or in
+a `--judges-file` YAML: a list of {name, model, url, provider, api_key_env}. Providers:
+`openai-compatible` (vLLM and friends; the default; no URL means the in-process local model),
+`openai` (api.openai.com unless a URL is given), `anthropic` and `gemini` (the api-judges extra).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from mascot.errors import MascotError
+from mascot.judge.cache import JudgmentCache
+from mascot.judge.prompt import DEFAULT_TEMPLATE_VERSION, JudgeItem
+from mascot.judge.rubric_judge import RubricJudge
+from mascot.llm.base import ChatClient
+from mascot.llm.routing import Backends, EndpointOptions, RoleEndpoint, build_backends
+from mascot.schema import Counters, Judgment
+
+OPENAI_URL = "https://api.openai.com/v1"
+API_URLS = {"anthropic": "https://api.anthropic.com", "gemini": "https://generativelanguage.googleapis.com"}
+Provider = Literal["openai-compatible", "vllm", "openai", "anthropic", "gemini", "local"]
+
+
+class JudgeSpec(BaseModel):
+    model: str
+    name: str | None = None
+    url: str | None = None
+    provider: Provider = "openai-compatible"
+    api_key_env: str | None = None
+
+    @property
+    def label(self) -> str:
+        return self.name or self.model
+
+
+def load_judges_file(path: Path) -> list[JudgeSpec]:
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise MascotError(f"judges file not found: {path}") from None
+    except yaml.YAMLError as exc:
+        raise MascotError(f"{path}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    entries = data.get("judges") if isinstance(data, dict) else data
+    if not isinstance(entries, list) or not entries:
+        raise MascotError(f"{path}: expected a list of judges (name, model, url, provider)")
+    specs = []
+    for number, entry in enumerate(entries, start=1):
+        try:
+            specs.append(JudgeSpec.model_validate(entry))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise MascotError(f"{path}: judge #{number}: {'.'.join(map(str, first['loc'])) or 'entry'}: {first['msg']}") from None
+    labels = [s.label for s in specs]
+    if len(set(labels)) != len(labels):
+        raise MascotError(f"{path}: judge names must be unique (give each a name)")
+    return specs
+
+
+def _api_client(spec: JudgeSpec, opts: EndpointOptions) -> ChatClient:
+    if spec.provider == "anthropic":
+        from mascot.judge.api_clients import AnthropicClient
+
+        return AnthropicClient(spec.model, api_key_env=spec.api_key_env or "ANTHROPIC_API_KEY", max_in_flight=opts.max_in_flight)
+    from mascot.judge.api_clients import GeminiClient
+
+    return GeminiClient(spec.model, api_key_env=spec.api_key_env or "GOOGLE_API_KEY", max_in_flight=opts.max_in_flight)
+
+
+def build_judge_backends(specs: list[JudgeSpec], opts: EndpointOptions, *, trace_path: Path | None = None, overrides: dict[str, ChatClient] | None = None) -> Backends:
+    """One metered client per judge, keyed by the judge's label. Judges on the same endpoint share
+    its in-flight bound; judges without a URL share the one local model."""
+    endpoints: dict[str, RoleEndpoint] = {}
+    api: dict[str, ChatClient] = dict(overrides or {})
+    for spec in specs:
+        if spec.label in api:
+            endpoints[spec.label] = RoleEndpoint(spec.label, spec.model, spec.url)
+        elif spec.provider in ("anthropic", "gemini"):
+            api[spec.label] = _api_client(spec, opts)
+            endpoints[spec.label] = RoleEndpoint(spec.label, spec.model, spec.url or API_URLS[spec.provider], api_key_env=spec.api_key_env or "")
+        else:
+            url = spec.url or (OPENAI_URL if spec.provider == "openai" else None)
+            if spec.provider == "local":
+                url = None
+            key_env = spec.api_key_env or ("OPENAI_API_KEY" if spec.provider == "openai" else "JUDGE_API_KEY")
+            endpoints[spec.label] = RoleEndpoint(spec.label, spec.model, url, api_key_env=key_env)
+    return build_backends(endpoints, opts, trace_path=trace_path, overrides=api)
+
+
+@dataclass
+class ItemScore:
+    """The judges' mean for one item (1-5 scale); failed judgments are left out of the mean."""
+
+    item_id: str
+    scope: str
+    domain: str
+    persona: str | None
+    system: str | None
+    scores: dict[str, float]
+    overall: float | None
+    num_judges: int
+    provenance: dict = field(default_factory=dict)
+
+
+def mean_scores(per_judge: dict[str, list[Judgment]]) -> list[ItemScore]:
+    by_item: dict[str, list[Judgment]] = {}
+    for judgments in per_judge.values():
+        for j in judgments:
+            by_item.setdefault(j.item_id, []).append(j)
+    out = []
+    for item_id, judgments in by_item.items():
+        ok = [j for j in judgments if not j.failed]
+        first = judgments[0]
+        scores: dict[str, float] = {}
+        if ok:
+            for key in ok[0].scores:
+                scores[key] = sum(j.scores[key] for j in ok) / len(ok)
+        overall = sum(j.overall for j in ok) / len(ok) if ok else None  # type: ignore[misc]
+        extra = first.model_extra or {}
+        out.append(ItemScore(item_id, first.scope, extra.get("domain", ""), first.persona, first.system, scores, overall, len(ok), dict(extra)))
+    return out
+
+
+@dataclass
+class JudgePanel:
+    judges: list[RubricJudge]
+
+    @classmethod
+    def from_backends(
+        cls,
+        backends: Backends,
+        *,
+        rubric_version: str,
+        template_version: str = DEFAULT_TEMPLATE_VERSION,
+        cache: JudgmentCache | None = None,
+        counters: Counters | None = None,
+        strict: bool = False,
+        max_tokens: int = 512,
+    ) -> JudgePanel:
+        counters = counters if counters is not None else Counters()
+        judges = [
+            RubricJudge(client, rubric_version, template_version, cache, name=label, max_tokens=max_tokens, counters=counters, strict=strict)
+            for label, client in backends.clients.items()
+        ]
+        return cls(judges)
+
+    @property
+    def labels(self) -> list[str]:
+        return [j.label for j in self.judges]
+
+    async def judge_many(self, items: list[JudgeItem]) -> dict[str, list[Judgment]]:
+        results = await asyncio.gather(*(judge.judge_many(items) for judge in self.judges))
+        return dict(zip(self.labels, results))
+
+    @property
+    def calls(self) -> int:
+        return sum(j.stats.calls for j in self.judges)

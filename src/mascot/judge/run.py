@@ -1,0 +1,112 @@
+"""`mascot judge` as a library call: judge an episode file, write judgments and the metrics report.
+
+Each agent turn is judged with the agent rubric of the episode's domain (from metadata.dataset), in
+context; each episode with the collective rubric. Outputs go next to the input (or to an output
+directory): `judgments_<stem>.jsonl` (one Judgment per item and judge) and `metrics_<stem>.json`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from mascot.judge.agreement import agreement
+from mascot.judge.episodes import EpisodeFile, agent_items, collective_item, load_episode_file
+from mascot.judge.panel import JudgePanel
+from mascot.judge.prompt import JudgeItem
+from mascot.judge.report import build_report
+from mascot.rubrics import load_rubric_set
+from mascot.schema import Context, Counters, Judgment
+from mascot.store import write_json_atomic, write_jsonl
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class JudgeRunResult:
+    metrics_path: Path
+    judgments_path: Path
+    report: dict
+    counters: Counters
+
+
+def items_for(episodes: EpisodeFile, scopes: tuple[str, ...], contexts: dict[str, Context] | None) -> list[JudgeItem]:
+    items: list[JudgeItem] = []
+    for episode in episodes.episodes:
+        if "agent" in scopes:
+            items.extend(agent_items(episode, contexts))
+        if "collective" in scopes:
+            items.append(collective_item(episode, contexts))
+    return items
+
+
+def output_paths(input_file: Path, output_dir: Path | None) -> tuple[Path, Path]:
+    folder = Path(output_dir) if output_dir else Path(input_file).parent
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = Path(input_file).stem
+    return folder / f"metrics_{stem}.json", folder / f"judgments_{stem}.jsonl"
+
+
+def _criteria(rubric_version: str, scopes: tuple[str, ...]) -> list[str]:
+    rubric_set = load_rubric_set(rubric_version)
+    keys: list[str] = []
+    for scopes_of_domain in rubric_set.domains.values():
+        for scope, criteria in scopes_of_domain.items():
+            if scope in scopes:
+                keys.extend(c.key for c in criteria if c.key not in keys)
+    return keys
+
+
+async def judge_episode_file(
+    input_file: Path,
+    panel: JudgePanel,
+    *,
+    rubric_version: str,
+    dataset: str | None = None,
+    contexts: dict[str, Context] | None = None,
+    scopes: tuple[str, ...] = ("agent", "collective"),
+    output_dir: Path | None = None,
+    limit: int | None = None,
+) -> JudgeRunResult:
+    episodes = load_episode_file(input_file, dataset=dataset)
+    if limit is not None:
+        episodes.episodes = episodes.episodes[:limit]
+    missing_context = sum(1 for e in episodes.episodes if e.context_id not in (contexts or {}) and "context" not in (e.model_extra or {}))
+    if missing_context:
+        log.warning("%d episodes have no dataset context (pass --data-file/--split to add it): judged on the conversation alone", missing_context)
+    items = items_for(episodes, scopes, contexts)
+    per_judge = await panel.judge_many(items)
+    metrics_path, judgments_path = output_paths(input_file, output_dir)
+    write_jsonl(judgments_path, [j for judgments in per_judge.values() for j in judgments])
+    counters = panel.judges[0].counters if panel.judges else Counters()
+    report = {
+        "input_file": str(input_file),
+        "rubric_version": rubric_version,
+        "prompt_version": panel.judges[0].template_version if panel.judges else None,
+        "judges": [{"name": j.label, "model": j.client.model} for j in panel.judges],
+        "num_episodes": len(episodes.episodes),
+        "num_legacy_records": episodes.legacy_records,
+        "num_episodes_without_context": missing_context,
+        "warnings": episodes.warnings,
+        **build_report(per_judge, rubric_version, scopes),
+        "counters": {
+            **counters.model_dump(),
+            "num_items": len(items),
+            "num_judgments": sum(len(v) for v in per_judge.values()),
+            "num_model_calls": panel.calls,
+            "num_cached": sum(j.stats.cached for j in panel.judges),
+            "num_corrective_retries": sum(j.stats.retries for j in panel.judges),
+        },
+    }
+    if len(per_judge) > 1:
+        report["agreement"] = agreement(per_judge, _criteria(rubric_version, scopes))
+    write_json_atomic(metrics_path, report)
+    return JudgeRunResult(metrics_path, judgments_path, report, counters)
+
+
+def judgments_by_item(judgments: list[Judgment]) -> dict[str, list[Judgment]]:
+    out: dict[str, list[Judgment]] = {}
+    for j in judgments:
+        out.setdefault(j.item_id, []).append(j)
+    return out

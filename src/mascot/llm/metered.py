@@ -1,0 +1,128 @@
+"""Per-role usage accounting and the optional role-call trace (`role_call_trace.jsonl`)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from mascot.llm.base import BaseClient, ChatClient, ChatRequest, ChatResponse
+from mascot.schema import RoleUsage, utc_now
+
+
+class UsageMeter:
+    """Token and request counts per role; read by progress bars and run summaries."""
+
+    def __init__(self) -> None:
+        self.by_role: dict[str, RoleUsage] = {}
+
+    def record(self, role: str, response: ChatResponse | None) -> None:
+        usage = self.by_role.setdefault(role, RoleUsage())
+        usage.requests += 1
+        if response is None:
+            usage.failures += 1
+            return
+        usage.prompt_tokens += response.prompt_tokens
+        usage.completion_tokens += response.completion_tokens
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(u.prompt_tokens + u.completion_tokens for u in self.by_role.values())
+
+
+class CallTracer:
+    """Appends one line per request: role, served model id, endpoint, tokens, latency. No secrets."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._fh = open(path, "a", encoding="utf-8")
+
+    def write(self, event: dict) -> None:
+        line = json.dumps(event, ensure_ascii=False)
+        with self._lock:
+            self._fh.write(line + "\n")
+            self._fh.flush()
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+class MeteredClient(BaseClient):
+    """Wraps a backend for one role: stamps the role on requests, counts usage, traces calls."""
+
+    def __init__(
+        self,
+        inner: ChatClient,
+        role: str,
+        meter: UsageMeter,
+        tracer: CallTracer | None = None,
+        endpoint: str | None = None,
+    ) -> None:
+        self.inner = inner
+        self.role = role
+        self.meter = meter
+        from mascot.llm.routing import redact_url  # routing imports this module: import at call time
+
+        self.tracer = tracer
+        # The trace is written to disk: an endpoint never carries credentials or query strings.
+        self.endpoint = redact_url(endpoint or getattr(inner, "base_url", None)) or inner.backend
+        self.model = inner.model
+        self.backend = inner.backend
+
+    def _stamp(self, request: ChatRequest) -> ChatRequest:
+        from dataclasses import replace
+
+        return replace(request, role=self.role)
+
+    async def chat(self, request: ChatRequest) -> ChatResponse:
+        started = time.perf_counter()
+        try:
+            response = await self.inner.chat(self._stamp(request))
+        except Exception as exc:
+            self.meter.record(self.role, None)
+            self._trace(started, None, error=type(exc).__name__)
+            raise
+        self.meter.record(self.role, response)
+        self._trace(started, response)
+        return response
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[str]:
+        started = time.perf_counter()
+        pieces: list[str] = []
+        try:
+            async for piece in self.inner.stream(self._stamp(request)):
+                pieces.append(piece)
+                yield piece
+        except Exception as exc:
+            self.meter.record(self.role, None)
+            self._trace(started, None, error=type(exc).__name__)
+            raise
+        # completion tokens: streamed pieces (servers send about one token per piece)
+        response = ChatResponse(texts=["".join(pieces)], model=self.model, completion_tokens=len(pieces))
+        self.meter.record(self.role, response)
+        self._trace(started, response)
+
+    def _trace(self, started: float, response: ChatResponse | None, error: str | None = None) -> None:
+        if self.tracer is None:
+            return
+        self.tracer.write(
+            {
+                "ts": utc_now(),
+                "role": self.role,
+                "model": response.model if response else self.model,
+                "requested_model": self.model,
+                "backend": self.backend,
+                "endpoint": self.endpoint,
+                "prompt_tokens": response.prompt_tokens if response else 0,
+                "completion_tokens": response.completion_tokens if response else 0,
+                "latency_s": round(time.perf_counter() - started, 4),
+                "ok": error is None,
+                **({"error": error} if error else {}),
+            }
+        )
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()

@@ -1,0 +1,78 @@
+"""NLI between agent responses with a sequence-classification model (transformers, lazy import).
+
+Label order differs between NLI models (roberta-large-mnli: contradiction, neutral, entailment;
+others put entailment first), so labels are read by name from `config.id2label`
+(contradiction / entailment / neutral, case-insensitive), never by position.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mascot.errors import MascotError
+
+DEFAULT_NLI_MODEL = "FacebookAI/roberta-large-mnli"
+NLI_LABELS = ("contradiction", "entailment", "neutral")
+
+
+def label_indices(id2label: dict) -> dict[str, int]:
+    """{"contradiction": i, "entailment": j, "neutral": k} from a config's id2label, by name."""
+    found: dict[str, int] = {}
+    for idx, name in id2label.items():
+        key = str(name).strip().lower()
+        for label in NLI_LABELS:
+            if key == label or key.startswith(label[:7]):  # "contradiction", "entailment", "neutral"
+                found[label] = int(idx)
+    missing = [label for label in NLI_LABELS if label not in found]
+    if missing:
+        raise MascotError(f"the NLI model's config.id2label {dict(id2label)} names no {', '.join(missing)} label: use an NLI (MNLI-style) model")
+    return found
+
+
+@dataclass
+class NLIScorer:
+    """Predicts contradiction / entailment / neutral for (premise, hypothesis) pairs in batches."""
+
+    model: object
+    tokenizer: object
+    labels: dict[str, int]
+    batch_size: int = 32
+    max_length: int = 256
+    device: str = "cpu"
+
+    @classmethod
+    def load(cls, name: str = DEFAULT_NLI_MODEL, *, batch_size: int = 32, device: str | None = None) -> NLIScorer:
+        import torch
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(name)
+            model = AutoModelForSequenceClassification.from_pretrained(name)
+        except OSError as exc:
+            raise MascotError(f"cannot load NLI model {name!r} (offline or not a model): {str(exc).splitlines()[0]}") from None
+        model.to(device).eval()
+        return cls(model, tokenizer, label_indices(model.config.id2label), batch_size=batch_size, device=device)
+
+    def predict(self, pairs: list[tuple[str, str]]) -> list[str]:
+        """One label name per pair. Pairs are sorted by length so that batches pad little."""
+        import torch
+
+        index_to_label = {i: label for label, i in self.labels.items()}
+        order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0]) + len(pairs[i][1]))
+        out: list[str] = [""] * len(pairs)
+        with torch.inference_mode():
+            for start in range(0, len(order), self.batch_size):
+                batch = order[start : start + self.batch_size]
+                encoded = self.tokenizer(  # type: ignore[operator]
+                    [pairs[i][0] for i in batch],
+                    [pairs[i][1] for i in batch],
+                    padding=True,
+                    truncation=True,
+                    max_length=self.max_length,
+                    return_tensors="pt",
+                ).to(self.device)
+                logits = self.model(**encoded).logits  # type: ignore[operator]
+                for i, predicted in zip(batch, logits.argmax(dim=-1).tolist()):
+                    out[i] = index_to_label.get(predicted, "other")
+        return out

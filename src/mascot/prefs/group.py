@@ -1,0 +1,200 @@
+"""Stage-2 preference data from group episodes, scored with the collective rubric.
+
+- mode "episode" (independent-mode episodes: several full episodes per context, records share
+  `context_id` and differ in `metadata.episode_idx`): every pair of episodes of one context whose
+  collective Overall differs by at least the margin is a pair for the group reward model. The prompt
+  is the context (`group_rm_prompt`); chosen and rejected are the two trajectories rendered as text
+  (`render_trajectory`), kind "episode". The group reward model must be fed the same rendering when
+  it scores rollouts, so trainers import both functions from here.
+- mode "directive" (branching episodes: records share `metadata.branch.group_id` and the prefix
+  `turns[:prefix_turns]`): each branch's continuation (the turns after the prefix) is judged with
+  the collective rubric, the prefix shown as earlier conversation. Every pair of branches of one
+  decision point whose scores differ by at least the margin is a pair for Director DPO: the prompt
+  is the Director's own prompt at the decision point, chosen and rejected are the two directives as
+  the Director wrote them; kind "directive".
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Literal
+
+from mascot.judge.episodes import episode_context, episode_domain, episode_roster, render_context, user_label
+from mascot.judge.panel import JudgePanel, mean_scores
+from mascot.judge.prompt import JudgeItem
+from mascot.judge.episodes import collective_item
+from mascot.llm.base import Message
+from mascot.prefs.pairs import PairStats, preference_index_pairs
+from mascot.schema import Context, Directive, Episode, Judgment, PreferencePair, Turn
+
+GroupMode = Literal["episode", "directive"]
+GROUP_RM_INSTRUCTION = "Here is a conversation between a group of companions and a person. How good is the group's conversation?"
+
+
+def render_trajectory(turns: list[Turn], domain: str) -> str:
+    """A trajectory as text: one line per turn; agent turns carry the directive they followed."""
+    who = user_label(domain)
+    lines = []
+    for t in turns:
+        if t.is_user:
+            lines.append(f"{who}: {t.response}")
+            continue
+        d = t.directive
+        steer = f" [{d.action}; {d.tone}]" if d and (d.action or d.tone) else ""
+        lines.append(f"{t.agent_name}{steer}: {t.response}")
+    return "\n".join(lines)
+
+
+def group_rm_prompt(context: Context | None, domain: str) -> list[Message]:
+    """The prompt of an episode-level pair: the context, then the question the reward model answers."""
+    body = render_context(context)
+    if context is not None and context.opening_turns:
+        who = user_label(domain)
+        opening = "\n".join(f"{who if l.speaker in ('user', 'usr', 'seeker') else l.speaker}: {l.text}" for l in context.opening_turns)
+        body = f"{body}\n\nOpening:\n{opening}" if body else opening
+    return [{"role": "user", "content": f"{body}\n\n{GROUP_RM_INSTRUCTION}" if body else GROUP_RM_INSTRUCTION}]
+
+
+def directive_text(turn: Turn) -> str:
+    """The directive as the Director wrote it (its raw output when recorded)."""
+    if turn.directive_output:
+        return turn.directive_output
+    d = turn.directive or Directive(agent_name=turn.agent_name)
+    return f"<directive>\nagent: {d.agent_name}\naction: {d.action}\ntone: {d.tone}\n</directive>"
+
+
+def director_prompt(episode: Episode, prefix: list[Turn], contexts: dict[str, Context] | None) -> list[Message]:
+    from mascot.dialogue.prompts import director_messages
+    from mascot.rosters import roster_for_dataset
+
+    context = episode_context(episode, contexts) or Context(context_id=episode.context_id or episode.episode_id, dataset=episode.metadata.dataset)
+    roster = episode_roster(episode) or roster_for_dataset(episode.metadata.dataset)
+    return director_messages(roster, context, prefix)
+
+
+# --------------------------------------------------------------------------- grouping
+
+
+def is_branch(episode: Episode) -> bool:
+    return episode.metadata.branch is not None
+
+
+def episode_groups(episodes: list[Episode]) -> dict[str, list[Episode]]:
+    """Full (non-branch) episodes by context, ordered by episode_idx."""
+    groups: dict[str, list[Episode]] = defaultdict(list)
+    for e in episodes:
+        if not is_branch(e):
+            groups[e.context_id or e.episode_id].append(e)
+    return {k: sorted(v, key=lambda e: e.metadata.episode_idx) for k, v in groups.items()}
+
+
+def branch_groups(episodes: list[Episode]) -> dict[str, list[Episode]]:
+    groups: dict[str, list[Episode]] = defaultdict(list)
+    for e in episodes:
+        if is_branch(e):
+            groups[e.metadata.branch.group_id].append(e)  # type: ignore[union-attr]
+    return {k: sorted(v, key=lambda e: e.metadata.branch.candidate_idx) for k, v in groups.items()}  # type: ignore[union-attr]
+
+
+def items_for_mode(episodes: list[Episode], mode: GroupMode, contexts: dict[str, Context] | None) -> list[JudgeItem]:
+    if mode == "episode":
+        return [collective_item(e, contexts) for group in episode_groups(episodes).values() for e in group]
+    return [collective_item(e, contexts, prefix_turns=e.metadata.branch.prefix_turns) for group in branch_groups(episodes).values() for e in group]  # type: ignore[union-attr]
+
+
+# --------------------------------------------------------------------------- pairs
+
+
+def episode_pairs(episodes: list[Episode], scores: dict[str, float | None], margin: float, contexts: dict[str, Context] | None = None) -> tuple[list[PreferencePair], PairStats]:
+    """`scores`: collective Overall (1-5) by episode_id."""
+    stats = PairStats(score_margin=margin)
+    pairs: list[PreferencePair] = []
+    for context_id, group in episode_groups(episodes).items():
+        domain = episode_domain(group[0])
+        texts = [render_trajectory(e.turns, domain) for e in group]
+        index_pairs, counts = preference_index_pairs([scores.get(e.episode_id) for e in group], margin, texts)
+        stats.add_query(context_id, index_pairs, counts)
+        prompt = group_rm_prompt(episode_context(group[0], contexts), domain)
+        for p in index_pairs:
+            chosen, rejected = group[p.chosen], group[p.rejected]
+            pairs.append(
+                PreferencePair(
+                    prompt=prompt,
+                    chosen=[{"role": "assistant", "content": texts[p.chosen]}],
+                    rejected=[{"role": "assistant", "content": texts[p.rejected]}],
+                    margin=p.margin,
+                    context_id=context_id,
+                    chosen_score=scores[chosen.episode_id],
+                    rejected_score=scores[rejected.episode_id],
+                    kind="episode",
+                    pair_id=f"{chosen.episode_id}>{rejected.episode_id}",
+                    system=chosen.metadata.system,
+                )
+            )
+    return pairs, stats
+
+
+def directive_pairs(episodes: list[Episode], scores: dict[str, float | None], margin: float, contexts: dict[str, Context] | None = None) -> tuple[list[PreferencePair], PairStats]:
+    """`scores`: collective Overall (1-5) of each branch's continuation, by episode_id."""
+    stats = PairStats(score_margin=margin)
+    pairs: list[PreferencePair] = []
+    for group_id, group in branch_groups(episodes).items():
+        prefix_len = group[0].metadata.branch.prefix_turns  # type: ignore[union-attr]
+        usable = [e for e in group if len(e.turns) > prefix_len]
+        texts = [directive_text(e.turns[prefix_len]) for e in usable]
+        index_pairs, counts = preference_index_pairs([scores.get(e.episode_id) for e in usable], margin, texts)
+        stats.add_query(group_id, index_pairs, counts)
+        if not index_pairs:
+            continue
+        prompt = director_prompt(usable[0], usable[0].turns[:prefix_len], contexts)
+        for p in index_pairs:
+            chosen, rejected = usable[p.chosen], usable[p.rejected]
+            pairs.append(
+                PreferencePair(
+                    prompt=prompt,
+                    chosen=[{"role": "assistant", "content": texts[p.chosen]}],
+                    rejected=[{"role": "assistant", "content": texts[p.rejected]}],
+                    margin=p.margin,
+                    persona=chosen.turns[prefix_len].agent_name,
+                    context_id=chosen.context_id,
+                    chosen_score=scores[chosen.episode_id],
+                    rejected_score=scores[rejected.episode_id],
+                    kind="directive",
+                    pair_id=f"{chosen.episode_id}>{rejected.episode_id}",
+                    group_id=group_id,
+                    decision_round=chosen.metadata.branch.decision_round,  # type: ignore[union-attr]
+                )
+            )
+    return pairs, stats
+
+
+@dataclass
+class GroupPreferences:
+    pairs: list[PreferencePair]
+    stats: PairStats
+    judgments: list[Judgment]
+
+
+def resolve_mode(episodes: list[Episode], mode: str) -> GroupMode:
+    if mode in ("episode", "directive"):
+        return mode  # type: ignore[return-value]
+    return "directive" if any(is_branch(e) for e in episodes) else "episode"
+
+
+async def group_preferences(
+    episodes: list[Episode],
+    panel: JudgePanel,
+    *,
+    mode: str = "auto",
+    margin: float = 0.5,
+    contexts: dict[str, Context] | None = None,
+) -> GroupPreferences:
+    """Judges what `mode` compares with the collective rubric and builds the pairs."""
+    resolved = resolve_mode(episodes, mode)
+    items = items_for_mode(episodes, resolved, contexts)
+    per_judge = await panel.judge_many(items)
+    scores = {s.provenance.get("episode_id", s.item_id): s.overall for s in mean_scores(per_judge)}
+    build = episode_pairs if resolved == "episode" else directive_pairs
+    pairs, stats = build(episodes, scores, margin, contexts)
+    return GroupPreferences(pairs, stats, [j for js in per_judge.values() for j in js])

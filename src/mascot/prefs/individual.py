@@ -1,0 +1,271 @@
+"""Stage-1 data: K candidate replies per (context, persona), judged, turned into preference pairs.
+
+For each query (one context, one persona) the Speaker is asked once for `n = K` completions (servers
+that ignore `n` are topped up by the HTTP client). Each candidate is judged with the agent rubric of
+the dataset's domain, in the same context the Speaker saw. Every unordered pair whose Overall gap is
+at least the score margin becomes a pair in TRL's conversational preference format.
+
+Outputs in the run directory (a RunStore, so --resume and --overwrite work):
+- candidates.jsonl: one Candidate per reply, with its scores, reasons and Overall (1-5 mean);
+- pairs.jsonl: PreferencePair records (prompt, chosen, rejected as message lists; margin, persona,
+  context_id, chosen_score, rejected_score, pair_id); `datasets.load_dataset("json", ...)` reads it;
+- pairs_stats.json: pairs per query, the margin distribution, how many pairs the margin dropped.
+
+Resume: a query whose K candidates are all written is not generated again; a query cut short gets
+only its missing candidates; pairs that a crash kept from being written are added from the stored
+candidates (pairs are a deterministic function of them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from mascot.dialogue.agents import clean_reply
+from mascot.dialogue.prompts import PROMPT_VERSION, speaker_messages, user_label
+from mascot.dialogue.seeds import derive_seed
+from mascot.errors import MascotError
+from mascot.judge.episodes import opening_lines, render_context
+from mascot.judge.prompt import JudgeItem
+from mascot.judge.rubric_judge import RubricJudge
+from mascot.llm.base import ChatClient, ChatRequest, LLMError, Message
+from mascot.prefs.pairs import PairStats, preference_index_pairs
+from mascot.rubrics import domain_of
+from mascot.schema import Candidate, Context, Judgment, Persona, PreferencePair, Roster
+from mascot.store import RunStore, read_jsonl, write_json_atomic
+
+log = logging.getLogger(__name__)
+
+CANDIDATES_FILE = "candidates.jsonl"
+PAIRS_FILE = "pairs.jsonl"
+STATS_FILE = "pairs_stats.json"
+OUTPUTS = (CANDIDATES_FILE, PAIRS_FILE)
+
+
+class GenerationStop(MascotError):
+    """--strict: the Speaker failed or answered empty."""
+
+
+@dataclass
+class IndividualSettings:
+    num_candidates: int = 8
+    score_margin: float = 0.5
+    temperature: float = 0.7
+    max_tokens: int = 160
+    seed: int = 42
+    personas: tuple[str, ...] | None = None  # default: the whole roster
+    max_concurrent_queries: int = 32
+    speaker_think: bool = False
+    strict: bool = False
+
+
+def query_id(context: Context, persona: Persona) -> str:
+    return f"{context.context_id}::{persona.name}"
+
+
+def candidate_id(query: str, idx: int) -> str:
+    return f"{query}::c{idx}"
+
+
+def candidate_key(record: dict) -> str:
+    return str(record.get("candidate_id") or record.get("pair_id"))
+
+
+def stop_strings(roster: Roster, context: Context) -> tuple[str, ...]:
+    """Small models continue the transcript with other speakers' lines: stop there (as the Speaker does)."""
+    return tuple(f"\n{name}:" for name in [*roster.names, user_label(context)])
+
+
+def pair_record(query: str, prompt: list[Message], chosen: Candidate, rejected: Candidate, margin: float) -> PreferencePair:
+    return PreferencePair(
+        prompt=prompt,
+        chosen=[{"role": "assistant", "content": chosen.response}],
+        rejected=[{"role": "assistant", "content": rejected.response}],
+        margin=margin,
+        persona=chosen.persona,
+        context_id=chosen.context_id,
+        chosen_score=chosen.overall,
+        rejected_score=rejected.overall,
+        kind="persona",
+        pair_id=f"{query}::{chosen.candidate_idx}>{rejected.candidate_idx}",
+        chosen_scores=chosen.scores,
+        rejected_scores=rejected.scores,
+    )
+
+
+class IndividualRun:
+    """One Stage-1 run over contexts x personas, writing into an open RunStore."""
+
+    def __init__(self, roster: Roster, speaker: ChatClient, judge: RubricJudge, store: RunStore, settings: IndividualSettings) -> None:
+        if settings.num_candidates < 2:
+            raise MascotError("--num-candidates must be at least 2 to make preference pairs")
+        self.roster = roster
+        self.speaker = speaker
+        self.judge = judge
+        self.store = store
+        self.settings = settings
+        self.judge.counters = store.counters  # judge failures land in run_summary.json
+        self.stats = PairStats(score_margin=settings.score_margin, num_candidates=settings.num_candidates)
+        self.written: dict[str, dict[int, Candidate]] = {}
+        self.written_pairs: set[str] = set()
+        if store.resume:
+            self._load_previous()
+
+    # ------------------------------------------------------------------ resume
+    def _load_previous(self) -> None:
+        path = self.store.path(CANDIDATES_FILE)
+        if path.exists():
+            for candidate in read_jsonl(path, Candidate, drop_torn_tail=True):
+                query = candidate.candidate_id.rsplit("::", 1)[0]
+                self.written.setdefault(query, {})[candidate.candidate_idx] = candidate
+        pairs = self.store.path(PAIRS_FILE)
+        if pairs.exists():
+            for line in pairs.read_text(encoding="utf-8").splitlines():
+                if line.strip():
+                    self.written_pairs.add(json.loads(line).get("pair_id", ""))
+
+    # ------------------------------------------------------------------ one query
+    def personas(self) -> list[Persona]:
+        if not self.settings.personas:
+            return list(self.roster.personas)
+        try:
+            return [self.roster.persona(name) for name in self.settings.personas]
+        except KeyError as exc:
+            raise MascotError(str(exc.args[0])) from None
+
+    def _count(self, counter: str, detail: str) -> None:
+        counters = self.store.counters
+        setattr(counters, counter, getattr(counters, counter) + 1)
+        log.warning("%s: %s", counter, detail)
+        if self.settings.strict:
+            raise GenerationStop(f"--strict: stopping at the first failure ({counter}: {detail})")
+
+    async def _generate(self, query: str, prompt: list[Message], context: Context, count: int) -> list[str] | None:
+        s = self.settings
+        request = ChatRequest(
+            messages=prompt,
+            temperature=s.temperature,
+            max_tokens=s.max_tokens,
+            n=count,
+            seed=derive_seed(s.seed, query, "candidates", count),
+            stop=stop_strings(self.roster, context),
+        )
+        try:
+            response = await self.speaker.chat(request)
+        except LLMError as exc:
+            self._count("num_generation_failures", f"{query}: {exc}")
+            return None
+        return list(response.texts[:count])
+
+    def _judge_item(self, query: str, idx: int, context: Context, persona: Persona, response: str) -> JudgeItem:
+        domain = domain_of(context.dataset)
+        return JudgeItem(
+            item_id=candidate_id(query, idx),
+            scope="agent",
+            domain=domain,
+            context=render_context(context),
+            history=opening_lines(context, domain),
+            response=response,
+            persona=persona,
+            provenance={"context_id": context.context_id},
+        )
+
+    def _candidate(self, query: str, idx: int, context: Context, persona: Persona, prompt: list[Message], text: str, judgment: Judgment | None) -> Candidate:
+        candidate = Candidate(
+            candidate_id=candidate_id(query, idx),
+            context_id=context.context_id,
+            persona=persona.name,
+            prompt=prompt,
+            response=text,
+            candidate_idx=idx,
+            model=self.speaker.model,
+            prompt_version=PROMPT_VERSION,
+        )
+        if judgment is None:
+            candidate.judgment_error = "empty reply: not judged"
+        elif judgment.failed:
+            candidate.judgment_error = judgment.error
+        else:
+            candidate.scores = judgment.scores
+            candidate.overall = judgment.overall
+            candidate.reasons = judgment.reasons
+        if judgment is not None:
+            candidate.judge_model = judgment.judge_model
+            candidate.rubric_version = judgment.rubric_version
+        return candidate
+
+    async def run_query(self, context: Context, persona: Persona) -> None:
+        query = query_id(context, persona)
+        existing = self.written.get(query, {})
+        missing = [k for k in range(self.settings.num_candidates) if k not in existing]
+        prompt = speaker_messages(persona, self.roster, context, [], None, think=self.settings.speaker_think)
+        if missing:
+            texts = await self._generate(query, prompt, context, len(missing))
+            if texts is None:
+                return
+            replies = [clean_reply(t, persona.name) for t in texts]
+            to_judge = [(k, r) for k, r in zip(missing, replies) if r]
+            judgments = await self.judge.judge_many([self._judge_item(query, k, context, persona, r) for k, r in to_judge])
+            by_idx = dict(zip((k for k, _ in to_judge), judgments))
+            for k, reply in zip(missing, replies):
+                if not reply:
+                    self._count("num_empty_responses", f"{query} candidate {k} is empty")
+                candidate = self._candidate(query, k, context, persona, prompt, reply, by_idx.get(k))
+                self.store.append(candidate, CANDIDATES_FILE)
+                existing[k] = candidate
+            self.written[query] = existing
+        self._write_pairs(query, [existing[k] for k in sorted(existing)])
+
+    def _write_pairs(self, query: str, candidates: list[Candidate]) -> None:
+        if len(candidates) < self.settings.num_candidates:
+            return  # generation failed part-way: the query is finished on --resume
+        index_pairs, counts = preference_index_pairs([c.overall for c in candidates], self.settings.score_margin, [c.response for c in candidates])
+        self.stats.add_query(query, index_pairs, counts)
+        for p in index_pairs:
+            record = pair_record(query, candidates[p.chosen].prompt, candidates[p.chosen], candidates[p.rejected], p.margin)
+            if record.pair_id not in self.written_pairs:
+                self.store.append(record, PAIRS_FILE)
+                self.written_pairs.add(record.pair_id)
+
+    # ------------------------------------------------------------------ all queries
+    async def run(self, contexts: Iterable[Context], on_progress: Callable[[int], None] | None = None) -> PairStats:
+        personas = self.personas()
+        queries = [(c, p) for c in contexts for p in personas]
+        semaphore = asyncio.Semaphore(max(1, self.settings.max_concurrent_queries))
+        done = 0
+
+        async def one(context: Context, persona: Persona) -> None:
+            nonlocal done
+            async with semaphore:
+                await self.run_query(context, persona)
+            done += 1
+            if on_progress:
+                on_progress(done)
+
+        tasks = [asyncio.ensure_future(one(c, p)) for c, p in queries]
+        try:
+            await asyncio.gather(*tasks)
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            raise
+        finally:
+            write_json_atomic(self.store.path(STATS_FILE), self.stats.to_dict())
+        return self.stats
+
+
+async def run_individual(
+    contexts: Iterable[Context],
+    roster: Roster,
+    speaker: ChatClient,
+    judge: RubricJudge,
+    store: RunStore,
+    settings: IndividualSettings | None = None,
+    *,
+    on_progress: Callable[[int], None] | None = None,
+) -> PairStats:
+    """Runs Stage-1 generation into an open `store` (outputs=OUTPUTS); returns the pair statistics."""
+    return await IndividualRun(roster, speaker, judge, store, settings or IndividualSettings()).run(contexts, on_progress)

@@ -1,0 +1,273 @@
+"""Every record that passes between MASCOT's stages, as pydantic models written to JSONL.
+
+Generation, judging, pair building, training and evaluation all read and write these models;
+nobody re-parses dicts by hand. Field names follow the episode layout users of the research code
+already know (`conv_id`, `turns`, `round_id`, `directive_output`, `agents_spoken`, `metadata`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = "1.0"
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+class Record(BaseModel):
+    """Base for every JSONL record: unknown fields from newer files survive a round trip."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    def to_json(self) -> str:
+        return self.model_dump_json(exclude_none=True)
+
+
+# --------------------------------------------------------------------------- personas and rosters
+
+
+class Persona(Record):
+    name: str
+    role: str = Field(description="one-line role, e.g. 'emotional validator'")
+    traits: list[str] = Field(default_factory=list)
+    linguistic_style: str = ""
+    expertise: str = ""
+    disposition: str = ""
+    goal: str = ""
+
+
+class Roster(Record):
+    name: str
+    version: str
+    domain: Literal["emotional_support", "meetings", "custom"] = "custom"
+    description: str = ""
+    datasets: list[str] = Field(default_factory=list)
+    personas: list[Persona]
+
+    @property
+    def names(self) -> list[str]:
+        return [p.name for p in self.personas]
+
+    def persona(self, name: str) -> Persona:
+        for p in self.personas:
+            if p.name == name:
+                return p
+        raise KeyError(f"{name!r} is not on roster {self.name!r} ({', '.join(self.names)})")
+
+    @property
+    def ident(self) -> str:
+        return f"{self.name}@{self.version}"
+
+
+class BigFiveProfile(Record):
+    name: str = Field(description="e.g. 'High Openness'")
+    trait: Literal["Openness", "Conscientiousness", "Extraversion", "Agreeableness", "Neuroticism"]
+    level: Literal["High", "Low"]
+    description: str
+
+
+# --------------------------------------------------------------------------- dataset items
+
+
+class DialogueLine(Record):
+    speaker: str
+    text: str
+
+
+class Context(Record):
+    """One dataset item that seeds an episode or a Stage-1 query."""
+
+    context_id: str
+    dataset: str
+    split: str = ""
+    conv_id: str | None = None  # the dataset's own conversation id where it has one
+    # emotional support (ESConv, Empathetic Dialogues)
+    situation: str = ""
+    emotion: str | None = None
+    problem_type: str | None = None
+    opening_turns: list[DialogueLine] = Field(default_factory=list)
+    # meetings (QMSum)
+    meeting: str | None = None
+    start_idx: int | None = None
+    transcript: list[DialogueLine] = Field(default_factory=list)
+    query: str | None = None
+
+    @property
+    def is_meeting(self) -> bool:
+        return self.meeting is not None
+
+
+# --------------------------------------------------------------------------- episodes
+
+
+class Directive(Record):
+    agent_name: str
+    action: str = ""
+    tone: str = ""
+
+
+class Turn(Record):
+    turn_idx: int
+    round_id: int
+    agent_name: str
+    response: str
+    directive: Directive | None = None
+    directive_output: str | None = None
+    turn_type: Literal["user"] | None = None  # absent on agent turns, as in the reference layout
+    emotion: str | None = None  # the simulated user's reported state on user turns
+
+    @property
+    def is_user(self) -> bool:
+        return self.turn_type == "user"
+
+
+class RoleIdentity(Record):
+    """Which weights actually answered for a role: base model, adapter, served id, backend."""
+
+    base_model: str | None = None
+    adapter: str | None = None
+    served_model: str | None = None
+    backend: Literal["http", "local", "scripted"] | None = None
+
+
+class BranchInfo(Record):
+    """Where a branching episode forked: records sharing `group_id` share the prefix."""
+
+    group_id: str
+    decision_round: int
+    candidate_idx: int
+    num_candidates: int
+    prefix_turns: int = Field(description="turns in the shared prefix before the decision point")
+
+
+class EpisodeMetadata(Record):
+    schema_version: str = SCHEMA_VERSION
+    system: str = "mascot"
+    dataset: str
+    persona_set: str = "default"
+    director_model: str | None = None
+    speaker_model: str | None = None
+    user_model: str | None = None
+    rubric_version: str = "paper_v1"
+    roster: str | None = None
+    roster_version: str | None = None
+    roles: dict[str, RoleIdentity] = Field(default_factory=dict)
+    generation_mode: str | None = None
+    turn_policy: str | None = None
+    seed: int | None = None
+    run_id: str | None = None
+    episode_idx: int = 0
+    branch: BranchInfo | None = None
+    prompt_version: str | None = None
+    created_at: str | None = None
+
+
+class Episode(Record):
+    episode_id: str
+    conv_id: str | None = None
+    id: str | None = None  # QMSum
+    start_idx: int | None = None  # QMSum
+    meeting: str | None = None  # QMSum
+    context_id: str | None = None
+    turns: list[Turn] = Field(default_factory=list)
+    agents_spoken: dict[str, int] = Field(default_factory=dict)
+    initial_emotion: str | None = None
+    final_emotion: str | None = None
+    emotion_trajectory: list[str] | None = None
+    user_big_five: str | None = None
+    metadata: EpisodeMetadata
+
+    @property
+    def agent_turns(self) -> list[Turn]:
+        return [t for t in self.turns if not t.is_user]
+
+
+# --------------------------------------------------------------------------- Stage-1 data and judging
+
+
+class Candidate(Record):
+    candidate_id: str
+    context_id: str
+    persona: str
+    prompt: list[dict[str, str]]
+    response: str
+    candidate_idx: int
+    model: str | None = None
+    overall: float | None = None
+    scores: dict[str, int] | None = None
+
+
+class Judgment(Record):
+    item_id: str
+    judge_model: str
+    rubric_version: str
+    scope: Literal["agent", "collective"] = "agent"
+    persona: str | None = None
+    system: str | None = None
+    scores: dict[str, int] = Field(default_factory=dict)
+    reasons: dict[str, str] = Field(default_factory=dict)
+    overall: float | None = None
+    failed: bool = False
+    error: str | None = None
+
+
+class PreferencePair(Record):
+    """TRL's conversational preference format plus provenance."""
+
+    prompt: list[dict[str, str]]
+    chosen: list[dict[str, str]]
+    rejected: list[dict[str, str]]
+    margin: float
+    persona: str | None = None
+    context_id: str | None = None
+    chosen_score: float | None = None
+    rejected_score: float | None = None
+    kind: Literal["persona", "episode", "directive"] = "persona"
+
+
+# --------------------------------------------------------------------------- runs
+
+
+class Counters(Record):
+    num_generation_failures: int = 0
+    num_directive_parse_failures: int = 0
+    num_random_agent_fallbacks: int = 0
+    num_empty_responses: int = 0
+    num_annotation_failures: int = 0
+    num_skipped_samples: int = 0
+
+
+class RoleUsage(Record):
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    failures: int = 0
+
+
+class RunConfig(Record):
+    run_id: str
+    command: str
+    created_at: str = Field(default_factory=utc_now)
+    mascot_version: str = ""
+    output_file: str
+    roles: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    settings: dict[str, Any] = Field(default_factory=dict)
+
+
+class RunSummary(Record):
+    run_id: str
+    status: Literal["running", "completed", "failed", "interrupted"] = "running"
+    started_at: str = Field(default_factory=utc_now)
+    finished_at: str | None = None
+    duration_s: float | None = None
+    num_records: int = 0
+    num_resumed_records: int = 0
+    num_torn_lines_dropped: int = 0
+    counters: Counters = Field(default_factory=Counters)
+    usage: dict[str, RoleUsage] = Field(default_factory=dict)
+    error: str | None = None

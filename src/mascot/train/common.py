@@ -1,0 +1,152 @@
+"""What every trainer does around TRL: open the output folder, run with resume, save, describe."""
+
+from __future__ import annotations
+
+import logging
+import math
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mascot.train import artefact
+from mascot.train.artefact import ArtefactError, TrainingMetadata
+from mascot.train.config import TrainSettings, as_dict
+from mascot.train.runtime import BatchPlan, is_main_process, trainer_arguments
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainOutcome:
+    """What a trainer returns: its artefact folder and metadata (also written to disk)."""
+
+    output_dir: Path
+    metadata: TrainingMetadata
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def open_output(settings: TrainSettings, default: Path) -> tuple[Path, Path | None]:
+    """The output folder under the --resume / --overwrite rules, and the checkpoint to resume."""
+    output = Path(settings.output_dir) if settings.output_dir else default
+    if settings.resume and artefact.is_complete(output) and artefact.last_checkpoint(output) is None:
+        raise ArtefactError(f"{output} is already complete: nothing to resume (pass --overwrite to train again)")
+    checkpoint = artefact.prepare_output_dir(output, resume=settings.resume, overwrite=settings.overwrite)
+    return output, checkpoint
+
+
+def run_training(trainer, checkpoint: Path | None) -> dict[str, Any]:
+    """trainer.train() with resume; returns the figures worth keeping in the metadata."""
+    started = time.monotonic()
+    result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    metrics = dict(result.metrics or {})
+    figures = {
+        "global_steps": int(trainer.state.global_step),
+        "train_loss": _finite(result.training_loss),
+        "train_runtime_s": round(time.monotonic() - started, 2),
+        "resumed_from": checkpoint.name if checkpoint else None,
+    }
+    for key in ("train_samples_per_second", "train_steps_per_second"):
+        if key in metrics:
+            figures[key] = metrics[key]
+    return figures
+
+
+def logged_series(trainer, key: str) -> list[float]:
+    """Values of one logged metric over training (TRL logs e.g. 'reward', 'rewards/x/mean')."""
+    return [float(entry[key]) for entry in trainer.state.log_history if key in entry and _finite(entry[key]) is not None]
+
+
+def first_last(trainer, key: str) -> dict[str, float] | None:
+    series = logged_series(trainer, key)
+    if not series:
+        return None
+    return {"first": round(series[0], 4), "last": round(series[-1], 4), "num_logged": len(series)}
+
+
+def save_model(trainer, output: Path, *, full_weights: bool = False) -> str:
+    """Writes the adapter (or merged full weights) and the tokenizer into `output`.
+
+    Full weights are merged from the saved adapter on the main process, so the same code works
+    whatever sharded the model during training (DDP, ZeRO-3, FSDP)."""
+    from peft import PeftModel
+
+    is_peft = isinstance(trainer.model, PeftModel) or hasattr(trainer.model, "peft_config")
+    if not (full_weights and is_peft):
+        trainer.save_model(str(output))
+        return "lora_adapter" if is_peft else "full"
+    staging = output / ".adapter"
+    trainer.save_model(str(staging))
+    if is_main_process():
+        from mascot.train.merge import merge_adapter
+
+        merge_adapter(staging, output, overwrite_into_existing=True)
+        shutil.rmtree(staging, ignore_errors=True)
+    trainer.accelerator.wait_for_everyone()
+    return "full"
+
+
+def finish(
+    trainer,
+    output: Path,
+    meta: TrainingMetadata,
+    settings: TrainSettings,
+    plan: BatchPlan,
+) -> TrainingMetadata:
+    """Hyperparameters, versions and hardware into the metadata; metadata written; checkpoints gone."""
+    meta.hyperparameters = {
+        **as_dict(settings),
+        "per_device_batch_size": plan.per_device,
+        "gradient_accumulation_steps": plan.accumulation,
+        "num_devices": plan.devices,
+    }
+    meta.library_versions = artefact.library_versions()
+    meta.hardware = artefact.hardware_summary()
+    if is_main_process():
+        artefact.write_metadata(output, meta)
+        if not settings.keep_checkpoints:
+            artefact.remove_checkpoints(output)
+    return meta
+
+
+def _finite(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return round(number, 6) if math.isfinite(number) else None
+
+
+def grpo_config(settings, output: Path, plan: BatchPlan, reward_weights: list[float]):
+    """GRPOConfig shared by the Speaker and Director trainers.
+
+    The batch counts completions: one optimizer step sees batch_size completions, i.e.
+    batch_size / num_generations prompts; generation happens once per optimizer step."""
+    from trl import GRPOConfig
+
+    from mascot.train.runtime import TrainingSetupError, require_gpu_for_vllm
+
+    if settings.batch_size % settings.num_generations:
+        raise TrainingSetupError(
+            f"--batch-size {settings.batch_size} must be a multiple of --num-generations {settings.num_generations} "
+            "(every step holds whole groups of completions)"
+        )
+    if settings.vllm_mode not in ("server", "colocate"):
+        raise TrainingSetupError(f"--vllm-mode must be server or colocate, got {settings.vllm_mode!r}")
+    require_gpu_for_vllm(settings.use_vllm)
+    vllm = {}
+    if settings.use_vllm:
+        vllm = {"use_vllm": True, "vllm_mode": settings.vllm_mode}
+        if settings.vllm_mode == "server" and settings.vllm_server_url:
+            vllm["vllm_server_base_url"] = settings.vllm_server_url
+    return GRPOConfig(
+        **trainer_arguments(settings, str(output), plan),
+        num_generations=settings.num_generations,
+        temperature=settings.temperature,
+        max_completion_length=settings.max_completion_length,
+        beta=settings.beta,
+        reward_weights=reward_weights,
+        log_completions=False,
+        **vllm,
+    )

@@ -1,0 +1,182 @@
+"""Every training default in one place, with the help text the CLI shows.
+
+One settings dataclass per trainer. Defaults follow the paper: LoRA r=16, alpha=32, dropout 0.1 on
+the attention projections; Qwen3-8B policies and Qwen3-0.6B reward models; one epoch; an effective
+batch of 16 for policies and 32 for reward models (per-device batch and gradient accumulation are
+derived from it, see `runtime.derive_batch`). The `mascot train ...` options are generated from
+these fields, so a default or a help text is changed here and nowhere else.
+
+This module imports nothing heavy: `mascot --help` reads it.
+"""
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Optional
+
+DEFAULT_POLICY_MODEL = "Qwen/Qwen3-8B"
+DEFAULT_REWARD_BASE_MODEL = "Qwen/Qwen3-0.6B"
+LORA_TARGET_MODULES = "q_proj,k_proj,v_proj,o_proj"
+DEFAULT_OUTPUT_ROOT = "outputs"
+
+
+def setting(default: Any, help: str, *, flags: tuple[str, ...] = (), required: bool = False) -> Any:
+    """A dataclass field carrying its CLI help text (and extra flag spellings)."""
+    metadata = {"help": help, "flags": flags, "required": required}
+    return field(default=default, metadata=metadata)
+
+
+@dataclass
+class TrainSettings:
+    """What every trainer shares: model, data, output, schedule, batch, LoRA, resume."""
+
+    data_path: str = setting(None, "Run directory or JSONL file with the training records.", required=True)
+    model_name: str = setting(DEFAULT_POLICY_MODEL, "Base model: hub id or local folder.", flags=("--model",))
+    dataset: Optional[str] = setting(
+        None, "Dataset name (ESConv, EmpatheticDialogues/ED, QMSum); read from the run's run_config.json when omitted."
+    )
+    output_dir: Optional[str] = setting(None, "Artefact folder. Default: derived from the stage, dataset and model under outputs/.")
+    seed: int = setting(42, "Seed for data order, held-out split, LoRA init and sampling.")
+    num_train_epochs: float = setting(1.0, "Passes over the training data.", flags=("--epochs",))
+    max_steps: int = setting(-1, "Stop after this many optimizer steps (-1: run the epochs).")
+    learning_rate: float = setting(1e-5, "Peak learning rate (linear decay).")
+    batch_size: int = setting(16, "Effective batch per optimizer step (per-device batch x accumulation x devices).")
+    per_device_batch_size: Optional[int] = setting(None, "Per-device batch; default: the largest that divides the batch up to the trainer's cap.")
+    max_length: int = setting(1024, "Longest tokenized sequence (prompt + response).")
+    lora: bool = setting(True, "Train a LoRA adapter (--no-lora: full fine-tuning).", flags=("--lora/--no-lora",))
+    lora_r: int = setting(16, "LoRA rank.")
+    lora_alpha: int = setting(32, "LoRA alpha.")
+    lora_dropout: float = setting(0.1, "LoRA dropout.")
+    lora_target_modules: str = setting(LORA_TARGET_MODULES, "Comma-separated module names that get LoRA.")
+    limit: Optional[int] = setting(None, "Use at most this many training records (smoke runs).")
+    logging_steps: int = setting(10, "Log metrics every N optimizer steps.")
+    save_steps: int = setting(100, "Write a resumable checkpoint every N optimizer steps.")
+    keep_checkpoints: bool = setting(False, "Keep checkpoint-* folders after the final artefact is written.")
+    rubric_version: Optional[str] = setting(None, "Rubric version the data was judged with; read from the run when omitted.")
+    resume: bool = setting(False, "Continue from the last checkpoint in the output folder.")
+    overwrite: bool = setting(False, "Delete an existing output folder and train from scratch.")
+
+    # Not flags: fixed per trainer.
+    max_per_device_batch: int = field(default=8, metadata={"cli": False})
+
+    @property
+    def lora_targets(self) -> list[str]:
+        return [m.strip() for m in self.lora_target_modules.split(",") if m.strip()]
+
+
+@dataclass
+class RewardModelSettings(TrainSettings):
+    """Stage 1: the scalar persona reward model (Bradley-Terry over judged pairs)."""
+
+    model_name: str = setting(DEFAULT_REWARD_BASE_MODEL, "Reward-model base: hub id or local folder.", flags=("--model",))
+    learning_rate: float = setting(1e-4, "Peak learning rate (linear decay).")
+    batch_size: int = setting(32, "Effective batch of pairs per optimizer step.")
+    eval_fraction: float = setting(0.1, "Share of prompts held out (with all their pairs) to report pairwise accuracy.")
+    margin_scale: float = setting(
+        1.0,
+        "TRL subtracts the pair's margin inside the logistic loss, -log sigmoid(r_c - r_r - margin); the rubric "
+        "margin is multiplied by this (0: plain Bradley-Terry without margin).",
+    )
+    full_weights: bool = setting(False, "Also merge the LoRA adapter and save a full-weight checkpoint instead of the adapter.")
+    max_per_device_batch: int = field(default=16, metadata={"cli": False})
+
+
+@dataclass
+class GroupRewardModelSettings(RewardModelSettings):
+    """Stage 2: the sequence-level group reward model over (directive, whole trajectory)."""
+
+    max_length: int = setting(4096, "Longest tokenized (directive, trajectory) sequence; longer pairs are skipped.")
+    max_per_device_batch: int = field(default=8, metadata={"cli": False})
+
+
+@dataclass
+class GRPOSettings(TrainSettings):
+    """What the Speaker and Director GRPO trainers share."""
+
+    num_generations: int = setting(8, "Completions sampled per prompt (the GRPO group).")
+    temperature: float = setting(1.0, "Sampling temperature of the policy during training.")
+    max_completion_length: int = setting(512, "Most tokens the policy generates per completion.")
+    beta: float = setting(0.04, "KL coefficient against the frozen base (0: no KL term, no reference pass).")
+    use_vllm: bool = setting(False, "Generate with vLLM (GPU only).")
+    vllm_mode: str = setting("colocate", "server (a `trl vllm-serve` process) or colocate (vLLM inside each training process).")
+    vllm_server_url: Optional[str] = setting(None, "Base URL of the `trl vllm-serve` server in server mode.", flags=("--vllm-server-base-url",))
+    max_per_device_batch: int = field(default=8, metadata={"cli": False})
+
+
+@dataclass
+class SpeakerGRPOSettings(GRPOSettings):
+    """Stage 1: the Speaker policy against the persona reward model plus two rule rewards."""
+
+    reward_model_path: Optional[str] = setting(None, "Trained persona reward model (artefact folder); needed unless --reward-model-weight is 0.")
+    algorithm: str = setting("grpo", "Policy optimisation algorithm (grpo).")
+    reward_model_weight: float = setting(1.0, "Weight of the persona reward model's score.")
+    format_weight: float = setting(0.2, "Weight of the format reward (<think>...</think> then a non-empty reply).")
+    conciseness_weight: float = setting(0.2, "Weight of the conciseness reward.")
+    length_budget: int = setting(80, "Words a reply may have before the conciseness reward penalises it.")
+    reward_max_length: int = setting(1024, "Longest (prompt, reply) the reward model reads; longer ones keep their end.")
+
+
+@dataclass
+class DirectorGRPOSettings(GRPOSettings):
+    """Stage 2 (the paper's method): the Director with GRPO over prefix-suffix rollouts."""
+
+    data_path: str = setting(
+        None, "Episode run directory or episodes JSONL (schema.Episode).", flags=("--episode-dataset-path",), required=True
+    )
+    group_reward_model_path: Optional[str] = setting(None, "Trained group reward model (artefact folder).")
+    roster: Optional[str] = setting(None, "Roster name or file; default: the dataset's roster.")
+    rollout_server_url: Optional[str] = setting(None, "OpenAI-compatible endpoint for the frozen Speaker and user during rollouts (default: local model).")
+    rollout_model: Optional[str] = setting(None, "Model id the rollout Speaker and user call (default: the local embedded model).")
+    rollout_endpoints: Optional[str] = setting(None, "Comma-separated extra rollout endpoints; rollouts are spread over them round-robin.")
+    speaker_adapter: Optional[str] = setting(None, "LoRA adapter of the trained Speaker for local rollouts.")
+    suffix_rounds: int = setting(2, "Rounds rolled out after the Director's directive.")
+    decision_points_per_episode: int = setting(2, "Decision points sampled from each recorded episode.")
+    user_response_probability: float = setting(0.5, "Chance that the simulated user speaks after a round.")
+    group_reward_weight: float = setting(1.0, "Weight of the group reward model's score.")
+    diversity_weight: float = setting(0.5, "Weight of the diversity term (+1 distinct personas in the block, -1 otherwise).")
+    parse_failure_reward: float = setting(-2.0, "Reward of a completion that does not parse as a directive.")
+    max_completion_length: int = setting(128, "Most tokens of one directive.")
+    group_reward_max_length: int = setting(4096, "Longest (directive, trajectory) the group reward model reads.")
+    rollout_concurrency: int = setting(16, "Suffix rollouts in flight at once.")
+
+
+@dataclass
+class DirectorDPOSettings(TrainSettings):
+    """Stage 2 (optional offline alternative): DPO over directive-level pairs from branching episodes."""
+
+    data_path: str = setting(
+        None,
+        "Branching run directory (with directive_pairs.jsonl) or a directive pairs JSONL.",
+        flags=("--episode-dataset-path",),
+        required=True,
+    )
+    learning_rate: float = setting(5e-6, "Peak learning rate (linear decay).")
+    beta: float = setting(0.1, "DPO temperature: how far the policy may move from the frozen base.")
+    loss_type: str = setting("sigmoid", "DPO loss (TRL loss_type; comma-separate several).")
+    max_length: int = setting(2048, "Longest tokenized prompt + directive; longer prompts lose their start.")
+    eval_fraction: float = setting(0.1, "Share of decision points held out to report preference accuracy.")
+    max_per_device_batch: int = field(default=4, metadata={"cli": False})
+
+
+@dataclass
+class MergeSettings:
+    adapter: str = setting(None, "LoRA adapter folder (a trained artefact).", required=True)
+    output: str = setting(None, "Folder for the merged full model.", required=True)
+    base_model: Optional[str] = setting(None, "Base model (default: read from adapter_config.json / mascot_metadata.json).")
+    dtype: str = setting("auto", "Weights dtype of the merged model: auto (the base's), bfloat16, float16 or float32.")
+    overwrite: bool = setting(False, "Replace an existing output folder.")
+
+
+def cli_fields(settings_cls: type) -> list:
+    """The fields that become CLI options (all but the fixed per-trainer ones)."""
+    return [f for f in fields(settings_cls) if f.metadata.get("cli", True)]
+
+
+def help_for(settings_cls: type, name: str) -> str:
+    for f in fields(settings_cls):
+        if f.name == name:
+            return f.metadata.get("help", "")
+    raise KeyError(name)
+
+
+def as_dict(settings: Any) -> dict[str, Any]:
+    """The settings as a plain dict, for mascot_metadata.json."""
+    return {f.name: getattr(settings, f.name) for f in fields(settings)}

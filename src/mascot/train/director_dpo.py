@@ -1,0 +1,97 @@
+"""Stage 2 (optional offline alternative): the Director with TRL's DPOTrainer.
+
+Directive-level preference pairs (PreferencePair kind="directive", built from branching episodes in
+mascot.prefs): the prompt is the Director's prompt at a decision point, chosen/rejected are the two
+directives whose continuations the judge ranked. The frozen base is the reference (LoRA: the
+adapter switched off), so no second model is held in memory. The paper's Stage-2 method is
+`director-grpo`; this trainer is kept for comparison.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from mascot.train import artefact, data
+from mascot.train.artefact import TrainingMetadata
+from mascot.train.common import TrainOutcome, finish, first_last, open_output, run_training, save_model
+from mascot.train.config import DirectorDPOSettings
+from mascot.train.models import count_parameters, load_causal_lm, load_tokenizer, lora_config, model_ref
+from mascot.train.runtime import derive_batch, trainer_arguments, world_size
+
+log = logging.getLogger(__name__)
+
+
+def dpo_config(settings: DirectorDPOSettings, output, plan):
+    from trl import DPOConfig
+
+    loss_types = [t.strip() for t in settings.loss_type.split(",") if t.strip()]
+    return DPOConfig(
+        **trainer_arguments(settings, str(output), plan),
+        beta=settings.beta,
+        loss_type=loss_types,
+        max_length=settings.max_length,
+    )
+
+
+def train_director_dpo(settings: DirectorDPOSettings) -> TrainOutcome:
+    from trl import DPOTrainer
+
+    data_file, pairs = data.load_pairs(settings.data_path, "directive")
+    run = data.run_settings(data_file)
+    dataset = data.resolve_dataset(settings.dataset, run)
+    output, checkpoint = open_output(settings, artefact.default_output_dir("director_dpo", dataset, settings.model_name))
+    train_pairs, held_out = data.split_by_prompt(pairs, settings.eval_fraction, settings.seed)
+    train_pairs = data.limit_records(train_pairs, settings.limit, settings.seed)
+
+    plan = derive_batch(settings.batch_size, world_size(), settings.max_per_device_batch, settings.per_device_batch_size)
+    tokenizer = load_tokenizer(settings.model_name)
+    trainer = DPOTrainer(
+        model=load_causal_lm(settings.model_name),
+        args=dpo_config(settings, output, plan),
+        train_dataset=data.to_dataset(data.pair_rows(train_pairs)),
+        processing_class=tokenizer,
+        peft_config=lora_config(settings, "CAUSAL_LM") if settings.lora else None,
+    )
+    figures = run_training(trainer, checkpoint)
+    figures.update(count_parameters(trainer.model))
+    evaluation = evaluate(trainer, held_out)
+    weights = save_model(trainer, output)
+    meta = TrainingMetadata(
+        role="director",
+        trainer="dpo",
+        weights=weights,
+        base_model=model_ref(settings.model_name),
+        dataset=dataset,
+        roster=run.get("roster"),
+        rubric_version=settings.rubric_version or run.get("rubric_version"),
+        data_files=[artefact.data_file_entry(data_file, len(pairs))],
+        num_train_records=len(train_pairs),
+        num_eval_records=len(held_out),
+        evaluation=evaluation,
+        train_metrics=figures,
+    )
+    finish(trainer, output, meta, settings, plan)
+    return TrainOutcome(output, meta)
+
+
+def evaluate(trainer, held_out) -> dict:
+    """Implicit-reward margin and preference accuracy on held-out pairs, and the training trend."""
+    figures = {
+        "train_reward_margin": first_last(trainer, "rewards/margins"),
+        "train_reward_accuracy": first_last(trainer, "rewards/accuracies"),
+    }
+    if held_out:
+        metrics = trainer.evaluate(data.to_dataset(data.pair_rows(held_out)))
+        figures["heldout_reward_margin"] = round(float(metrics.get("eval_rewards/margins", float("nan"))), 4)
+        figures["heldout_reward_accuracy"] = round(float(metrics.get("eval_rewards/accuracies", float("nan"))), 4)
+        figures["heldout_pairs"] = len(held_out)
+    return {k: v for k, v in figures.items() if v is not None}
+
+
+def describe(outcome: TrainOutcome) -> str:
+    ev = outcome.metadata.evaluation
+    if "heldout_reward_accuracy" in ev:
+        head = f"held-out preference accuracy {ev['heldout_reward_accuracy']:.3f}, margin {ev['heldout_reward_margin']:+.3f}"
+    else:
+        head = "no held-out pairs"
+    return f"{head}; artefact: {outcome.output_dir}"

@@ -1,0 +1,102 @@
+"""Stage 1: the scalar persona reward model, trained with TRL's RewardTrainer on judged pairs.
+
+Bradley-Terry over (prompt, chosen, rejected); TRL subtracts a `margin` column inside the logistic
+loss, -log sigmoid(r_chosen - r_rejected - margin), so pairs the judge separated more widely must be
+separated more widely by the model (`--margin-scale 0` trains without it). LoRA by default, with the
+score head trained and saved whole. A seeded share of prompts is held out and the pairwise accuracy
+on them goes into mascot_metadata.json.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from mascot.schema import PreferencePair
+from mascot.train import artefact, data
+from mascot.train.artefact import TrainingMetadata
+from mascot.train.common import TrainOutcome, finish, open_output, run_training, save_model
+from mascot.train.config import RewardModelSettings
+from mascot.train.models import count_parameters, load_sequence_classifier, load_tokenizer, lora_config, model_ref
+from mascot.train.runtime import derive_batch, trainer_arguments, world_size
+from mascot.train.scoring import RewardModelScorer, pairwise_accuracy
+
+log = logging.getLogger(__name__)
+
+TRAIN_ACCURACY_SAMPLE = 256  # training pairs re-scored at the end, to compare with held-out accuracy
+
+
+def train_reward_model(settings: RewardModelSettings) -> TrainOutcome:
+    return train_pairwise_reward_model(settings, kind="persona", role="persona_reward_model")
+
+
+def train_pairwise_reward_model(settings: RewardModelSettings, *, kind: str, role: str) -> TrainOutcome:
+    """The reward-model recipe both stages share; `kind` selects the pairs, `role` the artefact."""
+    from trl import RewardConfig, RewardTrainer
+
+    data_file, pairs = data.load_pairs(settings.data_path, kind)
+    run = data.run_settings(data_file)
+    dataset = data.resolve_dataset(settings.dataset, run)
+    output, checkpoint = open_output(settings, artefact.default_output_dir(role, dataset, settings.model_name))
+    train_pairs, held_out = data.split_by_prompt(pairs, settings.eval_fraction, settings.seed)
+    train_pairs = data.limit_records(train_pairs, settings.limit, settings.seed)
+
+    plan = derive_batch(settings.batch_size, world_size(), settings.max_per_device_batch, settings.per_device_batch_size)
+    tokenizer = load_tokenizer(settings.model_name)
+    model = load_sequence_classifier(settings.model_name, tokenizer.pad_token_id)
+    config = RewardConfig(**trainer_arguments(settings, str(output), plan), max_length=settings.max_length)
+    trainer = RewardTrainer(
+        model=model,
+        args=config,
+        train_dataset=data.to_dataset(data.pair_rows(train_pairs, settings.margin_scale)),
+        processing_class=tokenizer,
+        peft_config=lora_config(settings, "SEQ_CLS") if settings.lora else None,
+    )
+    skipped = len(train_pairs) - len(trainer.train_dataset)
+    if skipped:
+        log.warning("%d training pairs are longer than --max-length %d and were skipped", skipped, settings.max_length)
+    figures = run_training(trainer, checkpoint)
+    figures.update(count_parameters(trainer.model))
+    figures["num_skipped_too_long"] = skipped
+
+    evaluation = evaluate_pairs(trainer.model, tokenizer, held_out, train_pairs, settings.max_length)
+    weights = save_model(trainer, output, full_weights=settings.full_weights)
+    meta = TrainingMetadata(
+        role=role,
+        trainer="reward",
+        weights=weights,
+        task="sequence_classification",
+        base_model=model_ref(settings.model_name),
+        dataset=dataset,
+        roster=run.get("roster"),
+        personas=sorted({p.persona for p in pairs if p.persona}),
+        rubric_version=settings.rubric_version or run.get("rubric_version"),
+        data_files=[artefact.data_file_entry(data_file, len(pairs))],
+        num_train_records=len(train_pairs),
+        num_eval_records=len(held_out),
+        evaluation=evaluation,
+        train_metrics=figures,
+    )
+    finish(trainer, output, meta, settings, plan)
+    return TrainOutcome(output, meta)
+
+
+def evaluate_pairs(model, tokenizer, held_out: list[PreferencePair], train_pairs: list[PreferencePair], max_length: int) -> dict:
+    """Held-out pairwise accuracy (the figure that matters) and the same on a sample of training pairs."""
+    scorer = RewardModelScorer(model, tokenizer, max_length=max_length)
+    held = pairwise_accuracy(scorer, held_out)
+    seen = pairwise_accuracy(scorer, train_pairs[:TRAIN_ACCURACY_SAMPLE])
+    return {
+        "heldout_pairwise_accuracy": held["pairwise_accuracy"],
+        "heldout_mean_score_gap": held["mean_score_gap"],
+        "heldout_pairs": held["num_pairs"],
+        "train_pairwise_accuracy": seen["pairwise_accuracy"],
+        "train_pairs_scored": seen["num_pairs"],
+    }
+
+
+def describe(outcome: TrainOutcome) -> str:
+    ev = outcome.metadata.evaluation
+    acc = ev.get("heldout_pairwise_accuracy")
+    held = f"held-out pairwise accuracy {acc:.3f} on {ev.get('heldout_pairs')} pairs" if acc is not None else "no held-out pairs"
+    return f"{held}; artefact: {Path(outcome.output_dir)}"

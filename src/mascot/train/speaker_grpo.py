@@ -1,0 +1,114 @@
+"""Stage 1: the Speaker policy optimised with TRL's GRPOTrainer.
+
+Prompts are the Stage-1 pairs' prompts (each once). Each completion is scored by three rewards,
+summed with their weights: the persona reward model on (prompt, visible reply), the format reward
+(<think>...</think> then a reply) and the conciseness reward (words beyond a budget). LoRA by
+default; the artefact is the adapter.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+from mascot.train import artefact, data
+from mascot.train.artefact import TrainingMetadata
+from mascot.train.common import TrainOutcome, finish, first_last, grpo_config, open_output, run_training, save_model
+from mascot.train.config import SpeakerGRPOSettings
+from mascot.train.models import count_parameters, load_causal_lm, load_tokenizer, lora_config, model_ref
+from mascot.train.rewards import PersonaRewardModel, conciseness_reward, format_reward
+from mascot.train.runtime import TrainingSetupError, derive_batch, world_size
+from mascot.train.scoring import RewardModelScorer
+
+log = logging.getLogger(__name__)
+
+
+def build_rewards(settings: SpeakerGRPOSettings, scorer) -> tuple[list, list[float]]:
+    """The reward functions with a non-zero weight, and their weights."""
+    candidates = [
+        (PersonaRewardModel(scorer) if scorer is not None else None, settings.reward_model_weight),
+        (format_reward, settings.format_weight),
+        (functools.partial(conciseness_reward, budget=settings.length_budget), settings.conciseness_weight),
+    ]
+    kept = [(fn, w) for fn, w in candidates if w != 0]
+    if not kept:
+        raise TrainingSetupError("every reward weight is 0: nothing to optimise")
+    return [fn for fn, _ in kept], [w for _, w in kept]
+
+
+def load_scorer(settings: SpeakerGRPOSettings) -> RewardModelScorer | None:
+    if settings.reward_model_weight == 0:
+        return None
+    if not settings.reward_model_path:
+        raise TrainingSetupError("pass --reward-model-path (or --reward-model-weight 0 to train on the rule rewards only)")
+    return RewardModelScorer.from_path(settings.reward_model_path, device=reward_model_device(), max_length=settings.reward_max_length)
+
+
+def reward_model_device():
+    from accelerate import PartialState
+
+    return PartialState().device
+
+
+def train_speaker(settings: SpeakerGRPOSettings) -> TrainOutcome:
+    from trl import GRPOTrainer
+
+    if settings.algorithm != "grpo":
+        raise TrainingSetupError(f"--algorithm {settings.algorithm!r} is not supported: the Speaker trains with grpo")
+    data_file, pairs = data.load_pairs(settings.data_path, "persona")
+    run = data.run_settings(data_file)
+    dataset = data.resolve_dataset(settings.dataset, run)
+    prompts = data.limit_records(data.unique_prompts(pairs), settings.limit, settings.seed)
+    output, checkpoint = open_output(settings, artefact.default_output_dir("speaker", dataset, settings.model_name))
+    rm_meta = artefact.read_metadata(settings.reward_model_path) if settings.reward_model_path else None
+
+    plan = derive_batch(settings.batch_size, world_size(), settings.max_per_device_batch, settings.per_device_batch_size)
+    scorer = load_scorer(settings)
+    reward_funcs, weights = build_rewards(settings, scorer)
+    tokenizer = load_tokenizer(settings.model_name)
+    trainer = GRPOTrainer(
+        model=load_causal_lm(settings.model_name),
+        reward_funcs=reward_funcs,
+        args=grpo_config(settings, output, plan, weights),
+        train_dataset=data.to_dataset([{"prompt": row.prompt, "persona": row.persona} for row in prompts]),
+        processing_class=tokenizer,
+        peft_config=lora_config(settings, "CAUSAL_LM") if settings.lora else None,
+    )
+    figures = run_training(trainer, checkpoint)
+    figures.update(count_parameters(trainer.model))
+    weights_kind = save_model(trainer, output)
+    meta = TrainingMetadata(
+        role="speaker",
+        trainer="grpo",
+        weights=weights_kind,
+        base_model=model_ref(settings.model_name),
+        dataset=dataset,
+        roster=run.get("roster"),
+        personas=sorted({row.persona for row in prompts if row.persona}),
+        rubric_version=settings.rubric_version or run.get("rubric_version") or (rm_meta.rubric_version if rm_meta else None),
+        data_files=[artefact.data_file_entry(data_file, len(pairs))],
+        num_train_records=len(prompts),
+        evaluation=reward_trajectory(trainer, reward_funcs),
+        train_metrics=figures,
+        source_artefacts={"reward_model": model_ref(settings.reward_model_path)} if settings.reward_model_path else {},
+    )
+    finish(trainer, output, meta, settings, plan)
+    return TrainOutcome(output, meta)
+
+
+def reward_trajectory(trainer, reward_funcs) -> dict:
+    """First and last logged mean of the total reward and of each reward function."""
+    from trl.trainer.utils import get_callable_name
+
+    figures = {"reward": first_last(trainer, "reward")}
+    for fn in reward_funcs:
+        name = get_callable_name(fn)
+        figures[name] = first_last(trainer, f"rewards/{name}/mean")
+    figures["completion_mean_length"] = first_last(trainer, "completions/mean_length")
+    return {k: v for k, v in figures.items() if v is not None}
+
+
+def describe(outcome: TrainOutcome) -> str:
+    reward = outcome.metadata.evaluation.get("reward")
+    trend = f"mean reward {reward['first']:+.3f} -> {reward['last']:+.3f}" if reward else "no reward logged"
+    return f"{trend}; artefact: {outcome.output_dir}"
