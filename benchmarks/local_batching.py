@@ -69,16 +69,21 @@ async def measure(args: argparse.Namespace) -> dict:
     sequential_calls = client.generate_calls - calls_before
     batched_s, batched_tokens = await timed(batched)
     batched_calls = client.generate_calls - calls_before - sequential_calls
-    sequential_rate, batched_rate = sequential_tokens / sequential_s, batched_tokens / batched_s
+    sequential = figures(sequential_s, sequential_tokens, sequential_calls)
+    batched_figures = figures(batched_s, batched_tokens, batched_calls)
     return {
         "model": client.model,
         "requests": args.requests,
         "new_tokens_per_request": args.tokens,
         "torch_threads": _torch_threads(),
-        "sequential": {"seconds": sequential_s, "tokens": sequential_tokens, "tokens_per_s": sequential_rate, "generate_calls": sequential_calls},
-        "batched": {"seconds": batched_s, "tokens": batched_tokens, "tokens_per_s": batched_rate, "generate_calls": batched_calls},
-        "speedup": batched_rate / sequential_rate,
+        "sequential": sequential,
+        "batched": batched_figures,
+        "speedup": batched_figures["tokens_per_s"] / sequential["tokens_per_s"],
     }
+
+
+def figures(seconds: float, tokens: int, calls: int) -> dict:
+    return {"seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds, "generate_calls": calls}
 
 
 def _torch_threads() -> int:

@@ -61,7 +61,8 @@ def server(tmp_path_factory):
     model_dir = str(embedded_model_dir())
     port = _free_port()
     log_path = tmp_path_factory.mktemp("serve") / "serve.log"
-    command = [_transformers_cli(), "serve", model_dir, "--device", "cpu", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32"]
+    command = [_transformers_cli(), "serve", model_dir, "--device", "cpu", "--dtype", "float32"]
+    command += ["--host", "127.0.0.1", "--port", str(port)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}  # one thread: small shared machines
     with log_path.open("w") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)

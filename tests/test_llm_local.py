@@ -146,9 +146,7 @@ async def test_token_counts(client):
 
 async def test_rows_are_trimmed_to_their_own_max_tokens(client):
     client.ignore_eos = True  # every row runs to its limit
-    short, long = await asyncio.gather(
-        client.chat(ask(QUESTIONS[2], max_tokens=3)), client.chat(ask(QUESTIONS[3], max_tokens=9))
-    )
+    short, long = await asyncio.gather(client.chat(ask(QUESTIONS[2], max_tokens=3)), client.chat(ask(QUESTIONS[3], max_tokens=9)))
     assert (short.completion_tokens, short.finish_reasons) == (3, ["length"])
     assert (long.completion_tokens, long.finish_reasons) == (9, ["length"])
 

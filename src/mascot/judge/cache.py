@@ -17,7 +17,6 @@ import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from mascot.llm.base import Message
 
 CACHE_FILE = "judge_cache.sqlite"
 
@@ -29,8 +28,9 @@ def default_cache_dir() -> Path:
     return Path(base) / "mascot"
 
 
-def cache_key(judge_model: str, rubric_version: str, template_version: str, messages: list[Message]) -> str:
-    payload = json.dumps([judge_model, rubric_version, template_version, messages], ensure_ascii=False, sort_keys=True)
+def cache_key(judge_model: str, rubric_version: str, template_version: str, content: str) -> str:
+    """`content` is the item's fingerprint (what reaches the prompt), so a cache hit needs no rendering."""
+    payload = "\x1f".join((judge_model, rubric_version, template_version, content))
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
@@ -55,6 +55,18 @@ class JudgmentCache:
         with self._lock:
             row = self._db.execute("SELECT value FROM judgments WHERE key = ?", (key,)).fetchone()
         return json.loads(row[0]) if row else None
+
+    def get_many(self, keys: list[str]) -> dict[str, dict]:
+        """Cached values of many keys in a few queries (the cheap path of a re-run)."""
+        found: dict[str, dict] = {}
+        unique = list(dict.fromkeys(keys))
+        with self._lock:
+            for start in range(0, len(unique), 500):  # SQLite's host-parameter limit
+                chunk = unique[start : start + 500]
+                rows = self._db.execute(f"SELECT key, value FROM judgments WHERE key IN ({','.join('?' * len(chunk))})", chunk).fetchall()
+                found.update((key, json.loads(value)) for key, value in rows)
+        self.hits += len(found)
+        return found
 
     def put(self, key: str, value: dict, *, judge_model: str = "", rubric_version: str = "", template_version: str = "") -> None:
         with self._lock:

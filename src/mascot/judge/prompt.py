@@ -45,9 +45,19 @@ class JudgeItem:
     system: str | None = None
     provenance: dict = field(default_factory=dict)  # copied into the Judgment (episode_id, turn_idx, ...)
 
+    def fingerprint(self) -> str:
+        """Everything about the item that reaches the judge's prompt, as one hashable string."""
+        persona = persona_fingerprint(self.persona) if self.persona else ""
+        roster = "\x1d".join(persona_fingerprint(p) for p in self.roster)
+        return "\x1e".join([self.scope, self.domain, persona, roster, self.untrusted_text()])
+
     def untrusted_text(self) -> str:
         parts = [self.context, self.response, *(f"{s}\x1f{t}" for s, t in self.history), *(f"{s}\x1f{t}" for s, t in self.turns)]
         return "\x1e".join(parts)
+
+
+def persona_fingerprint(p: Persona) -> str:
+    return "\x1f".join([p.name, p.role, ",".join(p.traits), p.linguistic_style, p.expertise, p.disposition, p.goal])
 
 
 def defuse(text: str) -> str:

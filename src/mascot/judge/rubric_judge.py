@@ -45,13 +45,17 @@ class RubricJudge:
     counters: Counters = field(default_factory=Counters)
     strict: bool = False
     stats: JudgeStats = field(default_factory=JudgeStats)
+    _rubrics: dict = field(default_factory=dict, repr=False)
 
     @property
     def label(self) -> str:
         return self.name or self.client.model
 
     def rubric(self, item: JudgeItem) -> Rubric:
-        return rubric_for(item.domain, item.scope, self.rubric_version)
+        key = (item.domain, item.scope)
+        if key not in self._rubrics:
+            self._rubrics[key] = rubric_for(item.domain, item.scope, self.rubric_version)
+        return self._rubrics[key]
 
     async def _ask(self, messages: list[Message]) -> str:
         self.stats.calls += 1
@@ -76,20 +80,21 @@ class RubricJudge:
 
     async def judge(self, item: JudgeItem) -> Judgment:
         rubric = self.rubric(item)
-        messages = judge_messages(item, rubric, self.template_version)
+
+        async def score() -> dict:
+            return await self._score(judge_messages(item, rubric, self.template_version), rubric)
+
         if self.cache is None:
-            value, was_cached = await self._score(messages, rubric), False
+            value, was_cached = await score(), False
         else:
-            key = cache_key(self.client.model, self.rubric_version, self.template_version, messages)
             value, was_cached = await self.cache.get_or_compute(
-                key,
-                lambda: self._score(messages, rubric),
-                judge_model=self.client.model,
-                rubric_version=self.rubric_version,
-                template_version=self.template_version,
+                self._key(item), score, judge_model=self.client.model, rubric_version=self.rubric_version, template_version=self.template_version
             )
         self.stats.cached += int(was_cached)
         return self._judgment(item, rubric, value)
+
+    def _key(self, item: JudgeItem) -> str:
+        return cache_key(self.client.model, self.rubric_version, self.template_version, item.fingerprint())
 
     def _judgment(self, item: JudgeItem, rubric: Rubric, value: dict) -> Judgment:
         base = dict(
@@ -112,14 +117,27 @@ class RubricJudge:
                 raise AnnotationFailure(f"--strict: judging {item.item_id} failed: {value['error']}")
             return Judgment(failed=True, error=value["error"], **base)
         scores = {k: int(v) for k, v in value["scores"].items()}
-        return Judgment(scores=scores, reasons=value.get("reasons", {}), overall=rubric.overall(scores), **base)
+        # scores were validated against the rubric when parsed (and before they were cached)
+        return Judgment.model_construct(scores=scores, reasons=value.get("reasons", {}), overall=rubric.overall(scores), failed=False, **base)
 
     async def judge_many(self, items: list[JudgeItem]) -> list[Judgment]:
-        """All items at once; the client's own in-flight bound limits what reaches the server."""
-        tasks = [asyncio.ensure_future(self.judge(item)) for item in items]
+        """All items at once; the client's own in-flight bound limits what reaches the server.
+        Cached items are answered first, in one batch lookup, without creating a task each."""
+        results: list[Judgment | None] = [None] * len(items)
+        if self.cache is not None and items:
+            keys = [self._key(item) for item in items]
+            hits = self.cache.get_many(keys)
+            for i, (item, key) in enumerate(zip(items, keys)):
+                if key in hits:
+                    results[i] = self._judgment(item, self.rubric(item), hits[key])
+            self.stats.cached += len(items) - results.count(None)
+        pending = [i for i, r in enumerate(results) if r is None]
+        tasks = [asyncio.ensure_future(self.judge(items[i])) for i in pending]
         try:
-            return list(await asyncio.gather(*tasks))
+            for i, judgment in zip(pending, await asyncio.gather(*tasks)):
+                results[i] = judgment
         except BaseException:
             for task in tasks:  # --strict or an interrupt: stop the rest instead of leaking them
                 task.cancel()
             raise
+        return results  # type: ignore[return-value]

