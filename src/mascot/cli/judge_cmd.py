@@ -19,7 +19,7 @@ Judges = Annotated[
 JudgesFile = Annotated[Optional[Path], typer.Option("--judges-file", help="YAML list of judges: name, model, url, provider, api_key_env.")]
 Provider = Annotated[str, typer.Option("--provider", help="openai-compatible (vllm) | openai | anthropic | gemini, for --judge.")]
 RubricVersion = Annotated[str, typer.Option("--rubric-version", help="Rubric version (built-in name or a rubric YAML file).")]
-CacheDir = Annotated[Optional[Path], typer.Option("--cache-dir", help="Judgment cache folder (default $MASCOT_CACHE_DIR or ~/.cache/mascot).")]
+CacheDir = Annotated[Optional[Path], typer.Option("--cache-dir", help="Judgment cache folder (default $MASCOT_JUDGE_CACHE_DIR, $MASCOT_CACHE_DIR or ~/.cache/mascot).")]
 NoCache = Annotated[bool, typer.Option("--no-cache", help="Judge everything again instead of reusing cached judgments.")]
 JudgeMaxTokens = Annotated[int, typer.Option("--judge-max-tokens", help="Longest judge reply in tokens.")]
 DataFileForContext = Annotated[

@@ -10,19 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import os
 import sqlite3
 import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-
 CACHE_FILE = "judge_cache.sqlite"
 
 
 def default_cache_dir() -> Path:
-    if os.environ.get("MASCOT_CACHE_DIR"):
-        return Path(os.environ["MASCOT_CACHE_DIR"])
+    """$MASCOT_JUDGE_CACHE_DIR, else $MASCOT_CACHE_DIR, else ~/.cache/mascot (XDG_CACHE_HOME respected)."""
+    for variable in ("MASCOT_JUDGE_CACHE_DIR", "MASCOT_CACHE_DIR"):
+        if os.environ.get(variable):
+            return Path(os.environ[variable]).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "mascot"
 
@@ -31,27 +33,6 @@ def cache_key(judge_model: str, rubric_version: str, template_version: str, cont
     """`content` is the item's fingerprint (what reaches the prompt), so a cache hit needs no rendering."""
     payload = "\x1f".join((judge_model, rubric_version, template_version, content))
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
-
-
-# Values are stored as plain delimited text rather than JSON: decoding them is the whole cost of a
-# cached re-run, and str.split is several times faster than json.loads for these small records.
-_ITEM, _FIELD = "\x1e", "\x1f"
-
-
-def _clean(text: str) -> str:
-    return str(text).replace(_ITEM, " ").replace(_FIELD, " ")
-
-
-def encode_value(value: dict) -> tuple[str, str]:
-    scores = _ITEM.join(f"{key}{_FIELD}{int(score)}" for key, score in value["scores"].items())
-    reasons = _ITEM.join(f"{_clean(key)}{_FIELD}{_clean(reason)}" for key, reason in value.get("reasons", {}).items())
-    return scores, reasons
-
-
-def decode_value(scores: str, reasons: str) -> dict:
-    score_map = {key: int(score) for key, score in (entry.split(_FIELD) for entry in scores.split(_ITEM))}
-    reason_map = dict(entry.split(_FIELD, 1) for entry in reasons.split(_ITEM)) if reasons else {}
-    return {"scores": score_map, "reasons": reason_map}
 
 
 class JudgmentCache:
@@ -65,7 +46,7 @@ class JudgmentCache:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS judgments (key TEXT PRIMARY KEY, judge_model TEXT, rubric_version TEXT, "
-            "template_version TEXT, scores TEXT NOT NULL, reasons TEXT NOT NULL, created_at TEXT DEFAULT CURRENT_TIMESTAMP)"
+            "template_version TEXT, value TEXT NOT NULL, created_at TEXT DEFAULT CURRENT_TIMESTAMP)"
         )
         self._pending: dict[str, asyncio.Future] = {}
         self.hits = 0
@@ -73,8 +54,8 @@ class JudgmentCache:
 
     def get(self, key: str) -> dict | None:
         with self._lock:
-            row = self._db.execute("SELECT scores, reasons FROM judgments WHERE key = ?", (key,)).fetchone()
-        return decode_value(*row) if row else None
+            row = self._db.execute("SELECT value FROM judgments WHERE key = ?", (key,)).fetchone()
+        return json.loads(row[0]) if row else None
 
     def get_many(self, keys: list[str]) -> dict[str, dict]:
         """Cached values of many keys in a few queries (the cheap path of a re-run)."""
@@ -83,16 +64,16 @@ class JudgmentCache:
         with self._lock:
             for start in range(0, len(unique), 500):  # SQLite's host-parameter limit
                 chunk = unique[start : start + 500]
-                rows = self._db.execute(f"SELECT key, scores, reasons FROM judgments WHERE key IN ({','.join('?' * len(chunk))})", chunk).fetchall()
-                found.update((key, decode_value(scores, reasons)) for key, scores, reasons in rows)
+                rows = self._db.execute(f"SELECT key, value FROM judgments WHERE key IN ({','.join('?' * len(chunk))})", chunk).fetchall()
+                found.update((key, json.loads(value)) for key, value in rows)
         self.hits += len(found)
         return found
 
     def put(self, key: str, value: dict, *, judge_model: str = "", rubric_version: str = "", template_version: str = "") -> None:
         with self._lock:
             self._db.execute(
-                "INSERT OR REPLACE INTO judgments (key, judge_model, rubric_version, template_version, scores, reasons) VALUES (?, ?, ?, ?, ?, ?)",
-                (key, judge_model, rubric_version, template_version, *encode_value(value)),
+                "INSERT OR REPLACE INTO judgments (key, judge_model, rubric_version, template_version, value) VALUES (?, ?, ?, ?, ?)",
+                (key, judge_model, rubric_version, template_version, json.dumps(value, ensure_ascii=False)),
             )
 
     async def get_or_compute(self, key: str, compute: Callable[[], Awaitable[dict]], **labels: str) -> tuple[dict, bool]:

@@ -83,6 +83,7 @@ class RewardModelSettings(TrainSettings):
 class GroupRewardModelSettings(RewardModelSettings):
     """Stage 2: the sequence-level group reward model over (directive, whole trajectory)."""
 
+    model_name: str = setting(DEFAULT_REWARD_BASE_MODEL, "Reward-model base: hub id or local folder.", flags=("--group-reward-model-name", "--model"))
     max_length: int = setting(4096, "Longest tokenized (directive, trajectory) sequence; longer pairs are skipped.")
     max_per_device_batch: int = field(default=8, metadata={"cli": False})
 
@@ -131,8 +132,10 @@ class DirectorGRPOSettings(GRPOSettings):
     decision_points_per_episode: int = setting(2, "Decision points sampled from each recorded episode.")
     user_response_probability: float = setting(0.5, "Chance that the simulated user speaks after a round.")
     group_reward_weight: float = setting(1.0, "Weight of the group reward model's score.")
-    diversity_weight: float = setting(0.5, "Weight of the diversity term (+1 distinct personas in the block, -1 otherwise).")
-    parse_failure_reward: float = setting(-2.0, "Reward of a completion that does not parse as a directive.")
+    diversity_weight: float = setting(
+        0.5, "Weight of the diversity term: +1 when the last Speaker before the decision and the rolled-out Speakers are not all the same persona, -1 otherwise."
+    )
+    parse_failure_reward: float = setting(-1.0, "Reward of a completion that does not parse as a directive (counted).")
     max_completion_length: int = setting(128, "Most tokens of one directive.")
     group_reward_max_length: int = setting(4096, "Longest (directive, trajectory) the group reward model reads.")
     rollout_concurrency: int = setting(16, "Suffix rollouts in flight at once.")

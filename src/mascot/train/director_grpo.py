@@ -8,7 +8,8 @@
    `--suffix-rounds` rounds with the frozen Speaker and simulated user (`EpisodeEngine.continue_from`
    on the rollout backend: a vLLM server, several endpoints round-robin, or the local model), and
    scores the (directive, trajectory) with the group reward model plus the diversity term
-   (+1 when the rolled-out block has distinct personas, -1 otherwise).
+   (+1 when the block - the last Speaker before the decision and the rolled-out Speakers - has
+   distinct personas, -1 otherwise).
 4. GRPO turns the rewards into group-relative advantages and updates the Director's LoRA adapter.
 """
 
@@ -134,6 +135,14 @@ class Rollout:
         return self.point.prefix + self.suffix
 
 
+def block_speakers(rollout: Rollout) -> list[str]:
+    """The Speakers of the dialogue block the directive opened: the last Speaker before the
+    decision (so that one rolled-out round can already repeat or vary it) and every Speaker of the
+    rolled-out rounds."""
+    before = [t.agent_name for t in rollout.point.prefix if not t.is_user][-1:]
+    return before + [t.agent_name for t in rollout.suffix if not t.is_user]
+
+
 class TrajectoryScorer(Protocol):
     def score(self, rollouts: Sequence[Rollout]) -> list[float]: ...
 
@@ -248,7 +257,7 @@ class DirectorRolloutReward:
         rewards: list[float | None] = [s.parse_failure_reward] * n
         order = sorted(rollouts)
         group = self.scorer.score([rollouts[i] for i in order]) if (self.scorer and order) else [0.0] * len(order)
-        diversity = [diversity_score([t.agent_name for t in rollouts[i].suffix if not t.is_user]) for i in order]
+        diversity = [diversity_score(block_speakers(rollouts[i])) for i in order]
         for i, g, d in zip(order, group, diversity):
             rewards[i] = s.group_reward_weight * g + s.diversity_weight * d
         return rewards, {"group_reward": group, "diversity": diversity}

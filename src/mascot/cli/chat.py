@@ -1,0 +1,277 @@
+"""`mascot chat`: talk with the companion group at a terminal (or pipe messages in, one a line)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Callable, Optional
+
+import typer
+
+from mascot.cli import app
+from mascot.cli import options as o
+from mascot.errors import MascotError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from mascot.dialogue.chat import ChatSession
+    from mascot.dialogue.director import DirectorDecision
+    from mascot.schema import Turn
+
+HELP_TEXT = """Commands:
+  /directive  the Director's last decision: agent, action, tone and its raw answer
+  /who        who is in the group
+  /help       this list
+  /quit       end the session (Ctrl-D and Ctrl-C end it too; everything said is saved)
+Anything else is a message to the group."""
+
+
+@app.command()
+def chat(
+    roster: Annotated[Optional[str], typer.Option("--roster", help="Roster name (emotional_support, meetings) or roster file.")] = None,
+    dataset: Annotated[Optional[str], typer.Option("--dataset", help="Choose the roster by dataset (ESConv, ED, QMSum); recorded in metadata.")] = None,
+    situation: Annotated[Optional[str], typer.Option("--situation", help="What the conversation is about (meetings: the participant's question).")] = None,
+    meeting_file: Annotated[Optional[Path], typer.Option("--meeting-file", help="Meetings roster: a transcript ('Speaker: text' lines, JSONL, or a QMSum record).")] = None,
+    session: Annotated[Optional[Path], typer.Option("--session", help="Session file; an existing one is shown and continued (default: outputs/chat/session-<time>.jsonl).")] = None,
+    show_directives: Annotated[bool, typer.Option("--show-directives", help="Show the Director's directive before every reply.")] = False,
+    rounds_per_message: Annotated[int, typer.Option("--rounds-per-message", help="Directed replies after each of your messages.")] = 1,
+    seed: o.Seed = 42,
+    temperature: Annotated[float, typer.Option("--temperature", help="Sampling temperature of Director and Speakers.")] = 0.7,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", help="Longest reply in tokens.")] = 160,
+    model_name: o.ModelName = None,
+    vllm_server_url: o.VllmServerUrl = None,
+    director_server_url: o.DirectorServerUrl = None,
+    speaker_server_url: o.SpeakerServerUrl = None,
+    director_model: o.DirectorModel = None,
+    speaker_model: o.SpeakerModel = None,
+    director_adapter: o.DirectorAdapter = None,
+    speaker_adapter: o.SpeakerAdapter = None,
+    share_model: o.ShareModel = False,
+    trace_role_calls: Annotated[bool, typer.Option("--trace-role-calls", help="Write <session>.role_call_trace.jsonl next to the session file.")] = False,
+) -> None:
+    """Chat with the group: the Director picks who answers each message; replies stream as they are written."""
+    import asyncio
+    import sys
+
+    from rich.console import Console
+
+    from mascot.dialogue.chat import ChatSettings, new_session_path, open_session
+    from mascot.dialogue.run import announce_local_roles, role_identities
+    from mascot.llm.routing import EndpointOptions, build_backends, resolve_roles
+
+    if rounds_per_message < 1:
+        raise MascotError("--rounds-per-message must be at least 1")
+    if max_tokens < 1:
+        raise MascotError("--max-tokens must be at least 1")
+    path = session or new_session_path()
+    endpoints = EndpointOptions(
+        model_name=model_name,
+        vllm_server_url=vllm_server_url,
+        director_server_url=director_server_url,
+        speaker_server_url=speaker_server_url,
+        director_model=director_model,
+        speaker_model=speaker_model,
+        director_adapter=director_adapter,
+        speaker_adapter=speaker_adapter,
+        share_model=share_model,
+    )
+    settings = ChatSettings(rounds_per_message=rounds_per_message, seed=seed, temperature=temperature, max_tokens=max_tokens)
+    console = Console(highlight=False)
+    trace = path.with_name(f"{path.stem}.role_call_trace.jsonl") if trace_role_calls else None
+    if trace:
+        trace.parent.mkdir(parents=True, exist_ok=True)
+    backends = build_backends(resolve_roles(endpoints, ("director", "speaker")), endpoints, trace_path=trace)
+    with asyncio.Runner() as runner:  # one loop for the whole chat: clients stay bound to it
+        try:
+            chat_session, continued = open_session(
+                path,
+                {role: backends[role] for role in backends.endpoints},
+                settings,
+                roster=roster,
+                dataset=dataset,
+                situation=situation,
+                meeting_file=meeting_file,
+                role_identities=role_identities(backends),
+            )
+            announce_local_roles(backends, console)
+            if continued and (situation or meeting_file):
+                console.print("[dim]continuing a saved session: its own situation is kept[/dim]")
+            interactive = sys.stdin.isatty()
+            run_chat(chat_session, console, read_line_from(console, interactive), runner.run, show_directives=show_directives, echo=not interactive, continued=continued)
+        finally:
+            runner.run(backends.aclose())
+
+
+# --------------------------------------------------------------------------- the loop
+
+
+def read_line_from(console: Console, interactive: bool) -> Callable[[], str | None]:
+    """A reader of the next message; None at end of input (Ctrl-D, or the end of piped input)."""
+    import sys
+
+    if interactive:
+        try:
+            import readline  # noqa: F401 - line editing and history for input()
+        except ImportError:  # pragma: no cover - not on every platform
+            pass
+
+        def ask() -> str | None:
+            try:
+                return console.input("[bold]You:[/bold] ")
+            except EOFError:
+                return None
+
+        return ask
+
+    def read() -> str | None:
+        line = sys.stdin.readline()
+        return line.rstrip("\r\n") if line else None
+
+    return read
+
+
+def run_chat(
+    session: ChatSession,
+    console: Console,
+    read_line: Callable[[], str | None],
+    run: Callable,
+    *,
+    show_directives: bool = False,
+    echo: bool = False,
+    continued: bool = False,
+) -> None:
+    """Reads messages until /quit or end of input and sends each to the group; `run` runs a
+    coroutine on the chat's event loop. Ctrl-C ends the session like /quit: every completed turn,
+    and the message being answered, are already saved."""
+    view = TerminalView(console, session.roster.names, show_directives=show_directives)
+    introduce(session, console, continued, show_directives)
+    try:
+        while True:
+            line = read_line()
+            if line is None:
+                break
+            message = line.strip()
+            if not message:
+                continue
+            if message.startswith("/"):
+                if not handle_command(message, session, console):
+                    break
+                continue
+            if echo:  # piped input: show what was said so the transcript reads in order
+                console.print(f"[bold]You:[/bold] {escape(message)}")
+            try:
+                run(session.send(message, view))
+            except MascotError as exc:  # a backend failure ends this round, not the session
+                view.interrupted()
+                session.tally.counters.num_generation_failures += 1
+                session.save()
+                console.print(f"[red]error: {escape(str(exc))}[/red] [dim](your message is saved; send another or /quit)[/dim]")
+    except KeyboardInterrupt:
+        view.interrupted()
+        console.print("[yellow]interrupted[/yellow]")
+    session.save()
+    farewell(session, console)
+
+
+def introduce(session: ChatSession, console: Console, continued: bool, show_directives: bool) -> None:
+    from mascot.dialogue.show import show_context, show_episode
+
+    roster, context = session.roster, session.context
+    described = context if context.situation or context.is_meeting else None
+    console.print(f"[bold]mascot chat[/bold] with {escape(', '.join(roster.names))} [dim](roster {escape(roster.ident)})[/dim]")
+    console.print(f"session: {session.path}", soft_wrap=True)  # unwrapped: paths are copied
+    if continued:
+        console.print(f"[dim]continuing {session.num_rounds} earlier rounds:[/dim]")
+        show_episode(console, session.to_episode(), described, roster.names, directives=show_directives)
+        console.rule()
+    elif described is not None:
+        show_context(console, described)
+    console.print("[dim]Type a message; /help for commands, /quit or Ctrl-D to end.[/dim]")
+
+
+def farewell(session: ChatSession, console: Console) -> None:
+    c = session.counters
+    console.print(
+        f"session saved: {session.path} [dim]({session.num_rounds} rounds; director parse failures "
+        f"{c.num_directive_parse_failures}, random fallbacks {c.num_random_agent_fallbacks}, empty replies "
+        f"{c.num_empty_responses}, failed rounds {c.num_generation_failures})[/dim]",
+        soft_wrap=True,
+    )
+
+
+def handle_command(command: str, session: ChatSession, console: Console) -> bool:
+    """Runs an in-chat command; False means end the session."""
+    name = command.split()[0].lower()
+    if name in ("/quit", "/exit", "/q"):
+        return False
+    if name == "/help":
+        console.print(escape(HELP_TEXT))
+    elif name == "/who":
+        for persona in session.roster.personas:
+            console.print(f"  [bold]{escape(persona.name)}[/bold]: {escape(persona.role)}")
+    elif name == "/directive":
+        show_last_directive(session, console)
+    else:
+        console.print(f"[yellow]unknown command {escape(name)}[/yellow] [dim](/help lists them)[/dim]")
+    return True
+
+
+def show_last_directive(session: ChatSession, console: Console) -> None:
+    turn = session.last_directed_turn
+    if turn is None or turn.directive is None:
+        console.print("[dim]no directive yet: send a message first[/dim]")
+        return
+    d = turn.directive
+    console.print(f"agent: {escape(d.agent_name)}\naction: {escape(d.action or '-')}\ntone: {escape(d.tone or '-')}")
+    console.print("[dim]raw director output:[/dim]")
+    console.print(escape(turn.directive_output or "(none)"), style="dim")
+
+
+def escape(text: str) -> str:
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
+
+
+class TerminalView:
+    """Prints directives, and replies piece by piece as they stream."""
+
+    def __init__(self, console: Console, names: list[str], *, show_directives: bool = False) -> None:
+        self.console = console
+        self.names = names
+        self.show_directives = show_directives
+        self.open_reply = False
+
+    def directive(self, decision: DirectorDecision, round_id: int) -> None:
+        from mascot.dialogue.show import show_directive
+
+        if decision.fell_back:
+            self.console.print(f"  [dim](the Director's answer was unusable twice: {escape(decision.directive.agent_name)} was chosen at random)[/dim]")
+        elif decision.parse_failed:
+            self.console.print("  [dim](the Director's first answer could not be parsed; its corrected answer was used)[/dim]")
+        if self.show_directives:
+            show_directive(self.console, decision.directive)
+
+    def reply_start(self, agent_name: str) -> None:
+        from mascot.dialogue.show import colour_for
+
+        colour = colour_for(agent_name, self.names)
+        self.console.print(f"[bold {colour}]{escape(agent_name)}:[/bold {colour}] ", end="")
+        self.open_reply = True
+
+    def reply_text(self, text: str) -> None:
+        self.console.print(text, end="", markup=False, highlight=False, soft_wrap=True)
+
+    def reply_end(self, turn: Turn, revised: bool) -> None:
+        if not turn.response:
+            self.console.print("[dim](no reply)[/dim]", end="")
+        self.console.print()
+        if revised:
+            self.console.print(f"  [dim](saved as: {escape(turn.response)})[/dim]")
+        self.open_reply = False
+
+    def interrupted(self) -> None:
+        """Ends a reply cut off halfway, so the next line starts clean."""
+        if self.open_reply:
+            self.console.print()
+            self.open_reply = False

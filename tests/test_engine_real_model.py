@@ -1,0 +1,32 @@
+"""A short directed episode end to end on the real embedded model (SmolLM2-135M-Instruct), no server."""
+
+import asyncio
+import json
+
+from rich.console import Console
+
+from mascot.dialogue.engine import EngineSettings
+from mascot.dialogue.run import GroupGenerationConfig, generate_group
+from mascot.schema import Episode
+from mascot.store import read_jsonl
+
+
+def test_directed_episode_on_the_embedded_model(tmp_path, es_context, es_roster):
+    cfg = GroupGenerationConfig(
+        dataset="ESConv",
+        engine=EngineSettings(num_turns=2, user_response_probability=1.0, max_tokens=40, seed=1),
+        output_dir=tmp_path,
+    )
+    run_dir, store = asyncio.run(generate_group(cfg, contexts=[es_context], console=Console(quiet=True)))
+    (episode,) = list(read_jsonl(run_dir / "episodes.jsonl", Episode))
+    agent_turns = episode.agent_turns
+    assert [t.round_id for t in agent_turns] == [0, 1]
+    assert all(t.agent_name in es_roster.names and t.directive_output for t in agent_turns)
+    assert any(t.response for t in episode.turns)
+    assert sum(1 for t in episode.turns if t.is_user) == 2
+    config = json.loads((run_dir / "run_config.json").read_text())
+    assert config["settings"]["local_backend_roles"] == ["director", "speaker", "user"]
+    assert config["roles"]["speaker"]["backend"] == "local"
+    assert episode.metadata.speaker_model == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    usage = store.summary.usage
+    assert usage["speaker"].completion_tokens > 0 and usage["director"].requests >= 2

@@ -1,0 +1,105 @@
+"""Reward models learn a learnable preference, report held-out accuracy, and reload for scoring."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from train_helpers import KEYWORD, keyword_pairs, single_thread, tiny_model, write_jsonl, write_run_config
+
+from mascot.train.artefact import read_metadata
+from mascot.train.config import GroupRewardModelSettings, RewardModelSettings
+from mascot.train.group_reward_model import train_group_reward_model
+from mascot.train.reward_model import train_reward_model
+from mascot.train.scoring import RewardModelScorer
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    with single_thread():
+        yield
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    return tiny_model(tmp_path_factory.mktemp("models") / "tiny")
+
+
+@pytest.fixture(scope="module")
+def stage1_run(tmp_path_factory):
+    run = tmp_path_factory.mktemp("runs") / "individual_ED_tiny"
+    write_jsonl(run / "pairs.jsonl", keyword_pairs(n_prompts=80, per_prompt=2))
+    write_run_config(run, dataset="EmpatheticDialogues", rubric_version="paper_v1", roster="emotional_support@1.0")
+    return run
+
+
+@pytest.fixture(scope="module")
+def trained(base, stage1_run, tmp_path_factory):
+    settings = RewardModelSettings(
+        data_path=str(stage1_run),
+        model_name=str(base),
+        output_dir=str(tmp_path_factory.mktemp("out") / "rm"),
+        batch_size=16,
+        learning_rate=3e-3,
+        eval_fraction=0.25,
+    )
+    return train_reward_model(settings)
+
+
+def test_reward_model_learns_the_preference_on_held_out_prompts(trained):
+    evaluation = trained.metadata.evaluation
+    assert evaluation["heldout_pairs"] == 40  # 20 of 80 prompts, both their pairs
+    assert evaluation["heldout_pairwise_accuracy"] >= 0.9
+    assert evaluation["heldout_mean_score_gap"] > 0
+
+
+def test_artefact_is_an_adapter_with_a_trained_score_head_and_metadata(trained, stage1_run, base):
+    out = trained.output_dir
+    adapter = json.loads((out / "adapter_config.json").read_text())
+    assert adapter["task_type"] == "SEQ_CLS" and "score" in adapter["modules_to_save"]
+    assert adapter["r"] == 16 and adapter["lora_alpha"] == 32 and set(adapter["target_modules"]) == {"q_proj", "k_proj", "v_proj", "o_proj"}
+    meta = read_metadata(out)
+    assert meta.role == "persona_reward_model" and meta.weights == "lora_adapter" and meta.task == "sequence_classification"
+    assert meta.base_model == str(base) and meta.dataset == "EmpatheticDialogues"
+    assert meta.rubric_version == "paper_v1" and meta.roster == "emotional_support@1.0" and meta.personas == ["The Anchor"]
+    assert meta.data_files[0].path.endswith("pairs.jsonl") and len(meta.data_files[0].sha256) == 64
+    assert meta.hyperparameters["gradient_accumulation_steps"] * meta.hyperparameters["per_device_batch_size"] == 16
+    assert {"torch", "transformers", "trl", "peft"} <= set(meta.library_versions)
+    assert not list(out.glob("checkpoint-*"))
+
+
+def test_reloaded_reward_model_scores_like_the_trained_one(trained):
+    scorer = RewardModelScorer.from_path(str(trained.output_dir))
+    prompt = [{"role": "user", "content": "About work: I feel stuck (999)."}]
+    good, bad = scorer.score([prompt + [{"role": "assistant", "content": f"let us {KEYWORD} together"}], prompt + [{"role": "assistant", "content": "well, that is work"}]])
+    assert good > bad
+
+
+def test_group_reward_model_full_weights(base, tmp_path):
+    run = tmp_path / "group_ED_tiny"
+    write_jsonl(run / "group_pairs.jsonl", keyword_pairs(n_prompts=12, per_prompt=1, kind="episode"))
+    write_run_config(run, dataset="EmpatheticDialogues")
+    settings = GroupRewardModelSettings(
+        data_path=str(run), model_name=str(base), output_dir=str(tmp_path / "grm"), batch_size=8, max_steps=2, full_weights=True, eval_fraction=0.2
+    )
+    outcome = train_group_reward_model(settings)
+    out = outcome.output_dir
+    assert (out / "model.safetensors").exists() and not (out / "adapter_config.json").exists()
+    assert not (out / ".adapter").exists()
+    meta = read_metadata(out)
+    assert (meta.role, meta.weights, meta.trainer) == ("group_reward_model", "full", "reward")
+    assert meta.evaluation["heldout_pairs"] > 0
+    assert len(RewardModelScorer.from_path(str(out)).score([[{"role": "user", "content": "hi"}]])) == 1
+
+
+def test_resume_continues_from_the_last_checkpoint(base, stage1_run, tmp_path):
+    common = dict(data_path=str(stage1_run), model_name=str(base), output_dir=str(tmp_path / "rm"), batch_size=16, save_steps=2, keep_checkpoints=True)
+    first = train_reward_model(RewardModelSettings(**common, max_steps=2))
+    (first.output_dir / "mascot_metadata.json").unlink()  # as if the run had been killed after its checkpoint
+    resumed = train_reward_model(RewardModelSettings(**common, max_steps=4, resume=True))
+    assert resumed.metadata.train_metrics["resumed_from"] == "checkpoint-2"
+    assert resumed.metadata.train_metrics["global_steps"] == 4
+    from mascot.errors import MascotError
+
+    with pytest.raises(MascotError, match="already exists"):
+        train_reward_model(RewardModelSettings(**common, max_steps=4))

@@ -1,0 +1,137 @@
+"""The reward functions (TRL signature) and the Director rollout reward, without a policy model."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from mascot.dialogue.testing import group_client
+from mascot.llm.base import LLMError
+from mascot.llm.scripted import ScriptedClient
+from mascot.rosters import load_roster
+from mascot.schema import Context, Directive, Turn
+from mascot.train.config import DirectorGRPOSettings
+from mascot.train.director_grpo import DecisionPoint, DirectorRolloutReward, Rollout, block_speakers
+from mascot.train.rewards import PersonaRewardModel, completion_text, conciseness_reward, diversity_score, format_reward
+
+
+def as_message(text: str) -> list[dict]:
+    return [{"role": "assistant", "content": text}]
+
+
+@pytest.mark.parametrize(
+    ("text", "reward"),
+    [
+        ("<think>They feel alone.</think> That sounds lonely.", 1.0),
+        ("<think>\nplan\n</think>\n\nI hear you.", 1.0),
+        ("That sounds lonely.", 0.0),  # no reasoning
+        ("<think>They feel alone.</think>   ", 0.0),  # no reply
+        ("<think></think> I hear you.", 0.0),  # empty reasoning
+        ("<think>a</think> b <think>c</think> d", 0.0),  # a second reasoning block in the reply
+        ("<think>never closed", 0.0),
+    ],
+)
+def test_format_reward(text, reward):
+    assert format_reward([text]) == [reward]
+    assert format_reward([as_message(text)]) == [reward]  # conversational completions too
+
+
+def test_conciseness_reward_penalises_words_beyond_the_budget_only():
+    short = "<think>" + "long reasoning " * 100 + "</think> " + "word " * 10
+    over = "word " * 15
+    way_over = "word " * 100
+    assert conciseness_reward([short, over, way_over], budget=10) == [0.0, -0.5, -1.0]
+
+
+def test_diversity_score():
+    assert diversity_score(["The Anchor", "The Beacon"]) == 1.0
+    assert diversity_score(["The Anchor", "The Anchor"]) == -1.0
+    assert diversity_score([]) == -1.0
+
+
+def test_completion_text_reads_both_shapes():
+    assert completion_text("hi") == "hi"
+    assert completion_text([{"role": "assistant", "content": "a"}, {"role": "assistant", "content": "b"}]) == "ab"
+
+
+class RecordingScorer:
+    def __init__(self) -> None:
+        self.seen = []
+
+    def score(self, conversations):
+        self.seen.extend(conversations)
+        return [float(len(c[-1]["content"])) for c in conversations]
+
+
+def test_persona_reward_model_scores_prompt_plus_visible_reply():
+    scorer = RecordingScorer()
+    reward = PersonaRewardModel(scorer)
+    prompt = [{"role": "user", "content": "I failed."}]
+    scores = reward(prompts=[prompt], completions=[as_message("<think>be kind</think>I am here.")])
+    assert scores == [len("I am here.")]
+    assert scorer.seen[0] == prompt + [{"role": "assistant", "content": "I am here."}]
+
+
+# --------------------------------------------------------------------------- Director rollouts
+
+
+ROSTER = load_roster("emotional_support")
+CONTEXT = Context(context_id="c1", dataset="EmpatheticDialogues", situation="I lost my job", emotion="sad")
+
+
+def point(prefix_speakers=("The Anchor",)) -> DecisionPoint:
+    prefix = [Turn(turn_idx=i, round_id=i, agent_name=name, response="...") for i, name in enumerate(prefix_speakers)]
+    return DecisionPoint("c1:e0@r1", "c1:e0", CONTEXT, prefix, ROSTER, "emotional_support", len(prefix))
+
+
+def test_block_speakers_include_the_speaker_before_the_decision():
+    rollout = Rollout(point(("The Beacon", "The Anchor")), Directive(agent_name="The Anchor"), [Turn(turn_idx=2, round_id=2, agent_name="The Anchor", response="x")])
+    assert block_speakers(rollout) == ["The Anchor", "The Anchor"]
+    assert diversity_score(block_speakers(rollout)) == -1.0
+
+
+class FavourScorer:
+    def score(self, rollouts):
+        return [2.0 if r.directive.agent_name == "The Catalyst" else 0.0 for r in rollouts]
+
+
+def run_reward(reward, completions, metrics):
+    return asyncio.run(
+        reward(prompts=[[]] * len(completions), completions=completions, point_id=["c1:e0@r1"] * len(completions), log_metric=lambda k, v: metrics.setdefault(k, v))
+    )
+
+
+def test_director_reward_rolls_out_scores_and_counts_parse_failures():
+    settings = DirectorGRPOSettings(data_path="x", suffix_rounds=2, user_response_probability=0.0, diversity_weight=0.5, parse_failure_reward=-3.0)
+    clients = {role: group_client() for role in ("director", "speaker", "user")}
+    reward = DirectorRolloutReward({"c1:e0@r1": point()}, clients, FavourScorer(), settings)
+    completions = [
+        as_message("<directive>\nagent: The Catalyst\naction: ask one question\ntone: direct\n</directive>"),
+        as_message("agent: the anchor"),
+        as_message("I think everyone should speak."),
+    ]
+    metrics: dict = {}
+    rewards = run_reward(reward, completions, metrics)
+    assert rewards[2] == -3.0  # no agent named
+    # Catalyst after the Anchor: distinct personas (+0.5) and the favoured speaker (+2)
+    assert rewards[0] == pytest.approx(2.0 + 0.5)
+    assert reward.stats.parse_failures == 1 and reward.stats.completions == 3
+    assert metrics["director/parse_failure_rate"] == pytest.approx(1 / 3)
+    # the rollout really continued the episode: the Speaker answered the given directive first
+    speaker_calls = [c for c in clients["speaker"].calls if "ask one question" in c.messages[-1]["content"]]
+    assert speaker_calls, "the sampled directive must reach the Speaker"
+
+
+def test_failed_rollout_does_not_move_the_advantage():
+    settings = DirectorGRPOSettings(data_path="x", suffix_rounds=1, user_response_probability=0.0, diversity_weight=0.0)
+
+    def speaker(request):
+        return LLMError("server down") if request.messages[0]["content"].startswith("You are The Beacon") else "fine"
+
+    clients = {"director": group_client(), "speaker": ScriptedClient(fn=speaker), "user": group_client()}
+    reward = DirectorRolloutReward({"c1:e0@r1": point()}, clients, FavourScorer(), settings)
+    completions = [as_message("agent: The Catalyst"), as_message("agent: The Beacon"), as_message("agent: The Anchor")]
+    rewards = run_reward(reward, completions, {})
+    assert reward.stats.rollout_failures == 1
+    assert rewards == [2.0, 1.0, 0.0]  # the failed Beacon rollout sits at its group's mean

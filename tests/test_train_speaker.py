@@ -1,0 +1,117 @@
+"""Speaker GRPO learns a verifiable reward, and the Stage-1 chain ends in an adapter that serves."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from train_helpers import keyword_pairs, sft_warm_start, single_thread, tiny_model, write_jsonl, write_run_config
+
+from mascot.llm.base import ChatRequest
+from mascot.train.artefact import read_metadata
+from mascot.train.config import RewardModelSettings, SpeakerGRPOSettings
+from mascot.train.reward_model import train_reward_model
+from mascot.train.rewards import is_well_formed
+from mascot.train.speaker_grpo import train_speaker
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    with single_thread():
+        yield
+
+
+def sample(model: str, prompts, n: int, seed: int = 0) -> list[str]:
+    """n sampled replies per prompt from a model or artefact folder on the local backend."""
+    from mascot.llm.local import LocalClient
+
+    async def go():
+        client = LocalClient(model, max_batch_size=64)
+        try:
+            requests = [ChatRequest(messages=p, temperature=1.0, max_tokens=16, n=n, seed=seed + i) for i, p in enumerate(prompts)]
+            return [t for r in await asyncio.gather(*(client.chat(q) for q in requests)) for t in r.texts]
+        finally:
+            await client.aclose()
+
+    return asyncio.run(go())
+
+
+@pytest.fixture(scope="module")
+def half_formatted_policy(tmp_path_factory):
+    """A tiny policy that answers half its prompts with <think>...</think> first, half without."""
+    folder = tiny_model(tmp_path_factory.mktemp("models") / "policy")
+    prompts = [p.prompt for p in keyword_pairs(16, 1)]
+    replies = ["<think>ok</think> I hear you." if i % 2 else "I hear you." for i in range(len(prompts))]
+    return sft_warm_start(folder, prompts, replies, steps=60)
+
+
+def test_grpo_raises_the_format_reward(half_formatted_policy, tmp_path):
+    run = tmp_path / "individual_ED_tiny"
+    pairs = keyword_pairs(16, 1)
+    write_jsonl(run / "pairs.jsonl", pairs)
+    write_run_config(run, dataset="EmpatheticDialogues")
+    settings = SpeakerGRPOSettings(
+        data_path=str(run),
+        model_name=str(half_formatted_policy),
+        output_dir=str(tmp_path / "speaker"),
+        reward_model_weight=0.0,  # a verifiable reward only: the format
+        format_weight=1.0,
+        conciseness_weight=0.0,
+        batch_size=8,
+        num_generations=4,
+        max_steps=30,
+        learning_rate=5e-3,
+        max_completion_length=16,
+        beta=0.0,
+        logging_steps=5,
+    )
+    outcome = train_speaker(settings)
+    trend = outcome.metadata.evaluation["format_reward"]
+    assert trend["last"] - trend["first"] >= 0.2, trend
+    # the artefact serves on the local backend and answers in the learned format more often
+    prompts = [p.prompt for p in pairs]
+    before = sum(map(is_well_formed, sample(str(half_formatted_policy), prompts, 8)))
+    after = sum(map(is_well_formed, sample(str(outcome.output_dir), prompts, 8)))
+    print("FORMAT", trend, before, after)
+    assert after >= before + 16, (before, after)  # of 128 samples
+    meta = read_metadata(outcome.output_dir)
+    assert (meta.role, meta.trainer, meta.weights) == ("speaker", "grpo", "lora_adapter")
+    assert meta.num_train_records == 16 and "reward_model" not in meta.source_artefacts
+
+
+def test_stage1_chain_pairs_to_reward_model_to_grpo_to_served_adapter(tmp_path):
+    """Stage-1 pairs -> persona reward model -> a few GRPO steps -> adapter -> local generation,
+    on a policy with the full SmolLM2 tokenizer."""
+    run = tmp_path / "individual_ED_tiny"
+    pairs = keyword_pairs(24, 2)
+    write_jsonl(run / "pairs.jsonl", pairs)
+    write_run_config(run, dataset="EmpatheticDialogues", rubric_version="paper_v1")
+    reward_base = tiny_model(tmp_path / "rm_base")
+    policy_base = tiny_model(tmp_path / "policy_base", vocab_size=None)
+
+    rm = train_reward_model(
+        RewardModelSettings(data_path=str(run), model_name=str(reward_base), output_dir=str(tmp_path / "rm"), batch_size=16, learning_rate=3e-3)
+    )
+    speaker = train_speaker(
+        SpeakerGRPOSettings(
+            data_path=str(run),
+            model_name=str(policy_base),
+            reward_model_path=str(rm.output_dir),
+            output_dir=str(tmp_path / "speaker"),
+            batch_size=4,
+            num_generations=2,
+            max_steps=2,
+            max_completion_length=8,
+            logging_steps=1,
+        )
+    )
+    meta = speaker.metadata
+    assert meta.source_artefacts["reward_model"] == str(rm.output_dir)
+    assert meta.rubric_version == "paper_v1"
+    assert {"persona_reward_model", "format_reward", "conciseness_reward"} <= set(meta.evaluation)
+    assert meta.hyperparameters["reward_model_weight"] == 1.0
+    adapter = json.loads((speaker.output_dir / "adapter_config.json").read_text())
+    assert adapter["base_model_name_or_path"] == str(policy_base) and adapter["task_type"] == "CAUSAL_LM"
+    texts = sample(str(speaker.output_dir), [pairs[0].prompt], 2)
+    assert len(texts) == 2 and all(isinstance(t, str) for t in texts)
