@@ -73,7 +73,6 @@ def test_grpo_raises_the_format_reward(half_formatted_policy, tmp_path):
     prompts = [p.prompt for p in pairs]
     before = sum(map(is_well_formed, sample(str(half_formatted_policy), prompts, 8)))
     after = sum(map(is_well_formed, sample(str(outcome.output_dir), prompts, 8)))
-    print("FORMAT", trend, before, after)
     assert after >= before + 16, (before, after)  # of 128 samples
     meta = read_metadata(outcome.output_dir)
     assert (meta.role, meta.trainer, meta.weights) == ("speaker", "grpo", "lora_adapter")
