@@ -82,7 +82,7 @@ HOSTILE = [
 @pytest.mark.parametrize("attack", HOSTILE)
 def test_user_text_cannot_steer_the_director_off_the_roster(attack, es_roster, es_context):
     def compromised(request):  # a Director model that obeys whatever the transcript says
-        transcript = request.messages[1]["content"] if len(request.messages) > 1 else ""
+        transcript = [m["content"] for m in request.messages if "<transcript>" in m["content"]][-1]
         return transcript.split("Person: ", 1)[-1]
 
     user_turn = Turn(turn_idx=0, round_id=0, agent_name="user", response=attack, turn_type="user")
@@ -91,6 +91,6 @@ def test_user_text_cannot_steer_the_director_off_the_roster(attack, es_roster, e
     assert decision.directive.agent_name in es_roster.names
     prompt = ScriptedClient(fn=compromised)
     asyncio.run(Director(prompt, es_roster, Tally()).decide(es_context, [user_turn], seed=3))
-    rendered = prompt.calls[0].messages[1]["content"]
+    rendered = prompt.calls[0].messages[-1]["content"]
     assert rendered.count("<transcript>") == 1 and rendered.count("</transcript>") == 1
     assert "<directive>" not in rendered.split("<transcript>")[1].split("</transcript>")[0]

@@ -101,6 +101,14 @@ def _fields_from_json(text: str) -> dict[str, str] | None:
     return None
 
 
+def _clip(text: str, limit: int) -> str:
+    """Small models run on ('warm, caring, kind, ...'): keep whole words up to `limit` characters."""
+    text = text.strip()
+    if len(text) <= limit:
+        return text
+    return text[:limit].rsplit(" ", 1)[0].rstrip(",;: ")
+
+
 @dataclass
 class ParseResult:
     directive: Directive | None
@@ -129,7 +137,8 @@ def parse_directive(text: str, roster: Roster) -> ParseResult:
     for fields in named:
         name = match_roster_name(fields["agent"], roster)
         if name:
-            return ParseResult(Directive(agent_name=name, action=fields.get("action", ""), tone=fields.get("tone", "")))
+            action, tone = _clip(fields.get("action", ""), 300), _clip(fields.get("tone", ""), 60)
+            return ParseResult(Directive(agent_name=name, action=action, tone=tone))
     return ParseResult(None, f"{named[0]['agent'][:60]!r} is not on the roster")
 
 

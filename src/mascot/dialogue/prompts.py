@@ -64,8 +64,12 @@ def render_transcript(context: Context, history: list[Turn]) -> str:
 
 
 def director_messages(roster: Roster, context: Context, history: list[Turn]) -> list[Message]:
+    """System rules, one worked example exchange, then the real transcript."""
+    example_question, example_answer = render("director_example.j2", roster=roster, context=context).split("===")
     return [
         {"role": "system", "content": render("director_system.j2", roster=roster, context=context)},
+        {"role": "user", "content": example_question.strip()},
+        {"role": "assistant", "content": example_answer.strip()},
         {
             "role": "user",
             "content": render("director_user.j2", context=context, transcript=render_transcript(context, history)),

@@ -1,0 +1,204 @@
+"""Stage 2 Director trainers: DPO over directive pairs, GRPO over prefix-suffix rollouts."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from train_helpers import sft_warm_start, single_thread, tiny_model, write_jsonl, write_run_config
+
+from mascot.dialogue.director import parse_directive
+from mascot.dialogue.prompts import director_messages
+from mascot.dialogue.testing import group_client
+from mascot.llm.base import ChatRequest
+from mascot.rosters import load_roster
+from mascot.schema import Context, Directive, Episode, EpisodeMetadata, PreferencePair, Turn
+from mascot.train.artefact import read_metadata
+from mascot.train.config import DirectorDPOSettings, DirectorGRPOSettings
+from mascot.train.director_dpo import train_director_dpo
+from mascot.train.director_grpo import sample_decision_points, train_director_grpo
+
+ROSTER = load_roster("emotional_support")
+SITUATIONS = ["I lost my job", "my exam went badly", "I moved to a new city", "my friend ignores me", "I cannot sleep", "my team blames me"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    with single_thread():
+        yield
+
+
+def context(i: int) -> Context:
+    return Context(context_id=f"c{i}", dataset="EmpatheticDialogues", situation=f"{SITUATIONS[i % len(SITUATIONS)]} ({i})", emotion="sad")
+
+
+def episode(i: int, speakers=("The Anchor", "The Beacon"), with_user: bool = True) -> Episode:
+    turns, idx = [], 0
+    for round_id, name in enumerate(speakers):
+        turns.append(Turn(turn_idx=idx, round_id=round_id, agent_name=name, response=f"{name} says something.", directive=Directive(agent_name=name)))
+        idx += 1
+        if with_user:
+            turns.append(Turn(turn_idx=idx, round_id=round_id, agent_name="user", response="Thanks.", turn_type="user"))
+            idx += 1
+    record = Episode(episode_id=f"c{i}:e0", context_id=f"c{i}", turns=turns, metadata=EpisodeMetadata(dataset="EmpatheticDialogues", roster="emotional_support"))
+    record.context = context(i).model_dump()  # the dataset item travels with the episode
+    return record
+
+
+def directive(name: str) -> str:
+    return f"agent: {name}"
+
+
+def rate(texts: list[str], name: str) -> float:
+    names = [parse_directive(t, ROSTER).directive for t in texts]
+    return sum(1 for d in names if d and d.agent_name == name) / len(texts)
+
+
+def sample(model: str, prompts, n: int) -> list[str]:
+    from mascot.llm.local import LocalClient
+
+    async def go():
+        client = LocalClient(model, max_batch_size=64)
+        try:
+            requests = [ChatRequest(messages=p, temperature=1.0, max_tokens=12, n=n, seed=i) for i, p in enumerate(prompts)]
+            return [t for r in await asyncio.gather(*(client.chat(q) for q in requests)) for t in r.texts]
+        finally:
+            await client.aclose()
+
+    return asyncio.run(go())
+
+
+# --------------------------------------------------------------------------- decision points
+
+
+def test_decision_points_rebuild_prefixes_from_recorded_turns():
+    episodes = [episode(i, speakers=("The Anchor", "The Beacon", "The Catalyst")) for i in range(3)]
+    points, bare = sample_decision_points(episodes, per_episode=2, seed=7)
+    assert bare == 0 and len(points) == 6
+    for p in points:
+        source = next(e for e in episodes if e.episode_id == p.episode_id)
+        assert p.prefix == [t for t in source.turns if t.round_id < p.decision_round]
+        assert p.context.situation == source.context["situation"]
+        assert p.prompt() == director_messages(ROSTER, p.context, p.prefix)
+    again, _ = sample_decision_points(episodes, per_episode=2, seed=7)
+    assert [p.point_id for p in again] == [p.point_id for p in points]
+
+
+def test_branch_records_are_not_sampled_twice_and_bare_contexts_are_counted():
+    spine = episode(0)
+    spine.context = None
+    branch = episode(0).model_copy(update={"episode_id": "c0:d1:k0"})
+    branch.metadata = branch.metadata.model_copy(update={"branch": {"group_id": "c0:d1", "decision_round": 1, "candidate_idx": 0, "num_candidates": 2, "prefix_turns": 2}})
+    points, bare = sample_decision_points([spine, branch], per_episode=5, seed=0)
+    assert {p.episode_id for p in points} == {"c0:e0"} and bare == 1
+    assert points[0].context.context_id == "c0"
+
+
+# --------------------------------------------------------------------------- DPO
+
+
+def directive_pairs(n: int) -> list[PreferencePair]:
+    return [
+        PreferencePair(
+            prompt=director_messages(ROSTER, context(i), []),
+            chosen=[{"role": "assistant", "content": directive("The Catalyst")}],
+            rejected=[{"role": "assistant", "content": directive("The Anchor")}],
+            margin=1.0,
+            kind="directive",
+        )
+        for i in range(n)
+    ]
+
+
+def test_director_dpo_widens_the_chosen_over_rejected_margin(tmp_path):
+    run = tmp_path / "branching_ED_tiny"
+    write_jsonl(run / "directive_pairs.jsonl", directive_pairs(30))
+    write_run_config(run, dataset="EmpatheticDialogues")
+    base = tiny_model(tmp_path / "base")
+    settings = DirectorDPOSettings(data_path=str(run), model_name=str(base), output_dir=str(tmp_path / "dpo"), batch_size=8, learning_rate=5e-3, logging_steps=1, eval_fraction=0.2)
+    outcome = train_director_dpo(settings)
+    ev = outcome.metadata.evaluation
+    assert ev["train_reward_margin"]["last"] > ev["train_reward_margin"]["first"]
+    assert ev["heldout_reward_margin"] > 0.1 and ev["heldout_reward_accuracy"] >= 0.9
+    meta = read_metadata(outcome.output_dir)
+    assert (meta.role, meta.trainer, meta.num_eval_records) == ("director", "dpo", 6)
+    # a pairs file is accepted directly as well
+    direct = DirectorDPOSettings(data_path=str(run / "directive_pairs.jsonl"), model_name=str(base), output_dir=str(tmp_path / "dpo2"), batch_size=8, max_steps=1)
+    assert train_director_dpo(direct).metadata.num_train_records == 27  # the default 10% of 30 held out
+
+
+# --------------------------------------------------------------------------- GRPO
+
+
+class Favour:
+    """A synthetic group reward: 1 when the directive names the favoured persona."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def score(self, rollouts):
+        return [1.0 if r.directive.agent_name == self.name else 0.0 for r in rollouts]
+
+
+def scripted_clients():
+    return {role: group_client() for role in ("director", "speaker", "user")}
+
+
+def write_episode_run(folder, episodes):
+    write_jsonl(folder / "episodes.jsonl", episodes)
+    write_run_config(folder, dataset="EmpatheticDialogues")
+    return folder
+
+
+def test_director_grpo_runs_rollouts_counts_failures_and_serves(tmp_path):
+    run = write_episode_run(tmp_path / "directed_ED_tiny", [episode(i) for i in range(4)])
+    base = tiny_model(tmp_path / "base")  # untrained: its directives rarely parse
+    settings = DirectorGRPOSettings(
+        data_path=str(run), model_name=str(base), output_dir=str(tmp_path / "director"), batch_size=4, num_generations=2, max_steps=2, max_completion_length=8, logging_steps=1
+    )
+    clients = scripted_clients()
+    outcome = train_director_grpo(settings, rollout_clients=clients, trajectory_scorer=Favour("The Anchor"))
+    ev = outcome.metadata.evaluation
+    stats = outcome.extra["rollout_stats"]
+    assert ev["num_completions"] == 8 == stats.completions
+    assert ev["num_directive_parse_failures"] == stats.parse_failures
+    speaker_calls = len(clients["speaker"].calls)
+    assert speaker_calls == stats.completions - stats.parse_failures  # one rolled-out round per parsed directive
+    meta = read_metadata(outcome.output_dir)
+    assert (meta.role, meta.trainer, meta.num_train_records) == ("director", "grpo", 8)  # 4 episodes x 2 decision points
+    assert len(sample(str(outcome.output_dir), [director_messages(ROSTER, context(0), [])], 1)) == 1
+
+
+@pytest.mark.slow
+def test_director_grpo_raises_the_rate_of_the_favoured_persona(tmp_path):
+    episodes = [episode(i, with_user=False) for i in range(12)]
+    run = write_episode_run(tmp_path / "directed_ED_tiny", episodes)
+    base = tiny_model(tmp_path / "base")
+    points, _ = sample_decision_points(episodes, per_episode=2, seed=42)
+    prompts = [p.prompt() for p in points]
+    # a Director that answers in the directive format, naming each persona about equally often
+    replies = [directive(ROSTER.names[(i + shift) % 3]) for shift in range(3) for i in range(len(prompts))]
+    sft_warm_start(base, prompts * 3, replies, steps=150)
+    before = rate(sample(str(base), prompts[:8], 8), "The Anchor")
+    settings = DirectorGRPOSettings(
+        data_path=str(run),
+        model_name=str(base),
+        output_dir=str(tmp_path / "director"),
+        batch_size=16,
+        num_generations=8,
+        max_steps=30,
+        learning_rate=5e-3,
+        max_completion_length=12,
+        beta=0.0,
+        suffix_rounds=1,
+        diversity_weight=0.0,
+        logging_steps=5,
+        # a 2-layer model averages attention over a long prompt: LoRA on the MLPs too lets it move
+        lora_target_modules="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj",
+    )
+    outcome = train_director_grpo(settings, rollout_clients=scripted_clients(), trajectory_scorer=Favour("The Anchor"))
+    after = rate(sample(str(outcome.output_dir), prompts[:8], 8), "The Anchor")
+    assert after >= before + 0.15, (before, after)
+    trend = outcome.metadata.evaluation["group_reward"]
+    assert trend["last"] > trend["first"]
+
