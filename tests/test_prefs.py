@@ -14,7 +14,7 @@ from mascot.judge.panel import JudgePanel
 from mascot.judge.rubric_judge import RubricJudge
 from mascot.llm.base import LLMError
 from mascot.llm.scripted import ScriptedClient
-from mascot.prefs.group import directive_pairs, episode_pairs, group_preferences, render_trajectory
+from mascot.prefs.group import episode_pairs, group_preferences, render_trajectory
 from mascot.prefs.individual import OUTPUTS, IndividualSettings, run_individual
 from mascot.prefs.pairs import max_pairs, preference_index_pairs
 from mascot.rosters import load_roster

@@ -92,6 +92,7 @@ async def _run(*, dataset, data_file, split, limit, roster_name, settings_kwargs
 
     from mascot import __version__
     from mascot.data import load_contexts
+    from mascot.dialogue.run import merged_usage
     from mascot.judge.cache import JudgmentCache
     from mascot.judge.rubric_judge import RubricJudge
     from mascot.llm.routing import DEFAULT_LOCAL_MODEL, build_backends, resolve_roles
@@ -111,6 +112,7 @@ async def _run(*, dataset, data_file, split, limit, roster_name, settings_kwargs
     store = RunStore(run_dir, outputs=OUTPUTS, resume=resume, overwrite=overwrite, command="mascot generate --mode individual", key_of=candidate_key)
     cache = None if no_cache else JudgmentCache(cache_dir)
     with store:
+        previous_usage = dict(store.summary.usage)  # from the interrupted run when resuming
         backends = build_backends(roles, endpoints, trace_path=run_dir / "role_call_trace.jsonl" if trace_role_calls else None, overrides=clients)
         try:
             store.write_config(
@@ -138,9 +140,11 @@ async def _run(*, dataset, data_file, split, limit, roster_name, settings_kwargs
                 console.print(f"[yellow]{', '.join(local)} run in-process on the local backend ({', '.join(sorted({backends.endpoints[r].model for r in local}))}): no server URL was given.[/yellow]")
             judge = RubricJudge(backends["judge"], rubric_version=rubric_version, cache=cache, max_tokens=judge_max_tokens, strict=settings.strict)
             total = len(contexts) * len(settings.personas or roster.names)
-            stats = await run_individual(contexts, roster, backends["speaker"], judge, store, settings, on_progress=lambda done: store.write_summary(usage=backends.meter.by_role))
+            stats = await run_individual(
+                contexts, roster, backends["speaker"], judge, store, settings, on_progress=lambda done: store.write_summary(usage=merged_usage(previous_usage, backends.meter.by_role))
+            )
         finally:
-            store.summary.usage = backends.meter.by_role
+            store.summary.usage = merged_usage(previous_usage, backends.meter.by_role)
             await backends.aclose()
             if cache:
                 cache.close()

@@ -13,10 +13,13 @@ from mascot.schema import BigFiveProfile, Context, Directive, Persona, Roster, T
 _EMOTION_LINE = re.compile(r"^\s*[*_]*emotion[*_]*\s*[:\-]\s*[*_]*([A-Za-z][A-Za-z \-]{0,40}?)[*_.!]*\s*$", re.IGNORECASE | re.MULTILINE)
 
 
+# Small models run on into an imagined transcript or echo the prompt's own headings: stop there.
+_PROMPT_ECHOES = ("\nConversation so far", "<transcript>", "</transcript>", "\nThe person's situation:", "\nThe person feels:")
+
+
 def _stop_strings(roster: Roster, context: Context) -> tuple[str, ...]:
-    """Small models tend to continue the transcript with other speakers' lines: stop there."""
     names = [*roster.names, user_label(context)]
-    return tuple(f"\n{name}:" for name in names)
+    return tuple(f"\n{name}:" for name in names) + _PROMPT_ECHOES
 
 
 def clean_reply(text: str, speaker_name: str) -> str:
@@ -110,7 +113,7 @@ class SimulatedUser:
             temperature=self.temperature,
             max_tokens=self.max_tokens,
             seed=seed,
-            stop=tuple(f"\n{name}:" for name in self.roster.names),
+            stop=_stop_strings(self.roster, context)[: len(self.roster.names)] + _PROMPT_ECHOES,
         )
         raw = strip_think((await self.client.chat(request)).text)
         raw = re.sub(rf"^\s*{re.escape(user_label(context))}\s*:\s*", "", raw, flags=re.IGNORECASE)

@@ -91,11 +91,22 @@ def _template(template_version: str, part: str) -> jinja2.Template:
         raise MascotError(f"unknown judge prompt version {template_version!r}: no {template_version}_{part}.j2 in {PROMPT_DIR}") from None
 
 
+@lru_cache(maxsize=64)
+def _system_prompt(rubric_json: str, template_version: str) -> str:
+    return _template(template_version, "system").render(rubric=Rubric.model_validate_json(rubric_json)).strip()
+
+
+def system_prompt(rubric: Rubric, template_version: str = DEFAULT_TEMPLATE_VERSION) -> str:
+    """The same for every item of a rubric (the nonce is in the user message), so it is rendered once
+    and a server's prefix cache can reuse it across items."""
+    return _system_prompt(rubric.model_dump_json(), template_version)
+
+
 def judge_messages(item: JudgeItem, rubric: Rubric, template_version: str = DEFAULT_TEMPLATE_VERSION) -> list[Message]:
     if item.scope != rubric.scope:
         raise ValueError(f"item {item.item_id} has scope {item.scope} but the rubric is {rubric.scope}")
     nonce = nonce_for(item)
-    system = _template(template_version, "system").render(rubric=rubric, nonce=nonce).strip()
+    system = system_prompt(rubric, template_version)
     user = _template(template_version, "user").render(
         scope=item.scope,
         nonce=nonce,

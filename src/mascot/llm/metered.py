@@ -6,6 +6,7 @@ import json
 import threading
 import time
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from pathlib import Path
 
 from mascot.llm.base import BaseClient, ChatClient, ChatRequest, ChatResponse
@@ -92,18 +93,24 @@ class MeteredClient(BaseClient):
     async def stream(self, request: ChatRequest) -> AsyncIterator[str]:
         started = time.perf_counter()
         pieces: list[str] = []
+        failed = False
         try:
-            async for piece in self.inner.stream(self._stamp(request)):
-                pieces.append(piece)
-                yield piece
+            # closed explicitly: a reader that stops early must stop the generation behind it now
+            async with aclosing(self.inner.stream(self._stamp(request))) as stream:
+                async for piece in stream:
+                    pieces.append(piece)
+                    yield piece
         except Exception as exc:
+            failed = True
             self.meter.record(self.role, None)
             self._trace(started, None, error=type(exc).__name__)
             raise
-        # completion tokens: streamed pieces (servers send about one token per piece)
-        response = ChatResponse(texts=["".join(pieces)], model=self.model, completion_tokens=len(pieces))
-        self.meter.record(self.role, response)
-        self._trace(started, response)
+        finally:
+            if not failed:  # also a stream its reader stopped early (chat stops at a reply's end)
+                # completion tokens: streamed pieces (servers send about one token per piece)
+                response = ChatResponse(texts=["".join(pieces)], model=self.model, completion_tokens=len(pieces))
+                self.meter.record(self.role, response)
+                self._trace(started, response)
 
     def _trace(self, started: float, response: ChatResponse | None, error: str | None = None) -> None:
         if self.tracer is None:

@@ -44,10 +44,11 @@ def train_director_dpo(settings: DirectorDPOSettings) -> TrainOutcome:
     train_pairs = data.limit_records(train_pairs, settings.limit, settings.seed)
 
     plan = derive_batch(settings.batch_size, world_size(), settings.max_per_device_batch, settings.per_device_batch_size)
+    config = dpo_config(settings, output, plan)  # before the model: see reward_model.py
     tokenizer = load_tokenizer(settings.model_name)
     trainer = DPOTrainer(
         model=load_causal_lm(settings.model_name),
-        args=dpo_config(settings, output, plan),
+        args=config,
         train_dataset=data.to_dataset(data.pair_rows(train_pairs)),
         processing_class=tokenizer,
         peft_config=lora_config(settings, "CAUSAL_LM") if settings.lora else None,

@@ -347,10 +347,11 @@ def train_director_grpo(
     plan = derive_batch(settings.batch_size, world_size(), settings.max_per_device_batch, settings.per_device_batch_size)
     scorer = trajectory_scorer if trajectory_scorer is not None else load_group_scorer(settings)
     reward = DirectorRolloutReward({p.point_id: p for p in points}, rollout_clients or build_rollout_clients(settings), scorer, settings)
+    config = grpo_config(settings, output, plan, [1.0])  # before the model: see reward_model.py
     trainer = GRPOTrainer(
         model=load_causal_lm(settings.model_name),
         reward_funcs=[reward],
-        args=grpo_config(settings, output, plan, [1.0]),
+        args=config,
         train_dataset=data.to_dataset([{"prompt": p.prompt(), "point_id": p.point_id} for p in points]),
         processing_class=load_tokenizer(settings.model_name),
         peft_config=lora_config(settings, "CAUSAL_LM") if settings.lora else None,

@@ -42,9 +42,11 @@ def train_pairwise_reward_model(settings: RewardModelSettings, *, kind: str, rol
     train_pairs = data.limit_records(train_pairs, settings.limit, settings.seed)
 
     plan = derive_batch(settings.batch_size, world_size(), settings.max_per_device_batch, settings.per_device_batch_size)
+    # The config first: under DeepSpeed ZeRO-3 it must exist before the model loads, so that the
+    # weights are partitioned as they load instead of materialising whole on every process.
+    config = RewardConfig(**trainer_arguments(settings, str(output), plan), max_length=settings.max_length)
     tokenizer = load_tokenizer(settings.model_name)
     model = load_sequence_classifier(settings.model_name, tokenizer.pad_token_id)
-    config = RewardConfig(**trainer_arguments(settings, str(output), plan), max_length=settings.max_length)
     trainer = RewardTrainer(
         model=model,
         args=config,

@@ -65,11 +65,12 @@ def train_speaker(settings: SpeakerGRPOSettings) -> TrainOutcome:
     plan = derive_batch(settings.batch_size, world_size(), settings.max_per_device_batch, settings.per_device_batch_size)
     scorer = load_scorer(settings)
     reward_funcs, weights = build_rewards(settings, scorer)
+    config = grpo_config(settings, output, plan, weights)  # before the model: see reward_model.py
     tokenizer = load_tokenizer(settings.model_name)
     trainer = GRPOTrainer(
         model=load_causal_lm(settings.model_name),
         reward_funcs=reward_funcs,
-        args=grpo_config(settings, output, plan, weights),
+        args=config,
         train_dataset=data.to_dataset([{"prompt": row.prompt, "persona": row.persona} for row in prompts]),
         processing_class=tokenizer,
         peft_config=lora_config(settings, "CAUSAL_LM") if settings.lora else None,
