@@ -25,7 +25,7 @@ from mascot.dialogue.chat import (
     open_session,
     read_meeting_file,
 )
-from mascot.dialogue.testing import group_client, stub_responder
+from mascot.dialogue.testing import group_client, role_of, stub_responder
 from mascot.errors import MascotError
 from mascot.llm.base import LLMError
 from mascot.llm.metered import MeteredClient, UsageMeter
@@ -349,6 +349,12 @@ def run_loop(session, reader) -> str:
     return console.export_text()
 
 
+def test_quitting_before_saying_anything_writes_no_file(tmp_path):
+    session = new_session(tmp_path)
+    out = run_loop(session, lines_then("/who", "/quit"))
+    assert "no session file written" in out and not session.path.exists()
+
+
 def test_ctrl_c_ends_the_session_with_everything_saved(tmp_path):
     session = new_session(tmp_path)
     out = run_loop(session, lines_then("first", KeyboardInterrupt(), "never read"))
@@ -384,7 +390,7 @@ def chat_cli(url, path, text, *extra):
 
 def test_cli_chats_saves_and_continues_a_session(stub_url, tmp_path):
     path = tmp_path / "chat" / "s.jsonl"
-    out = chat_cli(stub_url, path, "a\nb\nc\n")
+    out = chat_cli(stub_url, path, "a\nb\nc\n", "--situation", "exams next week")
     assert f"session: {path}" in out and f"session saved: {path}" in out
     assert out.count("You: ") == 3
     first = saved(path)
@@ -394,12 +400,29 @@ def test_cli_chats_saves_and_continues_a_session(stub_url, tmp_path):
         assert f"{turn.agent_name}: {turn.response}" in out
 
     out = chat_cli(stub_url, path, "d\n", "--trace-role-calls")
-    assert "continuing 3 earlier rounds" in out and "Person: a" in out
+    assert "continuing 3 earlier rounds" in out and "Person: a" in out and "Situation: exams next week" in out
     second = saved(path)
     assert [t.round_id for t in second.turns] == [0, 0, 1, 1, 2, 2, 3, 3]
     assert [t.model_dump() for t in second.turns[:6]] == [t.model_dump() for t in first.turns]
     trace = [json.loads(line) for line in (tmp_path / "chat" / "s.role_call_trace.jsonl").read_text().splitlines()]
     assert sorted(event["role"] for event in trace) == ["director", "speaker"]
+
+
+def rambling_responder(messages, request):
+    """Speakers run on into an imagined transcript, as small models do; the stub ignores `stop`."""
+    reply = stub_responder(messages, request)
+    return reply if role_of(messages) == "director" else f"{reply}\nPerson: thanks\nThe Anchor: off we go"
+
+
+def test_cli_stops_a_rambling_stream_where_the_reply_ends(tmp_path):
+    path = tmp_path / "s.jsonl"
+    with start_stub_server(responder=rambling_responder, latency_s=0.0, chunk_delay_s=0.001) as server:
+        out = chat_cli(server.url, path, "a\nb\nc\n")
+        streamed = [body for body in server.stats.bodies if body.get("stream")]
+    assert "off we go" not in out and "Person: thanks" not in out
+    turns = saved(path).agent_turns
+    assert len(turns) == 3 and all(t.response.endswith(")") and "off we go" not in t.response for t in turns)
+    assert len(streamed) == 3 and all("\nPerson:" in body["stop"] for body in streamed)
 
 
 def test_cli_in_chat_commands(stub_url, tmp_path):
@@ -414,6 +437,17 @@ def test_cli_in_chat_commands(stub_url, tmp_path):
         assert f"{persona.name}: {persona.role}" in out
     assert "/quit" in out and "unknown command /nope" in out
     assert "never sent" not in path.read_text()
+
+
+def test_cli_meetings_chat_on_a_meeting_file(stub_url, tmp_path):
+    meeting = tmp_path / "budget.txt"
+    meeting.write_text("PM: The budget is twelve fifty.\nMarketing: We sell at twenty-five.\n")
+    path = tmp_path / "m.jsonl"
+    out = chat_cli(stub_url, path, "who follows up?\n", "--dataset", "QMSum", "--meeting-file", str(meeting), "--situation", "What price?")
+    assert "Meeting budget: 2 transcript turns" in out and "Question: What price?" in out
+    episode = saved(path)
+    assert (episode.metadata.roster, episode.metadata.dataset, episode.meeting) == ("meetings", "QMSum", "budget")
+    assert episode.agent_turns[0].agent_name in load_roster("meetings").names
 
 
 def test_cli_rejects_bad_flags(tmp_path):

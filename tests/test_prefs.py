@@ -196,7 +196,7 @@ async def test_directive_pairs_share_the_prefix_and_compare_directives():
     assert [p.kind for p in result.pairs] == ["directive", "directive"]
     for pair in result.pairs:
         assert pair.chosen[0]["content"].startswith("<directive>\nagent: The Catalyst")
-        assert pair.prompt[0]["content"].startswith("You are the Director") and "I hear you." in pair.prompt[1]["content"]
+        assert pair.prompt[0]["content"].startswith("You are the Director") and "I hear you." in pair.prompt[-1]["content"]
         assert pair.chosen_score == 5.0 and pair.rejected_score == 2.0
     assert result.stats.counts.dropped_ties == 1
 

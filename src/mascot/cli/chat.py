@@ -94,12 +94,28 @@ def chat(
                 role_identities=role_identities(backends),
             )
             announce_local_roles(backends, console)
+            preload_local_models(backends, console, runner.run)
             if continued and (situation or meeting_file):
                 console.print("[dim]continuing a saved session: its own situation is kept[/dim]")
             interactive = sys.stdin.isatty()
             run_chat(chat_session, console, read_line_from(console, interactive), runner.run, show_directives=show_directives, echo=not interactive, continued=continued)
         finally:
             runner.run(backends.aclose())
+
+
+def preload_local_models(backends, console: Console, run: Callable) -> None:
+    """Loads in-process models before the first prompt, so the first reply does not wait for them."""
+    import asyncio
+
+    loaders = {}
+    for role in backends.local_roles:
+        inner = backends[role].inner
+        if hasattr(inner, "load"):
+            loaders[id(inner)] = inner.load  # roles on one model share one client
+    if loaders:
+        with console.status("loading the local model..."):
+            for load in loaders.values():
+                run(asyncio.to_thread(load))
 
 
 # --------------------------------------------------------------------------- the loop
@@ -169,30 +185,46 @@ def run_chat(
     except KeyboardInterrupt:
         view.interrupted()
         console.print("[yellow]interrupted[/yellow]")
+    if not session.turns:
+        console.print("[dim]nothing was said: no session file written[/dim]")
+        return
     session.save()
     farewell(session, console)
 
 
 def introduce(session: ChatSession, console: Console, continued: bool, show_directives: bool) -> None:
-    from mascot.dialogue.show import show_context, show_episode
+    from mascot.dialogue.show import show_episode
 
-    roster, context = session.roster, session.context
-    described = context if context.situation or context.is_meeting else None
+    roster = session.roster
     console.print(f"[bold]mascot chat[/bold] with {escape(', '.join(roster.names))} [dim](roster {escape(roster.ident)})[/dim]")
     console.print(f"session: {session.path}", soft_wrap=True)  # unwrapped: paths are copied
+    show_setting(session, console)
     if continued:
         console.print(f"[dim]continuing {session.num_rounds} earlier rounds:[/dim]")
-        show_episode(console, session.to_episode(), described, roster.names, directives=show_directives)
+        show_episode(console, session.to_episode(), None, roster.names, directives=show_directives)
         console.rule()
-    elif described is not None:
-        show_context(console, described)
     console.print("[dim]Type a message; /help for commands, /quit or Ctrl-D to end.[/dim]")
+
+
+def show_setting(session: ChatSession, console: Console, meeting_lines: int = 4) -> None:
+    """What the group was told the conversation is about, if anything."""
+    context = session.context
+    if context.is_meeting:
+        console.print(f"[bold]Meeting[/bold] {escape(context.meeting or '')}: {len(context.transcript)} transcript turns")
+        for line in context.transcript[:meeting_lines]:
+            console.print(f"  [dim]{escape(line.speaker)}: {escape(line.text)}[/dim]")
+        if len(context.transcript) > meeting_lines:
+            console.print("  [dim]...[/dim]")
+        if context.query:
+            console.print(f"[bold]Question:[/bold] {escape(context.query)}")
+    elif context.situation:
+        console.print(f"[bold]Situation:[/bold] {escape(context.situation)}")
 
 
 def farewell(session: ChatSession, console: Console) -> None:
     c = session.counters
     console.print(
-        f"session saved: {session.path} [dim]({session.num_rounds} rounds; director parse failures "
+        f"session saved: {session.path} [dim](rounds {session.num_rounds}; director parse failures "
         f"{c.num_directive_parse_failures}, random fallbacks {c.num_random_agent_fallbacks}, empty replies "
         f"{c.num_empty_responses}, failed rounds {c.num_generation_failures})[/dim]",
         soft_wrap=True,

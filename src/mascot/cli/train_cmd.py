@@ -109,7 +109,10 @@ def settings_command(settings_cls: type, run: Callable[[Any], None]) -> Callable
 
 
 def _report(title: str, line: str) -> None:
-    typer.secho(f"{title}: {line}", fg="green")
+    from mascot.train.runtime import is_main_process
+
+    if is_main_process():  # under accelerate launch every process runs the command
+        typer.secho(f"{title}: {line}", fg="green")
 
 
 def _run_reward_model(settings: cfg.RewardModelSettings) -> None:

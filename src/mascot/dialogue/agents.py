@@ -31,6 +31,17 @@ def clean_reply(text: str, speaker_name: str) -> str:
     return first_paragraph(visible)
 
 
+def clean_speaker_reply(text: str, persona: Persona, roster: Roster, context: Context) -> str:
+    """clean_reply, and a reply that opens as someone else ('The Beacon:' from The Anchor) is cut
+    there: the model has started writing another participant's line."""
+    reply = clean_reply(text, persona.name)
+    others = [n for n in [*roster.names, user_label(context)] if n != persona.name]
+    for name in others:
+        if re.match(rf"^\**{re.escape(name)}\**\s*:", reply, flags=re.IGNORECASE):
+            return ""
+    return reply
+
+
 def first_paragraph(text: str) -> str:
     head = re.split(r"\n\s*\n|\n?</?(?:transcript|directive|meeting_transcript)>", text.strip(), maxsplit=1)[0]
     return head.strip().strip('"').strip()
@@ -64,7 +75,7 @@ class Speaker:
                 seed=seed + attempt,
                 stop=_stop_strings(self.roster, context),
             )
-            reply = clean_reply((await self.client.chat(request)).text, persona.name)
+            reply = clean_speaker_reply((await self.client.chat(request)).text, persona, self.roster, context)
             if reply:
                 return reply
         self.tally.count("num_empty_responses", f"{persona.name} gave an empty reply twice")

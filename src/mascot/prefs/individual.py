@@ -24,8 +24,8 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from mascot.dialogue.agents import clean_reply
-from mascot.dialogue.prompts import PROMPT_VERSION, speaker_messages, user_label
+from mascot.dialogue.agents import _stop_strings, clean_reply
+from mascot.dialogue.prompts import PROMPT_VERSION, speaker_messages
 from mascot.dialogue.seeds import derive_seed
 from mascot.errors import MascotError
 from mascot.judge.episodes import opening_lines, render_context
@@ -75,8 +75,8 @@ def candidate_key(record: dict) -> str:
 
 
 def stop_strings(roster: Roster, context: Context) -> tuple[str, ...]:
-    """Small models continue the transcript with other speakers' lines: stop there (as the Speaker does)."""
-    return tuple(f"\n{name}:" for name in [*roster.names, user_label(context)])
+    """The Speaker's own stop strings, so that candidates end where episode replies end."""
+    return _stop_strings(roster, context)
 
 
 def pair_record(query: str, prompt: list[Message], chosen: Candidate, rejected: Candidate, margin: float) -> PreferencePair:

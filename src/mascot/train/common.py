@@ -50,6 +50,9 @@ def run_training(trainer, checkpoint: Path | None) -> dict[str, Any]:
     for key in ("train_samples_per_second", "train_steps_per_second"):
         if key in metrics:
             figures[key] = metrics[key]
+    tokens = logged_series(trainer, "num_tokens")
+    if tokens:  # TRL counts the tokens the model was trained on (prompt + response)
+        figures["num_tokens"] = int(tokens[-1])
     return figures
 
 
