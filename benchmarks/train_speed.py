@@ -121,8 +121,17 @@ def director_grpo(folder: Path, base: Path, steps: int):
         def score(self, rollouts):
             return [float(r.directive.agent_name == "The Catalyst") for r in rollouts]
 
+    # A Director that writes parseable directives, so that the rollouts are part of the figure.
+    from train_helpers import sft_warm_start, tiny_model
+
+    from mascot.train.director_grpo import sample_decision_points
+
+    director = tiny_model(folder / "director_base")
+    prompts = [p.prompt() for p in sample_decision_points(episodes, 2, 0)[0]]
+    names = ["The Anchor", "The Catalyst", "The Beacon"]
+    sft_warm_start(director, prompts, [f"agent: {names[i % 3]}" for i in range(len(prompts))], steps=40)
     settings = DirectorGRPOSettings(
-        data_path=str(run), model_name=str(base), output_dir=str(folder / "director"), batch_size=16, num_generations=8,
+        data_path=str(run), model_name=str(director), output_dir=str(folder / "director"), batch_size=16, num_generations=8,
         max_steps=steps, max_completion_length=24, suffix_rounds=2, logging_steps=1,
     )
     clients = {role: group_client() for role in ("director", "speaker", "user")}
@@ -154,7 +163,16 @@ def measure(name: str, folder: Path, base: Path, steps: int) -> dict:
         "tokens_per_s": round(metrics.get("num_tokens", 0) / runtime, 1),
         "train_runtime_s": runtime,
         "wall_s_incl_loading": round(wall, 2),
+        **rollout_figures(outcome.metadata.evaluation),
     }
+
+
+def rollout_figures(evaluation: dict) -> dict:
+    """For the Director: how many sampled directives parsed and were rolled out."""
+    if "num_completions" not in evaluation:
+        return {}
+    total = evaluation["num_completions"]
+    return {"rollouts": total - evaluation["num_directive_parse_failures"], "completions": total}
 
 
 def main() -> None:

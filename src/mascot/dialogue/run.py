@@ -14,11 +14,16 @@ from rich.console import Console
 from mascot import __version__
 from mascot.dialogue.engine import EngineSettings, EpisodeEngine, RunProgress, run_all
 from mascot.dialogue.tally import Tally
+from mascot.errors import MascotError
 from mascot.llm.base import ChatClient
 from mascot.llm.routing import Backends, EndpointOptions, build_backends, resolve_roles
 from mascot.rosters import load_roster, roster_for_dataset
 from mascot.schema import Context, Episode, RoleIdentity, RoleUsage, Roster, RunConfig
 from mascot.store import RunStore, read_jsonl
+
+
+class GenerationFailed(MascotError):
+    """Every remaining item failed: the run stops with a non-zero status (its records are kept)."""
 
 
 class GroupGenerationConfig(BaseModel):
@@ -157,6 +162,7 @@ async def _run(
 ) -> None:
     settings = cfg.engine
     announce_local_roles(backends, console)
+    await backends.preflight()
     store.write_config(
         RunConfig(
             run_id=store.run_dir.name,
@@ -187,10 +193,13 @@ async def _run(
             store.write_summary(usage=merged_usage(previous_usage, backends.meter.by_role))
 
         await run_all(engine, contexts, write=store.append, skip=store.is_done, spines=spines, on_progress=on_progress)
-    console.print(
-        f"wrote {store.summary.num_records - store.summary.num_resumed_records} episodes "
-        f"({store.summary.num_records} in all) to {store.path()}; failures: {tally.failures}"
-    )
+    written = store.summary.num_records - store.summary.num_resumed_records
+    console.print(f"wrote {written} episodes ({store.summary.num_records} in all) to {store.path()}; failures: {tally.failures}")
+    if written == 0 and store.counters.num_generation_failures and total > len(store.done_keys):
+        raise GenerationFailed(
+            f"no episode could be generated ({store.counters.num_generation_failures} contexts failed; see the log above); "
+            "fix the backend and rerun with --resume"
+        )
 
 
 def run_group_generation(cfg: GroupGenerationConfig, **kwargs) -> tuple[Path, RunStore]:

@@ -281,8 +281,13 @@ class HTTPClient(BaseClient):
             self._semaphore.release()
             await stream.close()
 
-    async def list_models(self) -> list[str]:
-        page = await self._with_retries(lambda: self._client.models.list())
+    async def list_models(self, max_retries: int | None = None) -> list[str]:
+        saved = self.max_retries
+        self.max_retries = saved if max_retries is None else max_retries
+        try:
+            page = await self._with_retries(lambda: self._client.models.list())
+        finally:
+            self.max_retries = saved
         return [m.id for m in page.data]
 
     async def aclose(self) -> None:

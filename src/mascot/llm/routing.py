@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from mascot.llm.base import ChatClient
+from mascot.llm.base import ChatClient, LLMError
 from mascot.llm.metered import CallTracer, MeteredClient, UsageMeter
 
 DEFAULT_LOCAL_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -137,6 +137,29 @@ class Backends:
     @property
     def local_roles(self) -> list[str]:
         return [r for r, ep in self.endpoints.items() if ep.backend == "local"]
+
+    async def preflight(self) -> None:
+        """Asks each HTTP endpoint once for its models, so that a wrong URL is one clear error
+        before any work starts rather than a retry storm per item; warns when a requested model
+        id is not among those served."""
+        import logging
+
+        seen: set[str] = set()
+        for role, ep in self.endpoints.items():
+            client = self.clients[role].inner
+            if ep.url is None or ep.url in seen or not hasattr(client, "list_models"):
+                continue
+            seen.add(ep.url)
+            try:
+                served = await client.list_models(max_retries=1)
+            except LLMError as exc:
+                raise LLMError(f"cannot reach the {role} endpoint: {exc}") from None
+            wanted = {e.model for e in self.endpoints.values() if e.url == ep.url}
+            missing = sorted(m for m in wanted if served and m not in served)
+            if missing:
+                logging.getLogger("mascot.llm").warning(
+                    "%s does not list %s (it serves %s)", redact_url(ep.url), ", ".join(missing), ", ".join(served[:5])
+                )
 
     async def aclose(self) -> None:
         for client in self._owned:
