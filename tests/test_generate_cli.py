@@ -118,3 +118,26 @@ def test_kill_9_then_resume_loses_and_duplicates_nothing(tmp_path):
         assert episodes_in(out / "directed_ESConv_stub-model") == expected
     finally:
         server.stop()
+
+
+def test_unreachable_server_is_one_clear_error_before_any_work(tmp_path):
+    import socket
+
+    with socket.socket() as sock:  # a port with nothing listening
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    data = many_contexts(tmp_path, 2)
+    result = CliRunner().invoke(app, generate_args(f"http://127.0.0.1:{port}/v1", data, tmp_path / "out"))
+    assert result.exit_code != 0 and "cannot reach the director endpoint" in str(result.exception)
+    summary = json.loads((tmp_path / "out" / "directed_ESConv_stub-model" / "run_summary.json").read_text())
+    assert summary["status"] == "failed"
+
+
+def test_a_run_where_every_context_fails_exits_non_zero(tmp_path):
+    server = start_stub_server(port=0, latency_s=0.001, responder=stub_responder, schedule=[400] * 200)
+    try:
+        data = many_contexts(tmp_path, 2)
+        result = CliRunner().invoke(app, generate_args(server.url, data, tmp_path / "out"))
+    finally:
+        server.stop()
+    assert result.exit_code != 0 and "no episode could be generated" in str(result.exception)
