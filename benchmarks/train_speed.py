@@ -110,9 +110,9 @@ def director_grpo(folder: Path, base: Path, steps: int):
     episodes = []
     for i in range(8):
         turns = [Turn(turn_idx=r, round_id=r, agent_name=n, response="I hear you.", directive=Directive(agent_name=n)) for r, n in enumerate(["The Anchor", "The Beacon"])]
-        record = Episode(episode_id=f"c{i}:e0", context_id=f"c{i}", turns=turns, metadata=EpisodeMetadata(dataset="EmpatheticDialogues", roster="emotional_support"))
-        record.context = Context(context_id=f"c{i}", dataset="EmpatheticDialogues", situation=f"I lost my job ({i})").model_dump()
-        episodes.append(record)
+        ctx = Context(context_id=f"c{i}", dataset="EmpatheticDialogues", situation=f"I lost my job ({i})")
+        metadata = EpisodeMetadata(dataset="EmpatheticDialogues", roster="emotional_support")
+        episodes.append(Episode(episode_id=f"c{i}:e0", context_id=f"c{i}", context=ctx, turns=turns, metadata=metadata))
     run = folder / "run_director"
     write_jsonl(run / "episodes.jsonl", episodes)
     write_run_config(run, dataset="EmpatheticDialogues")
@@ -129,7 +129,7 @@ def director_grpo(folder: Path, base: Path, steps: int):
     director = tiny_model(folder / "director_base")
     prompts = [p.prompt() for p in sample_decision_points(episodes, 2, 0)[0]]
     names = ["The Anchor", "The Catalyst", "The Beacon"]
-    sft_warm_start(director, prompts, [f"agent: {names[i % 3]}" for i in range(len(prompts))], steps=40)
+    sft_warm_start(director, prompts, [f"agent: {names[i % 3]}" for i in range(len(prompts))], steps=120)
     settings = DirectorGRPOSettings(
         data_path=str(run), model_name=str(director), output_dir=str(folder / "director"), batch_size=16, num_generations=8,
         max_steps=steps, max_completion_length=24, suffix_rounds=2, logging_steps=1,

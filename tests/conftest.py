@@ -44,3 +44,9 @@ def meeting_context():
         query="What was decided about the price?",
         transcript=[DialogueLine(speaker="PM", text="We go for 25 euros."), DialogueLine(speaker="Marketing", text="Agreed.")],
     )
+
+
+@pytest.fixture(autouse=True)
+def isolated_judge_cache(tmp_path, monkeypatch):
+    """Judgements cached by one test must never answer another (or land in the user's cache)."""
+    monkeypatch.setenv("MASCOT_JUDGE_CACHE_DIR", str(tmp_path / "judge-cache"))

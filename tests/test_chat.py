@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from mascot.cli import app
 from mascot.cli.chat import run_chat
-from mascot.dialogue.agents import _stop_strings, clean_reply
+from mascot.dialogue.agents import stop_strings, clean_reply
 from mascot.dialogue.chat import (
     ChatSessionError,
     ChatSettings,
@@ -119,7 +119,7 @@ STREAMED = [
 @pytest.mark.parametrize("name,raw", STREAMED)
 @pytest.mark.parametrize("chunk", [1, 3, 1000])
 def test_streamed_reply_joins_to_the_clean_reply(name, raw, chunk):
-    stops = _stop_strings(ROSTER, new_context())
+    stops = stop_strings(ROSTER, new_context())
     stream = ReplyStream(name, stops)
     shown = []
     for start in range(0, len(raw), chunk):
@@ -180,7 +180,7 @@ def test_three_messages_make_three_directed_rounds(tmp_path):
     assert meta.roster_version == ROSTER.version
     assert set(meta.roles) == {"director", "speaker"} and meta.roles["speaker"].backend == "scripted"
     assert sum(episode.agents_spoken.values()) == 3
-    assert episode.model_extra["context"]["situation"] == "I lost my job"
+    assert episode.context.situation == "I lost my job"
 
 
 def test_the_streamed_reply_is_the_saved_reply(tmp_path):
@@ -197,7 +197,7 @@ def test_the_streamed_reply_is_the_saved_reply(tmp_path):
     assert view.revised == [False]
     assert speaker.streams_closed_early == 1  # generation stopped once the paragraph ended
     assert meter.by_role["speaker"].requests == 1 and meter.by_role["speaker"].failures == 0  # and was still counted
-    assert speaker.calls[0].stop == _stop_strings(ROSTER, session.context)
+    assert speaker.calls[0].stop == stop_strings(ROSTER, session.context)
 
 
 def test_each_message_gets_rounds_per_message_rounds(tmp_path):
@@ -279,7 +279,7 @@ def test_meetings_roster_chats_about_a_meeting_file(tmp_path):
     asyncio.run(session.send("who owns the follow-up?"))
     episode = saved(session.path)
     assert episode.meeting == "kickoff" and episode.agent_turns[0].agent_name in session.roster.names
-    assert "\nParticipant:" in _stop_strings(session.roster, session.context)
+    assert "\nParticipant:" in stop_strings(session.roster, session.context)
 
 
 def test_meeting_file_as_jsonl_and_as_a_qmsum_record(tmp_path):

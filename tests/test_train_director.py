@@ -40,9 +40,8 @@ def episode(i: int, speakers=("The Anchor", "The Beacon"), with_user: bool = Tru
         if with_user:
             turns.append(Turn(turn_idx=idx, round_id=round_id, agent_name="user", response="Thanks.", turn_type="user"))
             idx += 1
-    record = Episode(episode_id=f"c{i}:e0", context_id=f"c{i}", turns=turns, metadata=EpisodeMetadata(dataset="EmpatheticDialogues", roster="emotional_support"))
-    record.context = context(i).model_dump()  # the dataset item travels with the episode
-    return record
+    metadata = EpisodeMetadata(dataset="EmpatheticDialogues", roster="emotional_support")
+    return Episode(episode_id=f"c{i}:e0", context_id=f"c{i}", context=context(i), turns=turns, metadata=metadata)
 
 
 def directive(name: str) -> str:
@@ -78,7 +77,7 @@ def test_decision_points_rebuild_prefixes_from_recorded_turns():
     for p in points:
         source = next(e for e in episodes if e.episode_id == p.episode_id)
         assert p.prefix == [t for t in source.turns if t.round_id < p.decision_round]
-        assert p.context.situation == source.context["situation"]
+        assert p.context == source.context
         assert p.prompt() == director_messages(ROSTER, p.context, p.prefix)
     again, _ = sample_decision_points(episodes, per_episode=2, seed=7)
     assert [p.point_id for p in again] == [p.point_id for p in points]

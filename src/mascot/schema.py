@@ -180,6 +180,7 @@ class Episode(Record):
     final_emotion: str | None = None
     emotion_trajectory: list[str] | None = None
     user_big_five: str | None = None
+    context: Context | None = None  # the dataset item it grew from: records stand on their own
     metadata: EpisodeMetadata
 
     @property

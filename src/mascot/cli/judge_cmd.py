@@ -89,8 +89,7 @@ def judge(
 ) -> None:
     """Judge episodes with the rubric LLM judge (each agent turn and each episode).
 
-    Writes metrics_<stem>.json (0-100 per criterion; per persona, per system and overall) and
-    judgments_<stem>.jsonl next to the input or under --output-dir.
+    Writes metrics_<stem>.json (0-100 per criterion; per persona, per system and overall) and judgments_<stem>.jsonl next to the input or under --output-dir.
     """
     import asyncio
 

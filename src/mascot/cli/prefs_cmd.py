@@ -40,8 +40,7 @@ def group(
 ) -> None:
     """Stage-2 pairs: group reward model (episode) or Director DPO (directive) data.
 
-    Judges episodes (or branch continuations) with the collective rubric and writes
-    group_pairs.jsonl / directive_pairs.jsonl, their stats and the judgments.
+    Judges episodes (or branch continuations) with the collective rubric and writes group_pairs.jsonl / directive_pairs.jsonl, their stats and the judgments.
     """
     import asyncio
 

@@ -17,7 +17,7 @@ _EMOTION_LINE = re.compile(r"^\s*[*_]*emotion[*_]*\s*[:\-]\s*[*_]*([A-Za-z][A-Za
 _PROMPT_ECHOES = ("\nConversation so far", "<transcript>", "</transcript>", "\nThe person's situation:", "\nThe person feels:")
 
 
-def _stop_strings(roster: Roster, context: Context) -> tuple[str, ...]:
+def stop_strings(roster: Roster, context: Context) -> tuple[str, ...]:
     names = [*roster.names, user_label(context)]
     return tuple(f"\n{name}:" for name in names) + _PROMPT_ECHOES
 
@@ -73,7 +73,7 @@ class Speaker:
                 temperature=self.temperature,
                 max_tokens=self.max_tokens,
                 seed=seed + attempt,
-                stop=_stop_strings(self.roster, context),
+                stop=stop_strings(self.roster, context),
             )
             reply = clean_speaker_reply((await self.client.chat(request)).text, persona, self.roster, context)
             if reply:
@@ -124,7 +124,7 @@ class SimulatedUser:
             temperature=self.temperature,
             max_tokens=self.max_tokens,
             seed=seed,
-            stop=_stop_strings(self.roster, context)[: len(self.roster.names)] + _PROMPT_ECHOES,
+            stop=stop_strings(self.roster, context)[: len(self.roster.names)] + _PROMPT_ECHOES,
         )
         raw = strip_think((await self.client.chat(request)).text)
         raw = re.sub(rf"^\s*{re.escape(user_label(context))}\s*:\s*", "", raw, flags=re.IGNORECASE)

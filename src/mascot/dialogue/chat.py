@@ -20,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
-from mascot.dialogue.agents import _stop_strings, clean_reply
+from mascot.dialogue.agents import stop_strings, clean_reply
 from mascot.dialogue.director import Director, DirectorDecision
 from mascot.dialogue.prompts import PROMPT_VERSION, speaker_messages
 from mascot.dialogue.seeds import derive_seed
@@ -298,12 +298,8 @@ def load_session_episode(path: Path) -> Episode:
 
 
 def saved_context(episode: Episode) -> Context:
-    embedded = (episode.model_extra or {}).get("context")
-    if isinstance(embedded, dict):
-        try:
-            return Context.model_validate(embedded)
-        except ValueError:
-            pass
+    if episode.context is not None:
+        return episode.context
     session_id = episode.context_id or episode.episode_id
     return Context(context_id=session_id, dataset=episode.metadata.dataset, split=CHAT_MODE, conv_id=session_id)
 
@@ -429,7 +425,7 @@ class ChatSession:
     async def _stream_reply(self, persona: Persona, directive: Directive, seed: int, view: ChatView) -> tuple[str, bool]:
         """The Speaker's reply, streamed to the view; an empty reply is retried once with another seed."""
         messages = speaker_messages(persona, self.roster, self.context, self.turns, directive)
-        stops = _stop_strings(self.roster, self.context)
+        stops = stop_strings(self.roster, self.context)
         view.reply_start(persona.name)
         for attempt in range(2):
             request = ChatRequest(
@@ -491,7 +487,7 @@ class ChatSession:
             turns=list(self.turns),
             agents_spoken=spoken,
             metadata=metadata,
-            context=self.context.model_dump(exclude_none=True),  # what the judge reads the turns in
+            context=self.context,  # what the judge reads the turns in
             counters=self.counters.model_dump(),
         )
         if self.context.is_meeting:

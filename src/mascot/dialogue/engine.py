@@ -211,6 +211,7 @@ class EpisodeEngine:
             context_id=ctx.context_id,
             turns=state.turns,
             agents_spoken=spoken,
+            context=ctx,
             metadata=metadata,
         )
         if ctx.is_meeting:

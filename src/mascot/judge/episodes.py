@@ -137,12 +137,8 @@ def persona_of(roster: Roster | None, name: str) -> Persona:
 
 def episode_context(episode: Episode, contexts: dict[str, Context] | None = None) -> Context | None:
     """The dataset item an episode started from: embedded in the record, or looked up by id."""
-    embedded = (episode.model_extra or {}).get("context")
-    if isinstance(embedded, dict):
-        try:
-            return Context.model_validate(embedded)
-        except ValidationError:
-            pass
+    if episode.context is not None:
+        return episode.context
     if contexts and episode.context_id in contexts:
         return contexts[episode.context_id]
     return None

@@ -17,7 +17,7 @@ from mascot.judge.panel import JudgePanel
 from mascot.judge.prompt import JudgeItem
 from mascot.judge.report import build_report
 from mascot.rubrics import load_rubric_set
-from mascot.schema import Context, Counters, Judgment
+from mascot.schema import Context, Counters
 from mascot.store import write_json_atomic, write_jsonl
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ async def judge_episode_file(
     episodes = load_episode_file(input_file, dataset=dataset)
     if limit is not None:
         episodes.episodes = episodes.episodes[:limit]
-    missing_context = sum(1 for e in episodes.episodes if e.context_id not in (contexts or {}) and "context" not in (e.model_extra or {}))
+    missing_context = sum(1 for e in episodes.episodes if e.context_id not in (contexts or {}) and e.context is None)
     if missing_context:
         log.warning("%d episodes have no dataset context (pass --data-file/--split to add it): judged on the conversation alone", missing_context)
     items = items_for(episodes, scopes, contexts)
@@ -104,9 +104,3 @@ async def judge_episode_file(
     write_json_atomic(metrics_path, report)
     return JudgeRunResult(metrics_path, judgments_path, report, counters)
 
-
-def judgments_by_item(judgments: list[Judgment]) -> dict[str, list[Judgment]]:
-    out: dict[str, list[Judgment]] = {}
-    for j in judgments:
-        out.setdefault(j.item_id, []).append(j)
-    return out

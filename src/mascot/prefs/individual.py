@@ -24,7 +24,7 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from mascot.dialogue.agents import _stop_strings, clean_reply
+from mascot.dialogue.agents import clean_reply, stop_strings  # candidates end where episode replies end
 from mascot.dialogue.prompts import PROMPT_VERSION, speaker_messages
 from mascot.dialogue.seeds import derive_seed
 from mascot.errors import MascotError
@@ -72,11 +72,6 @@ def candidate_id(query: str, idx: int) -> str:
 
 def candidate_key(record: dict) -> str:
     return str(record.get("candidate_id") or record.get("pair_id"))
-
-
-def stop_strings(roster: Roster, context: Context) -> tuple[str, ...]:
-    """The Speaker's own stop strings, so that candidates end where episode replies end."""
-    return _stop_strings(roster, context)
 
 
 def pair_record(query: str, prompt: list[Message], chosen: Candidate, rejected: Candidate, margin: float) -> PreferencePair:

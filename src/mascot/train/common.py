@@ -128,16 +128,7 @@ def grpo_config(settings, output: Path, plan: BatchPlan, reward_weights: list[fl
     batch_size / num_generations prompts; generation happens once per optimizer step."""
     from trl import GRPOConfig
 
-    from mascot.train.runtime import TrainingSetupError, require_gpu_for_vllm
-
-    if settings.batch_size % settings.num_generations:
-        raise TrainingSetupError(
-            f"--batch-size {settings.batch_size} must be a multiple of --num-generations {settings.num_generations} "
-            "(every step holds whole groups of completions)"
-        )
-    if settings.vllm_mode not in ("server", "colocate"):
-        raise TrainingSetupError(f"--vllm-mode must be server or colocate, got {settings.vllm_mode!r}")
-    require_gpu_for_vllm(settings.use_vllm)
+    validate_grpo(settings)
     vllm = {}
     if settings.use_vllm:
         vllm = {"use_vllm": True, "vllm_mode": settings.vllm_mode}
@@ -153,3 +144,19 @@ def grpo_config(settings, output: Path, plan: BatchPlan, reward_weights: list[fl
         log_completions=False,
         **vllm,
     )
+
+
+def validate_grpo(settings) -> None:
+    """GRPO settings that cannot train, refused before anything is loaded or written."""
+    from mascot.train.runtime import TrainingSetupError, require_gpu_for_vllm
+
+    if settings.num_generations < 2:
+        raise TrainingSetupError("--num-generations must be at least 2 (GRPO compares completions within a group)")
+    if settings.batch_size % settings.num_generations:
+        raise TrainingSetupError(
+            f"--batch-size {settings.batch_size} must be a multiple of --num-generations {settings.num_generations} "
+            "(every step holds whole groups of completions)"
+        )
+    if settings.vllm_mode not in ("server", "colocate"):
+        raise TrainingSetupError(f"--vllm-mode must be server or colocate, got {settings.vllm_mode!r}")
+    require_gpu_for_vllm(settings.use_vllm)

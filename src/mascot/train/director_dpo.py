@@ -34,16 +34,16 @@ def dpo_config(settings: DirectorDPOSettings, output, plan):
 
 
 def train_director_dpo(settings: DirectorDPOSettings) -> TrainOutcome:
-    from trl import DPOTrainer
-
     data_file, pairs = data.load_pairs(settings.data_path, "directive")
     run = data.run_settings(data_file)
     dataset = data.resolve_dataset(settings.dataset, run)
+    plan = derive_batch(settings.batch_size, world_size(), settings.max_per_device_batch, settings.per_device_batch_size)
     output, checkpoint = open_output(settings, artefact.default_output_dir("director_dpo", dataset, settings.model_name))
     train_pairs, held_out = data.split_by_prompt(pairs, settings.eval_fraction, settings.seed)
     train_pairs = data.limit_records(train_pairs, settings.limit, settings.seed)
 
-    plan = derive_batch(settings.batch_size, world_size(), settings.max_per_device_batch, settings.per_device_batch_size)
+    from trl import DPOTrainer  # heavy: imported once the inputs are known to be usable
+
     config = dpo_config(settings, output, plan)  # before the model: see reward_model.py
     tokenizer = load_tokenizer(settings.model_name)
     trainer = DPOTrainer(

@@ -27,7 +27,7 @@ from mascot.llm.base import BaseClient, ChatClient, ChatRequest, ChatResponse, L
 from mascot.schema import Context, Directive, Episode, Roster, Turn
 from mascot.train import artefact, data
 from mascot.train.artefact import TrainingMetadata
-from mascot.train.common import TrainOutcome, finish, first_last, grpo_config, open_output, run_training, save_model
+from mascot.train.common import TrainOutcome, finish, first_last, grpo_config, open_output, run_training, save_model, validate_grpo
 from mascot.train.config import DirectorGRPOSettings
 from mascot.train.models import count_parameters, load_causal_lm, load_tokenizer, lora_config, model_ref
 from mascot.train.rewards import completion_text, diversity_score
@@ -307,6 +307,19 @@ def build_rollout_clients(settings: DirectorGRPOSettings) -> dict[str, ChatClien
     return {"director": client, "speaker": client, "user": client}
 
 
+def close_clients(trainer, clients: dict[str, ChatClient]) -> None:
+    """Closes the rollout clients on the event loop TRL ran the reward function on."""
+    loop = getattr(trainer, "async_loop", None)
+    for client in {id(c): c for c in clients.values()}.values():
+        try:
+            if loop is not None and loop.is_running():
+                asyncio.run_coroutine_threadsafe(client.aclose(), loop).result(timeout=30)
+            else:
+                asyncio.run(client.aclose())
+        except Exception as exc:  # noqa: BLE001 - closing must never hide the training result
+            log.warning("closing a rollout client failed: %s", exc)
+
+
 def load_group_scorer(settings: DirectorGRPOSettings) -> TrajectoryScorer | None:
     if settings.group_reward_weight == 0:
         return None
@@ -330,8 +343,6 @@ def train_director_grpo(
 ) -> TrainOutcome:
     """`rollout_clients` and `trajectory_scorer` replace the rollout backend and the group reward
     model (tests, custom rewards)."""
-    from trl import GRPOTrainer
-
     data_file, episodes = data.load_episodes(settings.data_path)
     run = data.run_settings(data_file)
     dataset = data.resolve_dataset(settings.dataset, run)
@@ -342,11 +353,15 @@ def train_director_grpo(
     points = data.limit_records(points, settings.limit, settings.seed)
     if not points:
         raise data.TrainingDataError(f"{data_file}: no decision points (no episode has a Speaker turn)")
+    plan = derive_batch(settings.batch_size, world_size(), settings.max_per_device_batch, settings.per_device_batch_size)
+    validate_grpo(settings)
     output, checkpoint = open_output(settings, artefact.default_output_dir("director_grpo", dataset, settings.model_name))
 
-    plan = derive_batch(settings.batch_size, world_size(), settings.max_per_device_batch, settings.per_device_batch_size)
+    from trl import GRPOTrainer  # heavy: imported once the inputs are known to be usable
+
     scorer = trajectory_scorer if trajectory_scorer is not None else load_group_scorer(settings)
-    reward = DirectorRolloutReward({p.point_id: p for p in points}, rollout_clients or build_rollout_clients(settings), scorer, settings)
+    clients = rollout_clients or build_rollout_clients(settings)
+    reward = DirectorRolloutReward({p.point_id: p for p in points}, clients, scorer, settings)
     config = grpo_config(settings, output, plan, [1.0])  # before the model: see reward_model.py
     trainer = GRPOTrainer(
         model=load_causal_lm(settings.model_name),
@@ -356,7 +371,11 @@ def train_director_grpo(
         processing_class=load_tokenizer(settings.model_name),
         peft_config=lora_config(settings, "CAUSAL_LM") if settings.lora else None,
     )
-    figures = run_training(trainer, checkpoint)
+    try:
+        figures = run_training(trainer, checkpoint)
+    finally:
+        if rollout_clients is None:
+            close_clients(trainer, clients)
     figures.update(count_parameters(trainer.model))
     weights = save_model(trainer, output)
     meta = TrainingMetadata(

@@ -32,16 +32,16 @@ def train_reward_model(settings: RewardModelSettings) -> TrainOutcome:
 
 def train_pairwise_reward_model(settings: RewardModelSettings, *, kind: str, role: str) -> TrainOutcome:
     """The reward-model recipe both stages share; `kind` selects the pairs, `role` the artefact."""
-    from trl import RewardConfig, RewardTrainer
-
     data_file, pairs = data.load_pairs(settings.data_path, kind)
     run = data.run_settings(data_file)
     dataset = data.resolve_dataset(settings.dataset, run)
+    plan = derive_batch(settings.batch_size, world_size(), settings.max_per_device_batch, settings.per_device_batch_size)
     output, checkpoint = open_output(settings, artefact.default_output_dir(role, dataset, settings.model_name))
     train_pairs, held_out = data.split_by_prompt(pairs, settings.eval_fraction, settings.seed)
     train_pairs = data.limit_records(train_pairs, settings.limit, settings.seed)
 
-    plan = derive_batch(settings.batch_size, world_size(), settings.max_per_device_batch, settings.per_device_batch_size)
+    from trl import RewardConfig, RewardTrainer  # heavy: imported once the inputs are known to be usable
+
     # The config first: under DeepSpeed ZeRO-3 it must exist before the model loads, so that the
     # weights are partitioned as they load instead of materialising whole on every process.
     config = RewardConfig(**trainer_arguments(settings, str(output), plan), max_length=settings.max_length)

@@ -13,7 +13,7 @@ import logging
 
 from mascot.train import artefact, data
 from mascot.train.artefact import TrainingMetadata
-from mascot.train.common import TrainOutcome, finish, first_last, grpo_config, open_output, run_training, save_model
+from mascot.train.common import TrainOutcome, finish, first_last, grpo_config, open_output, run_training, save_model, validate_grpo
 from mascot.train.config import SpeakerGRPOSettings
 from mascot.train.models import count_parameters, load_causal_lm, load_tokenizer, lora_config, model_ref
 from mascot.train.rewards import PersonaRewardModel, conciseness_reward, format_reward
@@ -51,20 +51,21 @@ def reward_model_device():
 
 
 def train_speaker(settings: SpeakerGRPOSettings) -> TrainOutcome:
-    from trl import GRPOTrainer
-
     if settings.algorithm != "grpo":
         raise TrainingSetupError(f"--algorithm {settings.algorithm!r} is not supported: the Speaker trains with grpo")
     data_file, pairs = data.load_pairs(settings.data_path, "persona")
     run = data.run_settings(data_file)
     dataset = data.resolve_dataset(settings.dataset, run)
     prompts = data.limit_records(data.unique_prompts(pairs), settings.limit, settings.seed)
+    plan = derive_batch(settings.batch_size, world_size(), settings.max_per_device_batch, settings.per_device_batch_size)
+    validate_grpo(settings)
+    scorer = load_scorer(settings)
+    reward_funcs, weights = build_rewards(settings, scorer)
     output, checkpoint = open_output(settings, artefact.default_output_dir("speaker", dataset, settings.model_name))
     rm_meta = artefact.read_metadata(settings.reward_model_path) if settings.reward_model_path else None
 
-    plan = derive_batch(settings.batch_size, world_size(), settings.max_per_device_batch, settings.per_device_batch_size)
-    scorer = load_scorer(settings)
-    reward_funcs, weights = build_rewards(settings, scorer)
+    from trl import GRPOTrainer  # heavy: imported once the inputs are known to be usable
+
     config = grpo_config(settings, output, plan, weights)  # before the model: see reward_model.py
     tokenizer = load_tokenizer(settings.model_name)
     trainer = GRPOTrainer(
