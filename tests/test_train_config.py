@@ -232,3 +232,12 @@ def test_lora_defaults_train_the_papers_share_of_qwen3_8b():
     with torch.device("meta"):  # shapes only, no memory
         model = get_peft_model(Qwen3ForCausalLM(config), lora_config(SpeakerGRPOSettings(), "CAUSAL_LM"))
     assert round(count_parameters(model)["trainable_share"] * 100, 3) == 0.187
+
+
+def test_the_train_commands_import_nothing_heavy():
+    import subprocess
+    import sys
+
+    code = "import sys, mascot.cli.train_cmd; print(sorted(m for m in ('torch', 'transformers', 'trl', 'peft', 'datasets') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[]"

@@ -121,6 +121,7 @@ def test_director_dpo_widens_the_chosen_over_rejected_margin(tmp_path):
     assert ev["heldout_reward_margin"] > 0.1 and ev["heldout_reward_accuracy"] >= 0.9
     meta = read_metadata(outcome.output_dir)
     assert (meta.role, meta.trainer, meta.num_eval_records) == ("director", "dpo", 6)
+    assert len(sample(str(outcome.output_dir), [director_messages(ROSTER, context(0), [])], 2)) == 2  # serves locally
     # a pairs file is accepted directly as well
     direct = DirectorDPOSettings(data_path=str(run / "directive_pairs.jsonl"), model_name=str(base), output_dir=str(tmp_path / "dpo2"), batch_size=8, max_steps=1)
     assert train_director_dpo(direct).metadata.num_train_records == 27  # the default 10% of 30 held out

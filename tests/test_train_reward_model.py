@@ -103,3 +103,17 @@ def test_resume_continues_from_the_last_checkpoint(base, stage1_run, tmp_path):
 
     with pytest.raises(MascotError, match="already exists"):
         train_reward_model(RewardModelSettings(**common, max_steps=4))
+
+
+def test_cli_trains_and_reports_held_out_accuracy(base, stage1_run, tmp_path):
+    from typer.testing import CliRunner
+
+    from mascot.cli import app
+
+    out = tmp_path / "cli_rm"
+    args = ["train", "reward-model", "--data-path", str(stage1_run), "--model", str(base), "--output-dir", str(out), "--max-steps", "2", "--batch-size", "8"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "held-out pairwise accuracy" in result.output and str(out) in result.output
+    meta = read_metadata(out)
+    assert meta.train_metrics["global_steps"] == 2 and meta.hyperparameters["batch_size"] == 8

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from mascot.dialogue.testing import group_client
-from mascot.llm.base import LLMError
+from mascot.llm.base import ChatRequest, LLMError
 from mascot.llm.scripted import ScriptedClient
 from mascot.rosters import load_roster
 from mascot.schema import Context, Directive, Turn
@@ -135,3 +135,26 @@ def test_failed_rollout_does_not_move_the_advantage():
     rewards = run_reward(reward, completions, {})
     assert reward.stats.rollout_failures == 1
     assert rewards == [2.0, 1.0, 0.0]  # the failed Beacon rollout sits at its group's mean
+
+
+def test_rollout_clients_spread_over_endpoints_and_keep_the_speaker_apart():
+    from mascot.train.director_grpo import RoundRobinClient, build_rollout_clients
+
+    settings = DirectorGRPOSettings(
+        data_path="x", rollout_server_url="http://a:1/v1", rollout_endpoints="http://b:2/v1, http://c:3/v1",
+        rollout_model="Qwen/Qwen3-8B", speaker_adapter="mascot-speaker",
+    )
+    clients = build_rollout_clients(settings)
+    assert clients["user"] is clients["director"] and clients["director"].model == "Qwen/Qwen3-8B"
+    assert clients["speaker"].model == "mascot-speaker"  # the served LoRA alias of the trained Speaker
+    assert [c.base_url for c in clients["speaker"].clients] == ["http://a:1/v1", "http://b:2/v1", "http://c:3/v1"]
+
+    first, second = ScriptedClient(default="a"), ScriptedClient(default="b")
+    spread = RoundRobinClient([first, second])
+    request = ChatRequest(messages=[{"role": "user", "content": "hi"}])
+
+    async def four():
+        return await asyncio.gather(*(spread.chat(request) for _ in range(4)))
+
+    texts = asyncio.run(four())
+    assert [t.text for t in texts] == ["a", "b", "a", "b"] and len(first.calls) == len(second.calls) == 2

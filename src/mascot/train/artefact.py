@@ -21,6 +21,7 @@ from pydantic import Field, ValidationError
 from mascot.errors import MascotError
 from mascot.schema import SCHEMA_VERSION, Record, utc_now
 from mascot.store import write_json_atomic
+from mascot.train.config import DEFAULT_OUTPUT_ROOT
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +181,7 @@ def model_slug(model_name: str) -> str:
     return Path(str(model_name).rstrip("/")).name or str(model_name)
 
 
-def default_output_dir(kind: str, dataset: str, model_name: str, root: str = "outputs") -> Path:
+def default_output_dir(kind: str, dataset: str, model_name: str, root: str = DEFAULT_OUTPUT_ROOT) -> Path:
     """The folder names users of the research code know."""
     slug = model_slug(model_name)
     names = {

@@ -40,7 +40,6 @@ class TrainSettings:
     learning_rate: float = setting(1e-5, "Peak learning rate (linear decay).")
     batch_size: int = setting(16, "Effective batch per optimizer step (per-device batch x accumulation x devices).")
     per_device_batch_size: Optional[int] = setting(None, "Per-device batch; default: the largest that divides the batch up to the trainer's cap.")
-    max_length: int = setting(1024, "Longest tokenized sequence (prompt + response).")
     lora: bool = setting(True, "Train a LoRA adapter (--no-lora: full fine-tuning).", flags=("--lora/--no-lora",))
     lora_r: int = setting(16, "LoRA rank.")
     lora_alpha: int = setting(32, "LoRA alpha.")
@@ -69,6 +68,7 @@ class RewardModelSettings(TrainSettings):
     model_name: str = setting(DEFAULT_REWARD_BASE_MODEL, "Reward-model base: hub id or local folder.", flags=("--model",))
     learning_rate: float = setting(1e-4, "Peak learning rate (linear decay).")
     batch_size: int = setting(32, "Effective batch of pairs per optimizer step.")
+    max_length: int = setting(1024, "Longest tokenized prompt + response; longer pairs are skipped.")
     eval_fraction: float = setting(0.1, "Share of prompts held out (with all their pairs) to report pairwise accuracy.")
     margin_scale: float = setting(
         1.0,
@@ -124,10 +124,10 @@ class DirectorGRPOSettings(GRPOSettings):
     )
     group_reward_model_path: Optional[str] = setting(None, "Trained group reward model (artefact folder).")
     roster: Optional[str] = setting(None, "Roster name or file; default: the dataset's roster.")
-    rollout_server_url: Optional[str] = setting(None, "OpenAI-compatible endpoint for the frozen Speaker and user during rollouts (default: local model).")
-    rollout_model: Optional[str] = setting(None, "Model id the rollout Speaker and user call (default: the local embedded model).")
-    rollout_endpoints: Optional[str] = setting(None, "Comma-separated extra rollout endpoints; rollouts are spread over them round-robin.")
-    speaker_adapter: Optional[str] = setting(None, "LoRA adapter of the trained Speaker for local rollouts.")
+    rollout_server_url: Optional[str] = setting(None, "OpenAI-compatible endpoint for the frozen Speaker, user and later-round Director during rollouts (default: in-process local model).")
+    rollout_model: Optional[str] = setting(None, "Base model the rollouts call: served model id, or hub id / folder locally (default: the embedded SmolLM2).")
+    rollout_endpoints: Optional[str] = setting(None, "Comma-separated extra rollout endpoints; requests are spread over them round-robin.")
+    speaker_adapter: Optional[str] = setting(None, "The trained Speaker for rollouts: its served LoRA alias (with a rollout URL) or its adapter folder (local).")
     suffix_rounds: int = setting(2, "Rounds rolled out after the Director's directive.")
     decision_points_per_episode: int = setting(2, "Decision points sampled from each recorded episode.")
     user_response_probability: float = setting(0.5, "Chance that the simulated user speaks after a round.")
@@ -154,13 +154,15 @@ class DirectorDPOSettings(TrainSettings):
     learning_rate: float = setting(5e-6, "Peak learning rate (linear decay).")
     beta: float = setting(0.1, "DPO temperature: how far the policy may move from the frozen base.")
     loss_type: str = setting("sigmoid", "DPO loss (TRL loss_type; comma-separate several).")
-    max_length: int = setting(2048, "Longest tokenized prompt + directive; longer prompts lose their start.")
+    max_length: int = setting(2048, "Longest tokenized prompt + directive: TRL cuts longer ones at the end and drops pairs whose prompt alone fills it.")
     eval_fraction: float = setting(0.1, "Share of decision points held out to report preference accuracy.")
     max_per_device_batch: int = field(default=4, metadata={"cli": False})
 
 
 @dataclass
 class MergeSettings:
+    """Merge a LoRA adapter into its base and save a full model with its tokenizer (for vLLM or transformers)."""
+
     adapter: str = setting(None, "LoRA adapter folder (a trained artefact).", required=True)
     output: str = setting(None, "Folder for the merged full model.", required=True)
     base_model: Optional[str] = setting(None, "Base model (default: read from adapter_config.json / mascot_metadata.json).")

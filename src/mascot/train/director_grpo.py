@@ -287,24 +287,34 @@ class DirectorRolloutReward:
 
 
 def build_rollout_clients(settings: DirectorGRPOSettings) -> dict[str, ChatClient]:
-    """One client for the frozen Speaker, simulated user and (for later suffix rounds) Director."""
+    """Clients of the frozen roles during rollouts: the Speaker (the trained one when
+    --speaker-adapter is given), the simulated user and, for later suffix rounds, the base Director.
+
+    With rollout URLs, --rollout-model is the served base model and --speaker-adapter the served
+    LoRA alias of the Speaker; without, both run in-process and --speaker-adapter is a folder."""
     from mascot.llm.routing import DEFAULT_LOCAL_MODEL
 
     model = settings.rollout_model or DEFAULT_LOCAL_MODEL
-    urls = [u for u in [settings.rollout_server_url, *(settings.rollout_endpoints or "").split(",")] if u and u.strip()]
+    urls = [u.strip() for u in [settings.rollout_server_url or "", *(settings.rollout_endpoints or "").split(",")] if u.strip()]
     if urls:
-        import os
-
-        from mascot.llm.http import HTTPClient
-
-        key = os.environ.get("OPENAI_API_KEY")
-        clients = [HTTPClient(url.strip(), model, api_key=key, max_in_flight=settings.rollout_concurrency) for url in urls]
-        client: ChatClient = clients[0] if len(clients) == 1 else RoundRobinClient(clients)
+        base = _http_client(urls, model, settings.rollout_concurrency)
+        speaker = _http_client(urls, settings.speaker_adapter, settings.rollout_concurrency) if settings.speaker_adapter else base
     else:
         from mascot.llm.local import LocalClient
 
-        client = LocalClient(model, adapter=settings.speaker_adapter, max_batch_size=settings.rollout_concurrency)
-    return {"director": client, "speaker": client, "user": client}
+        base = LocalClient(model, max_batch_size=settings.rollout_concurrency)
+        speaker = LocalClient(model, adapter=settings.speaker_adapter, max_batch_size=settings.rollout_concurrency) if settings.speaker_adapter else base
+    return {"director": base, "speaker": speaker, "user": base}
+
+
+def _http_client(urls: list[str], model: str, max_in_flight: int) -> ChatClient:
+    import os
+
+    from mascot.llm.http import HTTPClient
+
+    key = os.environ.get("OPENAI_API_KEY")
+    clients = [HTTPClient(url, model, api_key=key, max_in_flight=max_in_flight) for url in urls]
+    return clients[0] if len(clients) == 1 else RoundRobinClient(clients)
 
 
 def close_clients(trainer, clients: dict[str, ChatClient]) -> None:
