@@ -29,6 +29,9 @@ def worker(url: str, episodes: int, rounds: int, concurrency: int) -> dict:
     from mascot.llm.routing import EndpointOptions
     from mascot.schema import Context, DialogueLine
 
+    import aiohttp  # noqa: F401 - imported before the clock starts: throughput, not start-up, is measured
+    import openai  # noqa: F401
+
     contexts = (
         Context(context_id=f"bench-{i}", dataset="ESConv", situation=f"I have been struggling at work ({i}).", emotion="anxiety",
                 opening_turns=[DialogueLine(speaker="user", text="I can't keep up and I feel like I'm failing.")])

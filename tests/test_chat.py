@@ -455,7 +455,6 @@ def test_cli_rejects_bad_flags(tmp_path):
     assert isinstance(result.exception, MascotError) and "--rounds-per-message" in str(result.exception)
 
 
-@pytest.mark.slow
 def test_cli_chats_with_the_embedded_local_model(tmp_path):
     path = tmp_path / "local.jsonl"
     result = CliRunner().invoke(app, ["chat", "--session", str(path), "--max-tokens", "32", "--situation", "I failed an exam"], input="I feel awful\nwhat should I do?\n")

@@ -220,7 +220,6 @@ def test_mascot_prefs_group_cli(tmp_path):
 # --------------------------------------------------------------------------- end to end
 
 
-@pytest.mark.slow
 def test_generate_individual_end_to_end_feeds_trl_reward_trainer(tmp_path, monkeypatch):
     """`mascot generate --mode individual` on the embedded local Speaker (the judge is the stub
     server: the 135M model cannot write rubric JSON), then one RewardTrainer step on the pairs."""

@@ -169,7 +169,6 @@ def test_director_grpo_runs_rollouts_counts_failures_and_serves(tmp_path):
     assert len(sample(str(outcome.output_dir), [director_messages(ROSTER, context(0), [])], 1)) == 1
 
 
-@pytest.mark.slow
 def test_director_grpo_raises_the_rate_of_the_favoured_persona(tmp_path):
     episodes = [episode(i, with_user=False) for i in range(12)]
     run = write_episode_run(tmp_path / "directed_ED_tiny", episodes)

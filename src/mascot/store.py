@@ -160,6 +160,7 @@ class RunStore:
         self.resume = resume
         self.overwrite = overwrite
         self.command = command
+        self._default_keys = key_of is None
         self.key_of = key_of or (lambda d: str(d.get("episode_id") or d.get("candidate_id") or d.get("item_id")))
         self.done_keys: set[str] = set()
         self.summary = RunSummary(run_id=self.run_dir.name)
@@ -272,13 +273,23 @@ class RunStore:
         name = output or self.outputs[0]
         self._appenders[name].append(record)
         if name == self.outputs[0]:
-            self.done_keys.add(self.key_of(json.loads(record.model_dump_json())))
+            self.done_keys.add(self._key_of_record(record))
             self.summary.num_records += 1
         self.write_summary()
 
+    def _key_of_record(self, record: BaseModel) -> str:
+        for field in ("episode_id", "candidate_id", "item_id"):  # the common ids, without a dump
+            value = getattr(record, field, None)
+            if isinstance(value, str) and self._default_keys:
+                return value
+        return self.key_of(json.loads(record.model_dump_json()))
+
+    def _summary_due(self) -> bool:
+        return time.monotonic() - self._last_summary_write >= 1.0
+
     def write_summary(self, *, force: bool = False, usage: dict | None = None) -> None:
         now = time.monotonic()
-        if not force and now - self._last_summary_write < 1.0:
+        if not force and not self._summary_due():
             return
         self._last_summary_write = now
         self.summary.duration_s = round(now - self._started, 3)

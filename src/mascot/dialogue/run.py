@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
@@ -187,12 +188,17 @@ async def _run(
     remaining = max(0, total - len(store.done_keys))
     with _progress(console, remaining) as bar:
         task = bar.add_task("episodes", total=remaining, failures=0, tokens=0)
+        last_refresh = [0.0]
 
         def on_progress(progress: RunProgress) -> None:
-            bar.update(task, completed=progress.done, failures=tally.failures, tokens=backends.meter.total_tokens)
-            store.write_summary(usage=merged_usage(previous_usage, backends.meter.by_role))
+            now = time.monotonic()
+            if now - last_refresh[0] >= 0.5:  # the bar and the usage figures twice a second, not per record
+                last_refresh[0] = now
+                bar.update(task, completed=progress.done, failures=tally.failures, tokens=backends.meter.total_tokens)
+                store.summary.usage = merged_usage(previous_usage, backends.meter.by_role)  # written with the next summary
 
         await run_all(engine, contexts, write=store.append, skip=store.is_done, spines=spines, on_progress=on_progress)
+        bar.update(task, completed=store.summary.num_records - store.summary.num_resumed_records, failures=tally.failures, tokens=backends.meter.total_tokens)
     written = store.summary.num_records - store.summary.num_resumed_records
     console.print(f"wrote {written} episodes ({store.summary.num_records} in all) to {store.path()}; failures: {tally.failures}")
     if written == 0 and store.counters.num_generation_failures and total > len(store.done_keys):
