@@ -141,3 +141,13 @@ def test_continue_from_rolls_out_a_suffix(es_roster, es_context):
     assert [t.round_id for t in suffix] == [2, 3] and suffix[0].agent_name == "The Beacon"
     one = asyncio.run(engine.continue_from(es_context, prefix, Directive(agent_name="The Anchor"), num_rounds=1))
     assert len(one) == 1 and one[0].turn_idx == len(prefix)
+
+
+def test_replies_that_parrot_the_prompt_or_speak_as_someone_else_count_as_empty(es_roster, es_context):
+    from mascot.dialogue.agents import clean_speaker_reply
+
+    anchor = es_roster.persona("The Anchor")
+    assert clean_speaker_reply("The person's situation: I lost my job", anchor, es_roster, es_context) == ""
+    assert clean_speaker_reply("The Beacon: you will grow", anchor, es_roster, es_context) == ""
+    assert clean_speaker_reply("The Anchor: That hurts.\n\nPerson: yes", anchor, es_roster, es_context) == "That hurts."
+    assert clean_speaker_reply("<think>plan</think>It sounds lonely.", anchor, es_roster, es_context) == "It sounds lonely."

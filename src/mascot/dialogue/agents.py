@@ -35,6 +35,8 @@ def clean_speaker_reply(text: str, persona: Persona, roster: Roster, context: Co
     """clean_reply, and a reply that opens as someone else ('The Beacon:' from The Anchor) is cut
     there: the model has started writing another participant's line."""
     reply = clean_reply(text, persona.name)
+    if any(reply.startswith(echo.strip()) for echo in _PROMPT_ECHOES):  # the prompt parroted back
+        return ""
     others = [n for n in [*roster.names, user_label(context)] if n != persona.name]
     for name in others:
         if re.match(rf"^\**{re.escape(name)}\**\s*:", reply, flags=re.IGNORECASE):
