@@ -54,6 +54,27 @@ def write_json_atomic(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
+def iter_json_objects(path: Path, error: type[Exception] = None) -> Iterator[tuple[int, dict]]:  # type: ignore[assignment]
+    """(line number, object) for each non-blank line of a JSONL file, one line at a time; a line that
+    is not a JSON object raises `error` (RecordFormatError by default) naming the file and line."""
+    error = error or RecordFormatError
+    number = 0
+    try:
+        with open(path, encoding="utf-8-sig") as fh:
+            for number, line in enumerate(fh, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise error(f"{path}:{number}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+                if not isinstance(record, dict):
+                    raise error(f"{path}:{number}: expected a JSON object, found {type(record).__name__}")
+                yield number, record
+    except UnicodeDecodeError:
+        raise error(f"{path}:{number + 1}: not UTF-8 text") from None
+
+
 def read_jsonl(path: Path, model: type[T], *, drop_torn_tail: bool = False) -> Iterator[T]:
     """Yields validated records; a bad line stops with an error naming the file and line number.
     With `drop_torn_tail`, an unterminated invalid last line (a write cut by a crash) is skipped."""

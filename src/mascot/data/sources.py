@@ -6,13 +6,13 @@ one line, so that a user can open the file at that place.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from mascot.data import DatasetError
+from mascot.store import iter_json_objects
 
 # Splits users may type, mapped to one canonical name per split; each dataset then maps the
 # canonical name to its own file and hub naming (ESConv `valid`, QMSum `val`, hub `validation`).
@@ -65,21 +65,7 @@ def resolve_split_file(path: Path, candidates: Iterable[str]) -> Path:
 
 def iter_json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) for each non-blank line; reads one line at a time (QMSum lines are large)."""
-    number = 0
-    try:
-        with open(path, encoding="utf-8-sig") as fh:
-            for number, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise DatasetError(f"{path}:{number}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-                if not isinstance(record, dict):
-                    raise DatasetError(f"{path}:{number}: expected a JSON object, found {type(record).__name__}")
-                yield number, record
-    except UnicodeDecodeError:
-        raise DatasetError(f"{path}:{number + 1}: not UTF-8 text") from None
+    return iter_json_objects(path, DatasetError)
 
 
 def require_str(record: dict[str, Any], key: str, where: str, *, allow_empty: bool = True) -> str:

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +21,7 @@ from mascot.judge.prompt import JudgeItem, Line
 from mascot.rosters import BUILTIN_ROSTERS, load_roster, roster_for_dataset
 from mascot.rubrics import domain_of
 from mascot.schema import Context, Episode, Persona, Roster, Turn
-from mascot.store import RecordFormatError
+from mascot.store import RecordFormatError, iter_json_objects
 
 log = logging.getLogger(__name__)
 
@@ -72,38 +71,29 @@ def load_episode_file(path: Path, *, dataset: str | None = None, fallback_datase
         raise MascotError(f"input file not found: {path}")
     out = EpisodeFile(path, [])
     guessed: str | None = None
-    with open(path, encoding="utf-8") as fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                raw = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise RecordFormatError(f"{path}:{number}: not JSON ({exc.msg})") from None
-            if not isinstance(raw, dict):
-                raise RecordFormatError(f"{path}:{number}: expected one JSON object per line")
-            if not isinstance(raw.get("metadata"), dict):
-                if dataset is None and guessed is None and fallback_dataset is None:
-                    guessed = guess_dataset(path)
-                    if guessed is None:
-                        raise MascotError(f"{path}: records have no metadata block and the file name names no dataset: pass --dataset")
-                    out.warnings.append(f"{path.name}: no metadata block; dataset {guessed} guessed from the file name (pass --dataset to set it)")
-                raw["metadata"] = {"dataset": dataset or guessed or fallback_dataset, "system": "unknown", "schema_version": "legacy"}
-                out.legacy_records += 1
-            elif dataset:
-                raw["metadata"]["dataset"] = dataset
-            raw.setdefault("episode_id", raw.get("conv_id") or (f"{raw['id']}:{raw.get('start_idx', 0)}" if raw.get("id") else f"{path.stem}:{number}"))
-            raw.setdefault("context_id", raw.get("conv_id") or raw.get("id"))
-            missing_rounds = _fill_turns(raw)
-            try:
-                episode = Episode.model_validate(raw)
-            except ValidationError as exc:
-                first = exc.errors()[0]
-                where = ".".join(str(p) for p in first.get("loc", ())) or "record"
-                raise RecordFormatError(f"{path}:{number}: not a valid episode ({where}: {first['msg']})") from None
-            if missing_rounds:
-                out.missing_round_ids.add(episode.episode_id)
-            out.episodes.append(episode)
+    for number, raw in iter_json_objects(path):
+        if not isinstance(raw.get("metadata"), dict):
+            if dataset is None and guessed is None and fallback_dataset is None:
+                guessed = guess_dataset(path)
+                if guessed is None:
+                    raise MascotError(f"{path}: records have no metadata block and the file name names no dataset: pass --dataset")
+                out.warnings.append(f"{path.name}: no metadata block; dataset {guessed} guessed from the file name (pass --dataset to set it)")
+            raw["metadata"] = {"dataset": dataset or guessed or fallback_dataset, "system": "unknown", "schema_version": "legacy"}
+            out.legacy_records += 1
+        elif dataset:
+            raw["metadata"]["dataset"] = dataset
+        raw.setdefault("episode_id", raw.get("conv_id") or (f"{raw['id']}:{raw.get('start_idx', 0)}" if raw.get("id") else f"{path.stem}:{number}"))
+        raw.setdefault("context_id", raw.get("conv_id") or raw.get("id"))
+        missing_rounds = _fill_turns(raw)
+        try:
+            episode = Episode.model_validate(raw)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first.get("loc", ())) or "record"
+            raise RecordFormatError(f"{path}:{number}: not a valid episode ({where}: {first['msg']})") from None
+        if missing_rounds:
+            out.missing_round_ids.add(episode.episode_id)
+        out.episodes.append(episode)
     for warning in out.warnings:
         log.warning(warning)
     return out
