@@ -257,6 +257,9 @@ def load_local_model(
 
 
 def _load_uncached(model: str, adapter: str | None, device: torch.device, dtype: torch.dtype) -> LoadedModel:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # a per-load weights bar is noise in transcripts and chats
     started = time.perf_counter()
     net, tokenizer = _load_model_and_tokenizer(model, dtype)
     if adapter:
