@@ -36,7 +36,7 @@ def show_episode(console: Console, episode: Episode, context: Context | None, na
     for turn in episode.turns:
         if turn.is_user:
             emotion = f" [dim](feels {escape(turn.emotion)})[/dim]" if turn.emotion else ""
-            console.print(f"[bold white]Person:[/bold white] {escape(turn.response)}{emotion}")
+            console.print(f"[bold white]Person:[/bold white] {escape(turn.response) or '[dim](no reply)[/dim]'}{emotion}")
             continue
         if directives and turn.directive and turn.directive.action:
             show_directive(console, turn.directive)
