@@ -151,3 +151,11 @@ def test_replies_that_parrot_the_prompt_or_speak_as_someone_else_count_as_empty(
     assert clean_speaker_reply("The Beacon: you will grow", anchor, es_roster, es_context) == ""
     assert clean_speaker_reply("The Anchor: That hurts.\n\nPerson: yes", anchor, es_roster, es_context) == "That hurts."
     assert clean_speaker_reply("<think>plan</think>It sounds lonely.", anchor, es_roster, es_context) == "It sounds lonely."
+
+
+def test_the_users_emotion_report_is_split_from_the_message():
+    from mascot.dialogue.agents import split_emotion
+
+    reply = split_emotion("I guess that helps a bit.\n\n**Emotion:** Hopeful.")
+    assert reply.text == "I guess that helps a bit." and reply.emotion == "hopeful"
+    assert split_emotion("No report here.").emotion is None

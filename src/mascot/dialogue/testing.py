@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import re
 
-from mascot.llm.base import ChatRequest
 from mascot.llm.scripted import ScriptedClient
 
 _ROSTER_LINE = re.compile(r"^- (.+?): ", re.MULTILINE)
@@ -57,6 +56,3 @@ def stub_responder(messages: list[dict], request: dict) -> str:
     """Plug-in for the stub server: `--responder mascot.dialogue.testing:stub_responder`."""
     return group_reply(messages, request.get("seed"))
 
-
-def request_role(request: ChatRequest) -> str:
-    return role_of(request.messages)
