@@ -10,7 +10,7 @@ from mascot.dialogue.tally import Tally
 from mascot.llm.base import ChatClient, ChatRequest, strip_think
 from mascot.schema import BigFiveProfile, Context, Directive, Persona, Roster, Turn
 
-_EMOTION_LINE = re.compile(r"^\s*[*_]*emotion[*_]*\s*[:\-]\s*[*_]*([A-Za-z][A-Za-z \-]{0,40}?)[*_.!]*\s*$", re.IGNORECASE | re.MULTILINE)
+_EMOTION_LINE = re.compile(r"^\s*[*_]*emotion[*_]*\s*[:\-]\s*[*_]*\s*([A-Za-z][A-Za-z \-]{0,40}?)\s*[*_.!]*\s*$", re.IGNORECASE | re.MULTILINE)
 
 
 # Small models run on into an imagined transcript or echo the prompt's own headings: stop there.
