@@ -201,6 +201,10 @@ class Candidate(Record):
     model: str | None = None
     overall: float | None = None
     scores: dict[str, int] | None = None
+    roster: str | None = None
+    roster_version: str | None = None
+    rubric_version: str | None = None
+    prompt_version: str | None = None
 
 
 class Judgment(Record):
@@ -229,6 +233,9 @@ class PreferencePair(Record):
     chosen_score: float | None = None
     rejected_score: float | None = None
     kind: Literal["persona", "episode", "directive"] = "persona"
+    roster: str | None = None
+    roster_version: str | None = None
+    rubric_version: str | None = None
 
 
 # --------------------------------------------------------------------------- runs

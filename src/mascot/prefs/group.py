@@ -129,6 +129,9 @@ def episode_pairs(episodes: list[Episode], scores: dict[str, float | None], marg
                     rejected_score=scores[rejected.episode_id],
                     kind="episode",
                     pair_id=f"{chosen.episode_id}>{rejected.episode_id}",
+                    roster=chosen.metadata.roster,
+                    roster_version=chosen.metadata.roster_version,
+                    rubric_version=chosen.metadata.rubric_version,
                     system=chosen.metadata.system,
                 )
             )
@@ -162,6 +165,9 @@ def directive_pairs(episodes: list[Episode], scores: dict[str, float | None], ma
                     rejected_score=scores[rejected.episode_id],
                     kind="directive",
                     pair_id=f"{chosen.episode_id}>{rejected.episode_id}",
+                    roster=chosen.metadata.roster,
+                    roster_version=chosen.metadata.roster_version,
+                    rubric_version=chosen.metadata.rubric_version,
                     group_id=group_id,
                     decision_round=chosen.metadata.branch.decision_round,  # type: ignore[union-attr]
                 )
@@ -197,4 +203,8 @@ async def group_preferences(
     scores = {s.provenance.get("episode_id", s.item_id): s.overall for s in mean_scores(per_judge)}
     build = episode_pairs if resolved == "episode" else directive_pairs
     pairs, stats = build(episodes, scores, margin, contexts)
-    return GroupPreferences(pairs, stats, [j for js in per_judge.values() for j in js])
+    judgments = [j for js in per_judge.values() for j in js]
+    if judgments:  # the pairs were made with the judges' rubric, whatever the episodes intended
+        for pair in pairs:
+            pair.rubric_version = judgments[0].rubric_version
+    return GroupPreferences(pairs, stats, judgments)

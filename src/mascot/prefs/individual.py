@@ -88,6 +88,9 @@ def pair_record(query: str, prompt: list[Message], chosen: Candidate, rejected: 
         pair_id=f"{query}::{chosen.candidate_idx}>{rejected.candidate_idx}",
         chosen_scores=chosen.scores,
         rejected_scores=rejected.scores,
+        roster=chosen.roster,
+        roster_version=chosen.roster_version,
+        rubric_version=chosen.rubric_version,
     )
 
 
@@ -178,6 +181,8 @@ class IndividualRun:
             candidate_idx=idx,
             model=self.speaker.model,
             prompt_version=PROMPT_VERSION,
+            roster=self.roster.name,
+            roster_version=self.roster.version,
         )
         if judgment is None:
             candidate.judgment_error = "empty reply: not judged"
