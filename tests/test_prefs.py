@@ -94,6 +94,8 @@ async def test_stage1_writes_candidates_pairs_and_stats(tmp_path):
         assert pair.chosen_score - pair.rejected_score == pytest.approx(pair.margin) and pair.margin >= 0.5
         assert pair.prompt[0]["role"] == "system" and pair.persona in pair.prompt[0]["content"]
         assert pair.chosen[0]["role"] == "assistant" and pair.rejected[0]["role"] == "assistant"
+        assert (pair.roster, pair.roster_version, pair.rubric_version) == ("emotional_support", "1.0", "paper_v1")
+    assert all(c.roster_version == "1.0" and c.prompt_version for c in candidates)
     report = json.loads(store.path("pairs_stats.json").read_text())
     assert report["num_pairs"] == len(pairs) and report["max_pairs_per_query"] == 6 and report["num_queries"] == 4
     assert report["num_pairs"] + report["num_dropped_by_margin"] + report["num_dropped_ties"] == 4 * 6
