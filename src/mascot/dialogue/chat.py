@@ -12,7 +12,6 @@ that records.
 
 from __future__ import annotations
 
-import json
 import re
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -41,7 +40,7 @@ from mascot.schema import (
     Turn,
     utc_now,
 )
-from mascot.store import read_jsonl, write_jsonl
+from mascot.store import iter_json_objects, read_jsonl, write_jsonl
 
 CHAT_SYSTEM = "mascot-chat"
 CHAT_MODE = "chat"
@@ -204,7 +203,7 @@ def read_meeting_file(path: Path, token_budget: int | None = None) -> list[Dialo
         raw = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError:
         raise ChatSessionError(f"{path}: not UTF-8 text") from None
-    turns = _json_transcript(path, raw) if raw.lstrip().startswith("{") else _text_transcript(raw)
+    turns = _json_transcript(path) if raw.lstrip().startswith("{") else _text_transcript(raw)
     if not turns:
         raise ChatSessionError(f"{path}: no transcript lines found (expected 'Speaker: text' lines or JSONL)")
     return qmsum.transcript_window(turns, 0, token_budget or qmsum.DEFAULT_TOKEN_BUDGET)
@@ -225,19 +224,10 @@ def _text_transcript(raw: str) -> list[tuple[str, str]]:
     return turns
 
 
-def _json_transcript(path: Path, raw: str) -> list[tuple[str, str]]:
+def _json_transcript(path: Path) -> list[tuple[str, str]]:
     turns: list[tuple[str, str]] = []
-    for number, line in enumerate(raw.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ChatSessionError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
-        if isinstance(record, dict) and isinstance(record.get("meeting_transcripts"), list):
-            record_turns = record["meeting_transcripts"]
-        else:
-            record_turns = [record]
+    for number, record in iter_json_objects(path, ChatSessionError):
+        record_turns = record["meeting_transcripts"] if isinstance(record.get("meeting_transcripts"), list) else [record]
         for turn in record_turns:
             text = turn.get("text", turn.get("content")) if isinstance(turn, dict) else None
             if not isinstance(text, str):
