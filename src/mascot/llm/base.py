@@ -31,6 +31,13 @@ class ChatRequest:
     stop: tuple[str, ...] | None = None
     top_p: float = 1.0
     role: str = "default"  # which role asks: for usage accounting and the call trace
+    # Reasoning mode: None leaves the server's / chat template's default; True/False is sent as
+    # chat_template_kwargs.enable_thinking and applied to local chat templates.
+    thinking: bool | None = None
+    # Structured output: a JSON schema the reply must follow, sent as response_format json_schema
+    # where the endpoint supports it; otherwise the caller's parser and fallback handle the reply.
+    json_schema: dict | None = None
+    schema_name: str = "output"
 
 
 @dataclass
@@ -41,6 +48,8 @@ class ChatResponse:
     completion_tokens: int = 0
     latency_s: float = 0.0
     finish_reasons: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)  # per choice: reasoning removed from texts
+    structured: bool = False  # the server was asked to constrain the output to json_schema
 
     @property
     def text(self) -> str:
