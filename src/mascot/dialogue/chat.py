@@ -25,7 +25,7 @@ from mascot.dialogue.prompts import PROMPT_VERSION, speaker_messages
 from mascot.dialogue.seeds import derive_seed
 from mascot.dialogue.tally import Tally
 from mascot.errors import MascotError
-from mascot.llm.base import ChatClient, ChatRequest, strip_think
+from mascot.llm.base import ChatClient, ChatRequest, cut_at_stop, strip_think  # noqa: F401 - cut_at_stop re-exported
 from mascot.rosters import BUILTIN_ROSTERS, load_roster, roster_for_dataset
 from mascot.schema import (
     Context,
@@ -59,12 +59,6 @@ class ChatSessionError(MascotError):
 # is always clean_reply's.
 _PARAGRAPH_END = re.compile(r"\n\s*\n|\n?</?(?:transcript|directive|meeting_transcript)>")
 _TAG_WINDOW = 24  # an unclosed '<' this close to the end may still become a tag
-
-
-def cut_at_stop(text: str, stops: tuple[str, ...]) -> tuple[str, bool]:
-    """Text before the first stop string, and whether one was found (what servers do with `stop`)."""
-    positions = [i for i in (text.find(s) for s in stops if s) if i >= 0]
-    return (text[: min(positions)], True) if positions else (text, False)
 
 
 def _pending_stop_length(text: str, stops: tuple[str, ...]) -> int:

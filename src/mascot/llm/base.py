@@ -18,7 +18,17 @@ Message = dict[str, str]
 
 
 class LLMError(MascotError, RuntimeError):
-    """A backend could not produce a completion (after its own retries)."""
+    """A backend could not produce a completion (after its own retries). `cause` names the kind of
+    failure for counting: "http-400", "timeout", "connection", "bad-response", "local", ..."""
+
+    def __init__(self, message: str, cause: str = "error") -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
+def failure_cause(exc: BaseException) -> str:
+    """The counted kind of a failure: an LLMError's cause, otherwise the exception's type."""
+    return getattr(exc, "cause", None) or type(exc).__name__
 
 
 @dataclass(frozen=True)
@@ -87,8 +97,67 @@ class BaseClient:
         return None
 
 
+_THINK_BLOCK = re.compile(r"<think>(.*?)</think>", re.DOTALL | re.IGNORECASE)
+_THINK_OPEN = re.compile(r"<think>(.*)\Z", re.DOTALL | re.IGNORECASE)
+# Templates that open the reasoning in the prompt (Qwen3 thinking, DeepSeek-R1) leave only the
+# closing tag in the reply: everything before it is reasoning.
+_THINK_CLOSE_ONLY = re.compile(r"\A(?:(?!<think>).)*?</think>", re.DOTALL | re.IGNORECASE)
+
+
 def strip_think(text: str) -> str:
     """The visible part of a reply: reasoning inside <think>...</think> removed (also unclosed)."""
     text = re.sub(r"<think>.*?</think>", "", text, flags=re.DOTALL | re.IGNORECASE)
     text = re.sub(r"<think>.*\Z", "", text, flags=re.DOTALL | re.IGNORECASE)
     return text.strip()
+
+
+def split_reasoning(text: str) -> tuple[str, str]:
+    """(visible text, reasoning) of a reply with inline <think> blocks; a block left open by
+    max_tokens is reasoning to the end. Text without tags comes back unchanged."""
+    if "think>" not in text.lower():
+        return text, ""
+    parts: list[str] = []
+    match = _THINK_CLOSE_ONLY.match(text)
+    if match:
+        parts.append(match.group(0)[: -len("</think>")])
+        text = text[match.end() :]
+    parts += [m.group(1) for m in _THINK_BLOCK.finditer(text)]
+    text = _THINK_BLOCK.sub("", text)
+    tail = _THINK_OPEN.search(text)
+    if tail:
+        parts.append(tail.group(1))
+        text = text[: tail.start()]
+    reasoning = "\n".join(p.strip() for p in parts if p.strip())
+    return text.strip(), reasoning
+
+
+def cut_at_stop(text: str, stops: tuple[str, ...] | list[str] | None) -> tuple[str, bool]:
+    """Text before the first stop string, and whether one was found (what servers do with `stop`)."""
+    positions = [i for i in (text.find(s) for s in stops or () if s) if i >= 0]
+    return (text[: min(positions)], True) if positions else (text, False)
+
+
+class StopCutter:
+    """Cuts streamed pieces at the first stop string: holds back a tail that may still become one."""
+
+    def __init__(self, stops: tuple[str, ...] | list[str] | None) -> None:
+        self.stops = tuple(s for s in stops or () if s)
+        self.hold = max((len(s) for s in self.stops), default=1) - 1
+        self.buffer = ""
+        self.stopped = False
+
+    def feed(self, piece: str) -> str:
+        if self.stopped:
+            return ""
+        self.buffer += piece
+        text, self.stopped = cut_at_stop(self.buffer, self.stops)
+        if self.stopped:
+            self.buffer = ""
+            return text
+        safe = max(0, len(self.buffer) - self.hold)
+        out, self.buffer = self.buffer[:safe], self.buffer[safe:]
+        return out
+
+    def finish(self) -> str:
+        out, self.buffer = ("" if self.stopped else self.buffer), ""
+        return out

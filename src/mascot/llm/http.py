@@ -1,69 +1,78 @@
 """OpenAI-compatible HTTP backend (vLLM, `transformers serve`, llama.cpp, hosted APIs).
 
-Retries 429, 5xx, timeouts and refused connections with exponential backoff and jitter; bounds the
-requests in flight per endpoint with a semaphore shared by every client of that endpoint.
+Posts chat-completion JSON over one aiohttp session (no SDK objects per request: they cost more
+CPU than everything else in the client). Retries 429, 5xx, timeouts and refused connections with
+exponential backoff and jitter, bounded by a count and a time budget; a timed-out request is
+retried with a longer timeout. Spreads requests over several servers by least outstanding
+requests (`endpoints.py`). Stock servers limit the stop strings of a request: the first
+`max_stop_strings` are sent and the rest are cut here when the reply arrives.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import importlib.util
 import logging
 import random
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
-from mascot.llm.base import BaseClient, ChatRequest, ChatResponse, LLMError
+from mascot.llm.base import BaseClient, ChatRequest, ChatResponse, LLMError, StopCutter, cut_at_stop, split_reasoning
+from mascot.llm.endpoints import EndpointState, pick, request_url, split_urls
 
 log = logging.getLogger(__name__)
 
 RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+DEFAULT_MAX_STOP_STRINGS = 4  # vLLM's VLLM_MAX_STOP_STRINGS
+DEFAULT_RETRY_BUDGET_S = 60.0  # rides out a server restart of about 30 s
+MAX_TIMEOUT_RETRIES = 2
+PROBE_SCHEMA = {
+    "type": "object",
+    "properties": {"answer": {"type": "string", "enum": ["yes"]}},
+    "required": ["answer"],
+    "additionalProperties": False,
+}
 
 
-def _is_retryable(exc: BaseException) -> bool:
-    import openai
-
-    if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError)):
-        return True
-    if isinstance(exc, openai.APIStatusError):
-        return exc.status_code in RETRYABLE_STATUS or exc.status_code >= 500
-    return False
+def one_line(text: object) -> str:
+    return " ".join(str(text).split())
 
 
-def _root_cause(exc: BaseException) -> BaseException:
-    seen = {id(exc)}
-    while (exc.__cause__ or exc.__context__) is not None and id(exc.__cause__ or exc.__context__) not in seen:
-        exc = exc.__cause__ or exc.__context__
-        seen.add(id(exc))
-    return exc
+def server_reason(raw: bytes) -> str:
+    """The server's whole explanation from an error body (OpenAI, vLLM and FastAPI shapes), on one line."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return one_line(raw.decode("utf-8", "replace")) or "(empty body)"
+    reason: object = data
+    if isinstance(data, dict):
+        error = data.get("error")
+        if isinstance(error, dict) and error.get("message"):
+            reason = error["message"]
+        elif isinstance(error, str) and error:
+            reason = error
+        elif data.get("message"):
+            reason = data["message"]
+        elif data.get("detail") is not None:
+            reason = data["detail"]
+    return one_line(reason if isinstance(reason, str) else json.dumps(reason, ensure_ascii=False))
 
 
-def _short(text: object, limit: int = 200) -> str:
-    flat = " ".join(str(text).split())
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+class RequestFailure(Exception):
+    """One failed attempt: its counted cause, whether another may help, and what the server said."""
+
+    def __init__(self, cause: str, message: str, *, retryable: bool, retry_after: float | None = None,
+                 connection: bool = False, refused: bool = False) -> None:
+        super().__init__(message)
+        self.cause = cause
+        self.retryable = retryable
+        self.retry_after = retry_after
+        self.connection = connection
+        self.refused = refused
 
 
-def _describe(exc: BaseException) -> str:
-    """One line: the exception type, its status and the start of its message (bodies may hold
-    newlines). Connection failures add their root cause: the SDK's own words ("Connection error.",
-    or "Request timed out." for a refused connection over aiohttp) do not say what happened."""
-    import openai
-
-    status = getattr(exc, "status_code", None)
-    text = f"{type(exc).__name__}{f' {status}' if status else ''}: {_short(exc)}"
-    root = _root_cause(exc)
-    if isinstance(exc, openai.APIConnectionError) and root is not exc:
-        text += f" ({type(root).__name__}: {_short(root, 120)})"
-    return text
-
-
-def _retry_after_s(exc: BaseException) -> float | None:
+def _retry_after_s(headers) -> float | None:
     """The server's Retry-After (seconds form) on a 429/503, when it sends one."""
-    response = getattr(exc, "response", None)
-    headers = getattr(response, "headers", None)
-    if not headers:
-        return None
     try:
         if headers.get("retry-after-ms"):
             return float(headers["retry-after-ms"]) / 1000.0
@@ -72,6 +81,22 @@ def _retry_after_s(exc: BaseException) -> float | None:
     except (TypeError, ValueError):
         return None  # an HTTP date: fall back to our own backoff
     return None
+
+
+def status_failure(status: int, raw: bytes, headers) -> RequestFailure:
+    retryable = status in RETRYABLE_STATUS or status >= 500
+    return RequestFailure(f"http-{status}", f"HTTP {status}: {server_reason(raw)}", retryable=retryable,
+                          retry_after=_retry_after_s(headers))
+
+
+def connection_failure(exc: BaseException) -> RequestFailure:
+    import aiohttp
+
+    refused = isinstance(exc, aiohttp.ClientConnectorError)
+    root = getattr(exc, "os_error", None) or exc.__cause__
+    because = f" ({type(root).__name__})" if root is not None else ""
+    return RequestFailure("connection", f"{type(exc).__name__}: {one_line(exc) or 'connection closed'}{because}",
+                          retryable=True, connection=True, refused=refused)
 
 
 async def _gather_or_cancel(coros: list) -> list:
@@ -86,146 +111,210 @@ async def _gather_or_cancel(coros: list) -> list:
         raise
 
 
-def _transport(openai, limits, timeout_s: float):
-    """The HTTP client under the SDK. With `aiohttp` installed (`pip install 'openai[aiohttp]'`) the
-    SDK's aiohttp transport, which costs about half the CPU per request; otherwise the SDK's own
-    httpx client class (httpx2 in openai 3, whose pool stays cheap with many connections, unlike
-    a plain `httpx.AsyncClient`, whose pool costs O(connections) per request)."""
-    if importlib.util.find_spec("aiohttp") is not None and hasattr(openai, "DefaultAioHttpClient"):
-        try:
-            return openai.DefaultAioHttpClient(limits=limits, timeout=timeout_s)
-        except RuntimeError:  # an SDK without its aiohttp adapter
-            pass
-    return openai.DefaultAsyncHttpxClient(limits=limits, timeout=timeout_s)
-
-
 class HTTPClient(BaseClient):
     backend = "http"
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | Sequence[str],
         model: str,
         *,
         api_key: str | None = None,
         semaphore: asyncio.Semaphore | None = None,
         max_in_flight: int = 64,
         timeout_s: float = 120.0,
-        max_retries: int = 5,
+        max_retries: int = 10,
+        retry_budget_s: float = DEFAULT_RETRY_BUDGET_S,
         backoff_base_s: float = 0.5,
-        backoff_max_s: float = 20.0,
+        backoff_max_s: float = 10.0,
         extra_body: dict | None = None,
+        max_stop_strings: int = DEFAULT_MAX_STOP_STRINGS,
+        endpoints: list[EndpointState] | None = None,
     ) -> None:
-        import httpx
-        import openai
-
         from mascot.llm.routing import redact_url
 
-        self.base_url = base_url.rstrip("/")
-        self._label = redact_url(self.base_url)  # what messages and logs may show: no credentials
+        urls = split_urls(base_url)
+        if not urls:
+            raise LLMError("no server URL given")
+        self.base_url = urls[0]
         self.model = model
         self.max_retries = max_retries
+        self.retry_budget_s = retry_budget_s
+        self.timeout_s = timeout_s
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
         self.extra_body = extra_body or {}
-        self._semaphore = semaphore or asyncio.Semaphore(max_in_flight)
-        # One connection per request in flight (the semaphore is the bound), plus a few spare for
-        # connections the server is still closing; keep them all alive between requests.
-        connections = max(max_in_flight, 1)
-        limits = httpx.Limits(max_connections=connections + 8, max_keepalive_connections=connections + 8)
-        self._client = openai.AsyncOpenAI(
-            base_url=self.base_url,
-            api_key=api_key or "EMPTY",
-            timeout=timeout_s,
-            max_retries=0,  # retries are ours: counted, logged, with our backoff
-            http_client=_transport(openai, limits, timeout_s),
-        )
+        self.max_stop_strings = max_stop_strings
+        self.max_in_flight = max(1, max_in_flight)
+        self.structured_outputs: bool | None = None  # set by probe_structured_outputs
+        self._endpoints = endpoints or [
+            EndpointState(u, redact_url(u) or u, self.max_in_flight, semaphore=semaphore if len(urls) == 1 else None) for u in urls
+        ]
+        self._label = ", ".join(e.label for e in self._endpoints)  # what messages may show: no credentials
+        self._headers = {"Authorization": f"Bearer {api_key or 'EMPTY'}", "Content-Type": "application/json"}
+        self._session = None
+        self._turn = 0
+        self._timeouts_logged = False
+
+    @property
+    def endpoints(self) -> list[EndpointState]:
+        return self._endpoints
+
+    def _get_session(self):
+        import aiohttp
+
+        if self._session is None or self._session.closed:
+            # One connection per request in flight per server, plus a few spare for connections
+            # the server is still closing; all kept alive between requests.
+            limit = sum(e.max_in_flight for e in self._endpoints) + 8 * len(self._endpoints)
+            connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0, keepalive_timeout=60)
+            self._session = aiohttp.ClientSession(connector=connector, headers=self._headers)
+        return self._session
+
+    # ------------------------------------------------------------------ request bodies
 
     def _body(self, request: ChatRequest, n: int, seed: int | None = None) -> dict:
-        """The JSON body, server-specific fields (`extra_body`) included. It is posted as is:
-        `chat.completions.create` walks every message through the SDK's param transform, which
-        for plain-JSON dicts changes nothing and, for a 12-message prompt, more than doubles the
-        client's CPU per request."""
-        params = dict(
-            model=self.model,
-            messages=request.messages,
-            temperature=request.temperature,
-            max_tokens=request.max_tokens,
-            top_p=request.top_p,
-        )
+        """The JSON body: sampling fields, the stop strings the server accepts, reasoning switch,
+        structured output where supported, and the run's extra fields (`extra_body`)."""
+        body = dict(model=self.model, messages=request.messages, temperature=request.temperature,
+                    max_tokens=request.max_tokens, top_p=request.top_p)
         if n > 1:
-            params["n"] = n
+            body["n"] = n
         if seed is not None:
-            params["seed"] = seed
-        if request.stop:
-            params["stop"] = list(request.stop)
-        params.update(self.extra_body)
-        return params
+            body["seed"] = seed
+        if request.stop and self.max_stop_strings > 0:
+            body["stop"] = list(request.stop[: self.max_stop_strings])  # callers list them by priority
+        if request.json_schema is not None and self.structured_outputs:
+            body["response_format"] = {"type": "json_schema",
+                                       "json_schema": {"name": request.schema_name, "schema": request.json_schema}}
+        body.update(self.extra_body)
+        if request.thinking is not None:
+            kwargs = dict(self.extra_body.get("chat_template_kwargs") or {})
+            kwargs["enable_thinking"] = request.thinking
+            body["chat_template_kwargs"] = kwargs
+        return body
 
-    async def _post(self, body: dict, *, stream: bool = False):
-        from openai import AsyncStream
-        from openai.types.chat import ChatCompletion, ChatCompletionChunk
+    def _unsent_stops(self, request: ChatRequest) -> tuple[str, ...]:
+        return tuple((request.stop or ())[max(0, self.max_stop_strings) :])
 
-        if stream:
-            return await self._client.post(
-                "/chat/completions",
-                cast_to=ChatCompletion,
-                body={**body, "stream": True},
-                stream=True,
-                stream_cls=AsyncStream[ChatCompletionChunk],
-            )
-        # The raw response, parsed below with json: the SDK's model construction costs more CPU
-        # per request than everything else in the client together.
-        import httpx
+    # ------------------------------------------------------------------ one attempt
 
-        response = await self._client.post("/chat/completions", cast_to=httpx.Response, body=body)
-        return json.loads(response.content)
+    async def _attempt(self, endpoint: EndpointState, payload: bytes, timeout_s: float, path: str = "/chat/completions") -> dict:
+        import aiohttp
 
-    def _error(self, message: str) -> LLMError:
-        return LLMError(f"{self._label} ({self.model}): {message}")
+        endpoint.outstanding += 1
+        try:
+            async with endpoint.semaphore:
+                endpoint.requests += 1
+                try:
+                    session = self._get_session()
+                    kwargs = {"data": payload} if payload else {}
+                    method = session.post if payload else session.get
+                    timeout = aiohttp.ClientTimeout(total=timeout_s)
+                    async with method(request_url(endpoint.url, path), timeout=timeout, **kwargs) as response:
+                        raw = await response.read()
+                        status, headers = response.status, response.headers
+                except (ValueError, aiohttp.InvalidURL) as exc:
+                    raise RequestFailure("bad-request", f"{type(exc).__name__}: {one_line(exc)}", retryable=False) from None
+                except TimeoutError:
+                    raise RequestFailure("timeout", f"no reply within {timeout_s:.0f}s", retryable=True) from None
+                except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
+                    raise connection_failure(exc) from None
+        finally:
+            endpoint.outstanding -= 1
+        if status >= 400:
+            raise status_failure(status, raw, headers)
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            raise RequestFailure("bad-response", f"not JSON: {one_line(raw[:300].decode('utf-8', 'replace'))}", retryable=False) from None
+        if not isinstance(data, dict):
+            raise RequestFailure("bad-response", f"not a JSON object: {one_line(str(data)[:300])}", retryable=False)
+        return data
 
-    def _retry_delay(self, exc: Exception, attempt: int) -> float:
-        """Seconds to wait before attempt `attempt + 1`; raises LLMError when there is none."""
-        if not _is_retryable(exc):
-            raise self._error(_describe(exc)) from exc
-        if attempt >= self.max_retries:
-            tries = f" (gave up after {attempt + 1} attempts)" if attempt else ""
-            raise self._error(f"{_describe(exc)}{tries}") from exc
+    # ------------------------------------------------------------------ retries
+
+    def _error(self, message: str, cause: str) -> LLMError:
+        return LLMError(f"{self._label} ({self.model}): {message}", cause=cause)
+
+    def _backoff(self, attempt: int, failure: RequestFailure, endpoint: EndpointState) -> float:
+        if failure.connection and any(e.healthy for e in self._endpoints if e is not endpoint):
+            return 0.0  # another server can take it now
         delay = min(self.backoff_max_s, self.backoff_base_s * 2**attempt * (0.5 + random.random()))
-        retry_after = _retry_after_s(exc)
-        if retry_after is not None:
-            delay = min(self.backoff_max_s, max(delay, retry_after))
-        log.warning("retrying %s after %s (attempt %d, %.2fs)", self._label, _describe(exc), attempt + 1, delay)
+        if failure.retry_after is not None:
+            delay = min(self.backoff_max_s, max(delay, failure.retry_after))
         return delay
 
-    async def _with_retries(self, call):
-        """Runs `call` holding a slot of the endpoint's semaphore; backoff sleeps hold no slot."""
-        attempt = 0
+    def _longer_timeout(self, timeout_s: float) -> float:
+        longer = min(timeout_s * 2, self.timeout_s * 4)
+        level = logging.INFO if self._timeouts_logged else logging.WARNING
+        self._timeouts_logged = True
+        log.log(level, "%s timed out after %.0fs; retrying with a %.0fs timeout", self._label, timeout_s, longer)
+        return longer
+
+    async def _send(self, payload: bytes, *, path: str = "/chat/completions", max_retries: int | None = None) -> dict:
+        """One request with retries; raises LLMError (with the server's whole reason) when none is left."""
+        max_retries = self.max_retries if max_retries is None else max_retries
+        timeout_s, spent_s, attempt, timeouts = self.timeout_s, 0.0, 0, 0
         while True:
+            endpoint = pick(self._endpoints, self._turn)
+            self._turn += 1
+            started = time.monotonic()
             try:
-                async with self._semaphore:
-                    return await call()
-            except Exception as exc:  # noqa: BLE001 - classified by _retry_delay
-                delay = self._retry_delay(exc, attempt)
+                data = await self._attempt(endpoint, payload, timeout_s, path)
+            except RequestFailure as failure:
+                endpoint.failed(connection=failure.connection, refused=failure.refused)
+                where = f"{endpoint.label}: " if len(self._endpoints) > 1 else ""
+                if not failure.retryable:
+                    raise self._error(f"{where}{failure}", failure.cause) from None
+                if failure.cause == "timeout":
+                    timeouts += 1
+                    if timeouts > MAX_TIMEOUT_RETRIES or attempt >= max_retries:
+                        raise self._error(f"{where}{failure} (gave up after {attempt + 1} attempts)", failure.cause) from None
+                    timeout_s = self._longer_timeout(timeout_s)
+                    delay = 0.0
+                else:
+                    spent_s += time.monotonic() - started
+                    if attempt >= max_retries or spent_s >= self.retry_budget_s:
+                        raise self._error(
+                            f"{where}{failure} (gave up after {attempt + 1} attempts in {spent_s:.0f}s)", failure.cause
+                        ) from None
+                    delay = min(self._backoff(attempt, failure, endpoint), max(0.0, self.retry_budget_s - spent_s))
+                    level = logging.WARNING if attempt == 0 else logging.INFO
+                    log.log(level, "retrying %s after %s (attempt %d, %.2fs)", endpoint.label, failure, attempt + 1, delay)
+            else:
+                endpoint.succeeded()
+                return data
             attempt += 1
-            await asyncio.sleep(delay)
+            spent_s += delay
+            if delay:
+                await asyncio.sleep(delay)
+
+    # ------------------------------------------------------------------ chat
+
+    def _response(self, request: ChatRequest, completion: dict, started: float, structured: bool) -> ChatResponse:
+        unsent = self._unsent_stops(request)
+        texts, reasoning, finishes = [], [], []
+        for choice in completion.get("choices") or []:
+            message = choice.get("message") or {}
+            visible, inline = split_reasoning(message.get("content") or "")
+            separate = message.get("reasoning_content") or message.get("reasoning") or ""
+            visible, stopped = cut_at_stop(visible, unsent)
+            texts.append(visible)
+            reasoning.append("\n".join(r for r in (separate.strip(), inline) if r))
+            finishes.append("stop" if stopped else choice.get("finish_reason") or "")
+        usage = completion.get("usage") or {}
+        return ChatResponse(
+            texts=texts, model=completion.get("model") or self.model,
+            prompt_tokens=usage.get("prompt_tokens") or 0, completion_tokens=usage.get("completion_tokens") or 0,
+            latency_s=time.perf_counter() - started, finish_reasons=finishes, reasoning=reasoning, structured=structured,
+        )
 
     async def _one_call(self, request: ChatRequest, n: int, seed: int | None) -> ChatResponse:
         started = time.perf_counter()
         body = self._body(request, n, seed)
-        completion = await self._with_retries(lambda: self._post(body))
-        if not isinstance(completion, dict):
-            raise self._error(f"not a chat completion: {_short(completion)}")
-        choices = completion.get("choices") or []
-        usage = completion.get("usage") or {}
-        return ChatResponse(
-            texts=[((c.get("message") or {}).get("content") or "") for c in choices],
-            model=completion.get("model") or self.model,
-            prompt_tokens=usage.get("prompt_tokens") or 0,
-            completion_tokens=usage.get("completion_tokens") or 0,
-            latency_s=time.perf_counter() - started,
-            finish_reasons=[c.get("finish_reason") or "" for c in choices],
-        )
+        completion = await self._send(json.dumps(body).encode())
+        return self._response(request, completion, started, "response_format" in body)
 
     async def chat(self, request: ChatRequest) -> ChatResponse:
         started = time.perf_counter()
@@ -237,7 +326,7 @@ class HTTPClient(BaseClient):
         # seed would repeat the same completion).
         while len(response.texts) < request.n:
             if per_call == 0:
-                raise self._error("server returned no choices")
+                raise self._error("server returned no choices", "bad-response")
             missing = request.n - len(response.texts)
             sizes = [min(per_call, missing - i) for i in range(0, missing, per_call)]
             seeds = [None if request.seed is None else request.seed + calls + i for i in range(len(sizes))]
@@ -245,50 +334,82 @@ class HTTPClient(BaseClient):
             extras = await _gather_or_cancel([self._one_call(request, k, s) for k, s in zip(sizes, seeds)])
             for extra in extras:
                 response.texts += extra.texts
+                response.reasoning += extra.reasoning
                 response.finish_reasons += extra.finish_reasons
                 response.prompt_tokens += extra.prompt_tokens
                 response.completion_tokens += extra.completion_tokens
             per_call = min(len(extra.texts) for extra in extras)
-        del response.texts[request.n :], response.finish_reasons[request.n :]
+        del response.texts[request.n :], response.finish_reasons[request.n :], response.reasoning[request.n :]
         response.latency_s = time.perf_counter() - started
         return response
 
-    async def stream(self, request: ChatRequest) -> AsyncIterator[str]:
-        """Yields text pieces. The request holds its semaphore slot until the stream ends; only
-        opening the stream is retried (a stream cut halfway cannot be resumed)."""
-        body = self._body(request, 1, request.seed)
-        attempt = 0
-        while True:
-            await self._semaphore.acquire()
-            try:
-                stream = await self._post(body, stream=True)
-            except BaseException as exc:  # the slot goes back on failure and on cancellation
-                self._semaphore.release()
-                if not isinstance(exc, Exception):
-                    raise
-                delay = self._retry_delay(exc, attempt)
-            else:
-                break
-            attempt += 1
-            await asyncio.sleep(delay)
-        try:
-            async for chunk in stream:
-                if chunk.choices and chunk.choices[0].delta and chunk.choices[0].delta.content:
-                    yield chunk.choices[0].delta.content
-        except Exception as exc:  # noqa: BLE001 - a cut stream is a backend failure
-            raise self._error(f"stream interrupted: {_describe(exc)}") from exc
-        finally:
-            self._semaphore.release()
-            await stream.close()
+    # ------------------------------------------------------------------ streaming
 
-    async def list_models(self, max_retries: int | None = None) -> list[str]:
-        saved = self.max_retries
-        self.max_retries = saved if max_retries is None else max_retries
+    async def stream(self, request: ChatRequest) -> AsyncIterator[str]:
+        """Yields text pieces (reasoning sent in its own field is left out). The request holds its
+        server's slot until the stream ends; only opening the stream is retried (a stream cut
+        halfway cannot be resumed)."""
+        from mascot.llm.streaming import open_stream, read_stream
+
+        body = self._body(request, 1, request.seed)
+        body["stream"] = True
+        endpoint, response = await open_stream(self, json.dumps(body).encode())
+        cutter = StopCutter(self._unsent_stops(request))
         try:
-            page = await self._with_retries(lambda: self._client.models.list())
+            async for piece in read_stream(response):
+                if text := cutter.feed(piece):
+                    yield text
+                if cutter.stopped:
+                    break
+            if tail := cutter.finish():
+                yield tail
+        except (OSError, ValueError, asyncio.TimeoutError) as exc:
+            raise self._error(f"stream interrupted: {type(exc).__name__}: {one_line(exc)}", "connection") from exc
+        except Exception as exc:  # aiohttp's own errors: a cut stream is a backend failure
+            if type(exc).__module__.startswith("aiohttp"):
+                raise self._error(f"stream interrupted: {type(exc).__name__}: {one_line(exc)}", "connection") from exc
+            raise
         finally:
-            self.max_retries = saved
-        return [m.id for m in page.data]
+            response.release()
+            endpoint.semaphore.release()
+            endpoint.outstanding -= 1
+
+    # ------------------------------------------------------------------ preflight
+
+    async def list_models(self, max_retries: int | None = None, endpoint: EndpointState | None = None) -> list[str]:
+        if endpoint is not None:
+            data = await self._attempt(endpoint, b"", self.timeout_s, "/models")
+        else:
+            data = await self._send(b"", path="/models", max_retries=max_retries)
+        return [m.get("id", "") for m in data.get("data") or [] if isinstance(m, dict)]
+
+    async def probe_structured_outputs(self) -> bool:
+        """Asks each server once whether it honours `response_format` json_schema for this model
+        (the answer is cached per server and model); structured requests are sent only when all do."""
+        results = []
+        for endpoint in self._endpoints:
+            if self.model not in endpoint.structured_outputs:
+                endpoint.structured_outputs[self.model] = await self._probe(endpoint)
+            results.append(endpoint.structured_outputs[self.model])
+        self.structured_outputs = all(results)
+        return self.structured_outputs
+
+    async def _probe(self, endpoint: EndpointState) -> bool:
+        body = {
+            "model": self.model, "max_tokens": 32, "temperature": 0.0,
+            "messages": [{"role": "user", "content": 'Reply with the JSON object {"answer": "yes"}.'}],
+            "response_format": {"type": "json_schema", "json_schema": {"name": "probe", "schema": PROBE_SCHEMA}},
+            **self.extra_body, "chat_template_kwargs": {**(self.extra_body.get("chat_template_kwargs") or {}), "enable_thinking": False},
+        }
+        try:
+            completion = await self._attempt(endpoint, json.dumps(body).encode(), self.timeout_s)
+            content = ((completion.get("choices") or [{}])[0].get("message") or {}).get("content") or ""
+            reply = json.loads(split_reasoning(content)[0])
+        except (RequestFailure, ValueError, IndexError, AttributeError) as exc:
+            log.info("%s: no structured outputs for %s (%s)", endpoint.label, self.model, exc)
+            return False
+        return isinstance(reply, dict) and reply.get("answer") == "yes"
 
     async def aclose(self) -> None:
-        await self._client.close()
+        if self._session is not None and not self._session.closed:
+            await self._session.close()

@@ -44,7 +44,7 @@ from urllib.parse import urlsplit
 import torch
 
 from mascot.errors import MascotError
-from mascot.llm.base import BaseClient, ChatRequest, ChatResponse, LLMError, Message
+from mascot.llm.base import BaseClient, ChatRequest, ChatResponse, LLMError, Message, cut_at_stop, split_reasoning
 from mascot.llm.routing import DEFAULT_LOCAL_MODEL
 
 log = logging.getLogger(__name__)
@@ -391,12 +391,6 @@ def _left_pad(prompts: list[list[int]], pad_id: int, device: torch.device) -> tu
     return ids.to(device), mask.to(device)
 
 
-def truncate_at_stop(text: str, stops: tuple[str, ...] | None) -> tuple[str, bool]:
-    """The text before the earliest stop string, and whether one was found."""
-    cuts = [i for i in (text.find(s) for s in stops or () if s) if i >= 0]
-    return (text[: min(cuts)], True) if cuts else (text, False)
-
-
 def _generate(
     loaded: LoadedModel,
     prompts: list[list[int]],
@@ -458,7 +452,7 @@ def _row_output(loaded: LoadedModel, new_tokens: torch.Tensor, request: ChatRequ
         if end is not None:
             tokens, finish = tokens[: end + 1], "stop"
     text = loaded.tokenizer.decode(tokens, skip_special_tokens=True).strip()
-    text, stopped = truncate_at_stop(text, request.stop)
+    text, stopped = cut_at_stop(text, request.stop)
     return RowOutput(text.strip(), len(tokens), "stop" if stopped else finish)
 
 
@@ -483,8 +477,10 @@ class _Job:
     def _response(self, model: str) -> ChatResponse:
         # A greedy request computes one row and returns it n times.
         outputs = [self.outputs[i % self.rows] for i in range(self.request.n)]
+        split = [split_reasoning(o.text) for o in outputs]
         return ChatResponse(
-            texts=[o.text for o in outputs],
+            texts=[visible for visible, _ in split],
+            reasoning=[reasoning for _, reasoning in split],
             model=model,
             prompt_tokens=len(self.prompt),
             completion_tokens=sum(o.tokens for o in outputs),
@@ -545,7 +541,7 @@ class StreamTrimmer:
         if not self.started:
             self.buffer = self.buffer.lstrip()
             self.started = bool(self.buffer)
-        text, self.stopped = truncate_at_stop(self.buffer, self.stops)
+        text, self.stopped = cut_at_stop(self.buffer, self.stops)
         if self.stopped:
             self.buffer = ""
             return text.rstrip()
@@ -602,11 +598,13 @@ class LocalClient(BaseClient):
             await asyncio.to_thread(self.load)
         return self._loaded  # type: ignore[return-value]
 
-    def encode(self, messages: list[Message]) -> list[int]:
-        """Prompt token ids: the chat template with the assistant's turn opened."""
+    def encode(self, messages: list[Message], thinking: bool | None = None) -> list[int]:
+        """Prompt token ids: the chat template with the assistant's turn opened. `thinking` is
+        passed as `enable_thinking` (templates without that switch ignore it)."""
         tokenizer = self.load().tokenizer
+        switches = {} if thinking is None else {"enable_thinking": thinking}
         try:
-            prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **switches)
         except Exception as exc:  # noqa: BLE001 - templates raise anything on unexpected messages
             raise LLMError(f"{self.model}: chat template failed: {_first_line(exc)}") from exc
         return tokenizer(prompt, add_special_tokens=False)["input_ids"]
@@ -621,7 +619,7 @@ class LocalClient(BaseClient):
         await self._ensure_loaded()
         loop = asyncio.get_running_loop()
         rows = request.n if request.temperature > 0 else 1
-        job = _Job(request, self.encode(request.messages), loop.create_future(), rows)
+        job = _Job(request, self.encode(request.messages, request.thinking), loop.create_future(), rows)
         self._pending.extend(_Row(job, i) for i in range(rows))
         if self._runner is None or self._runner.done() or self._runner.get_loop() is not loop:
             self._runner = loop.create_task(self._run_batches())
@@ -691,7 +689,7 @@ class LocalClient(BaseClient):
         if self._closed:
             raise LLMError(f"local client for {self.model} is closed")
         loaded = await self._ensure_loaded()
-        prompt = self.encode(request.messages)
+        prompt = self.encode(request.messages, request.thinking)
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
         cancel = threading.Event()

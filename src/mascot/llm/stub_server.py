@@ -9,7 +9,15 @@ GET /v1/models, GET /stats (request counts and the most requests ever in flight)
 A responder is `(messages: list[dict], request: dict) -> str` (or a coroutine function); the
 default echoes the last message briefly. Failures are scripted per chat request: `fail_first=K`
 answers the first K with `fail_status`, or `schedule` lists one action per request (an HTTP status,
-"ok", "hang" to trigger client timeouts, "drop" to close the connection without answering).
+"ok", "hang" to trigger client timeouts, "drop" to close the connection without answering);
+`reject=(status, message)` answers every chat request with that error.
+
+Like real servers it cuts replies at the request's `stop` strings. `vllm_limits=True` enforces
+stock vLLM's request limits (at most 4 stop strings: more is a 400 in vLLM's error shape), so tests
+cannot pass with requests a stock vLLM rejects. `reasoning="inline"` puts `<think>...</think>`
+before replies and `reasoning="field"` sends it as `reasoning_content`, unless the request's
+`chat_template_kwargs.enable_thinking` is false. `structured_outputs` says what happens to a
+`response_format` json_schema: "honour" (the reply follows the schema), "ignore" or "reject" (400).
 
 From Python, `start_stub_server(...)` runs it on a background thread and returns a handle with its
 `url`, `stats` and `stop()`; `start_stub_server_process(...)` runs it in its own process so that a
@@ -99,6 +107,11 @@ class StubServer:
         hang_s: float = 300.0,
         chunk_delay_s: float = 0.0,
         keep_bodies: bool = True,
+        vllm_limits: bool = False,
+        reject: tuple[int, str] | None = None,
+        reasoning: str | None = None,
+        structured_outputs: str = "honour",
+        max_concurrency: int | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -112,6 +125,12 @@ class StubServer:
         self.hang_s = hang_s
         self.chunk_delay_s = chunk_delay_s  # pause between streamed pieces, like a server generating
         self.keep_bodies = keep_bodies
+        self.vllm_limits = vllm_limits
+        self.reject = reject
+        self.reasoning = reasoning
+        self.structured_outputs = structured_outputs
+        # a server's batch limit: at most this many requests are worked on at once, the rest wait
+        self._slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
         self.stats = StubStats()
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task] = set()
@@ -214,7 +233,11 @@ class StubServer:
                 self.stats.bodies.append(request)
                 self.stats.authorizations.append(headers.get("authorization", ""))
             action = self._next_action()
-            await asyncio.sleep(self.latency_s)
+            if self._slots is not None:
+                async with self._slots:
+                    await asyncio.sleep(self.latency_s)
+            else:
+                await asyncio.sleep(self.latency_s)
             if action == "hang":
                 await asyncio.sleep(self.hang_s)
                 action = "ok"
@@ -224,17 +247,48 @@ class StubServer:
                 extra = {"Retry-After": "0"} if action == 429 else None
                 await self._send(writer, int(action), {"error": {"message": f"scripted failure {action}", "type": "stub_error"}}, extra)
                 return
+            if refusal := self._refusal(request):
+                await self._send(writer, refusal[0], _error_body(refusal[0], refusal[1]))
+                return
             try:
                 texts = await self._replies(request)
             except Exception as exc:  # noqa: BLE001 - a broken responder is the caller's bug: say so
                 await self._send(writer, 500, {"error": {"message": f"responder failed: {exc!r}", "type": "stub_error"}})
                 return
             if request.get("stream"):
-                await self._stream(writer, request, texts[0])
+                await self._stream(writer, request, self._shape(request, texts[0])[0])
             else:
                 await self._send(writer, 200, self._completion(request, texts))
         finally:
             self.stats.in_flight -= 1
+
+    def _refusal(self, request: dict) -> tuple[int, str] | None:
+        """(status, message) for a request this server refuses as a whole, like a real one would."""
+        if self.reject is not None:
+            return self.reject
+        stops = request.get("stop")
+        if self.vllm_limits and isinstance(stops, list) and len(stops) > VLLM_MAX_STOP_STRINGS:
+            return 400, _vllm_validation_message(stops)
+        if request.get("response_format") and self.structured_outputs == "reject":
+            return 400, "response_format is not supported by this server"
+        return None
+
+    def _shape(self, request: dict, text: str) -> tuple[str, str]:
+        """(content, reasoning field) as the server sends them: schema followed, stops applied,
+        reasoning inline or in its own field."""
+        schema = ((request.get("response_format") or {}).get("json_schema") or {}).get("schema")
+        if schema is not None and self.structured_outputs == "honour":
+            text = _follow_schema(text, schema)
+        stops = request.get("stop") or []
+        positions = [i for i in (text.find(s) for s in stops if s) if i >= 0]
+        if positions:
+            text = text[: min(positions)]
+        thinking = (request.get("chat_template_kwargs") or {}).get("enable_thinking", True)
+        if self.reasoning == "inline":
+            return (f"<think>{STUB_REASONING}</think>\n\n{text}" if thinking else f"<think>\n\n</think>\n\n{text}"), ""
+        if self.reasoning == "field" and thinking:
+            return text, STUB_REASONING
+        return text, ""
 
     async def _replies(self, request: dict) -> list[str]:
         wanted = max(1, int(request.get("n") or 1))
@@ -249,6 +303,7 @@ class StubServer:
         return texts
 
     def _completion(self, request: dict, texts: list[str]) -> dict:
+        shaped = [self._shape(request, t) for t in texts]
         completion_tokens = sum(len(t.split()) for t in texts)
         prompt_tokens = _count_words(request.get("messages") or [])
         return {
@@ -257,8 +312,8 @@ class StubServer:
             "created": int(time.time()),
             "model": request.get("model") or self.model,
             "choices": [
-                {"index": i, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
-                for i, text in enumerate(texts)
+                {"index": i, "message": _message(content, reasoning), "finish_reason": "stop"}
+                for i, (content, reasoning) in enumerate(shaped)
             ],
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                       "total_tokens": prompt_tokens + completion_tokens},
@@ -293,6 +348,56 @@ class StubServer:
     @staticmethod
     def _write_chunk(writer: asyncio.StreamWriter, data: bytes) -> None:
         writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+
+
+# ---------------------------------------------------------------------- request limits and shapes
+
+VLLM_MAX_STOP_STRINGS = 4
+STUB_REASONING = "Let me think about what to say."
+
+
+def _error_body(status: int, message: str) -> dict:
+    """vLLM's error shape (also OpenAI's)."""
+    kind = "BadRequestError" if status == 400 else _REASONS.get(status, "Error").replace(" ", "")
+    return {"error": {"message": message, "type": kind, "param": None, "code": status}}
+
+
+def _vllm_validation_message(stops: list) -> str:
+    """What vLLM 0.32 answers for too many stop strings: the input comes before the reason."""
+    return (
+        "1 validation error:\n  {'type': 'too_long', 'loc': ('body', 'stop'), "
+        f"'input': {stops!r}, 'ctx': {{'field_type': 'List', 'max_length': {VLLM_MAX_STOP_STRINGS}, "
+        f"'actual_length': {len(stops)}}}, 'msg': 'List should have at most {VLLM_MAX_STOP_STRINGS} items "
+        f"after validation, not {len(stops)}'}}"
+    )
+
+
+def _message(content: str, reasoning: str) -> dict:
+    message = {"role": "assistant", "content": content}
+    if reasoning:
+        message["reasoning_content"] = reasoning
+    return message
+
+
+def _follow_schema(text: str, schema: dict) -> str:
+    """The reply when it already is JSON, otherwise the smallest instance of the schema."""
+    try:
+        json.loads(text)
+        return text
+    except ValueError:
+        return json.dumps(_instance(schema))
+
+
+def _instance(schema: dict) -> Any:
+    if "enum" in schema:
+        return schema["enum"][0]
+    kind = schema.get("type")
+    if kind == "object":
+        props = schema.get("properties") or {}
+        return {name: _instance(props.get(name) or {}) for name in schema.get("required") or props}
+    if kind == "array":
+        return [_instance(schema.get("items") or {})] * int(schema.get("minItems") or 0)
+    return {"boolean": True, "integer": schema.get("minimum", 1), "number": schema.get("minimum", 1.0)}.get(kind, "x")
 
 
 # ---------------------------------------------------------------------- running it
@@ -385,13 +490,17 @@ class StubServerProcess:
 
 def start_stub_server_process(
     *, port: int = 0, latency_ms: float = 50.0, responder: str | None = None, model: str = "stub-model",
-    fail_first: int = 0, fail_status: int = 500,
+    fail_first: int = 0, fail_status: int = 500, vllm_limits: bool = False, max_in_flight: int | None = None,
 ) -> StubServerProcess:
     """Runs `python -m mascot.llm.stub_server` and waits for the URL it prints."""
     cmd = [sys.executable, "-m", "mascot.llm.stub_server", "--port", str(port), "--latency-ms", str(latency_ms),
            "--model", model, "--fail-first", str(fail_first), "--fail-status", str(fail_status), "--no-keep-bodies"]
     if responder:
         cmd += ["--responder", responder]
+    if vllm_limits:
+        cmd += ["--vllm-limits"]
+    if max_in_flight:
+        cmd += ["--max-in-flight", str(max_in_flight)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline() if proc.stdout else ""
     if not line.startswith("http"):
@@ -411,6 +520,10 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--fail-status", type=int, default=500)
     parser.add_argument("--max-choices", type=int, default=None, help="answer at most this many choices per request")
     parser.add_argument("--no-keep-bodies", action="store_true", help="do not keep request bodies (long runs)")
+    parser.add_argument("--vllm-limits", action="store_true", help="refuse requests stock vLLM refuses (more than 4 stop strings)")
+    parser.add_argument("--reject", nargs=2, metavar=("STATUS", "MESSAGE"), help="answer every chat request with this error")
+    parser.add_argument("--reasoning", choices=("inline", "field"), help="emit reasoning before replies")
+    parser.add_argument("--max-in-flight", type=int, default=None, help="work on at most this many requests at once (a server's batch limit)")
     return parser.parse_args(argv)
 
 
@@ -435,6 +548,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         fail_status=args.fail_status,
         max_choices=args.max_choices,
         keep_bodies=not args.no_keep_bodies,
+        vllm_limits=args.vllm_limits,
+        reject=(int(args.reject[0]), args.reject[1]) if args.reject else None,
+        reasoning=args.reasoning,
+        max_concurrency=args.max_in_flight,
     )
     try:
         asyncio.run(_serve_forever(server))
