@@ -254,7 +254,17 @@ class RoleUsage(Record):
     requests: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    failures: int = 0
+    failures: int = 0  # failed requests (after the client's retries), in all attempts of the run
+    failures_by_cause: dict[str, int] = Field(default_factory=dict)  # "http-400", "timeout", ...
+    structured: int = 0  # requests with a JSON schema sent as a structured-output constraint
+    unstructured: int = 0  # requests with a JSON schema sent free (the endpoint has no support)
+
+
+class Failures(Record):
+    """What a run lost, as of its last attempt: a context or item repaired by --resume leaves it."""
+
+    by_cause: dict[str, int] = Field(default_factory=dict)
+    dropped: dict[str, str] = Field(default_factory=dict)  # context / item id -> "cause: message"
 
 
 class RunConfig(Record):
@@ -278,4 +288,6 @@ class RunSummary(Record):
     num_torn_lines_dropped: int = 0
     counters: Counters = Field(default_factory=Counters)
     usage: dict[str, RoleUsage] = Field(default_factory=dict)
+    failures: Failures = Field(default_factory=Failures)
+    endpoints: dict[str, dict[str, int]] = Field(default_factory=dict)  # per server URL: requests, failures
     error: str | None = None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -24,6 +25,7 @@ from mascot.errors import MascotError
 from mascot.schema import Counters, RunConfig, RunSummary, utc_now
 
 T = TypeVar("T", bound=BaseModel)
+log = logging.getLogger("mascot.run")
 
 SECRET_MARKERS = ("key", "token", "secret", "password", "authorization")
 
@@ -189,6 +191,7 @@ class RunStore:
         self._lock_fd: int | None = None
         self._started = time.monotonic()
         self._last_summary_write = 0.0
+        self._drop_causes: set[str] = set()
 
     # ---- paths
     def path(self, name: str | None = None) -> Path:
@@ -215,6 +218,8 @@ class RunStore:
         if previous is not None:
             self.summary.counters = previous.counters
             self.summary.usage = previous.usage
+            self.summary.failures = previous.failures  # repaired items leave it as they are written
+            self.summary.endpoints = previous.endpoints
         for name in self.outputs:
             self._appenders[name] = JsonlAppender(self.path(name))
         self.write_summary(force=True)
@@ -294,9 +299,50 @@ class RunStore:
         name = output or self.outputs[0]
         self._appenders[name].append(record)
         if name == self.outputs[0]:
-            self.done_keys.add(self._key_of_record(record))
+            key = self._key_of_record(record)
+            self.done_keys.add(key)
             self.summary.num_records += 1
+            if self.summary.failures.dropped:
+                self._repaired(key)
         self.write_summary()
+
+    # ---- failures
+    def drop(self, item_id: str, exc: BaseException) -> bool:
+        """Records that a context or item was given up (its id, cause and message) and counts it
+        in num_generation_failures, once per id: a resumed run that fails it again does not count
+        it twice. Names it on screen, with the whole reason the first time of each cause; returns
+        whether it is newly dropped."""
+        from mascot.llm.base import failure_cause
+
+        cause = failure_cause(exc)
+        message = " ".join(str(exc).split())
+        failures = self.summary.failures
+        new = item_id not in failures.dropped
+        failures.dropped[item_id] = f"{cause}: {message}"
+        if new:
+            self.counters.num_generation_failures += 1
+        self._count_causes()
+        if cause in self._drop_causes:
+            log.warning("dropped %s [%s] (reason as above)", item_id, cause)
+        else:
+            self._drop_causes.add(cause)
+            log.warning("dropped %s [%s]: %s", item_id, cause, message)
+        return new
+
+    def _repaired(self, key: str) -> None:
+        """A record written for a dropped context or item (its id, or an id it prefixes) repairs it."""
+        failures = self.summary.failures
+        for item_id in [d for d in failures.dropped if key == d or key.startswith(d + ":")]:
+            del failures.dropped[item_id]
+            self.counters.num_generation_failures = max(0, self.counters.num_generation_failures - 1)
+        self._count_causes()
+
+    def _count_causes(self) -> None:
+        by_cause: dict[str, int] = {}
+        for value in self.summary.failures.dropped.values():
+            cause = value.split(":", 1)[0]
+            by_cause[cause] = by_cause.get(cause, 0) + 1
+        self.summary.failures.by_cause = by_cause
 
     def _key_of_record(self, record: BaseModel) -> str:
         for field in ("episode_id", "candidate_id", "item_id"):  # the common ids, without a dump

@@ -335,7 +335,7 @@ async def run_all(
                         on_progress(progress)
             except LLMError as exc:
                 progress.failed += 1
-                engine.tally.count("num_generation_failures", f"{context.context_id}: {exc}")
+                engine.tally.drop(context.context_id or "", exc)
                 if on_progress:
                     on_progress(progress)
 

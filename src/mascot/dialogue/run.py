@@ -76,12 +76,37 @@ def role_identities(backends: Backends) -> dict[str, RoleIdentity]:
 
 
 def merged_usage(previous: dict[str, RoleUsage], current: dict[str, RoleUsage]) -> dict[str, RoleUsage]:
-    merged = {role: usage.model_copy() for role, usage in previous.items()}
+    merged = {role: usage.model_copy(deep=True) for role, usage in previous.items()}
     for role, usage in current.items():
         total = merged.setdefault(role, RoleUsage())
-        for name in ("requests", "prompt_tokens", "completion_tokens", "failures"):
+        for name in ("requests", "prompt_tokens", "completion_tokens", "failures", "structured", "unstructured"):
             setattr(total, name, getattr(total, name) + getattr(usage, name))
+        for cause, count in usage.failures_by_cause.items():
+            total.failures_by_cause[cause] = total.failures_by_cause.get(cause, 0) + count
     return merged
+
+
+def merged_endpoints(previous: dict[str, dict[str, int]], current: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """Per-server request counts of an earlier attempt of the run plus this one's."""
+    merged = {url: dict(counts) for url, counts in previous.items()}
+    for url, counts in current.items():
+        total = merged.setdefault(url, {})
+        for name, value in counts.items():
+            total[name] = total.get(name, 0) + value
+    return merged
+
+
+def record_backend_usage(store: RunStore, backends: Backends, previous_usage: dict[str, RoleUsage], previous_endpoints: dict) -> None:
+    """Writes the run's usage per role and per server (added to an interrupted run's) into the summary."""
+    store.summary.usage = merged_usage(previous_usage, backends.meter.by_role)
+    store.summary.endpoints = merged_endpoints(previous_endpoints, backends.registry.usage())
+
+
+def failure_line(store: RunStore) -> str:
+    """'failures: 3 dropped (http-400 x3)' for the closing line of a run."""
+    failures = store.summary.failures
+    causes = ", ".join(f"{cause} x{count}" for cause, count in sorted(failures.by_cause.items()))
+    return f"{len(failures.dropped)} dropped" + (f" ({causes})" if causes else "")
 
 
 def announce_local_roles(backends: Backends, console: Console) -> None:
@@ -143,10 +168,11 @@ async def generate_group(
         trace = run_dir / "role_call_trace.jsonl" if cfg.trace_role_calls else None
         backends = build_backends(endpoints, cfg.endpoints, trace_path=trace, overrides=clients)
         previous_usage = dict(store.summary.usage)  # from the interrupted run when resuming
+        previous_endpoints = dict(store.summary.endpoints)
         try:
             await _run(cfg, store, backends, roster, contexts, console, command, previous_usage)
         finally:
-            store.summary.usage = merged_usage(previous_usage, backends.meter.by_role)
+            record_backend_usage(store, backends, previous_usage, previous_endpoints)
             await backends.aclose()
     return run_dir, store
 
@@ -181,7 +207,7 @@ async def _run(
             },
         )
     )
-    tally = Tally(store.counters, strict=cfg.strict)
+    tally = Tally(store.counters, strict=cfg.strict, drop_sink=store.drop)
     engine = EpisodeEngine(roster, {r: backends[r] for r in backends.endpoints}, settings, tally, role_identities=role_identities(backends))
     spines = load_spines(store.path()) if cfg.resume and settings.generation_mode == "branching" else None
     total = len(contexts) * engine.records_per_context()
@@ -200,10 +226,13 @@ async def _run(
         await run_all(engine, contexts, write=store.append, skip=store.is_done, spines=spines, on_progress=on_progress)
         bar.update(task, completed=store.summary.num_records - store.summary.num_resumed_records, failures=tally.failures, tokens=backends.meter.total_tokens)
     written = store.summary.num_records - store.summary.num_resumed_records
-    console.print(f"wrote {written} episodes ({store.summary.num_records} in all) to {store.path()}; failures: {tally.failures}")
+    console.print(
+        f"wrote {written} episodes ({store.summary.num_records} in all) to {store.path()}; "
+        f"failures: {tally.failures}; contexts {failure_line(store)}"
+    )
     if written == 0 and store.counters.num_generation_failures and total > len(store.done_keys):
         raise GenerationFailed(
-            f"no episode could be generated ({store.counters.num_generation_failures} contexts failed; see the log above); "
+            f"no episode could be generated ({failure_line(store)}; the first failure of each kind is shown above); "
             "fix the backend and rerun with --resume"
         )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from mascot.errors import MascotError
 from mascot.schema import Counters
@@ -15,9 +16,21 @@ class StrictModeStop(MascotError):
 
 
 class Tally:
-    def __init__(self, counters: Counters | None = None, *, strict: bool = False) -> None:
+    def __init__(self, counters: Counters | None = None, *, strict: bool = False,
+                 drop_sink: Callable[[str, BaseException], bool] | None = None) -> None:
         self.counters = counters if counters is not None else Counters()
         self.strict = strict
+        self.drop_sink = drop_sink  # the run store's `drop`: records the id and cause, counts once per id
+
+    def drop(self, item_id: str, exc: BaseException) -> None:
+        """A context (or item) given up after a backend failure: named on screen and counted."""
+        if self.drop_sink is not None:
+            self.drop_sink(item_id, exc)
+        else:
+            self.counters.num_generation_failures += 1
+            log.warning("dropped %s: %s", item_id, exc)
+        if self.strict:
+            raise StrictModeStop(f"--strict: stopping at the first failure (num_generation_failures: {item_id}: {exc})")
 
     def count(self, name: str, detail: str = "") -> None:
         setattr(self.counters, name, getattr(self.counters, name) + 1)

@@ -3,14 +3,36 @@
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from pathlib import Path
 
-from mascot.llm.base import BaseClient, ChatClient, ChatRequest, ChatResponse
+from mascot.llm.base import BaseClient, ChatClient, ChatRequest, ChatResponse, failure_cause
 from mascot.schema import RoleUsage, utc_now
+
+log = logging.getLogger("mascot.llm")
+
+
+class FailureNotes:
+    """Shows the first failure of each cause whole (a warning); later ones of that cause are only
+    counted, so that a run failing a thousand times prints one readable line per kind of failure."""
+
+    def __init__(self, logger: logging.Logger = log) -> None:
+        self.logger = logger
+        self.counts: dict[str, int] = {}
+
+    def note(self, cause: str, message: str) -> bool:
+        """Counts one failure; True when it was the first of its cause (and was shown)."""
+        first = cause not in self.counts
+        self.counts[cause] = self.counts.get(cause, 0) + 1
+        self.logger.log(logging.WARNING if first else logging.INFO, "%s", message)
+        return first
+
+    def summary(self) -> str:
+        return ", ".join(f"{cause} x{count}" for cause, count in sorted(self.counts.items()))
 
 
 class UsageMeter:
@@ -18,12 +40,22 @@ class UsageMeter:
 
     def __init__(self) -> None:
         self.by_role: dict[str, RoleUsage] = {}
+        self.notes = FailureNotes()
 
-    def record(self, role: str, response: ChatResponse | None) -> None:
+    def record(self, role: str, response: ChatResponse | None, request: ChatRequest | None = None,
+               error: BaseException | None = None) -> None:
         usage = self.by_role.setdefault(role, RoleUsage())
         usage.requests += 1
+        if request is not None and request.json_schema is not None and response is not None:
+            if response.structured:
+                usage.structured += 1
+            else:
+                usage.unstructured += 1
         if response is None:
             usage.failures += 1
+            cause = failure_cause(error) if error is not None else "error"
+            usage.failures_by_cause[cause] = usage.failures_by_cause.get(cause, 0) + 1
+            self.notes.note(cause, f"{role} request failed [{cause}]: {error}")
             return
         usage.prompt_tokens += response.prompt_tokens
         usage.completion_tokens += response.completion_tokens
@@ -61,9 +93,11 @@ class MeteredClient(BaseClient):
         meter: UsageMeter,
         tracer: CallTracer | None = None,
         endpoint: str | None = None,
+        thinking: bool | None = None,
     ) -> None:
         self.inner = inner
         self.role = role
+        self.thinking = thinking  # the role's reasoning mode, for requests that leave it unset
         self.meter = meter
         from mascot.llm.routing import redact_url  # routing imports this module: import at call time
 
@@ -76,17 +110,18 @@ class MeteredClient(BaseClient):
     def _stamp(self, request: ChatRequest) -> ChatRequest:
         from dataclasses import replace
 
-        return replace(request, role=self.role)
+        thinking = self.thinking if request.thinking is None else request.thinking
+        return replace(request, role=self.role, thinking=thinking)
 
     async def chat(self, request: ChatRequest) -> ChatResponse:
         started = time.perf_counter()
         try:
             response = await self.inner.chat(self._stamp(request))
         except Exception as exc:
-            self.meter.record(self.role, None)
+            self.meter.record(self.role, None, request, exc)
             self._trace(started, None, error=type(exc).__name__)
             raise
-        self.meter.record(self.role, response)
+        self.meter.record(self.role, response, request)
         self._trace(started, response)
         return response
 
@@ -102,7 +137,7 @@ class MeteredClient(BaseClient):
                     yield piece
         except Exception as exc:
             failed = True
-            self.meter.record(self.role, None)
+            self.meter.record(self.role, None, request, exc)
             self._trace(started, None, error=type(exc).__name__)
             raise
         finally:

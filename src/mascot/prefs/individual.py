@@ -154,7 +154,9 @@ class IndividualRun:
         try:
             response = await self.speaker.chat(request)
         except LLMError as exc:
-            self._count("num_generation_failures", f"{query}: {exc}")
+            self.store.drop(query, exc)  # counted once per query; a resumed run that repairs it uncounts it
+            if self.settings.strict:
+                raise GenerationStop(f"--strict: stopping at the first failure (num_generation_failures: {query}: {exc})") from None
             return None
         return list(response.texts[:count])
 
