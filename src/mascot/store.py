@@ -363,3 +363,15 @@ class RunStore:
         if usage is not None:
             self.summary.usage = usage
         write_json_atomic(self.path("run_summary.json"), json.loads(self.summary.model_dump_json(exclude_none=True)))
+
+
+def mark_failed(report_path: Path, error: str) -> None:
+    """Sets `status: failed` and the error in a JSON report written by a run that produced nothing."""
+    try:
+        data = json.loads(Path(report_path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        data = {}
+    if not isinstance(data, dict):
+        data = {"report": data}
+    data["status"], data["error"] = "failed", error
+    write_json_atomic(Path(report_path), data)

@@ -30,8 +30,24 @@ def _register() -> None:
 _register()
 
 
-def main() -> None:
+def show_warnings() -> None:
+    """Warnings and errors of mascot's loggers go to the screen (stderr) whole, through rich; other
+    libraries keep the plain format."""
+    from rich.console import Console
+    from rich.logging import RichHandler
+
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logger = logging.getLogger("mascot")
+    if not any(isinstance(h, RichHandler) for h in logger.handlers):
+        handler = RichHandler(console=Console(stderr=True), show_time=False, show_path=False, markup=False, rich_tracebacks=False)
+        handler.setLevel(logging.WARNING)
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)  # INFO lines (later failures of a kind) reach -v style handlers only
+    logger.propagate = False
+
+
+def main() -> None:
+    show_warnings()
     try:
         app()
     except MascotError as exc:

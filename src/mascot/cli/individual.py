@@ -92,7 +92,7 @@ async def _run(*, dataset, data_file, split, limit, roster_name, settings_kwargs
 
     from mascot import __version__
     from mascot.data import load_contexts
-    from mascot.dialogue.run import merged_usage
+    from mascot.dialogue.run import failure_line, merged_usage, record_backend_usage
     from mascot.judge.cache import JudgmentCache
     from mascot.judge.rubric_judge import RubricJudge
     from mascot.llm.routing import DEFAULT_LOCAL_MODEL, build_backends, resolve_roles
@@ -113,8 +113,11 @@ async def _run(*, dataset, data_file, split, limit, roster_name, settings_kwargs
     cache = None if no_cache else JudgmentCache(cache_dir)
     with store:
         previous_usage = dict(store.summary.usage)  # from the interrupted run when resuming
+        previous_endpoints = dict(store.summary.endpoints)
+        previous_annotation_failures = store.counters.num_annotation_failures
         backends = build_backends(roles, endpoints, trace_path=run_dir / "role_call_trace.jsonl" if trace_role_calls else None, overrides=clients)
         try:
+            await backends.preflight()
             store.write_config(
                 RunConfig(
                     run_id=run_dir.name,
@@ -144,14 +147,27 @@ async def _run(*, dataset, data_file, split, limit, roster_name, settings_kwargs
                 contexts, roster, backends["speaker"], judge, store, settings, on_progress=lambda done: store.write_summary(usage=merged_usage(previous_usage, backends.meter.by_role))
             )
         finally:
-            store.summary.usage = merged_usage(previous_usage, backends.meter.by_role)
+            record_backend_usage(store, backends, previous_usage, previous_endpoints)
             await backends.aclose()
             if cache:
                 cache.close()
+        fail_if_nothing_succeeded(store, store.counters.num_annotation_failures - previous_annotation_failures)
     summary = stats.to_dict()
     console.print(
         f"{total} queries: {summary['num_pairs']} pairs (margin {settings.score_margin}; {summary['num_dropped_by_margin']} dropped by the margin), "
-        f"annotation failures {store.counters.num_annotation_failures}; wrote {run_dir}"
+        f"annotation failures {store.counters.num_annotation_failures}; queries {failure_line(store)}; wrote {run_dir}"
     )
     console.print(json.dumps({"pairs": str(store.path('pairs.jsonl')), "candidates": str(store.path('candidates.jsonl'))}))
     return run_dir
+
+
+def fail_if_nothing_succeeded(store, annotation_failures: int) -> None:
+    """No candidate written although queries were dropped, or every new candidate's judgment
+    failed: the run ends `failed` (its records are kept) and the command exits non-zero."""
+    from mascot.dialogue.run import GenerationFailed, failure_line
+
+    written = store.summary.num_records - store.summary.num_resumed_records
+    if written == 0 and store.summary.failures.dropped:
+        raise GenerationFailed(f"no candidate could be generated ({failure_line(store)}; the first failure of each kind is shown above); fix the backend and rerun with --resume")
+    if written and annotation_failures >= written:
+        raise GenerationFailed(f"every judgment failed ({annotation_failures} of {written} candidates); fix the judge endpoint and rerun with --resume")

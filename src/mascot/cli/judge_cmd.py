@@ -28,10 +28,11 @@ DataFileForContext = Annotated[
 ]
 
 
-def judge_specs(judges: list[str] | None, judges_file: Path | None, provider: str, judge_server_url: str | None):
+def judge_specs(judges: list[str] | None, judges_file: Path | None, provider: str, judge_server_url: str | list[str] | None):
     from mascot.judge.panel import JudgeSpec, load_judges_file
     from mascot.llm.routing import DEFAULT_LOCAL_MODEL
 
+    judge_server_url = o.joined_urls(judge_server_url)
     if judges_file and judges:
         raise MascotError("use either --judge or --judges-file, not both")
     if judges_file:
@@ -54,14 +55,14 @@ def load_context_index(dataset: str | None, data_file: Path | None, split: str) 
     return {c.context_id: c for c in load_contexts(dataset, split=split, data_file=data_file)}
 
 
-def build_panel(specs, *, rubric_version: str, cache_dir: Path | None, no_cache: bool, max_in_flight: int, strict: bool, max_tokens: int, trace_path: Path | None = None):
+def build_panel(specs, *, rubric_version: str, cache_dir: Path | None, no_cache: bool, max_in_flight: int, strict: bool, max_tokens: int, trace_path: Path | None = None, client_settings: dict | None = None):
     from mascot.judge.cache import JudgmentCache
     from mascot.judge.panel import JudgePanel, build_judge_backends
     from mascot.llm.routing import EndpointOptions
     from mascot.rubrics import load_rubric_set
 
     load_rubric_set(rubric_version)  # fail early on an unknown version
-    backends = build_judge_backends(specs, EndpointOptions(max_in_flight=max_in_flight), trace_path=trace_path)
+    backends = build_judge_backends(specs, EndpointOptions(max_in_flight=max_in_flight, **(client_settings or {})), trace_path=trace_path)
     cache = None if no_cache else JudgmentCache(cache_dir)
     panel = JudgePanel.from_backends(backends, rubric_version=rubric_version, cache=cache, strict=strict, max_tokens=max_tokens)
     return panel, backends, cache
@@ -85,6 +86,10 @@ def judge(
     cache_dir: CacheDir = None,
     no_cache: NoCache = False,
     judge_max_tokens: JudgeMaxTokens = 512,
+    request_timeout: o.RequestTimeout = 120.0,
+    retry_budget: o.RetryBudget = 60.0,
+    extra_body: o.ExtraBody = None,
+    judge_thinking: o.JudgeThinking = "default",
     strict: o.Strict = False,
 ) -> None:
     """Judge episodes with the rubric LLM judge (each agent turn and each episode).
@@ -100,13 +105,15 @@ def judge(
     scopes = {"both": ("agent", "collective"), "agent": ("agent",), "collective": ("collective",)}.get(scope)
     if scopes is None:
         raise MascotError(f"unknown --scope {scope!r}: use agent, collective or both")
+    settings = o.client_settings(locals(), roles=("judge",))
     specs = judge_specs(judges, judges_file, provider, judge_server_url)
     contexts = load_context_index(dataset, data_file, split)
     console = Console(stderr=True)
 
     async def run():
         panel, backends, cache = build_panel(
-            specs, rubric_version=rubric_version, cache_dir=cache_dir, no_cache=no_cache, max_in_flight=max_in_flight, strict=strict, max_tokens=judge_max_tokens
+            specs, rubric_version=rubric_version, cache_dir=cache_dir, no_cache=no_cache, max_in_flight=max_in_flight, strict=strict,
+            max_tokens=judge_max_tokens, client_settings=settings,
         )
         if backends.local_roles:
             console.print(f"[yellow]judges {', '.join(backends.local_roles)} run in-process on the local backend (no --judge-server-url).[/yellow]")
@@ -125,4 +132,15 @@ def judge(
         f"judged {c['num_items']} items with {len(specs)} judge(s): {c['num_model_calls']} model calls, {c['num_cached']} cached, "
         f"{c['num_annotation_failures']} annotation failures"
     )
+    fail_if_nothing_judged(c["num_items"] * len(specs), c["num_annotation_failures"], result.metrics_path)
     typer.echo(str(result.metrics_path))
+
+
+def fail_if_nothing_judged(num_judgments: int, num_failed: int, report_path: Path) -> None:
+    """Every judgment failed: the report says `failed` and the command exits non-zero."""
+    from mascot.store import mark_failed
+
+    if num_judgments and num_failed >= num_judgments:
+        message = f"every judgment failed ({num_failed} of {num_judgments}; the first failure of each kind is shown above)"
+        mark_failed(report_path, message)
+        raise MascotError(message)

@@ -36,6 +36,10 @@ def group(
     cache_dir: CacheDir = None,
     no_cache: NoCache = False,
     judge_max_tokens: JudgeMaxTokens = 512,
+    request_timeout: o.RequestTimeout = 120.0,
+    retry_budget: o.RetryBudget = 60.0,
+    extra_body: o.ExtraBody = None,
+    judge_thinking: o.JudgeThinking = "default",
     strict: o.Strict = False,
 ) -> None:
     """Stage-2 pairs: group reward model (episode) or Director DPO (directive) data.
@@ -46,7 +50,7 @@ def group(
 
     from rich.console import Console
 
-    from mascot.cli.judge_cmd import build_panel, judge_specs, load_context_index
+    from mascot.cli.judge_cmd import build_panel, fail_if_nothing_judged, judge_specs, load_context_index
     from mascot.judge.episodes import load_episode_file
     from mascot.prefs.group import group_preferences, resolve_mode
     from mascot.store import write_json_atomic, write_jsonl
@@ -57,13 +61,15 @@ def group(
         raise MascotError("--score-margin must not be negative")
     loaded = load_episode_file(episodes, dataset=dataset)
     resolved = resolve_mode(loaded.episodes, mode)
+    settings = o.client_settings(locals(), roles=("judge",))
     specs = judge_specs(judges, judges_file, provider, judge_server_url)
     contexts = load_context_index(dataset, data_file, split)
     console = Console(stderr=True)
 
     async def run():
         panel, backends, cache = build_panel(
-            specs, rubric_version=rubric_version, cache_dir=cache_dir, no_cache=no_cache, max_in_flight=max_in_flight, strict=strict, max_tokens=judge_max_tokens
+            specs, rubric_version=rubric_version, cache_dir=cache_dir, no_cache=no_cache, max_in_flight=max_in_flight, strict=strict,
+            max_tokens=judge_max_tokens, client_settings=settings,
         )
         try:
             result = await group_preferences(loaded.episodes, panel, mode=resolved, margin=score_margin, contexts=contexts)
@@ -81,4 +87,5 @@ def group(
     write_jsonl(folder / f"{name}_judgments.jsonl", result.judgments)
     write_json_atomic(folder / f"{name}_stats.json", {"mode": resolved, "input_file": str(episodes), **result.stats.to_dict(), "counters": counters.model_dump()})
     console.print(f"{len(result.pairs)} {resolved} pairs (margin {score_margin}); annotation failures {counters.num_annotation_failures}")
+    fail_if_nothing_judged(len(result.judgments), sum(1 for j in result.judgments if j.failed), folder / f"{name}_stats.json")
     typer.echo(str(folder / f"{name}.jsonl"))

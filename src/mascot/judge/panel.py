@@ -80,8 +80,9 @@ def build_judge_backends(specs: list[JudgeSpec], opts: EndpointOptions, *, trace
     endpoints: dict[str, RoleEndpoint] = {}
     api: dict[str, ChatClient] = dict(overrides or {})
     for spec in specs:
+        client_flags = dict(thinking=opts.judge_thinking, extra_body=opts.role_extra_body("judge"))  # --judge-thinking, --extra-body
         if spec.label in api:
-            endpoints[spec.label] = RoleEndpoint(spec.label, spec.model, spec.url)
+            endpoints[spec.label] = RoleEndpoint(spec.label, spec.model, spec.url, **client_flags)
         elif spec.provider in ("anthropic", "gemini"):
             api[spec.label] = _api_client(spec, opts)
             endpoints[spec.label] = RoleEndpoint(spec.label, spec.model, spec.url or API_URLS[spec.provider], api_key_env=spec.api_key_env or "")
@@ -90,7 +91,7 @@ def build_judge_backends(specs: list[JudgeSpec], opts: EndpointOptions, *, trace
             if spec.provider == "local":
                 url = None
             key_env = spec.api_key_env or ("OPENAI_API_KEY" if spec.provider == "openai" else "JUDGE_API_KEY")
-            endpoints[spec.label] = RoleEndpoint(spec.label, spec.model, url, api_key_env=key_env)
+            endpoints[spec.label] = RoleEndpoint(spec.label, spec.model, url, api_key_env=key_env, **client_flags)
     return build_backends(endpoints, opts, trace_path=trace_path, overrides=api)
 
 
