@@ -22,7 +22,7 @@ ESCONV_SAMPLE = Path(__file__).parent / "fixtures" / "esconv_sample.jsonl"
 
 @pytest.fixture(scope="module")
 def stub():
-    server = start_stub_server(port=0, latency_s=0.001, responder=stub_responder)
+    server = start_stub_server(port=0, latency_s=0.001, responder=stub_responder, vllm_limits=True)  # refuses what stock vLLM refuses
     yield server
     server.stop()
 
