@@ -322,7 +322,7 @@ def test_mascot_judge_cli_against_the_stub_server_and_its_cache(tmp_path):
         args = ["judge", "--input-file", str(path), "--judge-server-url", server.url, "--judge", "stub-model", "--cache-dir", str(tmp_path / "cache")]
         first = runner.invoke(app, args)
         assert first.exit_code == 0, first.output
-        calls = server.stats.chat_requests
+        calls = sum(1 for b in server.stats.bodies if (b.get("response_format") or {}).get("json_schema", {}).get("name") != "probe")
         again = runner.invoke(app, args)
         assert again.exit_code == 0, again.output
         two = runner.invoke(app, [*args, "--judge", "stub-model-2", "--output-dir", str(tmp_path / "two")])
@@ -333,3 +333,16 @@ def test_mascot_judge_cli_against_the_stub_server_and_its_cache(tmp_path):
     assert both["counters"]["num_model_calls"] == 4  # only the new judge calls the server
     assert set(both["per_judge"]) == {"stub-model", "stub-model-2"} and "stub-model ~ stub-model-2" in both["agreement"]["pairs"]
     assert report["judges"] == [{"name": "stub-model", "model": "stub-model"}]
+
+
+def test_mascot_judge_exits_non_zero_when_every_judgment_fails(tmp_path):
+    from mascot.llm.stub_server import start_stub_server
+
+    path = tmp_path / "episodes.jsonl"
+    write_episodes(path, [sample_episode("c1:e0", context_id="c1")])
+    with start_stub_server(latency_s=0.0, reject=(400, "prompt too long for this server")) as server:
+        args = ["judge", "--input-file", str(path), "--judge-server-url", server.url, "--judge", "stub-model", "--no-cache"]
+        result = CliRunner().invoke(app, args)
+    assert result.exit_code != 0 and "every judgment failed" in str(result.exception)
+    report = json.loads((tmp_path / "metrics_episodes.json").read_text())
+    assert report["status"] == "failed" and "every judgment failed" in report["error"]

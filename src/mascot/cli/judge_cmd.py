@@ -115,6 +115,11 @@ def judge(
             specs, rubric_version=rubric_version, cache_dir=cache_dir, no_cache=no_cache, max_in_flight=max_in_flight, strict=strict,
             max_tokens=judge_max_tokens, client_settings=settings,
         )
+        try:
+            await backends.preflight()  # a wrong URL is one clear error; structured outputs probed
+        except BaseException:
+            await backends.aclose()
+            raise
         if backends.local_roles:
             console.print(f"[yellow]judges {', '.join(backends.local_roles)} run in-process on the local backend (no --judge-server-url).[/yellow]")
         try:

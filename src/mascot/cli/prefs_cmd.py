@@ -72,6 +72,11 @@ def group(
             max_tokens=judge_max_tokens, client_settings=settings,
         )
         try:
+            await backends.preflight()  # a wrong URL is one clear error; structured outputs probed
+        except BaseException:
+            await backends.aclose()
+            raise
+        try:
             result = await group_preferences(loaded.episodes, panel, mode=resolved, margin=score_margin, contexts=contexts)
             return result, panel.judges[0].counters
         finally:
