@@ -30,7 +30,6 @@ def worker(url: str, episodes: int, rounds: int, concurrency: int) -> dict:
     from mascot.schema import Context, DialogueLine
 
     import aiohttp  # noqa: F401 - imported before the clock starts: throughput, not start-up, is measured
-    import openai  # noqa: F401
 
     contexts = (
         Context(context_id=f"bench-{i}", dataset="ESConv", situation=f"I have been struggling at work ({i}).", emotion="anxiety",
@@ -78,7 +77,8 @@ def main() -> None:
 
     from mascot.llm.stub_server import start_stub_server_process
 
-    server = start_stub_server_process(latency_ms=args.latency_ms, responder="mascot.dialogue.testing:stub_responder")
+    # vLLM's request limits: a run whose requests stock vLLM would refuse fails here too
+    server = start_stub_server_process(latency_ms=args.latency_ms, responder="mascot.dialogue.testing:stub_responder", vllm_limits=True)
     try:
         sequential = measure(server.url, args.episodes, args.rounds, 1)
         concurrent = measure(server.url, args.episodes, args.rounds, args.concurrency)
