@@ -114,3 +114,56 @@ async def test_streaming(server):
         assert len(pieces) > 1 and "".join(pieces).strip()
     finally:
         await client.aclose()
+
+
+# --------------------------------------------------------------------------- whole runs through the server
+
+ESCONV_SAMPLE = Path(__file__).parent / "fixtures" / "esconv_sample.jsonl"
+
+
+def test_group_run_with_thinking_off_and_stop_strings_trimmed(server, tmp_path):
+    """One group episode through the real server: every role with thinking off, the Speaker's and
+    user's stop strings trimmed to 4 per request (the rest cut on the client)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from mascot.cli import app
+
+    base_url, model_dir = server
+    out = tmp_path / "out"
+    args = ["generate", "--mode", "group", "--dataset", "ESConv", "--data-file", str(ESCONV_SAMPLE), "--limit", "1",
+            "--model-name", model_dir, "--vllm-server-url", base_url, "--output-dir", str(out),
+            "--num-turns", "1", "--max-tokens", "16", "--user-response-probability", "0", "--max-stop-strings", "4",
+            "--director-thinking", "off", "--speaker-thinking", "off", "--request-timeout", "300", "--trace-role-calls"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    (run_dir,) = out.iterdir()
+    summary = json.loads((run_dir / "run_summary.json").read_text())
+    assert summary["status"] == "completed" and summary["num_records"] == 1 and summary["failures"]["dropped"] == {}
+    assert summary["usage"]["speaker"]["requests"] >= 1 and summary["usage"]["speaker"]["failures"] == 0
+    assert list(summary["endpoints"]) == [base_url]
+
+
+async def test_judge_call_with_thinking_off(server):
+    """One judge request through the real server with the judge's thinking off; the reply of a
+    135M model may not parse, but the request itself must go through."""
+    from mascot.judge.panel import JudgeSpec, build_judge_backends
+    from mascot.judge.rubric_judge import RubricJudge
+    from mascot.llm.routing import EndpointOptions
+    from mascot.judge.prompt import JudgeItem
+    from mascot.schema import Persona
+
+    base_url, model_dir = server
+    opts = EndpointOptions(judge_thinking=False, timeout_s=300, max_stop_strings=4)
+    backends = build_judge_backends([JudgeSpec(model=model_dir, url=base_url)], opts)
+    try:
+        await backends.preflight()
+        judge = RubricJudge(backends[model_dir], max_tokens=24)
+        item = JudgeItem("real-1", "agent", "emotional_support", context="I lost my job.", history=[("Person", "I feel awful.")],
+                         response="That sounds hard. What happened?", persona=Persona(name="The Anchor", role="calm listener"))
+        judgment = await judge.judge(item)
+    finally:
+        await backends.aclose()
+    usage = backends.meter.by_role[model_dir]
+    assert usage.requests >= 1 and usage.failures == 0 and judgment.item_id == "real-1"
