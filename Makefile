@@ -5,7 +5,7 @@ STAMP := $(VENV)/.mascot-installed
 # torch first, pinned to the CPU build, so that trl/peft never pull a CUDA build of several GB.
 TORCH ?= torch==2.13.0
 
-.PHONY: install demo test test-slow test-server test-realdata bench clean
+.PHONY: install demo test test-slow test-server test-realdata bench bench-client clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -29,6 +29,11 @@ test-slow: $(STAMP)
 
 test-server: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -m server
+
+# The client's figures: CPU per request and concurrency speed-up, one vs two servers per role.
+bench-client: $(STAMP)
+	$(PY) benchmarks/client_concurrency.py
+	$(PY) benchmarks/multi_endpoint.py
 
 test-realdata: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -m realdata

@@ -253,3 +253,20 @@ def test_thinking_flags_and_client_settings():
     assert settings["speaker_thinking"] is False and settings["speaker_extra_body"] == {"chat_template_kwargs": {"x": 1}}
     with pytest.raises(MascotError, match="--request-timeout"):
         client_settings({"request_timeout": 0})
+
+
+def test_the_cli_shows_mascot_warnings_on_screen():
+    from rich.logging import RichHandler
+
+    from mascot.cli import show_warnings
+
+    logger = logging.getLogger("mascot")
+    saved = (list(logger.handlers), logger.propagate, logger.level)
+    try:
+        show_warnings()
+        show_warnings()  # idempotent: one handler
+        handlers = [h for h in logger.handlers if isinstance(h, RichHandler)]
+        assert len(handlers) == 1 and handlers[0].level == logging.WARNING
+        assert logging.getLogger("mascot.run").getEffectiveLevel() <= logging.WARNING
+    finally:
+        logger.handlers[:], logger.propagate, logger.level = saved[0], saved[1], saved[2]

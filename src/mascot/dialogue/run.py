@@ -229,6 +229,7 @@ async def _run(
     console.print(
         f"wrote {written} episodes ({store.summary.num_records} in all) to {store.path()}; "
         f"failures: {tally.failures}; contexts {failure_line(store)}"
+        + (f"; failed requests: {backends.meter.notes.summary()}" if backends.meter.notes.counts else "")
     )
     if written == 0 and store.counters.num_generation_failures and total > len(store.done_keys):
         raise GenerationFailed(

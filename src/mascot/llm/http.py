@@ -153,6 +153,7 @@ class HTTPClient(BaseClient):
         self._label = ", ".join(e.label for e in self._endpoints)  # what messages may show: no credentials
         self._headers = {"Authorization": f"Bearer {api_key or 'EMPTY'}", "Content-Type": "application/json"}
         self._session = None
+        self._session_loop = None
         self._turn = 0
         self._timeouts_logged = False
 
@@ -163,12 +164,16 @@ class HTTPClient(BaseClient):
     def _get_session(self):
         import aiohttp
 
-        if self._session is None or self._session.closed:
+        loop = asyncio.get_running_loop()
+        # A session belongs to the event loop it was made on: a client used again from another
+        # loop (a second asyncio.run) gets a new one.
+        if self._session is None or self._session.closed or self._session_loop is not loop:
             # One connection per request in flight per server, plus a few spare for connections
             # the server is still closing; all kept alive between requests.
             limit = sum(e.max_in_flight for e in self._endpoints) + 8 * len(self._endpoints)
             connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0, keepalive_timeout=60)
             self._session = aiohttp.ClientSession(connector=connector, headers=self._headers)
+            self._session_loop = loop
         return self._session
 
     # ------------------------------------------------------------------ request bodies
@@ -377,8 +382,17 @@ class HTTPClient(BaseClient):
     # ------------------------------------------------------------------ preflight
 
     async def list_models(self, max_retries: int | None = None, endpoint: EndpointState | None = None) -> list[str]:
-        if endpoint is not None:
-            data = await self._attempt(endpoint, b"", self.timeout_s, "/models")
+        if endpoint is not None:  # one server, asked twice at most: preflight needs a quick answer
+            try:
+                data = await self._attempt(endpoint, b"", self.timeout_s, "/models")
+            except RequestFailure as failure:
+                if not failure.retryable:
+                    raise self._error(f"{endpoint.label}: {failure}", failure.cause) from None
+                await asyncio.sleep(0.5)
+                try:
+                    data = await self._attempt(endpoint, b"", self.timeout_s, "/models")
+                except RequestFailure as again:
+                    raise self._error(f"{endpoint.label}: {again}", again.cause) from None
         else:
             data = await self._send(b"", path="/models", max_retries=max_retries)
         return [m.get("id", "") for m in data.get("data") or [] if isinstance(m, dict)]
@@ -411,5 +425,6 @@ class HTTPClient(BaseClient):
         return isinstance(reply, dict) and reply.get("answer") == "yes"
 
     async def aclose(self) -> None:
-        if self._session is not None and not self._session.closed:
+        if self._session is not None and not self._session.closed and self._session_loop is asyncio.get_running_loop():
             await self._session.close()
+        self._session = None

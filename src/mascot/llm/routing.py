@@ -208,7 +208,7 @@ class Backends:
             try:
                 served = await client.list_models(endpoint=state)
             except Exception as exc:  # noqa: BLE001 - reported below, one line per server
-                problems.append(f"{state.label}: {exc}")
+                problems.append(str(exc))  # names the server
                 state.take_out("no answer at preflight")
                 continue
             answering += 1
