@@ -146,3 +146,22 @@ def test_bad_extra_body_is_a_one_line_error(tmp_path):
     result = CliRunner().invoke(app, group_args(["http://127.0.0.1:9/v1"], contexts_file(tmp_path, 1), tmp_path / "out",
                                                 "--extra-body", "[1]"))
     assert result.exit_code != 0 and "--extra-body must be a JSON object" in str(result.exception)
+
+
+def test_client_flags_reach_each_roles_requests(stubs, tmp_path):
+    server = stubs()
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, group_args(
+        [server.url], contexts_file(tmp_path, 1), out, "--max-tokens", "16", "--director-max-tokens", "40",
+        "--speaker-thinking", "off", "--extra-body", '{"top_k": 5}', "--speaker-extra-body", '{"chat_template_kwargs": {"x": 1}}',
+        "--user-response-probability", "0"))
+    assert result.exit_code == 0, result.output
+    bodies = [b for b in server.stats.bodies if (b.get("response_format") or {}).get("json_schema", {}).get("name") != "probe"]
+    director = [b for b in bodies if b["max_tokens"] == 40]
+    speaker = [b for b in bodies if b["max_tokens"] == 16]
+    assert director and speaker and len(director) + len(speaker) == len(bodies)
+    assert all(b["top_k"] == 5 and len(b.get("stop") or []) <= 4 for b in bodies)
+    assert all(b["chat_template_kwargs"] == {"x": 1, "enable_thinking": False} for b in speaker)
+    assert all("chat_template_kwargs" not in b for b in director)
+    config = json.loads((out / RUN / "run_config.json").read_text())
+    assert config["roles"]["speaker"]["thinking"] is False and config["roles"]["director"]["thinking"] is None

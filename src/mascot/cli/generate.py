@@ -65,6 +65,7 @@ def generate(
     user_thinking: o.UserThinking = "default",
     judge_thinking: o.JudgeThinking = "default",
     judge_max_tokens: Annotated[int, typer.Option("--judge-max-tokens", help="Longest judge reply in tokens (individual mode).")] = 512,
+    director_max_tokens: Annotated[Optional[int], typer.Option("--director-max-tokens", help="Longest Director reply in tokens (default: --max-tokens).")] = None,
     output_dir: o.OutputDir = Path("data/rl"),
     resume: o.Resume = False,
     overwrite: o.Overwrite = False,
@@ -153,6 +154,7 @@ def _generate_group(**flags) -> None:
         temperature=flags["temperature"],
         director_temperature=flags["temperature"],
         max_tokens=flags["max_tokens"],
+        director_max_tokens=flags["director_max_tokens"],
     )
     cfg = GroupGenerationConfig(
         dataset=flags["dataset"],

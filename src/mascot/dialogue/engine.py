@@ -61,6 +61,7 @@ class EngineSettings:
     temperature: float = 0.7
     director_temperature: float = 0.7
     max_tokens: int = 160
+    director_max_tokens: int | None = None  # None: max_tokens (reasoning Directors need more)
     speaker_think: bool = False
 
 
@@ -97,7 +98,7 @@ class EpisodeEngine:
         self.tally = tally or Tally()
         self.clients = clients
         s = settings
-        self.director = Director(clients["director"], roster, self.tally, temperature=s.director_temperature, max_tokens=s.max_tokens) if "director" in clients else None
+        self.director = Director(clients["director"], roster, self.tally, temperature=s.director_temperature, max_tokens=s.director_max_tokens or s.max_tokens) if "director" in clients else None
         self.speaker = Speaker(clients["speaker"], roster, self.tally, temperature=s.temperature, max_tokens=s.max_tokens, think=s.speaker_think)
         self.policy: TurnPolicy = make_policy(s.turn_policy, roster, self.director)
         self.role_identities = role_identities or {
