@@ -8,6 +8,7 @@ import logging
 from collections.abc import AsyncIterator
 
 from mascot.llm.endpoints import EndpointState, pick, request_url
+from mascot.llm.http_errors import RequestFailure, connection_failure, status_failure
 
 log = logging.getLogger("mascot.llm.http")
 
@@ -15,8 +16,6 @@ log = logging.getLogger("mascot.llm.http")
 async def _open_once(client, endpoint: EndpointState, payload: bytes):
     """Posts the stream request holding a slot of the server; on success the caller releases it."""
     import aiohttp
-
-    from mascot.llm.http import RequestFailure, connection_failure, status_failure
 
     endpoint.outstanding += 1
     await endpoint.semaphore.acquire()
@@ -45,8 +44,6 @@ async def _open_once(client, endpoint: EndpointState, payload: bytes):
 
 async def open_stream(client, payload: bytes):
     """(endpoint, response) of an opened stream; retried like a chat request."""
-    from mascot.llm.http import RequestFailure
-
     attempt = 0
     while True:
         endpoint = pick(client.endpoints, client._turn)
