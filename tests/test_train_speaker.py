@@ -30,7 +30,9 @@ def sample(model: str, prompts, n: int, seed: int = 0) -> list[str]:
         client = LocalClient(model, max_batch_size=64)
         try:
             requests = [ChatRequest(messages=p, temperature=1.0, max_tokens=16, n=n, seed=seed + i) for i, p in enumerate(prompts)]
-            return [t for r in await asyncio.gather(*(client.chat(q) for q in requests)) for t in r.texts]
+            responses = await asyncio.gather(*(client.chat(q) for q in requests))
+            # texts come without their reasoning, kept apart: put the reply back together
+            return [f"<think>{why}</think>{t}" if why else t for r in responses for t, why in zip(r.texts, r.reasoning)]
         finally:
             await client.aclose()
 
