@@ -10,9 +10,13 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
+import logging
+import math
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,8 +28,19 @@ from mascot.errors import MascotError
 from mascot.schema import Counters, RunConfig, RunSummary, utc_now
 
 T = TypeVar("T", bound=BaseModel)
+log = logging.getLogger(__name__)
 
-SECRET_MARKERS = ("key", "token", "secret", "password", "authorization")
+# Keys whose values are secrets, matched whole (case-insensitive): a setting such as `max_tokens`
+# is not a secret. `*_env` keys hold the *name* of an environment variable and are kept.
+SECRET_KEYS = frozenset(
+    {
+        "api_key", "apikey", "key", "token", "access_token", "auth_token", "bearer_token", "hf_token", "api_token",
+        "secret", "client_secret", "password", "passwd", "authorization", "proxy-authorization", "proxy_authorization",
+        "x-api-key", "x_api_key", "openai_api_key", "anthropic_api_key", "google_api_key", "gemini_api_key",
+        "judge_api_key", "huggingface_hub_token", "hugging_face_hub_token", "wandb_api_key",
+    }
+)
+_URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<userinfo>[^/@\s]+)@", re.IGNORECASE)
 
 
 class StoreError(MascotError):
@@ -36,22 +51,87 @@ class RecordFormatError(MascotError, ValueError):
     """A JSONL file holds a line that is not a valid record; the message names file and line."""
 
 
+def is_secret_key(key: object) -> bool:
+    return str(key).strip().lower() in SECRET_KEYS
+
+
 def redact(value: Any) -> Any:
-    """Replaces anything that looks like a secret with '***' before it is written to disk."""
+    """Secrets replaced with '***' before anything is written to disk: values of secret-named keys
+    (exact names, see SECRET_KEYS) and the credentials of URLs (`https://user:pw@host` -> `https://***@host`)."""
     if isinstance(value, dict):
-        return {
-            k: ("***" if v and any(m in str(k).lower() for m in SECRET_MARKERS) and not str(k).endswith("_env") else redact(v))
-            for k, v in value.items()
-        }
-    if isinstance(value, list):
+        return {k: ("***" if v and is_secret_key(k) else redact(v)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
         return [redact(v) for v in value]
+    if isinstance(value, str) and "@" in value:
+        return _URL_CREDENTIALS.sub(lambda m: f"{m.group('scheme')}***@", value)
     return value
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
+def describe_os_error(exc: OSError, path: Path | str | None = None) -> str:
+    """One line for a filesystem error: the path and the reason (`No space left on device`)."""
+    where = path if path is not None else (exc.filename or "")
+    reason = exc.strerror or str(exc)
+    if exc.errno == errno.ENOSPC:
+        reason = "no space left on device"
+    return f"{where}: {reason}" if where else reason
+
+
+def ensure_writable_dir(folder: Path, what: str = "output folder") -> Path:
+    """Creates `folder` if needed and proves it writable with a probe file, before any work starts;
+    a problem is one StoreError line, never an OSError traceback after hours of model calls."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise StoreError(f"{what} {folder} is a file, not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".mascot-write-probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise StoreError(f"cannot write to {what} {describe_os_error(exc, folder)}") from None
+    return folder
+
+
+def ensure_writable_file(path: Path, what: str = "output file") -> Path:
+    """The folder of `path` is writable and `path` itself is not a folder."""
+    path = Path(path)
+    if path.is_dir():
+        raise StoreError(f"{what} {path} is a folder; give a file name")
+    ensure_writable_dir(path.parent if str(path.parent) else Path("."), f"folder of the {what}")
+    return path
+
+
+def _replace_atomically(path: Path, write: Callable[[Any], None], mode: str) -> None:
+    """Writes a temp file beside `path` and renames it over `path`; on any failure the temp file is
+    removed and the error is one StoreError line (the previous `path`, if any, is untouched)."""
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        with open(tmp, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as fh:
+            write(fh)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise StoreError(f"cannot write {describe_os_error(exc, path)}") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    text = json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n"
+    _replace_atomically(Path(path), lambda fh: fh.write(text), "w")
+
+
+def _open_for_reading(path: Path, error: type[Exception], mode: str = "r"):
+    path = Path(path)
+    if path.is_dir():
+        raise error(f"{path} is a folder, not a file")
+    try:
+        return open(path, mode, **({} if "b" in mode else {"encoding": "utf-8-sig"}))
+    except FileNotFoundError:
+        raise error(f"{path}: no such file") from None
+    except OSError as exc:
+        raise error(f"cannot read {describe_os_error(exc, path)}") from None
 
 
 def iter_json_objects(path: Path, error: type[Exception] = None) -> Iterator[tuple[int, dict]]:  # type: ignore[assignment]
@@ -60,7 +140,7 @@ def iter_json_objects(path: Path, error: type[Exception] = None) -> Iterator[tup
     error = error or RecordFormatError
     number = 0
     try:
-        with open(path, encoding="utf-8-sig") as fh:
+        with _open_for_reading(path, error) as fh:
             for number, line in enumerate(fh, start=1):
                 if not line.strip():
                     continue
@@ -79,7 +159,7 @@ def read_jsonl(path: Path, model: type[T], *, drop_torn_tail: bool = False) -> I
     """Yields validated records; a bad line stops with an error naming the file and line number.
     With `drop_torn_tail`, an unterminated invalid last line (a write cut by a crash) is skipped."""
     path = Path(path)
-    with open(path, "rb") as fh:
+    with _open_for_reading(path, RecordFormatError, "rb") as fh:
         data = fh.read()
     lines = data.split(b"\n")
     for number, raw in enumerate(lines, start=1):
@@ -98,11 +178,12 @@ def read_jsonl(path: Path, model: type[T], *, drop_torn_tail: bool = False) -> I
 
 def write_jsonl(path: Path, records: list[BaseModel]) -> None:
     """Writes a whole file atomically (for derived outputs that are rebuilt, not appended)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
+
+    def write(fh) -> None:
         for record in records:
             fh.write(record.model_dump_json(exclude_none=True) + "\n")
-    os.replace(tmp, path)
+
+    _replace_atomically(Path(path), write, "w")
 
 
 class JsonlAppender:
@@ -119,19 +200,35 @@ class JsonlAppender:
         else:
             line = json.dumps(record, ensure_ascii=False)
         payload = (line + "\n").encode("utf-8")
-        view = memoryview(payload)
-        while view:
-            written = os.write(self._fd, view)
-            view = view[written:]
-        if time.monotonic() - self._last_sync > 5.0:  # bound what a power cut could take
-            os.fsync(self._fd)
-            self._last_sync = time.monotonic()
+        size_before = os.fstat(self._fd).st_size
+        try:
+            view = memoryview(payload)
+            while view:
+                written = os.write(self._fd, view)
+                view = view[written:]
+            if time.monotonic() - self._last_sync > 5.0:  # bound what a power cut could take
+                os.fsync(self._fd)
+                self._last_sync = time.monotonic()
+        except OSError as exc:
+            self._cut_back(size_before)
+            raise StoreError(f"cannot write {describe_os_error(exc, self.path)}; the records before it are kept (rerun with --resume)") from None
+
+    def _cut_back(self, size: int) -> None:
+        """Removes what a failed write left of its line, so that the file ends on a whole record."""
+        try:
+            os.ftruncate(self._fd, size)
+        except OSError:
+            pass  # the torn line is dropped by the next --resume instead
 
     def close(self) -> None:
         if self._fd >= 0:
-            os.fsync(self._fd)
-            os.close(self._fd)
-            self._fd = -1
+            try:
+                os.fsync(self._fd)
+            except OSError as exc:
+                log.warning("could not sync %s", describe_os_error(exc, self.path))
+            finally:
+                os.close(self._fd)
+                self._fd = -1
 
 
 def repair_torn_tail(path: Path) -> int:
@@ -200,11 +297,17 @@ class RunStore:
 
     # ---- lifecycle
     def open(self) -> RunStore:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        ensure_writable_dir(self.run_dir, "run folder")
         self._acquire_lock()
+        try:
+            return self._open_locked()
+        except BaseException:
+            self._release_lock()
+            raise
+
+    def _open_locked(self) -> RunStore:
         existing = [n for n in self.outputs if self.path(n).exists() and self.path(n).stat().st_size > 0]
         if existing and not (self.resume or self.overwrite):
-            self._release_lock()
             raise StoreError(f"{self.path(existing[0])} already exists: pass --resume to continue it or --overwrite to start over")
         if self.overwrite:
             for name in (*self.outputs, "run_summary.json", "run_config.json", "role_call_trace.jsonl"):
@@ -215,8 +318,12 @@ class RunStore:
         if previous is not None:
             self.summary.counters = previous.counters
             self.summary.usage = previous.usage
-        for name in self.outputs:
-            self._appenders[name] = JsonlAppender(self.path(name))
+            self.summary.num_torn_lines_dropped += previous.num_torn_lines_dropped  # a total over the run's sessions
+        try:
+            for name in self.outputs:
+                self._appenders[name] = JsonlAppender(self.path(name))
+        except OSError as exc:
+            raise StoreError(f"cannot open {describe_os_error(exc)}") from None
         self.write_summary(force=True)
         return self
 
@@ -247,7 +354,10 @@ class RunStore:
         self.summary.num_records = len(self.done_keys)
 
     def _acquire_lock(self) -> None:
-        fd = os.open(self.run_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self.run_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StoreError(f"cannot lock the run folder: {describe_os_error(exc, self.run_dir / '.lock')}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -279,12 +389,34 @@ class RunStore:
         self.summary.status = status  # type: ignore[assignment]
         self.summary.error = error
         self.summary.finished_at = utc_now()
-        self.write_summary(force=True)
-        self._release_lock()
+        try:
+            self._write_final_summary()
+        finally:
+            self._release_lock()
+
+    def _write_final_summary(self) -> None:
+        """The last summary must say how the run ended even on a full disk: when the atomic write
+        (a new file) fails, the existing summary is rewritten in place, in the blocks it already has."""
+        try:
+            self.write_summary(force=True)
+            return
+        except StoreError as exc:
+            first_error = exc
+        path = self.path("run_summary.json")
+        text = json.dumps(json.loads(self.summary.model_dump_json(exclude_none=True)), ensure_ascii=False, separators=(",", ":")) + "\n"
+        try:
+            with open(path, "r+" if path.exists() else "w", encoding="utf-8") as fh:
+                fh.write(text)
+                fh.truncate()
+        except OSError:
+            log.error("%s; the run ended %s%s", first_error, self.summary.status, f" ({self.summary.error})" if self.summary.error else "")
 
     # ---- writing
-    def write_config(self, config: RunConfig) -> None:
+    def write_config(self, config: RunConfig, *, ignore: frozenset[str] = frozenset()) -> None:
+        """Writes run_config.json; on --resume, first refuses settings that differ from the saved ones."""
         data = redact(json.loads(config.model_dump_json(exclude_none=True)))
+        if self.resume:
+            check_resume_settings(self.run_dir, data.get("settings") or {}, ignore)
         write_json_atomic(self.path("run_config.json"), data)
 
     def is_done(self, key: str) -> bool:
@@ -317,3 +449,57 @@ class RunStore:
         if usage is not None:
             self.summary.usage = usage
         write_json_atomic(self.path("run_summary.json"), json.loads(self.summary.model_dump_json(exclude_none=True)))
+
+
+# ---------------------------------------------------------------------------- resume settings
+
+# Settings that may change between sessions of one run: how fast or how far it goes, not what it makes.
+RESUMABLE_SETTINGS = frozenset(
+    {
+        "resume", "overwrite", "limit", "strict", "trace_role_calls", "num_contexts", "output_dir", "run_name",
+        "max_concurrent_episodes", "max_concurrent_queries", "max_in_flight", "local_backend_roles", "judge_cache",
+        "run_tag",  # derived from the settings compared here
+    }
+)
+
+
+def flatten_settings(settings: dict, prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in settings.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten_settings(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def settings_differences(saved: dict, current: dict, ignore: frozenset[str] = frozenset()) -> list[str]:
+    """'name: saved X, now Y' for each setting both configs name and that differs."""
+    skip = RESUMABLE_SETTINGS | ignore
+    old, new = flatten_settings(saved), flatten_settings(current)
+    differences = []
+    for name in sorted(set(old) & set(new)):
+        if name.rsplit(".", 1)[-1] in skip or name in skip:
+            continue
+        if old[name] != new[name]:
+            differences.append(f"{name}: saved {old[name]!r}, now {new[name]!r}")
+    return differences
+
+
+def check_resume_settings(run_dir: Path, settings: dict, ignore: frozenset[str] = frozenset()) -> None:
+    """--resume continues the saved run as it was configured; other settings are a new run."""
+    path = Path(run_dir) / "run_config.json"
+    if not path.is_file():
+        return
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8")).get("settings") or {}
+    except (OSError, json.JSONDecodeError, AttributeError):
+        raise StoreError(f"{path} is unreadable: cannot check that --resume continues the same run (move it aside or --overwrite)") from None
+    differences = settings_differences(saved, redact(json.loads(json.dumps(settings, default=str))), ignore)
+    if differences:
+        shown = "; ".join(differences[:4]) + (f"; and {len(differences) - 4} more" if len(differences) > 4 else "")
+        raise StoreError(
+            f"--resume with settings that differ from the saved run in {run_dir} ({shown}): "
+            "pass the saved settings, or start a new run with --overwrite or another --output-dir"
+        )
