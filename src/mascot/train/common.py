@@ -38,6 +38,9 @@ def open_output(settings: TrainSettings, default: Path) -> tuple[Path, Path | No
 
 def run_training(trainer, checkpoint: Path | None) -> dict[str, Any]:
     """trainer.train() with resume; returns the figures worth keeping in the metadata."""
+    from mascot.train.guard import non_finite_guard
+
+    trainer.add_callback(non_finite_guard())
     started = time.monotonic()
     result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     metrics = dict(result.metrics or {})
