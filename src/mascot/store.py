@@ -14,7 +14,6 @@ import errno
 import fcntl
 import json
 import logging
-import math
 import os
 import re
 import time
@@ -286,6 +285,8 @@ class RunStore:
         self._lock_fd: int | None = None
         self._started = time.monotonic()
         self._last_summary_write = 0.0
+        # Where the summary reads the run's usage from each time it is written (set by the run).
+        self.usage_source: Callable[[], dict] | None = None
 
     # ---- paths
     def path(self, name: str | None = None) -> Path:
@@ -448,6 +449,8 @@ class RunStore:
         self.summary.duration_s = round(now - self._started, 3)
         if usage is not None:
             self.summary.usage = usage
+        elif self.usage_source is not None:
+            self.summary.usage = self.usage_source()
         write_json_atomic(self.path("run_summary.json"), json.loads(self.summary.model_dump_json(exclude_none=True)))
 
 
@@ -503,3 +506,14 @@ def check_resume_settings(run_dir: Path, settings: dict, ignore: frozenset[str] 
             f"--resume with settings that differ from the saved run in {run_dir} ({shown}): "
             "pass the saved settings, or start a new run with --overwrite or another --output-dir"
         )
+
+
+async def flush_summary_periodically(store: RunStore, interval_s: float = 1.0) -> None:
+    """Writes the summary every `interval_s` while a run works, also when no record completes (long
+    episodes), so that a kill -9 loses at most the last interval's usage and counters. Cancel it
+    when the run ends."""
+    import asyncio
+
+    while True:
+        await asyncio.sleep(interval_s)
+        store.write_summary(force=True)
