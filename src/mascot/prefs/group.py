@@ -26,6 +26,7 @@ from mascot.judge.prompt import JudgeItem
 from mascot.judge.episodes import collective_item
 from mascot.llm.base import Message
 from mascot.prefs.pairs import PairStats, preference_index_pairs
+from mascot.prompt_text import neutralize
 from mascot.schema import Context, Directive, Episode, Judgment, PreferencePair, Turn
 
 GroupMode = Literal["episode", "directive"]
@@ -53,6 +54,7 @@ def group_rm_prompt(context: Context | None, domain: str) -> list[Message]:
         who = user_label(domain)
         opening = "\n".join(f"{who if l.speaker in ('user', 'usr', 'seeker') else l.speaker}: {l.text}" for l in context.opening_turns)
         body = f"{body}\n\nOpening:\n{opening}" if body else opening
+    body = neutralize(body)  # dataset text, built here without a template
     return [{"role": "user", "content": f"{body}\n\n{GROUP_RM_INSTRUCTION}" if body else GROUP_RM_INSTRUCTION}]
 
 
