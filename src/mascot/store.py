@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from mascot.errors import MascotError
-from mascot.schema import Counters, RunConfig, RunSummary, utc_now
+from mascot.schema import Counters, RoleUsage, RunConfig, RunSummary, utc_now
 
 T = TypeVar("T", bound=BaseModel)
 log = logging.getLogger(__name__)
@@ -257,6 +257,36 @@ def repair_torn_tail(path: Path) -> int:
     return 1
 
 
+USAGE_LOG = "usage_log.jsonl"
+
+
+def read_usage_log(path: Path) -> dict[str, RoleUsage]:
+    """Usage per role summed over the log's lines (a torn last line is skipped)."""
+    totals: dict[str, RoleUsage] = {}
+    repair_torn_tail(path)
+    with open(path, "rb") as fh:
+        for raw in fh:
+            try:
+                entry = json.loads(raw)
+                usage = totals.setdefault(str(entry["role"]), RoleUsage())
+            except (json.JSONDecodeError, KeyError, TypeError):
+                continue
+            for name in ("requests", "prompt_tokens", "completion_tokens", "failures"):
+                setattr(usage, name, getattr(usage, name) + int(entry.get(name, 0)))
+    return totals
+
+
+def log_meter_usage(meter: Any, store: RunStore) -> None:
+    """Every call a usage meter records also goes into the store's usage log."""
+    record = meter.record
+
+    def record_and_log(role: str, response: Any) -> None:
+        record(role, response)
+        store.log_usage(role, response)
+
+    meter.record = record_and_log
+
+
 class RunStore:
     """One run directory. Use as a context manager: the summary is written on every exit path."""
 
@@ -310,8 +340,9 @@ class RunStore:
         existing = [n for n in self.outputs if self.path(n).exists() and self.path(n).stat().st_size > 0]
         if existing and not (self.resume or self.overwrite):
             raise StoreError(f"{self.path(existing[0])} already exists: pass --resume to continue it or --overwrite to start over")
-        if self.overwrite:
-            for name in (*self.outputs, "run_summary.json", "run_config.json", "role_call_trace.jsonl"):
+        if self.overwrite or not self.resume:
+            names = (*self.outputs, "run_summary.json", "run_config.json", "role_call_trace.jsonl") if self.overwrite else ()
+            for name in (*names, USAGE_LOG):
                 self.path(name).unlink(missing_ok=True)
         previous = self._previous_summary() if self.resume else None
         if self.resume:
@@ -320,8 +351,10 @@ class RunStore:
             self.summary.counters = previous.counters
             self.summary.usage = previous.usage
             self.summary.num_torn_lines_dropped += previous.num_torn_lines_dropped  # a total over the run's sessions
+        if self.resume and self.path(USAGE_LOG).exists():
+            self.summary.usage = read_usage_log(self.path(USAGE_LOG))  # exact, also for sessions killed with -9
         try:
-            for name in self.outputs:
+            for name in (*self.outputs, USAGE_LOG):
                 self._appenders[name] = JsonlAppender(self.path(name))
         except OSError as exc:
             raise StoreError(f"cannot open {describe_os_error(exc)}") from None
@@ -419,6 +452,17 @@ class RunStore:
         if self.resume:
             check_resume_settings(self.run_dir, data.get("settings") or {}, ignore)
         write_json_atomic(self.path("run_config.json"), data)
+
+    def log_usage(self, role: str, response: Any) -> None:
+        """One model call into the usage log (a line per call, so that a kill -9 loses none);
+        `response` None is a failed call."""
+        entry = {"role": role, "requests": 1, "failures": int(response is None)}
+        if response is not None:
+            entry["prompt_tokens"] = int(getattr(response, "prompt_tokens", 0) or 0)
+            entry["completion_tokens"] = int(getattr(response, "completion_tokens", 0) or 0)
+        appender = self._appenders.get(USAGE_LOG)
+        if appender is not None:
+            appender.append(entry)
 
     def is_done(self, key: str) -> bool:
         return key in self.done_keys

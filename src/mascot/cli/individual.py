@@ -104,7 +104,7 @@ async def _run(*, dataset, data_file, split, limit, roster_name, settings_kwargs
     from mascot.rosters import load_roster, roster_for_dataset
     from mascot.rubrics import rubric_for
     from mascot.schema import RunConfig
-    from mascot.store import RunStore, check_resume_settings, flush_summary_periodically
+    from mascot.store import RunStore, check_resume_settings, flush_summary_periodically, log_meter_usage
 
     console = Console(stderr=True)
     roster = load_roster(roster_name) if roster_name else roster_for_dataset(dataset)
@@ -132,6 +132,7 @@ async def _run(*, dataset, data_file, split, limit, roster_name, settings_kwargs
     with store:
         previous_usage = dict(store.summary.usage)  # from the interrupted run when resuming
         backends = build_backends(roles, endpoints, trace_path=run_dir / "role_call_trace.jsonl" if trace_role_calls else None, overrides=clients)
+        log_meter_usage(backends.meter, store)
         store.usage_source = lambda: merged_usage(previous_usage, backends.meter.by_role)
         flusher = asyncio.ensure_future(flush_summary_periodically(store))
         try:

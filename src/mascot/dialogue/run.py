@@ -22,7 +22,7 @@ from mascot.llm.base import ChatClient
 from mascot.llm.routing import Backends, EndpointOptions, build_backends, resolve_roles
 from mascot.rosters import load_roster, roster_for_dataset
 from mascot.schema import Context, Episode, RoleIdentity, RoleUsage, Roster, RunConfig
-from mascot.store import RunStore, check_resume_settings, flush_summary_periodically, read_jsonl
+from mascot.store import RunStore, check_resume_settings, flush_summary_periodically, log_meter_usage, read_jsonl
 
 
 class GenerationFailed(MascotError):
@@ -198,6 +198,7 @@ async def generate_group(
         trace = run_dir / "role_call_trace.jsonl" if cfg.trace_role_calls else None
         backends = build_backends(endpoints, cfg.endpoints, trace_path=trace, overrides=clients)
         previous_usage = dict(store.summary.usage)  # from the interrupted run when resuming
+        log_meter_usage(backends.meter, store)
         store.usage_source = lambda: merged_usage(previous_usage, backends.meter.by_role)
         flusher = asyncio.ensure_future(flush_summary_periodically(store))
         try:
