@@ -200,7 +200,7 @@ def test_reward_model_training_killed_between_steps_resumes_to_the_same_weights(
 
     def cmd(out: Path) -> list[str]:
         return [*MASCOT, "train", "reward-model", "--data-path", str(run), "--model", str(base), "--output-dir", str(out),
-                "--max-steps", "6", "--batch-size", "4", "--save-steps", "1", "--eval-fraction", "0", "--seed", "3", "--lora-dropout", "0"]
+                "--max-steps", "6", "--batch-size", "4", "--save-steps", "1", "--eval-fraction", "0", "--seed", "3", "--learning-rate", "1e-3"]
 
     subprocess.run(cmd(tmp_path / "ref"), check=True, capture_output=True, timeout=600, env=env)
     out = tmp_path / "killed"
@@ -212,4 +212,4 @@ def test_reward_model_training_killed_between_steps_resumes_to_the_same_weights(
     reference, resumed = (load_file(str(d / "adapter_model.safetensors")) for d in (tmp_path / "ref", out))
     assert reference.keys() == resumed.keys()
     for name in reference:
-        assert (reference[name] - resumed[name]).abs().max().item() < 1e-5, name
+        assert (reference[name] - resumed[name]).abs().max().item() < 1e-6, name

@@ -28,7 +28,12 @@ class TrainOutcome:
 
 
 def open_output(settings: TrainSettings, default: Path) -> tuple[Path, Path | None]:
-    """The output folder under the --resume / --overwrite rules, and the checkpoint to resume."""
+    """The output folder under the --resume / --overwrite rules, and the checkpoint to resume.
+    Also seeds every RNG: the model (a LoRA adapter's random init) loads after this, and must be
+    the same in every process for a run to be reproducible and a resumed run to match."""
+    from transformers import set_seed
+
+    set_seed(settings.seed)
     output = Path(settings.output_dir) if settings.output_dir else default
     if settings.resume and artefact.is_complete(output) and artefact.last_checkpoint(output) is None:
         raise ArtefactError(f"{output} is already complete: nothing to resume (pass --overwrite to train again)")
