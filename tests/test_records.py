@@ -281,3 +281,17 @@ async def test_usage_reaches_the_summary_while_no_record_completes(tmp_path):
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     assert requests == 1
+
+
+def test_a_run_written_before_ids_had_a_tag_resumes_with_its_own_ids(stub, tmp_path):
+    assert generate(stub.url, tmp_path).exit_code == 0
+    run = tmp_path / "directed_ESConv_stub-model"
+    first = json.loads((run / "episodes.jsonl").read_text().splitlines()[0])
+    first["episode_id"] = f"{first['context_id']}:e0"  # the id an older mascot wrote
+    (run / "episodes.jsonl").write_text(json.dumps(first) + "\n")
+    config = json.loads((run / "run_config.json").read_text())
+    del config["settings"]["engine"]["run_tag"]
+    config["settings"]["engine"]["max_tokens"] = "***"  # and how it redacted a setting
+    (run / "run_config.json").write_text(json.dumps(config))
+    assert generate(stub.url, tmp_path, "--resume").exit_code == 0
+    assert [e.episode_id for e in read_jsonl(run / "episodes.jsonl", Episode)] == ["esconv-test-1:e0", "esconv-test-2:e0"]

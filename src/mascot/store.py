@@ -314,7 +314,7 @@ def settings_differences(saved: dict, current: dict, ignore: frozenset[str] = fr
     for name in sorted(set(old) & set(new)):
         if name.rsplit(".", 1)[-1] in skip or name in skip:
             continue
-        if old[name] != new[name]:
+        if old[name] != new[name] and old[name] != "***":  # older versions redacted some settings
             differences.append(f"{name}: saved {old[name]!r}, now {new[name]!r}")
     return differences
 

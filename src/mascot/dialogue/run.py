@@ -99,6 +99,19 @@ def run_tag(cfg: GroupGenerationConfig, roster: Roster) -> str:
     return f"{_slug(cfg.engine.system)}-{hashlib.sha256(identity.encode()).hexdigest()[:6]}"
 
 
+def saved_run_tag(run_dir: Path, resume: bool) -> str | None:
+    """On --resume of a run written before episode ids carried a tag, no tag ("" keeps its ids);
+    otherwise None (the tag is derived from the settings)."""
+    path = run_dir / "run_config.json"
+    if not (resume and path.is_file()):
+        return None
+    try:
+        engine = json.loads(path.read_text(encoding="utf-8")).get("settings", {}).get("engine", {})
+    except (OSError, ValueError, AttributeError):
+        return None
+    return None if "run_tag" in engine else ""
+
+
 def run_settings(cfg: GroupGenerationConfig, roster: Roster, num_contexts: int) -> dict:
     """The `settings` block of run_config.json; --resume compares it with the saved one."""
     return {
@@ -189,7 +202,9 @@ async def generate_group(
     settings.dataset = settings.dataset or cfg.dataset
     run_dir = run_dir_for(cfg)
     settings.run_id = run_dir.name
-    settings.run_tag = settings.run_tag or run_tag(cfg, roster)
+    if not settings.run_tag:
+        legacy = saved_run_tag(run_dir, cfg.resume)
+        settings.run_tag = legacy if legacy is not None else run_tag(cfg, roster)
     if cfg.resume:  # before the store opens: a refused resume leaves the saved run as it was
         check_resume_settings(run_dir, run_settings(cfg, roster, len(contexts)))
     endpoints = resolve_roles(cfg.endpoints, roles_needed(settings))

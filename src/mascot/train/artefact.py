@@ -136,7 +136,7 @@ def _readable_state(path: Path) -> bool:
         state = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return False
-    return isinstance(state, dict) and isinstance(state.get("global_step"), int)
+    return isinstance(state, dict)
 
 
 def _has_contents(folder: Path) -> bool:
