@@ -176,8 +176,8 @@ def kill_judging(server, tmp_path: Path, seed: int, kills: int) -> None:
 
 def test_sigkill_at_seeded_points_then_resume_equals_an_uninterrupted_run(server, tmp_path):
     kill_group_generation(server, tmp_path / "group", seed=1, kills=3, contexts=8)
-    kill_judging(server, tmp_path / "group", seed=2, kills=2)
-    kill_stage1_generation(server, tmp_path / "stage1", seed=3, kills=2, contexts=3)
+    kill_judging(server, tmp_path / "group", seed=2, kills=1)
+    kill_stage1_generation(server, tmp_path / "stage1", seed=3, kills=2, contexts=2)
 
 
 @pytest.mark.slow
