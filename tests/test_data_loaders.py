@@ -123,10 +123,10 @@ def test_ed_empty_csv(tmp_path):
     empty = tmp_path / "valid.csv"
     empty.write_text("")
     with pytest.raises(DatasetError, match="empty file"):
-        load_contexts("ed", data_file=empty)
+        load_contexts("ed", split="valid", data_file=empty)
     empty.write_text("conv_id,utterance_idx,context,prompt,speaker_idx,utterance,selfeval,tags\n")
     with pytest.raises(DatasetError, match="no EmpatheticDialogues contexts"):
-        load_contexts("ed", data_file=empty)
+        load_contexts("ed", split="valid", data_file=empty)
 
 
 # --------------------------------------------------------------------------- QMSum

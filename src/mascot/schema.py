@@ -7,10 +7,11 @@ already know (`conv_id`, `turns`, `round_id`, `directive_output`, `agents_spoken
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timezone
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 SCHEMA_VERSION = "1.0"
 
@@ -19,13 +20,45 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-class Record(BaseModel):
-    """Base for every JSONL record: unknown fields from newer files survive a round trip."""
+def _first_non_finite(value: Any, where: str) -> str | None:
+    if isinstance(value, float) and not math.isfinite(value):
+        return where
+    if isinstance(value, dict):
+        return next((w for k, v in value.items() if (w := _first_non_finite(v, f"{where}.{k}"))), None)
+    if isinstance(value, list):
+        return next((w for i, v in enumerate(value) if (w := _first_non_finite(v, f"{where}[{i}]"))), None)
+    return None
 
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+class Record(BaseModel):
+    """Base for every JSONL record: unknown fields from newer files survive a round trip.
+
+    Numbers must be finite, in declared and unknown fields alike: a NaN margin or score would
+    otherwise travel silently into training (where it turns every weight into NaN)."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _extras_are_finite(self):
+        where = _first_non_finite(self.__pydantic_extra__ or {}, "record")
+        if where:
+            raise ValueError(f"{where.removeprefix('record.')} must be a finite number")
+        return self
 
     def to_json(self) -> str:
         return self.model_dump_json(exclude_none=True)
+
+
+def check_messages(messages: list[dict[str, str]], name: str) -> list[dict[str, str]]:
+    """A chat in TRL's conversational format: at least one message, each with a role and text."""
+    if not messages:
+        raise ValueError(f"{name} is empty: it needs at least one message")
+    for i, message in enumerate(messages):
+        if not str(message.get("role") or "").strip():
+            raise ValueError(f"{name}[{i}] has no role")
+        if not str(message.get("content") or "").strip():
+            raise ValueError(f"{name}[{i}] has no text")
+    return messages
 
 
 # --------------------------------------------------------------------------- personas and rosters
@@ -236,6 +269,11 @@ class PreferencePair(Record):
     roster: str | None = None
     roster_version: str | None = None
     rubric_version: str | None = None
+
+    @field_validator("prompt", "chosen", "rejected")
+    @classmethod
+    def _messages_have_text(cls, messages: list[dict[str, str]], info) -> list[dict[str, str]]:
+        return check_messages(messages, info.field_name)
 
 
 # --------------------------------------------------------------------------- runs

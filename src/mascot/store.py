@@ -10,157 +10,66 @@
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from mascot.errors import MascotError
-from mascot.schema import Counters, RunConfig, RunSummary, utc_now
+from mascot.files import (  # noqa: F401 - the file helpers are imported from here across the project
+    JsonlAppender,
+    RecordFormatError,
+    StoreError,
+    describe_os_error,
+    ensure_writable_dir,
+    ensure_writable_file,
+    is_secret_key,
+    iter_json_objects,
+    read_jsonl,
+    redact,
+    repair_torn_tail,
+    write_json_atomic,
+    write_jsonl,
+)
+from mascot.schema import Counters, RoleUsage, RunConfig, RunSummary, utc_now
 
-T = TypeVar("T", bound=BaseModel)
 log = logging.getLogger("mascot.run")
 
-SECRET_MARKERS = ("key", "token", "secret", "password", "authorization")
+
+USAGE_LOG = "usage_log.jsonl"
 
 
-class StoreError(MascotError):
-    """A user-facing problem with a run directory (exists, locked, unreadable)."""
-
-
-class RecordFormatError(MascotError, ValueError):
-    """A JSONL file holds a line that is not a valid record; the message names file and line."""
-
-
-def redact(value: Any) -> Any:
-    """Replaces anything that looks like a secret with '***' before it is written to disk."""
-    if isinstance(value, dict):
-        return {
-            k: ("***" if v and any(m in str(k).lower() for m in SECRET_MARKERS) and not str(k).endswith("_env") else redact(v))
-            for k, v in value.items()
-        }
-    if isinstance(value, list):
-        return [redact(v) for v in value]
-    return value
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def iter_json_objects(path: Path, error: type[Exception] = None) -> Iterator[tuple[int, dict]]:  # type: ignore[assignment]
-    """(line number, object) for each non-blank line of a JSONL file, one line at a time; a line that
-    is not a JSON object raises `error` (RecordFormatError by default) naming the file and line."""
-    error = error or RecordFormatError
-    number = 0
-    try:
-        with open(path, encoding="utf-8-sig") as fh:
-            for number, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise error(f"{path}:{number}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-                if not isinstance(record, dict):
-                    raise error(f"{path}:{number}: expected a JSON object, found {type(record).__name__}")
-                yield number, record
-    except UnicodeDecodeError:
-        raise error(f"{path}:{number + 1}: not UTF-8 text") from None
-
-
-def read_jsonl(path: Path, model: type[T], *, drop_torn_tail: bool = False) -> Iterator[T]:
-    """Yields validated records; a bad line stops with an error naming the file and line number.
-    With `drop_torn_tail`, an unterminated invalid last line (a write cut by a crash) is skipped."""
-    path = Path(path)
+def read_usage_log(path: Path) -> dict[str, RoleUsage]:
+    """Usage per role summed over the log's lines (a torn last line is skipped)."""
+    totals: dict[str, RoleUsage] = {}
+    repair_torn_tail(path)
     with open(path, "rb") as fh:
-        data = fh.read()
-    lines = data.split(b"\n")
-    for number, raw in enumerate(lines, start=1):
-        if not raw.strip():
-            continue
-        is_tail = number == len(lines) and not data.endswith(b"\n")
-        try:
-            yield model.model_validate_json(raw)
-        except ValidationError as exc:
-            if drop_torn_tail and is_tail:
-                return
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first.get("loc", ())) or "record"
-            raise RecordFormatError(f"{path}:{number}: not a valid {model.__name__} record ({where}: {first['msg']})") from None
+        for raw in fh:
+            try:
+                entry = json.loads(raw)
+                usage = totals.setdefault(str(entry["role"]), RoleUsage())
+            except (json.JSONDecodeError, KeyError, TypeError):
+                continue
+            for name in ("requests", "prompt_tokens", "completion_tokens", "failures"):
+                setattr(usage, name, getattr(usage, name) + int(entry.get(name, 0)))
+    return totals
 
 
-def write_jsonl(path: Path, records: list[BaseModel]) -> None:
-    """Writes a whole file atomically (for derived outputs that are rebuilt, not appended)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        for record in records:
-            fh.write(record.model_dump_json(exclude_none=True) + "\n")
-    os.replace(tmp, path)
+def log_meter_usage(meter: Any, store: RunStore) -> None:
+    """Every call a usage meter records also goes into the store's usage log."""
+    record = meter.record
 
+    def record_and_log(role: str, response: Any) -> None:
+        record(role, response)
+        store.log_usage(role, response)
 
-class JsonlAppender:
-    """Appends whole lines to a JSONL file; each line reaches the kernel in one write."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        self._last_sync = time.monotonic()
-
-    def append(self, record: BaseModel | dict) -> None:
-        if isinstance(record, BaseModel):
-            line = record.model_dump_json(exclude_none=True)
-        else:
-            line = json.dumps(record, ensure_ascii=False)
-        payload = (line + "\n").encode("utf-8")
-        view = memoryview(payload)
-        while view:
-            written = os.write(self._fd, view)
-            view = view[written:]
-        if time.monotonic() - self._last_sync > 5.0:  # bound what a power cut could take
-            os.fsync(self._fd)
-            self._last_sync = time.monotonic()
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.fsync(self._fd)
-            os.close(self._fd)
-            self._fd = -1
-
-
-def repair_torn_tail(path: Path) -> int:
-    """Truncates an unterminated last line left by a killed writer. Returns lines dropped (0 or 1)."""
-    if not path.exists() or path.stat().st_size == 0:
-        return 0
-    with open(path, "rb+") as fh:
-        fh.seek(0, os.SEEK_END)
-        size = fh.tell()
-        fh.seek(max(0, size - 1))
-        if fh.read(1) == b"\n":
-            return 0
-        # find the last newline; everything after it is the torn line
-        block = 1 << 16
-        pos = size
-        cut = 0
-        while pos > 0:
-            start = max(0, pos - block)
-            fh.seek(start)
-            chunk = fh.read(pos - start)
-            idx = chunk.rfind(b"\n")
-            if idx >= 0:
-                cut = start + idx + 1
-                break
-            pos = start
-        fh.truncate(cut)
-    return 1
+    meter.record = record_and_log
 
 
 class RunStore:
@@ -192,6 +101,8 @@ class RunStore:
         self._started = time.monotonic()
         self._last_summary_write = 0.0
         self._drop_causes: set[str] = set()
+        # Where the summary reads the run's usage from each time it is written (set by the run).
+        self.usage_source: Callable[[], dict] | None = None
 
     # ---- paths
     def path(self, name: str | None = None) -> Path:
@@ -203,14 +114,21 @@ class RunStore:
 
     # ---- lifecycle
     def open(self) -> RunStore:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        ensure_writable_dir(self.run_dir, "run folder")
         self._acquire_lock()
+        try:
+            return self._open_locked()
+        except BaseException:
+            self._release_lock()
+            raise
+
+    def _open_locked(self) -> RunStore:
         existing = [n for n in self.outputs if self.path(n).exists() and self.path(n).stat().st_size > 0]
         if existing and not (self.resume or self.overwrite):
-            self._release_lock()
             raise StoreError(f"{self.path(existing[0])} already exists: pass --resume to continue it or --overwrite to start over")
-        if self.overwrite:
-            for name in (*self.outputs, "run_summary.json", "run_config.json", "role_call_trace.jsonl"):
+        if self.overwrite or not self.resume:
+            names = (*self.outputs, "run_summary.json", "run_config.json", "role_call_trace.jsonl") if self.overwrite else ()
+            for name in (*names, USAGE_LOG):
                 self.path(name).unlink(missing_ok=True)
         previous = self._previous_summary() if self.resume else None
         if self.resume:
@@ -220,8 +138,14 @@ class RunStore:
             self.summary.usage = previous.usage
             self.summary.failures = previous.failures  # repaired items leave it as they are written
             self.summary.endpoints = previous.endpoints
-        for name in self.outputs:
-            self._appenders[name] = JsonlAppender(self.path(name))
+            self.summary.num_torn_lines_dropped += previous.num_torn_lines_dropped  # a total over the run's sessions
+        if self.resume and self.path(USAGE_LOG).exists():
+            self.summary.usage = read_usage_log(self.path(USAGE_LOG))  # exact, also for sessions killed with -9
+        try:
+            for name in (*self.outputs, USAGE_LOG):
+                self._appenders[name] = JsonlAppender(self.path(name))
+        except OSError as exc:
+            raise StoreError(f"cannot open {describe_os_error(exc)}") from None
         self.write_summary(force=True)
         return self
 
@@ -252,7 +176,10 @@ class RunStore:
         self.summary.num_records = len(self.done_keys)
 
     def _acquire_lock(self) -> None:
-        fd = os.open(self.run_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self.run_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StoreError(f"cannot lock the run folder: {describe_os_error(exc, self.run_dir / '.lock')}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -284,13 +211,46 @@ class RunStore:
         self.summary.status = status  # type: ignore[assignment]
         self.summary.error = error
         self.summary.finished_at = utc_now()
-        self.write_summary(force=True)
-        self._release_lock()
+        try:
+            self._write_final_summary()
+        finally:
+            self._release_lock()
+
+    def _write_final_summary(self) -> None:
+        """The last summary must say how the run ended even on a full disk: when the atomic write
+        (a new file) fails, the existing summary is rewritten in place, in the blocks it already has."""
+        try:
+            self.write_summary(force=True)
+            return
+        except StoreError as exc:
+            first_error = exc
+        path = self.path("run_summary.json")
+        text = json.dumps(json.loads(self.summary.model_dump_json(exclude_none=True)), ensure_ascii=False, separators=(",", ":")) + "\n"
+        try:
+            with open(path, "r+" if path.exists() else "w", encoding="utf-8") as fh:
+                fh.write(text)
+                fh.truncate()
+        except OSError:
+            log.error("%s; the run ended %s%s", first_error, self.summary.status, f" ({self.summary.error})" if self.summary.error else "")
 
     # ---- writing
-    def write_config(self, config: RunConfig) -> None:
+    def write_config(self, config: RunConfig, *, ignore: frozenset[str] = frozenset()) -> None:
+        """Writes run_config.json; on --resume, first refuses settings that differ from the saved ones."""
         data = redact(json.loads(config.model_dump_json(exclude_none=True)))
+        if self.resume:
+            check_resume_settings(self.run_dir, data.get("settings") or {}, ignore)
         write_json_atomic(self.path("run_config.json"), data)
+
+    def log_usage(self, role: str, response: Any) -> None:
+        """One model call into the usage log (a line per call, so that a kill -9 loses none);
+        `response` None is a failed call."""
+        entry = {"role": role, "requests": 1, "failures": int(response is None)}
+        if response is not None:
+            entry["prompt_tokens"] = int(getattr(response, "prompt_tokens", 0) or 0)
+            entry["completion_tokens"] = int(getattr(response, "completion_tokens", 0) or 0)
+        appender = self._appenders.get(USAGE_LOG)
+        if appender is not None:
+            appender.append(entry)
 
     def is_done(self, key: str) -> bool:
         return key in self.done_keys
@@ -362,6 +322,8 @@ class RunStore:
         self.summary.duration_s = round(now - self._started, 3)
         if usage is not None:
             self.summary.usage = usage
+        elif self.usage_source is not None:
+            self.summary.usage = self.usage_source()
         write_json_atomic(self.path("run_summary.json"), json.loads(self.summary.model_dump_json(exclude_none=True)))
 
 
@@ -375,3 +337,64 @@ def mark_failed(report_path: Path, error: str) -> None:
         data = {"report": data}
     data["status"], data["error"] = "failed", error
     write_json_atomic(Path(report_path), data)
+# ---------------------------------------------------------------------------- resume settings
+
+# Settings that may change between sessions of one run: how fast or how far it goes, not what it makes.
+RESUMABLE_SETTINGS = frozenset(
+    {
+        "resume", "overwrite", "limit", "strict", "trace_role_calls", "num_contexts", "output_dir", "run_name",
+        "max_concurrent_episodes", "max_concurrent_queries", "max_in_flight", "local_backend_roles", "judge_cache",
+        "run_tag",  # derived from the settings compared here
+    }
+)
+
+
+def flatten_settings(settings: dict, prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in settings.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten_settings(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def settings_differences(saved: dict, current: dict, ignore: frozenset[str] = frozenset()) -> list[str]:
+    """'name: saved X, now Y' for each setting both configs name and that differs."""
+    skip = RESUMABLE_SETTINGS | ignore
+    old, new = flatten_settings(saved), flatten_settings(current)
+    differences = []
+    for name in sorted(set(old) & set(new)):
+        if name.rsplit(".", 1)[-1] in skip or name in skip:
+            continue
+        if old[name] != new[name] and old[name] != "***":  # older versions redacted some settings
+            differences.append(f"{name}: saved {old[name]!r}, now {new[name]!r}")
+    return differences
+
+
+def check_resume_settings(run_dir: Path, settings: dict, ignore: frozenset[str] = frozenset()) -> None:
+    """--resume continues the saved run as it was configured; other settings are a new run."""
+    path = Path(run_dir) / "run_config.json"
+    if not path.is_file():
+        return
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8")).get("settings") or {}
+    except (OSError, json.JSONDecodeError, AttributeError):
+        raise StoreError(f"{path} is unreadable: cannot check that --resume continues the same run (move it aside or --overwrite)") from None
+    differences = settings_differences(saved, redact(json.loads(json.dumps(settings, default=str))), ignore)
+    if differences:
+        shown = "; ".join(differences[:4]) + (f"; and {len(differences) - 4} more" if len(differences) > 4 else "")
+        raise StoreError(
+            f"--resume with settings that differ from the saved run in {run_dir} ({shown}): "
+            "pass the saved settings, or start a new run with --overwrite or another --output-dir"
+        )
+
+
+async def flush_summary_periodically(store: RunStore, interval_s: float = 1.0) -> None:
+    """Writes the summary every `interval_s` while a run works, also when no record completes (long
+    episodes), so that a kill -9 loses at most the last interval's usage and counters. Cancel it
+    when the run ends."""
+    while True:
+        await asyncio.sleep(interval_s)
+        store.write_summary(force=True)

@@ -18,8 +18,12 @@ def _model_basename(model: str) -> str:
     return Path(model.rstrip("/")).name or model
 
 
-def individual_run_dir(output_dir: Path, dataset: str, speaker_model: str) -> Path:
-    return Path(output_dir) / f"individual_{dataset}_{_model_basename(speaker_model)}"
+def individual_run_dir(output_dir: Path, dataset: str, speaker_model: str, speaker_adapter: str | None = None) -> Path:
+    """`individual_<dataset>_<model>`, plus `_speaker-<adapter>` when the Speaker runs an adapter."""
+    name = f"individual_{dataset}_{_model_basename(speaker_model)}"
+    if speaker_adapter:
+        name += f"_speaker-{_model_basename(speaker_adapter)}"
+    return Path(output_dir) / name
 
 
 def run_individual_command(
@@ -100,7 +104,7 @@ async def _run(*, dataset, data_file, split, limit, roster_name, settings_kwargs
     from mascot.rosters import load_roster, roster_for_dataset
     from mascot.rubrics import rubric_for
     from mascot.schema import RunConfig
-    from mascot.store import RunStore
+    from mascot.store import RunStore, check_resume_settings, flush_summary_periodically, log_meter_usage
 
     console = Console(stderr=True)
     roster = load_roster(roster_name) if roster_name else roster_for_dataset(dataset)
@@ -108,14 +112,31 @@ async def _run(*, dataset, data_file, split, limit, roster_name, settings_kwargs
     contexts = load_contexts(dataset, split=split, data_file=data_file, limit=limit, seed=settings_kwargs["seed"])
     settings = IndividualSettings(**settings_kwargs)
     roles = resolve_roles(endpoints, ("speaker", "judge"))
-    run_dir = individual_run_dir(output_dir, dataset, roles["speaker"].model or DEFAULT_LOCAL_MODEL)
-    store = RunStore(run_dir, outputs=OUTPUTS, resume=resume, overwrite=overwrite, command="mascot generate --mode individual", key_of=candidate_key)
+    run_dir = individual_run_dir(output_dir, dataset, roles["speaker"].model or DEFAULT_LOCAL_MODEL, roles["speaker"].adapter)
     cache = None if no_cache else JudgmentCache(cache_dir)
+    run_settings = {
+        "dataset": dataset,
+        "split": split,
+        "data_file": str(data_file) if data_file else None,
+        "limit": limit,
+        "roster": roster.ident,
+        "rubric_version": rubric_version,
+        "num_contexts": len(contexts),
+        "judge_cache": str(cache.path) if cache else None,
+        "models": {role: {"model": ep.model, "adapter": ep.adapter} for role, ep in roles.items()},
+        **{k: v for k, v in asdict(settings).items()},
+    }
+    if resume:  # before the store opens: a refused resume leaves the saved run as it was
+        check_resume_settings(run_dir, run_settings)
+    store = RunStore(run_dir, outputs=OUTPUTS, resume=resume, overwrite=overwrite, command="mascot generate --mode individual", key_of=candidate_key)
     with store:
         previous_usage = dict(store.summary.usage)  # from the interrupted run when resuming
         previous_endpoints = dict(store.summary.endpoints)
         previous_annotation_failures = store.counters.num_annotation_failures
         backends = build_backends(roles, endpoints, trace_path=run_dir / "role_call_trace.jsonl" if trace_role_calls else None, overrides=clients)
+        log_meter_usage(backends.meter, store)
+        store.usage_source = lambda: merged_usage(previous_usage, backends.meter.by_role)
+        flusher = asyncio.ensure_future(flush_summary_periodically(store))
         try:
             await backends.preflight()
             store.write_config(
@@ -125,17 +146,7 @@ async def _run(*, dataset, data_file, split, limit, roster_name, settings_kwargs
                     mascot_version=__version__,
                     output_file=str(store.path()),
                     roles=backends.describe(),
-                    settings={
-                        "dataset": dataset,
-                        "split": split,
-                        "data_file": str(data_file) if data_file else None,
-                        "limit": limit,
-                        "roster": roster.ident,
-                        "rubric_version": rubric_version,
-                        "num_contexts": len(contexts),
-                        "judge_cache": str(cache.path) if cache else None,
-                        **{k: v for k, v in asdict(settings).items()},
-                    },
+                    settings=run_settings,
                 )
             )
             local = backends.local_roles
@@ -147,6 +158,7 @@ async def _run(*, dataset, data_file, split, limit, roster_name, settings_kwargs
                 contexts, roster, backends["speaker"], judge, store, settings, on_progress=lambda done: store.write_summary(usage=merged_usage(previous_usage, backends.meter.by_role))
             )
         finally:
+            flusher.cancel()
             record_backend_usage(store, backends, previous_usage, previous_endpoints)
             await backends.aclose()
             if cache:

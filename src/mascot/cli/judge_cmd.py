@@ -100,8 +100,9 @@ def judge(
 
     from rich.console import Console
 
-    from mascot.judge.run import judge_episode_file
+    from mascot.judge.run import judge_episode_file, output_paths
 
+    output_paths(input_file, output_dir)  # an unwritable output folder is refused before any model loads
     scopes = {"both": ("agent", "collective"), "agent": ("agent",), "collective": ("collective",)}.get(scope)
     if scopes is None:
         raise MascotError(f"unknown --scope {scope!r}: use agent, collective or both")

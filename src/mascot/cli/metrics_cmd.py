@@ -48,7 +48,9 @@ def metrics(
         skip_embeddings=skip_embeddings,
         batch_size=batch_size,
     )
-    output_file = output_file or Path(input_file).parent / "metrics_auto.json"
+    from mascot.store import ensure_writable_file
+
+    output_file = ensure_writable_file(output_file or Path(input_file).parent / "metrics_auto.json", "--output-file")  # before models load
     report = run_metrics_file(input_file, settings, output_file=output_file, dataset=dataset)
     summary = ", ".join(f"{k} {v['mean']}" for k, v in report["overall"].items() if v["mean"] is not None)
     typer.secho(f"{report['num_episodes']} episodes: {summary}", err=True)

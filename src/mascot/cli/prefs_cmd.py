@@ -53,7 +53,7 @@ def group(
     from mascot.cli.judge_cmd import build_panel, fail_if_nothing_judged, judge_specs, load_context_index
     from mascot.judge.episodes import load_episode_file
     from mascot.prefs.group import group_preferences, resolve_mode
-    from mascot.store import write_json_atomic, write_jsonl
+    from mascot.store import ensure_writable_dir, write_json_atomic, write_jsonl
 
     if mode not in ("auto", "episode", "directive"):
         raise MascotError(f"unknown --mode {mode!r}: use episode, directive or auto")
@@ -62,6 +62,7 @@ def group(
     loaded = load_episode_file(episodes, dataset=dataset)
     resolved = resolve_mode(loaded.episodes, mode)
     settings = o.client_settings(locals(), roles=("judge",))
+    folder = ensure_writable_dir(Path(output_dir) if output_dir else Path(episodes).parent)  # before any model call
     specs = judge_specs(judges, judges_file, provider, judge_server_url)
     contexts = load_context_index(dataset, data_file, split)
     console = Console(stderr=True)
@@ -85,8 +86,6 @@ def group(
                 cache.close()
 
     result, counters = asyncio.run(run())
-    folder = Path(output_dir) if output_dir else Path(episodes).parent
-    folder.mkdir(parents=True, exist_ok=True)
     name = OUTPUT_NAMES[resolved]
     write_jsonl(folder / f"{name}.jsonl", result.pairs)
     write_jsonl(folder / f"{name}_judgments.jsonl", result.judgments)

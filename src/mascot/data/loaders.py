@@ -8,6 +8,7 @@ with one, from the file in its hub export format, or from the split's file insid
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
@@ -15,7 +16,7 @@ from types import ModuleType
 
 from mascot.data import DatasetError, canonical_dataset_name
 from mascot.data import empathetic, esconv, qmsum
-from mascot.data.sources import canonical_split, resolve_split_file
+from mascot.data.sources import SPLIT_ALIASES, canonical_split, resolve_split_file
 from mascot.schema import Context
 
 _MODULES: dict[str, ModuleType] = {
@@ -44,8 +45,26 @@ def iter_contexts(
         raise DatasetError(f"token budget must be positive (got {token_budget})")
     if data_file is None:
         return module.iter_hub(name, token_budget=token_budget)
-    path = resolve_split_file(Path(data_file).expanduser(), module.file_candidates(name))
+    given = Path(data_file).expanduser()
+    path = resolve_split_file(given, module.file_candidates(name))
+    if not given.is_dir():
+        check_split_matches_file(path, canonical_split(split))
     return module.iter_file(path, name, token_budget=token_budget)
+
+
+def split_named_by(path: Path) -> str | None:
+    """The split a file's name states (`valid.jsonl`, `esconv_test.jsonl`, `val.jsonl`), if any."""
+    words = [w for w in re.split(r"[^a-z]+", Path(path).stem.lower()) if w]
+    named = {SPLIT_ALIASES[w] for w in words if w in SPLIT_ALIASES}
+    return named.pop() if len(named) == 1 else None
+
+
+def check_split_matches_file(path: Path, split: str) -> None:
+    """Context ids embed the split (`esconv-test-1`): reading `valid.jsonl` as the test split would
+    give ids that collide with the real test records, so a file named for another split is refused."""
+    named = split_named_by(path)
+    if named is not None and named != split:
+        raise DatasetError(f"{path} is named for the {named} split but --split is {split}: pass --split {named}")
 
 
 def load_contexts(

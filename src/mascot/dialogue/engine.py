@@ -63,6 +63,9 @@ class EngineSettings:
     max_tokens: int = 160
     director_max_tokens: int | None = None  # None: max_tokens (reasoning Directors need more)
     speaker_think: bool = False
+    # A short tag of the run's settings (system, policy, models...) inside every episode id, so
+    # that episodes of two systems or runs on the same contexts never share an id.
+    run_tag: str = ""
 
 
 @dataclass
@@ -178,6 +181,11 @@ class EpisodeEngine:
         await self.play_rounds(state, start, end, DirectorDecision(directive, directive_output or ""))
         return state.turns[len(prefix) :]
 
+    def record_id(self, context: Context, suffix: str) -> str:
+        """`<context_id>:<run tag>:<suffix>` (without a tag: `<context_id>:<suffix>`)."""
+        tag = self.settings.run_tag
+        return f"{context.context_id}:{tag}:{suffix}" if tag else f"{context.context_id}:{suffix}"
+
     def to_episode(self, state: EpisodeState, branch: BranchInfo | None = None, key_suffix: str = "") -> Episode:
         ctx, s = state.context, self.settings
         spoken: dict[str, int] = {}
@@ -208,7 +216,7 @@ class EpisodeEngine:
             prompt_version=PROMPT_VERSION,
         )
         episode = Episode(
-            episode_id=f"{ctx.context_id}:e{state.episode_idx}{key_suffix}",
+            episode_id=self.record_id(ctx, f"e{state.episode_idx}{key_suffix}"),
             context_id=ctx.context_id,
             turns=state.turns,
             agents_spoken=spoken,
@@ -232,13 +240,11 @@ class EpisodeEngine:
         return self.to_episode(state)
 
     # ------------------------------------------------------------------ branching
-    @staticmethod
-    def spine_id(context: Context) -> str:
-        return f"{context.context_id}:spine"
+    def spine_id(self, context: Context) -> str:
+        return self.record_id(context, "spine")
 
-    @staticmethod
-    def branch_id(context: Context, decision_round: int, candidate_idx: int) -> str:
-        return f"{context.context_id}:d{decision_round}:k{candidate_idx}"
+    def branch_id(self, context: Context, decision_round: int, candidate_idx: int) -> str:
+        return self.record_id(context, f"d{decision_round}:k{candidate_idx}")
 
     async def run_spine(self, context: Context) -> Episode:
         state = self.new_state(context, 0, "spine")
@@ -258,7 +264,7 @@ class EpisodeEngine:
             raise ValueError("branching generation needs a Director")
         seed = derive_seed(s.seed, context.context_id, "branch", decision_round, "propose")
         decisions = await self.director.propose(context, prefix, seed, s.num_candidates)
-        group_id = f"{context.context_id}:d{decision_round}"
+        group_id = self.record_id(context, f"d{decision_round}")
 
         async def one(k: int) -> Episode:
             state = self.new_state(context, 0, "branch", decision_round, k)
@@ -300,7 +306,7 @@ class EpisodeEngine:
             return
         count = s.num_episodes if s.generation_mode == "independent" else 1
         for idx in range(count):
-            if not skip(f"{context.context_id}:e{idx}"):
+            if not skip(self.record_id(context, f"e{idx}")):
                 yield await self.run_episode(context, idx)
 
 

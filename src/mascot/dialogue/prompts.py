@@ -1,50 +1,23 @@
 """Chat messages for the Director, the Speakers and the simulated user, rendered from the Jinja
 templates in `mascot/prompts/` (versioned by PROMPT_VERSION, recorded in every episode).
 
-Everything a person or a dataset wrote is untrusted: it is rendered inside delimited blocks with the
-tags that structure our prompts neutralised, so that typed text cannot close a block or forge a
-directive.
+Everything a person, a dataset or a model wrote is untrusted: the templates' environment
+(`mascot.prompt_text.prompt_environment`) neutralises every value it prints, so that typed text
+cannot close a block or forge a directive.
 """
 
 from __future__ import annotations
 
-import re
-from functools import lru_cache
-from pathlib import Path
-
-import jinja2
-
 from mascot.llm.base import Message
+from mascot.prompt_text import PROMPT_DIR, neutralize, prompt_environment
 from mascot.schema import BigFiveProfile, Context, Directive, Persona, Roster, Turn
 
 PROMPT_VERSION = "v1"
-PROMPT_DIR = Path(__file__).resolve().parent.parent / "prompts"
-_STRUCTURAL_TAGS = re.compile(r"</?\s*(directive|transcript|meeting_transcript|think)\s*>", re.IGNORECASE)
-
-
-def neutralize(text: str | None) -> str:
-    """Makes prompt-structuring tags inert: `<directive>` becomes `[directive]`."""
-    if not text:
-        return ""
-    return _STRUCTURAL_TAGS.sub(lambda m: "[" + m.group(0).strip("<>").strip() + "]", str(text))
-
-
-@lru_cache(maxsize=1)
-def _env() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(PROMPT_DIR)),
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=False,
-        autoescape=False,
-    )
-    env.filters["neutralize"] = neutralize
-    return env
+__all__ = ["PROMPT_DIR", "PROMPT_VERSION", "neutralize", "director_messages", "speaker_messages", "user_messages"]
 
 
 def render(template: str, **values) -> str:
-    return _env().get_template(template).render(**values).strip()
+    return prompt_environment().get_template(template).render(**values).strip()
 
 
 def user_label(context: Context) -> str:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
+import re
 import time
 from collections.abc import Iterable
 from dataclasses import asdict
@@ -20,7 +22,7 @@ from mascot.llm.base import ChatClient
 from mascot.llm.routing import Backends, EndpointOptions, build_backends, resolve_roles
 from mascot.rosters import load_roster, roster_for_dataset
 from mascot.schema import Context, Episode, RoleIdentity, RoleUsage, Roster, RunConfig
-from mascot.store import RunStore, read_jsonl
+from mascot.store import RunStore, check_resume_settings, flush_summary_periodically, log_meter_usage, read_jsonl
 
 
 class GenerationFailed(MascotError):
@@ -50,12 +52,75 @@ def model_basename(model: str) -> str:
     return Path(model.rstrip("/")).name or model
 
 
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.+-]+", "-", text).strip("-") or "x"
+
+
+def run_variant(cfg: GroupGenerationConfig) -> list[str]:
+    """What sets a run apart from the default MASCOT run, as folder-name parts: turn policy, system
+    label, adapters, Big Five users. The default run has none (`group_QMSum_Qwen3-8B`)."""
+    e, ep = cfg.engine, cfg.endpoints
+    parts = []
+    if e.turn_policy != "director":
+        parts.append(_slug(e.turn_policy))
+    if e.system != "mascot" and _slug(e.system) not in parts:
+        parts.append(_slug(e.system))
+    for role, adapter in (("director", ep.director_adapter), ("speaker", ep.speaker_adapter)):
+        if adapter:
+            parts.append(f"{role}-{_slug(model_basename(adapter))}")
+    if e.user_big_five_profile:
+        parts.append(f"big5-{_slug(e.user_big_five_profile)}")
+    elif e.enable_big_five:
+        parts.append("big5")
+    return parts
+
+
 def run_dir_for(cfg: GroupGenerationConfig) -> Path:
+    """`<mode>_<dataset>_<model>` as the research code names it, then the variant parts."""
     if cfg.run_name:
         return cfg.output_dir / cfg.run_name
     prefix = {"independent": "group", "branching": "branching", "directed": "directed"}[cfg.engine.generation_mode]
     model = cfg.endpoints.speaker_model or cfg.endpoints.model_name or "SmolLM2-135M-Instruct"
-    return cfg.output_dir / f"{prefix}_{cfg.dataset}_{model_basename(model)}"
+    name = "_".join([prefix, cfg.dataset, model_basename(model), *run_variant(cfg)])
+    return cfg.output_dir / name
+
+
+# Engine settings that do not change what an episode is (speed, bookkeeping).
+_NOT_IDENTITY = ("max_concurrent_episodes", "run_id", "run_tag")
+
+
+def run_tag(cfg: GroupGenerationConfig, roster: Roster) -> str:
+    """`<system>-<6 hex>`: the system label and a digest of every setting that shapes the episodes
+    (policy, models, adapters, seed, turns, users...), so that two systems or runs on the same
+    contexts give different episode ids while a resumed run gives the same ones."""
+    engine = {k: v for k, v in asdict(cfg.engine).items() if k not in _NOT_IDENTITY}
+    endpoints = {k: v for k, v in asdict(cfg.endpoints).items() if k.endswith(("_model", "_adapter", "model_name")) or k == "share_model"}
+    identity = json.dumps({"engine": engine, "endpoints": endpoints, "roster": roster.ident, "dataset": cfg.dataset}, sort_keys=True, default=str)
+    return f"{_slug(cfg.engine.system)}-{hashlib.sha256(identity.encode()).hexdigest()[:6]}"
+
+
+def saved_run_tag(run_dir: Path, resume: bool) -> str | None:
+    """On --resume of a run written before episode ids carried a tag, no tag ("" keeps its ids);
+    otherwise None (the tag is derived from the settings)."""
+    path = run_dir / "run_config.json"
+    if not (resume and path.is_file()):
+        return None
+    try:
+        engine = json.loads(path.read_text(encoding="utf-8")).get("settings", {}).get("engine", {})
+    except (OSError, ValueError, AttributeError):
+        return None
+    return None if "run_tag" in engine else ""
+
+
+def run_settings(cfg: GroupGenerationConfig, roster: Roster, num_contexts: int) -> dict:
+    """The `settings` block of run_config.json; --resume compares it with the saved one."""
+    return {
+        **json.loads(cfg.model_dump_json(exclude={"engine", "endpoints"})),
+        "engine": asdict(cfg.engine),
+        "endpoints": {k: v for k, v in asdict(cfg.endpoints).items() if not k.endswith("_url")},
+        "roster": roster.ident,
+        "num_contexts": num_contexts,
+    }
 
 
 def roles_needed(settings: EngineSettings) -> tuple[str, ...]:
@@ -162,6 +227,11 @@ async def generate_group(
     settings.dataset = settings.dataset or cfg.dataset
     run_dir = run_dir_for(cfg)
     settings.run_id = run_dir.name
+    if not settings.run_tag:
+        legacy = saved_run_tag(run_dir, cfg.resume)
+        settings.run_tag = legacy if legacy is not None else run_tag(cfg, roster)
+    if cfg.resume:  # before the store opens: a refused resume leaves the saved run as it was
+        check_resume_settings(run_dir, run_settings(cfg, roster, len(contexts)))
     endpoints = resolve_roles(cfg.endpoints, roles_needed(settings))
     store = RunStore(run_dir, outputs=("episodes.jsonl",), resume=cfg.resume, overwrite=cfg.overwrite, command=command)
     with store:
@@ -169,9 +239,13 @@ async def generate_group(
         backends = build_backends(endpoints, cfg.endpoints, trace_path=trace, overrides=clients)
         previous_usage = dict(store.summary.usage)  # from the interrupted run when resuming
         previous_endpoints = dict(store.summary.endpoints)
+        log_meter_usage(backends.meter, store)
+        store.usage_source = lambda: merged_usage(previous_usage, backends.meter.by_role)
+        flusher = asyncio.ensure_future(flush_summary_periodically(store))
         try:
             await _run(cfg, store, backends, roster, contexts, console, command, previous_usage)
         finally:
+            flusher.cancel()
             record_backend_usage(store, backends, previous_usage, previous_endpoints)
             await backends.aclose()
     return run_dir, store
@@ -197,14 +271,7 @@ async def _run(
             mascot_version=__version__,
             output_file=str(store.path()),
             roles=backends.describe(),
-            settings={
-                **json.loads(cfg.model_dump_json(exclude={"engine", "endpoints"})),
-                "engine": asdict(settings),
-                "endpoints": {k: v for k, v in asdict(cfg.endpoints).items() if not k.endswith("_url")},
-                "roster": roster.ident,
-                "local_backend_roles": backends.local_roles,
-                "num_contexts": len(contexts),
-            },
+            settings={**run_settings(cfg, roster, len(contexts)), "local_backend_roles": backends.local_roles},
         )
     )
     tally = Tally(store.counters, strict=cfg.strict, drop_sink=store.drop)

@@ -63,6 +63,34 @@ def _fill_turns(raw: dict) -> bool:
     return missing
 
 
+class IdLedger:
+    """Episode ids of one file. Two records with one id would be merged by everything downstream
+    (judgments, scores, pairs are keyed by it), so a file with duplicate ids is refused."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.lines: dict[str, list[int]] = {}
+        self.derived_counts: dict[str, int] = {}
+
+    def given(self, episode_id: str, number: int) -> None:
+        self.lines.setdefault(episode_id, []).append(number)
+
+    def derived(self, base: str) -> str:
+        count = self.derived_counts.get(base, 0)
+        self.derived_counts[base] = count + 1
+        return base if count == 0 else f"{base}#{count}"
+
+    def check(self) -> None:
+        duplicates = {i: lines for i, lines in self.lines.items() if len(lines) > 1}
+        if not duplicates:
+            return
+        shown = ", ".join(f"{i!r} (lines {', '.join(map(str, lines[:3]))})" for i, lines in list(duplicates.items())[:3])
+        raise RecordFormatError(
+            f"{self.path}: {len(duplicates)} episode ids occur more than once, e.g. {shown}; records with one id would be merged: "
+            "keep one run per file or regenerate with a current mascot (its ids name the system)"
+        )
+
+
 def load_episode_file(path: Path, *, dataset: str | None = None, fallback_dataset: str | None = None) -> EpisodeFile:
     """`dataset` overrides every record's; `fallback_dataset` only fills records without metadata
     (quietly: for callers that do not need the dataset)."""
@@ -71,7 +99,10 @@ def load_episode_file(path: Path, *, dataset: str | None = None, fallback_datase
         raise MascotError(f"input file not found: {path}")
     out = EpisodeFile(path, [])
     guessed: str | None = None
+    ids = IdLedger(path)
     for number, raw in iter_json_objects(path):
+        if raw.get("metadata") is not None and not isinstance(raw["metadata"], dict):
+            raise RecordFormatError(f"{path}:{number}: the metadata block is malformed (expected an object, found {type(raw['metadata']).__name__})")
         if not isinstance(raw.get("metadata"), dict):
             if dataset is None and guessed is None and fallback_dataset is None:
                 guessed = guess_dataset(path)
@@ -82,7 +113,10 @@ def load_episode_file(path: Path, *, dataset: str | None = None, fallback_datase
             out.legacy_records += 1
         elif dataset:
             raw["metadata"]["dataset"] = dataset
-        raw.setdefault("episode_id", raw.get("conv_id") or (f"{raw['id']}:{raw.get('start_idx', 0)}" if raw.get("id") else f"{path.stem}:{number}"))
+        if raw.get("episode_id") is None:  # legacy records: an id derived from the dataset's, made unique
+            raw["episode_id"] = ids.derived(raw.get("conv_id") or (f"{raw['id']}:{raw.get('start_idx', 0)}" if raw.get("id") else f"{path.stem}:{number}"))
+        else:
+            ids.given(str(raw["episode_id"]), number)
         raw.setdefault("context_id", raw.get("conv_id") or raw.get("id"))
         missing_rounds = _fill_turns(raw)
         try:
@@ -94,6 +128,9 @@ def load_episode_file(path: Path, *, dataset: str | None = None, fallback_datase
         if missing_rounds:
             out.missing_round_ids.add(episode.episode_id)
         out.episodes.append(episode)
+    ids.check()
+    if not out.episodes:
+        raise MascotError(f"{path}: no episodes in the file (it is empty)")
     for warning in out.warnings:
         log.warning(warning)
     return out

@@ -9,22 +9,19 @@ that starts like a marker is defused. The system prompt tells the judge that mar
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from pathlib import Path
 from typing import Literal
 
 import jinja2
 
 from mascot.errors import MascotError
 from mascot.llm.base import Message
+from mascot.prompt_text import PROMPT_DIR, neutralize, prompt_environment
 from mascot.rubrics import Rubric
 from mascot.schema import Persona
 
 DEFAULT_TEMPLATE_VERSION = "judge_v1"
-PROMPT_DIR = Path(__file__).resolve().parent.parent / "prompts"
-_MARKER_LINE = re.compile(r"^(\s*)(BEGIN|END)\b", re.MULTILINE | re.IGNORECASE)
 
 Line = tuple[str, str]  # (speaker, text)
 
@@ -61,8 +58,9 @@ def persona_fingerprint(p: Persona) -> str:
 
 
 def defuse(text: str) -> str:
-    """Lines that start like a block marker get brackets, so they cannot open or close a block."""
-    return _MARKER_LINE.sub(lambda m: f"{m.group(1)}[{m.group(2)}]", text or "")
+    """Lines that start like a block marker get brackets, so they cannot open or close a block (and
+    prompt tags are made inert): the shared `neutralize`."""
+    return neutralize(text or "")
 
 
 def render_lines(lines: list[Line]) -> str:
@@ -73,20 +71,9 @@ def nonce_for(item: JudgeItem) -> str:
     return hashlib.sha256(item.untrusted_text().encode("utf-8")).hexdigest()[:12]
 
 
-@lru_cache(maxsize=1)
-def _env() -> jinja2.Environment:
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(PROMPT_DIR)),
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        autoescape=False,
-    )
-
-
 def _template(template_version: str, part: str) -> jinja2.Template:
     try:
-        return _env().get_template(f"{template_version}_{part}.j2")
+        return prompt_environment().get_template(f"{template_version}_{part}.j2")
     except jinja2.TemplateNotFound:
         raise MascotError(f"unknown judge prompt version {template_version!r}: no {template_version}_{part}.j2 in {PROMPT_DIR}") from None
 

@@ -18,7 +18,7 @@ from mascot.judge.prompt import JudgeItem
 from mascot.judge.report import build_report
 from mascot.rubrics import load_rubric_set
 from mascot.schema import Context, Counters
-from mascot.store import write_json_atomic, write_jsonl
+from mascot.store import ensure_writable_dir, ensure_writable_file, write_json_atomic, write_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +42,7 @@ def items_for(episodes: EpisodeFile, scopes: tuple[str, ...], contexts: dict[str
 
 
 def output_paths(input_file: Path, output_dir: Path | None) -> tuple[Path, Path]:
-    folder = Path(output_dir) if output_dir else Path(input_file).parent
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = ensure_writable_dir(Path(output_dir) if output_dir else Path(input_file).parent)
     stem = Path(input_file).stem
     return folder / f"metrics_{stem}.json", folder / f"judgments_{stem}.jsonl"
 
@@ -70,6 +69,9 @@ async def judge_episode_file(
     limit: int | None = None,
 ) -> JudgeRunResult:
     episodes = load_episode_file(input_file, dataset=dataset)
+    metrics_path, judgments_path = output_paths(input_file, output_dir)  # writable before any model call
+    for path in (metrics_path, judgments_path):
+        ensure_writable_file(path)
     if limit is not None:
         episodes.episodes = episodes.episodes[:limit]
     missing_context = sum(1 for e in episodes.episodes if e.context_id not in (contexts or {}) and e.context is None)
@@ -77,7 +79,6 @@ async def judge_episode_file(
         log.warning("%d episodes have no dataset context (pass --data-file/--split to add it): judged on the conversation alone", missing_context)
     items = items_for(episodes, scopes, contexts)
     per_judge = await panel.judge_many(items)
-    metrics_path, judgments_path = output_paths(input_file, output_dir)
     write_jsonl(judgments_path, [j for judgments in per_judge.values() for j in judgments])
     counters = panel.judges[0].counters if panel.judges else Counters()
     report = {

@@ -26,6 +26,7 @@ from mascot.judge.prompt import JudgeItem
 from mascot.judge.episodes import collective_item
 from mascot.llm.base import Message
 from mascot.prefs.pairs import PairStats, preference_index_pairs
+from mascot.prompt_text import neutralize
 from mascot.schema import Context, Directive, Episode, Judgment, PreferencePair, Turn
 
 GroupMode = Literal["episode", "directive"]
@@ -53,6 +54,7 @@ def group_rm_prompt(context: Context | None, domain: str) -> list[Message]:
         who = user_label(domain)
         opening = "\n".join(f"{who if l.speaker in ('user', 'usr', 'seeker') else l.speaker}: {l.text}" for l in context.opening_turns)
         body = f"{body}\n\nOpening:\n{opening}" if body else opening
+    body = neutralize(body)  # dataset text, built here without a template
     return [{"role": "user", "content": f"{body}\n\n{GROUP_RM_INSTRUCTION}" if body else GROUP_RM_INSTRUCTION}]
 
 
@@ -80,20 +82,30 @@ def is_branch(episode: Episode) -> bool:
     return episode.metadata.branch is not None
 
 
+def run_of(episode: Episode) -> tuple[str, str]:
+    """(system, run) an episode belongs to: only episodes of one run of one system are compared."""
+    return episode.metadata.system, episode.metadata.run_id or ""
+
+
 def episode_groups(episodes: list[Episode]) -> dict[str, list[Episode]]:
-    """Full (non-branch) episodes by context, ordered by episode_idx."""
+    """Full (non-branch) episodes by context, ordered by episode_idx; one group per context and run
+    (the key is the context id, prefixed with `<system>/<run>:` when the file holds several runs)."""
+    runs = {run_of(e) for e in episodes if not is_branch(e)}
     groups: dict[str, list[Episode]] = defaultdict(list)
     for e in episodes:
         if not is_branch(e):
-            groups[e.context_id or e.episode_id].append(e)
+            context = e.context_id or e.episode_id
+            groups[context if len(runs) == 1 else "{}/{}:{}".format(*run_of(e), context)].append(e)
     return {k: sorted(v, key=lambda e: e.metadata.episode_idx) for k, v in groups.items()}
 
 
 def branch_groups(episodes: list[Episode]) -> dict[str, list[Episode]]:
+    runs = {run_of(e) for e in episodes if is_branch(e)}
     groups: dict[str, list[Episode]] = defaultdict(list)
     for e in episodes:
         if is_branch(e):
-            groups[e.metadata.branch.group_id].append(e)  # type: ignore[union-attr]
+            group_id = e.metadata.branch.group_id  # type: ignore[union-attr]
+            groups[group_id if len(runs) == 1 else "{}/{}:{}".format(*run_of(e), group_id)].append(e)
     return {k: sorted(v, key=lambda e: e.metadata.branch.candidate_idx) for k, v in groups.items()}  # type: ignore[union-attr]
 
 
@@ -110,11 +122,11 @@ def episode_pairs(episodes: list[Episode], scores: dict[str, float | None], marg
     """`scores`: collective Overall (1-5) by episode_id."""
     stats = PairStats(score_margin=margin)
     pairs: list[PreferencePair] = []
-    for context_id, group in episode_groups(episodes).items():
+    for query, group in episode_groups(episodes).items():
         domain = episode_domain(group[0])
         texts = [render_trajectory(e.turns, domain) for e in group]
         index_pairs, counts = preference_index_pairs([scores.get(e.episode_id) for e in group], margin, texts)
-        stats.add_query(context_id, index_pairs, counts)
+        stats.add_query(query, index_pairs, counts)
         prompt = group_rm_prompt(episode_context(group[0], contexts), domain)
         for p in index_pairs:
             chosen, rejected = group[p.chosen], group[p.rejected]
@@ -124,7 +136,7 @@ def episode_pairs(episodes: list[Episode], scores: dict[str, float | None], marg
                     chosen=[{"role": "assistant", "content": texts[p.chosen]}],
                     rejected=[{"role": "assistant", "content": texts[p.rejected]}],
                     margin=p.margin,
-                    context_id=context_id,
+                    context_id=chosen.context_id or chosen.episode_id,
                     chosen_score=scores[chosen.episode_id],
                     rejected_score=scores[rejected.episode_id],
                     kind="episode",
@@ -168,7 +180,8 @@ def directive_pairs(episodes: list[Episode], scores: dict[str, float | None], ma
                     roster=chosen.metadata.roster,
                     roster_version=chosen.metadata.roster_version,
                     rubric_version=chosen.metadata.rubric_version,
-                    group_id=group_id,
+                    group_id=chosen.metadata.branch.group_id,  # type: ignore[union-attr]
+                    system=chosen.metadata.system,
                     decision_round=chosen.metadata.branch.decision_round,  # type: ignore[union-attr]
                 )
             )

@@ -119,11 +119,43 @@ class IndividualRun:
             for candidate in read_jsonl(path, Candidate, drop_torn_tail=True):
                 query = candidate.candidate_id.rsplit("::", 1)[0]
                 self.written.setdefault(query, {})[candidate.candidate_idx] = candidate
-        pairs = self.store.path(PAIRS_FILE)
-        if pairs.exists():
-            for line in pairs.read_text(encoding="utf-8").splitlines():
-                if line.strip():
-                    self.written_pairs.add(json.loads(line).get("pair_id", ""))
+        self._drop_stale_pairs()
+
+    def _drop_stale_pairs(self) -> None:
+        """Keeps only pairs that match the stored candidates. A candidate line lost to a torn write
+        is generated again with another text and score, so a pair written from the old one no
+        longer belongs to the data: it is removed (counted in the log) and the pair set is rebuilt
+        from the candidates, as pairs are a deterministic function of them."""
+        path = self.store.path(PAIRS_FILE)
+        if not path.exists():
+            return
+        kept, dropped = [], 0
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            record = json.loads(line)
+            if self._pair_matches_candidates(record):
+                kept.append(line)
+                self.written_pairs.add(record.get("pair_id", ""))
+            else:
+                dropped += 1
+        if dropped:
+            log.warning("%s: %d pairs no longer match their stored candidates and are rebuilt", path, dropped)
+            with open(path, "r+", encoding="utf-8") as fh:  # in place: the store's append descriptor stays valid
+                fh.write("".join(f"{line}\n" for line in kept))
+                fh.truncate()
+
+    def _pair_matches_candidates(self, record: dict) -> bool:
+        query, _, indices = str(record.get("pair_id", "")).rpartition("::")
+        chosen_idx, _, rejected_idx = indices.partition(">")
+        candidates = self.written.get(query, {})
+        if not (chosen_idx.isdigit() and rejected_idx.isdigit()) or len(candidates) < self.settings.num_candidates:
+            return False
+        chosen, rejected = candidates.get(int(chosen_idx)), candidates.get(int(rejected_idx))
+        if chosen is None or rejected is None:
+            return False
+        texts = ((record.get("chosen") or [{}])[-1].get("content"), (record.get("rejected") or [{}])[-1].get("content"))
+        return texts == (chosen.response, rejected.response) and (record.get("chosen_score"), record.get("rejected_score")) == (chosen.overall, rejected.overall)
 
     # ------------------------------------------------------------------ one query
     def personas(self) -> list[Persona]:

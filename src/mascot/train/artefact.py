@@ -20,7 +20,7 @@ from pydantic import Field, ValidationError
 
 from mascot.errors import MascotError
 from mascot.schema import SCHEMA_VERSION, Record, utc_now
-from mascot.store import write_json_atomic
+from mascot.store import StoreError, ensure_writable_dir, write_json_atomic
 from mascot.train.config import DEFAULT_OUTPUT_ROOT
 
 log = logging.getLogger(__name__)
@@ -116,13 +116,27 @@ def read_metadata(folder: Path) -> TrainingMetadata | None:
 
 
 def last_checkpoint(folder: Path) -> Path | None:
-    """The newest `checkpoint-N` folder that holds a complete Trainer state."""
+    """The newest `checkpoint-N` folder that holds a readable Trainer state. A checkpoint whose
+    trainer_state.json is torn (a kill while it was saved) is skipped, with a warning, for the one
+    before it."""
     candidates = []
     for child in Path(folder).glob(f"{CHECKPOINT_PREFIX}*"):
         step = child.name[len(CHECKPOINT_PREFIX) :]
         if child.is_dir() and step.isdigit() and (child / "trainer_state.json").exists():
             candidates.append((int(step), child))
-    return max(candidates)[1] if candidates else None
+    for _, child in sorted(candidates, reverse=True):
+        if _readable_state(child / "trainer_state.json"):
+            return child
+        log.warning("%s: trainer_state.json is unreadable (cut short?); resuming from an earlier checkpoint", child)
+    return None
+
+
+def _readable_state(path: Path) -> bool:
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(state, dict)
 
 
 def _has_contents(folder: Path) -> bool:
@@ -144,7 +158,10 @@ def prepare_output_dir(folder: Path, *, resume: bool, overwrite: bool) -> Path |
     if overwrite and folder.exists() and is_main_process():
         shutil.rmtree(folder)
     _wait_for_everyone()
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        ensure_writable_dir(folder, "training output folder")
+    except StoreError as exc:
+        raise ArtefactError(str(exc)) from None
     if not resume:
         return None
     checkpoint = last_checkpoint(folder)

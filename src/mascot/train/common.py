@@ -28,7 +28,12 @@ class TrainOutcome:
 
 
 def open_output(settings: TrainSettings, default: Path) -> tuple[Path, Path | None]:
-    """The output folder under the --resume / --overwrite rules, and the checkpoint to resume."""
+    """The output folder under the --resume / --overwrite rules, and the checkpoint to resume.
+    Also seeds every RNG: the model (a LoRA adapter's random init) loads after this, and must be
+    the same in every process for a run to be reproducible and a resumed run to match."""
+    from transformers import set_seed
+
+    set_seed(settings.seed)
     output = Path(settings.output_dir) if settings.output_dir else default
     if settings.resume and artefact.is_complete(output) and artefact.last_checkpoint(output) is None:
         raise ArtefactError(f"{output} is already complete: nothing to resume (pass --overwrite to train again)")
@@ -38,6 +43,9 @@ def open_output(settings: TrainSettings, default: Path) -> tuple[Path, Path | No
 
 def run_training(trainer, checkpoint: Path | None) -> dict[str, Any]:
     """trainer.train() with resume; returns the figures worth keeping in the metadata."""
+    from mascot.train.guard import non_finite_guard
+
+    trainer.add_callback(non_finite_guard())
     started = time.monotonic()
     result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     metrics = dict(result.metrics or {})
