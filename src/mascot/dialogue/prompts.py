@@ -18,6 +18,7 @@ from mascot.llm.base import Message
 from mascot.schema import BigFiveProfile, Context, Directive, Persona, Roster, Turn
 
 PROMPT_VERSION = "v1"
+THINK_INSTRUCTION = "First reason briefly inside <think>...</think>, then give the reply."
 PROMPT_DIR = Path(__file__).resolve().parent.parent / "prompts"
 _STRUCTURAL_TAGS = re.compile(r"</?\s*(directive|transcript|meeting_transcript|think)\s*>", re.IGNORECASE)
 
@@ -93,7 +94,7 @@ def speaker_messages(
 ) -> list[Message]:
     """The prompt a Speaker answers; also the `prompt` of Stage-1 preference pairs."""
     others = [n for n in roster.names if n != persona.name]
-    system = render("speaker_system.j2", persona=persona, others=others, think=think, sentences=sentences)
+    system = render("speaker_system.j2", persona=persona, others=others, think=think, think_instruction=THINK_INSTRUCTION, sentences=sentences)
     user = render(
         "speaker_user.j2",
         context=context,
@@ -102,6 +103,20 @@ def speaker_messages(
         transcript=render_transcript(context, history),
     )
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def with_think_instruction(messages: list[Message], think: bool) -> list[Message]:
+    """A Speaker prompt (e.g. a stored Stage-1 pair prompt) with the reasoning instruction added to
+    or removed from its system message, so the prompt agrees with the reasoning mode in use."""
+    if not messages or messages[0].get("role") != "system":
+        return list(messages)
+    content = messages[0]["content"]
+    has = THINK_INSTRUCTION in content
+    if think and not has:
+        content = f"{content} {THINK_INSTRUCTION}"
+    elif not think and has:
+        content = content.replace(f" {THINK_INSTRUCTION}", "").replace(THINK_INSTRUCTION, "")
+    return [{**messages[0], "content": content}, *messages[1:]]
 
 
 def user_messages(
