@@ -9,6 +9,7 @@ import typer
 
 from mascot.cli import app
 from mascot.cli import options as o
+from mascot.cli.dryrun import DryRunOption
 from mascot.cli.judge_cmd import CacheDir, DataFileForContext, JudgeMaxTokens, Judges, JudgesFile, NoCache, Provider, RubricVersion
 from mascot.errors import MascotError
 
@@ -37,6 +38,7 @@ def group(
     no_cache: NoCache = False,
     judge_max_tokens: JudgeMaxTokens = 512,
     strict: o.Strict = False,
+    dry_run: DryRunOption = False,
 ) -> None:
     """Stage-2 pairs: group reward model (episode) or Director DPO (directive) data.
 
@@ -46,7 +48,7 @@ def group(
 
     from rich.console import Console
 
-    from mascot.cli.judge_cmd import build_panel, judge_specs, load_context_index
+    from mascot.cli.judge_cmd import build_panel, dry_run_judging, judge_specs, load_context_index
     from mascot.judge.episodes import load_episode_file
     from mascot.prefs.group import group_preferences, resolve_mode
     from mascot.store import write_json_atomic, write_jsonl
@@ -55,9 +57,15 @@ def group(
         raise MascotError(f"unknown --mode {mode!r}: use episode, directive or auto")
     if score_margin < 0:
         raise MascotError("--score-margin must not be negative")
+    if dry_run and not Path(episodes).is_file():
+        raise MascotError(f"--episodes {episodes} does not exist")
     loaded = load_episode_file(episodes, dataset=dataset)
     resolved = resolve_mode(loaded.episodes, mode)
     specs = judge_specs(judges, judges_file, provider, judge_server_url)
+    if dry_run:
+        settings = {"mode": resolved, "num_episodes": len(loaded.episodes), "score_margin": score_margin, "output_dir": output_dir or Path(episodes).parent}
+        dry_run_judging("prefs group", episodes, specs, rubric_version, dataset, data_file, split, settings)
+        return
     contexts = load_context_index(dataset, data_file, split)
     console = Console(stderr=True)
 
