@@ -234,3 +234,25 @@ def served_identity(models: list[dict], served_id: str) -> tuple[str, str | None
         base_entry = by_id.get(parent, {})
         return str(base_entry.get("root") or parent), entry.get("root")
     return str(entry.get("root") or served_id), None
+
+
+def resolve_served_identities(identities: dict, endpoints: dict) -> dict:
+    """Fills in the true base model and adapter of roles whose model id is a served LoRA alias
+    (RoleIdentity objects, changed in place). A server that does not say leaves them as they are."""
+    import logging
+
+    listings: dict[str, list[dict]] = {}
+    for role, ep in endpoints.items():
+        ident = identities.get(role)
+        if ident is None or not getattr(ep, "url", None) or ep.adapter:
+            continue
+        if ep.url not in listings:
+            try:
+                listings[ep.url] = list_served_models(ep.url, api_key=os.environ.get(ep.api_key_env) or os.environ.get("OPENAI_API_KEY"))
+            except ServeError as exc:
+                logging.getLogger(__name__).info("cannot read the served models of %s: %s", ep.url, exc)
+                listings[ep.url] = []
+        found = served_identity(listings[ep.url], ep.model)
+        if found and found[1]:
+            ident.base_model, ident.adapter = found
+    return identities

@@ -71,23 +71,30 @@ def serve(
 
 
 def _run(plan, log_path: Path, timeout: float, served_adapters: Path | None) -> None:
-    from mascot.serve import alias_map, role_flags, shell_line, start_server, wait_until_ready
+    from mascot.serve import ServeError, alias_map, last_lines, role_flags, shell_line, start_server, wait_until_ready
 
     typer.echo(f"starting: {shell_line(plan)}\nlog: {log_path}", err=True)
     process = start_server(plan, log_path)
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.signal(signal.SIGTERM, _interrupt)  # a plain `kill` stops the vLLM server too
     try:
         served = wait_until_ready(process, plan, log_path, timeout)
         if served_adapters:
             served_adapters.parent.mkdir(parents=True, exist_ok=True)
             served_adapters.write_text(json.dumps(alias_map(plan), indent=2) + "\n", encoding="utf-8")
         typer.secho(f"serving {', '.join(served)} at {plan.url}", fg="green")
-        typer.echo("use with: " + " ".join(role_flags(plan)))
-        process.wait()
+        typer.echo("use with: " + " ".join(role_flags(plan)), nl=True)
+        sys.stdout.flush()
+        code = process.wait()
+        if code:
+            raise ServeError(f"the vLLM server exited with status {code}; its last log lines:\n{last_lines(log_path)}")
     except KeyboardInterrupt:
         typer.echo("stopping the server", err=True)
     finally:
         _stop(process)
+
+
+def _interrupt(*_) -> None:
+    raise KeyboardInterrupt
 
 
 def _stop(process) -> None:
