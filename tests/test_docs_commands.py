@@ -162,6 +162,12 @@ DEFAULT_INPUTS = {  # a trainer whose documented command relies on the default p
 
 def prepare(argv: list[str], workdir: Path) -> list[str]:
     out = list(argv)
+    if out[:1] == ["serve"]:  # positional artefact folders
+        for i, token in enumerate(out[1:], start=1):
+            if token.startswith("-"):
+                break
+            if not (workdir / token).exists():
+                artefact(workdir / token, "director" if "director" in token.lower() else "speaker", "Qwen/Qwen3-8B")
     for i, token in enumerate(out[:-1]):
         if token in PATH_OPTIONS:
             out[i + 1] = materialise(token, out[i + 1], workdir)
@@ -188,6 +194,9 @@ def workdir(tmp_path, monkeypatch):
     monkeypatch.setattr(local, "hub_online", lambda: True)  # a stand-in hub that knows every id
     monkeypatch.setattr(dryrun, "_check_on_hub", lambda model, label: "hub")
     monkeypatch.setattr(serve, "list_served_models", lambda url, **kw: [])  # endpoints answer, list nothing
+    import mascot.cli.serve_cmd as serve_cmd
+
+    monkeypatch.setattr(serve_cmd, "check_python_module", lambda python, module: None)  # vLLM lives elsewhere
     return work
 
 

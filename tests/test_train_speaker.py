@@ -63,7 +63,7 @@ def test_grpo_raises_the_format_reward(half_formatted_policy, tmp_path):
         conciseness_weight=0.0,
         batch_size=8,
         num_generations=4,
-        max_steps=45,
+        max_steps=30,
         learning_rate=5e-3,
         max_completion_length=16,
         beta=0.0,
