@@ -180,3 +180,14 @@ async def test_stage1_candidates_keep_reasoning_apart_and_pairs_never_hold_it(tm
     pairs = list(read_jsonl(store.path("pairs.jsonl"), PreferencePair))
     assert pairs and "secret plan" not in pairs_text
     assert all("<think>" not in m["content"] for p in pairs for m in p.chosen + p.rejected)
+
+
+def test_per_role_flags_turn_thinking_on_only_when_asked():
+    from types import SimpleNamespace
+
+    from mascot.dialogue.reasoning import thinking_for
+
+    options = SimpleNamespace(director_thinking="on", speaker_thinking="default", user_thinking=False)
+    assert thinking_for(options, "director") is True
+    assert thinking_for(options, "speaker") is False and thinking_for(options, "user") is False
+    assert thinking_for(options, "judge") is False  # no flag at all

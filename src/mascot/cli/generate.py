@@ -10,6 +10,7 @@ import typer
 from mascot.cli import app
 from mascot.cli import options as o
 from mascot.cli.dryrun import DryRunOption
+from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE
 from mascot.errors import MascotError
 
 MODES = ("group", "individual")
@@ -37,6 +38,9 @@ def generate(
     system: Annotated[str, typer.Option("--system", help="System label written to metadata (mascot, mascot-g, mascot-i, a baseline name).")] = "mascot",
     temperature: Annotated[float, typer.Option("--temperature", help="Sampling temperature of Speakers and User.")] = 0.7,
     max_tokens: Annotated[int, typer.Option("--max-tokens", help="Longest reply in tokens.")] = 160,
+    reasoning_allowance: Annotated[
+        int, typer.Option("--reasoning-allowance", help="Extra tokens a role that thinks (its --thinking flag on) may spend on reasoning before its reply.")
+    ] = DEFAULT_REASONING_ALLOWANCE,
     max_concurrent_episodes: Annotated[int, typer.Option("--max-concurrent-episodes", help="Contexts in flight at once.")] = 64,
     seed: o.Seed = 42,
     model_name: o.ModelName = None,
@@ -106,6 +110,7 @@ def generate(
             overwrite=overwrite,
             strict=strict,
             trace_role_calls=trace_role_calls,
+            reasoning_allowance=reasoning_allowance,
         )
         return
     _generate_group(**locals())
@@ -114,6 +119,7 @@ def generate(
 def _generate_group(**flags) -> None:
     from mascot.dialogue.engine import EngineSettings
     from mascot.dialogue.policies import TURN_POLICIES
+    from mascot.dialogue.reasoning import thinking_for
     from mascot.dialogue.run import GroupGenerationConfig, run_group_generation
     from mascot.rosters import big_five_profile
 
@@ -143,6 +149,10 @@ def _generate_group(**flags) -> None:
         temperature=flags["temperature"],
         director_temperature=flags["temperature"],
         max_tokens=flags["max_tokens"],
+        speaker_think=thinking_for(flags["endpoints"], "speaker"),
+        director_thinking=thinking_for(flags["endpoints"], "director"),
+        user_thinking=thinking_for(flags["endpoints"], "user"),
+        reasoning_allowance=flags["reasoning_allowance"],
     )
     group = GroupGenerationConfig(
         dataset=flags["dataset"],

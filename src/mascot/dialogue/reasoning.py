@@ -87,3 +87,9 @@ class OutputPaths:
 
     def get(self, role: str, path: str) -> int:
         return self.counts.get(role, {}).get(path, 0)
+
+
+def thinking_for(options: object, role: str) -> bool:
+    """The reasoning mode a role uses from the per-role endpoint flag (`<role>_thinking` on the
+    endpoint options, "on"/"off"/"default" or a bool): on only when the user turned it on."""
+    return role_thinking(getattr(options, f"{role}_thinking", None))
