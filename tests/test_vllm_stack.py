@@ -88,6 +88,19 @@ def test_serve_prints_the_role_flags(server):
     assert f"--vllm-server-url {server['url']}" in server["flags"] and "--speaker-model mascot-speaker" in server["flags"]
 
 
+def test_served_aliases_resolve_to_base_model_and_adapter(server, base_model, speaker_adapter):
+    """What runs record for a role pointed at the alias, read from the real server's /v1/models."""
+    from mascot.llm.routing import RoleEndpoint
+    from mascot.schema import RoleIdentity
+    from mascot.serve import resolve_served_identities
+
+    endpoints = {"speaker": RoleEndpoint("speaker", "mascot-speaker", server["url"]), "director": RoleEndpoint("director", SERVED_BASE, server["url"])}
+    identities = {role: RoleIdentity(base_model=ep.model, served_model=ep.model, backend="http") for role, ep in endpoints.items()}
+    resolve_served_identities(identities, endpoints)
+    assert (identities["speaker"].base_model, identities["speaker"].adapter) == (str(base_model), str(speaker_adapter))
+    assert identities["director"].adapter is None
+
+
 def test_group_generation_records_base_model_and_adapter(server, workdir, base_model, speaker_adapter):
     mascot("generate", "--mode", "group", "--dataset", "ESConv", "--data-file", str(FIXTURES / "esconv_sample.jsonl"), "--limit", "1",
            "--num-turns", "2", "--max-tokens", "40", "--vllm-server-url", server["url"], "--model-name", SERVED_BASE,
