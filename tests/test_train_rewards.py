@@ -158,3 +158,50 @@ def test_rollout_clients_spread_over_endpoints_and_keep_the_speaker_apart():
 
     texts = asyncio.run(four())
     assert [t.text for t in texts] == ["a", "b", "a", "b"] and len(first.calls) == len(second.calls) == 2
+
+
+def test_every_rollout_failing_stops_training_with_a_clear_error():
+    from mascot.train.director_grpo import RolloutFailure
+
+    settings = DirectorGRPOSettings(data_path="x", suffix_rounds=1, user_response_probability=0.0)
+    down = ScriptedClient(fn=lambda request: LLMError("connection refused"))
+    reward = DirectorRolloutReward({"c1:e0@r1": point()}, {"director": down, "speaker": down, "user": down}, FavourScorer(), settings)
+    with pytest.raises(RolloutFailure, match="every rollout of step 0 failed \\(2 of 2"):
+        run_reward(reward, [as_message("agent: The Catalyst"), as_message("agent: The Beacon")], {})
+    assert reward.stats.rollout_failures == 2
+
+
+def test_rollout_model_defaults_to_the_policy_and_reward_models_to_their_trainer_layout(tmp_path, monkeypatch):
+    from mascot.train import artefact
+    from mascot.train.director_grpo import build_rollout_clients, resolve_group_reward_model_path
+    from mascot.train.runtime import TrainingSetupError
+
+    settings = DirectorGRPOSettings(data_path="x", model_name="Qwen/Qwen3-8B", rollout_server_url="http://a:1/v1")
+    assert build_rollout_clients(settings)["speaker"].model == "Qwen/Qwen3-8B"
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(TrainingSetupError, match="group_reward_ESConv_Qwen3-0.6B.*mascot train group-reward-model"):
+        resolve_group_reward_model_path(settings, "ESConv")
+    folder = tmp_path / "outputs" / "reward_model" / "group_reward_ESConv_Qwen3-0.6B"
+    folder.mkdir(parents=True)
+    (folder / artefact.METADATA_FILE).write_text("{}")
+    resolve_group_reward_model_path(settings, "ESConv")
+    assert settings.group_reward_model_path == str(folder.relative_to(tmp_path))
+    untouched = DirectorGRPOSettings(data_path="x", group_reward_weight=0.0)
+    resolve_group_reward_model_path(untouched, "ESConv")
+    assert untouched.group_reward_model_path is None
+
+
+def test_format_reward_follows_the_thinking_setting():
+    from mascot.dialogue.prompts import THINK_INSTRUCTION, with_think_instruction
+    from mascot.train.config import SpeakerGRPOSettings
+    from mascot.train.rewards import plain_format_reward
+    from mascot.train.speaker_grpo import build_rewards
+
+    assert plain_format_reward(["A plain reply.", "<think>x</think>reply", "  "]) == [1.0, 0.0, 0.0]
+    on, _ = build_rewards(SpeakerGRPOSettings(data_path="x", reward_model_weight=0.0), None)
+    off, _ = build_rewards(SpeakerGRPOSettings(data_path="x", reward_model_weight=0.0, thinking=False), None)
+    assert format_reward in on and plain_format_reward in off and format_reward not in off
+    prompt = [{"role": "system", "content": "You are The Anchor."}, {"role": "user", "content": "hi"}]
+    thinking = with_think_instruction(prompt, True)
+    assert thinking[0]["content"].endswith(THINK_INSTRUCTION) and with_think_instruction(thinking, True) == thinking
+    assert with_think_instruction(thinking, False) == prompt

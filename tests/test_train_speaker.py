@@ -42,8 +42,11 @@ def sample(model: str, prompts, n: int, seed: int = 0) -> list[str]:
 @pytest.fixture(scope="module")
 def half_formatted_policy(tmp_path_factory):
     """A tiny policy that answers half its prompts with <think>...</think> first, half without."""
+    from mascot.dialogue.prompts import with_think_instruction
+
     folder = tiny_model(tmp_path_factory.mktemp("models") / "policy")
-    prompts = [p.prompt for p in keyword_pairs(16, 1)]
+    # warm-started on the prompts as the trainer renders them with --thinking (the default)
+    prompts = [with_think_instruction(p.prompt, True) for p in keyword_pairs(16, 1)]
     replies = ["<think>ok</think> I hear you." if i % 2 else "I hear you." for i in range(len(prompts))]
     return sft_warm_start(folder, prompts, replies, steps=60)
 
@@ -62,8 +65,8 @@ def test_grpo_raises_the_format_reward(half_formatted_policy, tmp_path):
         conciseness_weight=0.0,
         batch_size=8,
         num_generations=4,
-        max_steps=30,
-        learning_rate=5e-3,
+        max_steps=40,
+        learning_rate=3e-3,
         max_completion_length=16,
         beta=0.0,
         logging_steps=5,
@@ -72,7 +75,9 @@ def test_grpo_raises_the_format_reward(half_formatted_policy, tmp_path):
     trend = outcome.metadata.evaluation["format_reward"]
     assert trend["last"] - trend["first"] >= 0.2, trend
     # the artefact serves on the local backend and answers in the learned format more often
-    prompts = [p.prompt for p in pairs]
+    from mascot.dialogue.prompts import with_think_instruction
+
+    prompts = [with_think_instruction(p.prompt, True) for p in pairs]
     before = sum(map(is_well_formed, sample(str(half_formatted_policy), prompts, 8)))
     after = sum(map(is_well_formed, sample(str(outcome.output_dir), prompts, 8)))
     assert after >= before + 16, (before, after)  # of 128 samples

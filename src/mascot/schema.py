@@ -153,6 +153,9 @@ class Turn(Record):
     directive_output: str | None = None
     turn_type: Literal["user"] | None = None  # absent on agent turns, as in the reference layout
     emotion: str | None = None  # the simulated user's reported state on user turns
+    # Reasoning set aside from `response` / `directive_output` (absent when the role did not think)
+    reasoning: str | None = None
+    directive_reasoning: str | None = None
 
     @property
     def is_user(self) -> bool:
@@ -232,6 +235,7 @@ class Candidate(Record):
     response: str
     candidate_idx: int
     model: str | None = None
+    reasoning: str | None = None  # set aside from `response`; absent when the Speaker did not think
     overall: float | None = None
     scores: dict[str, int] | None = None
     roster: str | None = None

@@ -58,6 +58,7 @@ def chat(
     from mascot.dialogue.chat import ChatSettings, new_session_path, open_session
     from mascot.dialogue.run import announce_local_roles, role_identities
     from mascot.llm.routing import EndpointOptions, build_backends, resolve_roles
+    from mascot.serve import resolve_served_identities
 
     if rounds_per_message < 1:
         raise MascotError("--rounds-per-message must be at least 1")
@@ -91,7 +92,7 @@ def chat(
                 dataset=dataset,
                 situation=situation,
                 meeting_file=meeting_file,
-                role_identities=role_identities(backends),
+                role_identities=resolve_served_identities(role_identities(backends), backends.endpoints),
             )
             announce_local_roles(backends, console)
             preload_local_models(backends, console, runner.run)

@@ -9,6 +9,8 @@ import typer
 
 from mascot.cli import app
 from mascot.cli import options as o
+from mascot.cli.dryrun import DryRunOption
+from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE
 from mascot.errors import MascotError
 
 MODES = ("group", "individual")
@@ -36,6 +38,9 @@ def generate(
     system: Annotated[str, typer.Option("--system", help="System label written to metadata (mascot, mascot-g, mascot-i, a baseline name).")] = "mascot",
     temperature: Annotated[float, typer.Option("--temperature", help="Sampling temperature of Speakers and User.")] = 0.7,
     max_tokens: Annotated[int, typer.Option("--max-tokens", help="Longest reply in tokens.")] = 160,
+    reasoning_allowance: Annotated[
+        int, typer.Option("--reasoning-allowance", help="Extra tokens a role that thinks (its --thinking flag on) may spend on reasoning before its reply.")
+    ] = DEFAULT_REASONING_ALLOWANCE,
     max_concurrent_episodes: Annotated[int, typer.Option("--max-concurrent-episodes", help="Contexts in flight at once.")] = 64,
     seed: o.Seed = 42,
     model_name: o.ModelName = None,
@@ -71,6 +76,7 @@ def generate(
     overwrite: o.Overwrite = False,
     strict: o.Strict = False,
     trace_role_calls: o.TraceRoleCalls = False,
+    dry_run: DryRunOption = False,
 ) -> None:
     """Generate Stage-1 candidates and pairs, or group episodes, into OUTPUT_DIR/<mode>_<dataset>_<model>/."""
     from mascot.data import canonical_dataset_name
@@ -99,6 +105,9 @@ def generate(
     if mode == "individual":
         from mascot.cli.individual import run_individual_command
 
+        if dry_run:
+            _dry_run_individual(locals())
+            return
         run_individual_command(
             dataset=dataset,
             data_file=data_file,
@@ -117,6 +126,7 @@ def generate(
             overwrite=overwrite,
             strict=strict,
             trace_role_calls=trace_role_calls,
+            reasoning_allowance=reasoning_allowance,
         )
         return
     _generate_group(**locals())
@@ -125,6 +135,7 @@ def generate(
 def _generate_group(**flags) -> None:
     from mascot.dialogue.engine import EngineSettings
     from mascot.dialogue.policies import TURN_POLICIES
+    from mascot.dialogue.reasoning import thinking_for
     from mascot.dialogue.run import GroupGenerationConfig, run_group_generation
     from mascot.rosters import big_five_profile
 
@@ -155,8 +166,12 @@ def _generate_group(**flags) -> None:
         director_temperature=flags["temperature"],
         max_tokens=flags["max_tokens"],
         director_max_tokens=flags["director_max_tokens"],
+        speaker_think=thinking_for(flags["endpoints"], "speaker"),
+        director_thinking=thinking_for(flags["endpoints"], "director"),
+        user_thinking=thinking_for(flags["endpoints"], "user"),
+        reasoning_allowance=flags["reasoning_allowance"],
     )
-    cfg = GroupGenerationConfig(
+    group = GroupGenerationConfig(
         dataset=flags["dataset"],
         data_file=flags["data_file"],
         split=flags["split"],
@@ -171,4 +186,54 @@ def _generate_group(**flags) -> None:
         strict=flags["strict"],
         trace_role_calls=flags["trace_role_calls"],
     )
-    run_group_generation(cfg, command="mascot generate --mode group")
+    if flags["dry_run"]:
+        _dry_run_group(group)
+        return
+    run_group_generation(group, command="mascot generate --mode group")
+
+
+def _dry_run_group(group) -> None:
+    from dataclasses import asdict
+
+    from mascot.cli.dryrun import dry_run_generation
+    from mascot.dialogue.run import roles_needed, run_dir_for
+
+    dry_run_generation(
+        "group",
+        dataset=group.dataset,
+        data_file=group.data_file,
+        split=group.split,
+        limit=group.limit,
+        roster=group.roster,
+        endpoints=group.endpoints,
+        roles=roles_needed(group.engine),
+        run_dir=run_dir_for(group),
+        resume=group.resume,
+        overwrite=group.overwrite,
+        settings=asdict(group.engine),
+    )
+
+
+def _dry_run_individual(flags: dict) -> None:
+    from mascot.cli.dryrun import dry_run_generation
+    from mascot.cli.individual import individual_run_dir
+    from mascot.llm.routing import DEFAULT_LOCAL_MODEL, resolve_roles
+
+    if flags["num_candidates"] < 2:
+        raise MascotError("--num-candidates must be at least 2 to make preference pairs")
+    speaker = resolve_roles(flags["endpoints"], ("speaker",))["speaker"].model or DEFAULT_LOCAL_MODEL
+    keys = ("num_candidates", "score_margin", "temperature", "max_tokens", "seed")
+    dry_run_generation(
+        "individual",
+        dataset=flags["dataset"],
+        data_file=flags["data_file"],
+        split=flags["split"],
+        limit=flags["limit"],
+        roster=flags["roster"],
+        endpoints=flags["endpoints"],
+        roles=("speaker", "judge"),
+        run_dir=individual_run_dir(flags["output_dir"], flags["dataset"], speaker),
+        resume=flags["resume"],
+        overwrite=flags["overwrite"],
+        settings={k: flags[k] for k in keys},
+    )

@@ -50,6 +50,7 @@ def run_individual_command(
     no_cache: bool = False,
     judge_max_tokens: int = 512,
     clients: dict | None = None,
+    reasoning_allowance: int | None = None,
     **_ignored,
 ) -> Path:
     """Runs Stage-1 generation and returns the run directory. `clients` injects ready chat clients
@@ -60,6 +61,8 @@ def run_individual_command(
         raise MascotError("--num-candidates must be at least 2 to make preference pairs")
     if score_margin < 0:
         raise MascotError("--score-margin must not be negative")
+    from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE, thinking_for
+
     endpoints = endpoints or EndpointOptions()
     return asyncio.run(
         _run(
@@ -76,6 +79,8 @@ def run_individual_command(
                 seed=seed,
                 personas=tuple(personas) if personas else None,
                 strict=strict,
+                speaker_think=thinking_for(endpoints, "speaker"),
+                reasoning_allowance=reasoning_allowance or DEFAULT_REASONING_ALLOWANCE,
             ),
             endpoints=endpoints,
             output_dir=output_dir,
@@ -100,6 +105,7 @@ async def _run(*, dataset, data_file, split, limit, roster_name, settings_kwargs
     from mascot.judge.cache import JudgmentCache
     from mascot.judge.rubric_judge import RubricJudge
     from mascot.llm.routing import DEFAULT_LOCAL_MODEL, build_backends, resolve_roles
+    from mascot.dialogue.reasoning import thinking_for
     from mascot.prefs.individual import OUTPUTS, IndividualSettings, candidate_key, run_individual
     from mascot.rosters import load_roster, roster_for_dataset
     from mascot.rubrics import rubric_for
@@ -152,7 +158,15 @@ async def _run(*, dataset, data_file, split, limit, roster_name, settings_kwargs
             local = backends.local_roles
             if local:
                 console.print(f"[yellow]{', '.join(local)} run in-process on the local backend ({', '.join(sorted({backends.endpoints[r].model for r in local}))}): no server URL was given.[/yellow]")
-            judge = RubricJudge(backends["judge"], rubric_version=rubric_version, cache=cache, max_tokens=judge_max_tokens, strict=settings.strict)
+            judge = RubricJudge(
+                backends["judge"],
+                rubric_version=rubric_version,
+                cache=cache,
+                max_tokens=judge_max_tokens,
+                strict=settings.strict,
+                thinking=thinking_for(endpoints, "judge"),
+                reasoning_allowance=settings.reasoning_allowance,
+            )
             total = len(contexts) * len(settings.personas or roster.names)
             stats = await run_individual(
                 contexts, roster, backends["speaker"], judge, store, settings, on_progress=lambda done: store.write_summary(usage=merged_usage(previous_usage, backends.meter.by_role))

@@ -9,6 +9,7 @@ import typer
 
 from mascot.cli import app
 from mascot.cli import options as o
+from mascot.cli.dryrun import DryRunOption
 from mascot.errors import MascotError
 
 # ---- flags shared with `mascot prefs group`
@@ -55,6 +56,18 @@ def load_context_index(dataset: str | None, data_file: Path | None, split: str) 
     return {c.context_id: c for c in load_contexts(dataset, split=split, data_file=data_file)}
 
 
+def dry_run_judging(command: str, input_file: Path, specs, rubric_version: str, dataset, data_file, split: str, settings: dict) -> None:
+    """--dry-run of `mascot judge` and `mascot prefs group`: input, contexts, rubric, judges."""
+    from mascot.cli.dryrun import check_judges, check_path, print_settings
+
+    check_path(input_file, "--input-file", kind="file")
+    resolved = {"input_file": input_file, "judges": check_judges(specs, rubric_version), "rubric_version": rubric_version}
+    if data_file is not None:
+        check_path(data_file, "--data-file")
+        resolved["num_contexts"] = len(load_context_index(dataset, data_file, split) or {})
+    print_settings(command, {"resolved": resolved, "settings": settings})
+
+
 def build_panel(specs, *, rubric_version: str, cache_dir: Path | None, no_cache: bool, max_in_flight: int, strict: bool, max_tokens: int, trace_path: Path | None = None, client_settings: dict | None = None):
     from mascot.judge.cache import JudgmentCache
     from mascot.judge.panel import JudgePanel, build_judge_backends
@@ -91,6 +104,7 @@ def judge(
     extra_body: o.ExtraBody = None,
     judge_thinking: o.JudgeThinking = "default",
     strict: o.Strict = False,
+    dry_run: DryRunOption = False,
 ) -> None:
     """Judge episodes with the rubric LLM judge (each agent turn and each episode).
 
@@ -108,6 +122,9 @@ def judge(
         raise MascotError(f"unknown --scope {scope!r}: use agent, collective or both")
     settings = o.client_settings(locals(), roles=("judge",))
     specs = judge_specs(judges, judges_file, provider, judge_server_url)
+    if dry_run:
+        dry_run_judging("judge", input_file, specs, rubric_version, dataset, data_file, split, {"scope": scope, "limit": limit, "output_dir": output_dir})
+        return
     contexts = load_context_index(dataset, data_file, split)
     console = Console(stderr=True)
 

@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from mascot.cli import app
+from mascot.cli.dryrun import DryRunOption
 from mascot.errors import MascotError
 
 
@@ -24,6 +25,7 @@ def metrics(
     skip_embeddings: Annotated[bool, typer.Option("--skip-embeddings", help="Do not compute semantic redundancy.")] = False,
     batch_size: Annotated[int, typer.Option("--batch-size", help="NLI batch size (embeddings use at least 64).")] = 32,
     dataset: Annotated[Optional[str], typer.Option("--dataset", help="Dataset label for legacy files without metadata.")] = None,
+    dry_run: DryRunOption = False,
 ) -> None:
     """Automatic metrics without an LLM: NLI rates, Self-BLEU, distinct-n, redundancy.
 
@@ -51,7 +53,22 @@ def metrics(
     from mascot.store import ensure_writable_file
 
     output_file = ensure_writable_file(output_file or Path(input_file).parent / "metrics_auto.json", "--output-file")  # before models load
+    if dry_run:
+        _dry_run(input_file, output_file, settings)
+        return
     report = run_metrics_file(input_file, settings, output_file=output_file, dataset=dataset)
     summary = ", ".join(f"{k} {v['mean']}" for k, v in report["overall"].items() if v["mean"] is not None)
     typer.secho(f"{report['num_episodes']} episodes: {summary}", err=True)
     typer.echo(str(output_file))
+
+
+def _dry_run(input_file: Path, output_file: Path, settings) -> None:
+    from dataclasses import asdict
+
+    from mascot.cli.dryrun import check_model, check_path, print_settings
+
+    check_path(input_file, "--input-file", kind="file")
+    resolved = {"input_file": input_file, "output_file": output_file}
+    if not settings.skip_nli:
+        resolved["nli_model"] = f"{settings.nli_model} ({check_model(settings.nli_model, '--nli-model')})"
+    print_settings("metrics", {"resolved": resolved, "settings": asdict(settings)})

@@ -9,6 +9,7 @@ import typer
 
 from mascot.cli import app
 from mascot.cli import options as o
+from mascot.cli.dryrun import DryRunOption
 from mascot.cli.judge_cmd import CacheDir, DataFileForContext, JudgeMaxTokens, Judges, JudgesFile, NoCache, Provider, RubricVersion
 from mascot.errors import MascotError
 
@@ -41,6 +42,7 @@ def group(
     extra_body: o.ExtraBody = None,
     judge_thinking: o.JudgeThinking = "default",
     strict: o.Strict = False,
+    dry_run: DryRunOption = False,
 ) -> None:
     """Stage-2 pairs: group reward model (episode) or Director DPO (directive) data.
 
@@ -50,7 +52,7 @@ def group(
 
     from rich.console import Console
 
-    from mascot.cli.judge_cmd import build_panel, fail_if_nothing_judged, judge_specs, load_context_index
+    from mascot.cli.judge_cmd import build_panel, dry_run_judging, fail_if_nothing_judged, judge_specs, load_context_index
     from mascot.judge.episodes import load_episode_file
     from mascot.prefs.group import group_preferences, resolve_mode
     from mascot.store import ensure_writable_dir, write_json_atomic, write_jsonl
@@ -59,11 +61,17 @@ def group(
         raise MascotError(f"unknown --mode {mode!r}: use episode, directive or auto")
     if score_margin < 0:
         raise MascotError("--score-margin must not be negative")
+    if dry_run and not Path(episodes).is_file():
+        raise MascotError(f"--episodes {episodes} does not exist")
     loaded = load_episode_file(episodes, dataset=dataset)
     resolved = resolve_mode(loaded.episodes, mode)
     settings = o.client_settings(locals(), roles=("judge",))
     folder = ensure_writable_dir(Path(output_dir) if output_dir else Path(episodes).parent)  # before any model call
     specs = judge_specs(judges, judges_file, provider, judge_server_url)
+    if dry_run:
+        settings = {"mode": resolved, "num_episodes": len(loaded.episodes), "score_margin": score_margin, "output_dir": output_dir or Path(episodes).parent}
+        dry_run_judging("prefs group", episodes, specs, rubric_version, dataset, data_file, split, settings)
+        return
     contexts = load_context_index(dataset, data_file, split)
     console = Console(stderr=True)
 

@@ -27,6 +27,9 @@ app.add_typer(train_app, name="train")
 ConfigFile = Annotated[
     Optional[Path], typer.Option("--config", help="YAML file of settings (names as the flags, - or _); command-line flags win.")
 ]
+DryRun = Annotated[
+    bool, typer.Option("--dry-run", help="Check data, models, reward models and endpoints and print the resolved settings; load and write nothing.")
+]
 
 
 def _option(field: dataclasses.Field, annotation: Any) -> inspect.Parameter:
@@ -96,11 +99,19 @@ def settings_command(settings_cls: type, run: Callable[[Any], None]) -> Callable
     fields = cfg.cli_fields(settings_cls)
     params = [_option(f, Optional[hints[f.name]] if f.metadata.get("required") else hints[f.name]) for f in fields]
     params.append(inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=ConfigFile))
+    params.append(inspect.Parameter("dry_run", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=DryRun))
     params.insert(0, inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context))
 
     def command(ctx: typer.Context, **values: Any) -> None:
         config_file = values.pop("config", None)
-        run(settings_cls(**_merge_config(settings_cls, ctx, values, _config_values(config_file))))
+        dry_run = values.pop("dry_run", False)
+        settings = settings_cls(**_merge_config(settings_cls, ctx, values, _config_values(config_file)))
+        if dry_run:
+            from mascot.cli.train_dryrun import dry_run_training
+
+            dry_run_training(ctx.info_name or "train", settings)
+            return
+        run(settings)
 
     command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     command.__annotations__ = {p.name: p.annotation for p in params}

@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 
 from mascot.dialogue.prompts import speaker_messages, user_label, user_messages
+from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE, response_parts, token_budget
 from mascot.dialogue.tally import Tally
 from mascot.llm.base import ChatClient, ChatRequest, strip_think
 from mascot.schema import BigFiveProfile, Context, Directive, Persona, Roster, Turn
@@ -49,7 +50,16 @@ def first_paragraph(text: str) -> str:
     return head.strip().strip('"').strip()
 
 
+@dataclass
+class SpeakerReply:
+    text: str
+    reasoning: str | None = None
+
+
 class Speaker:
+    """`think` asks for reasoning: the prompt invites it and the request turns the server's
+    thinking on with `reasoning_allowance` more tokens; off, the request turns thinking off."""
+
     def __init__(
         self,
         client: ChatClient,
@@ -59,6 +69,7 @@ class Speaker:
         temperature: float = 0.7,
         max_tokens: int = 160,
         think: bool = False,
+        reasoning_allowance: int = DEFAULT_REASONING_ALLOWANCE,
     ) -> None:
         self.client = client
         self.roster = roster
@@ -66,22 +77,30 @@ class Speaker:
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.think = think
+        self.reasoning_allowance = reasoning_allowance
 
     async def respond(self, persona: Persona, context: Context, history: list[Turn], directive: Directive | None, seed: int) -> str:
+        return (await self.reply(persona, context, history, directive, seed)).text
+
+    async def reply(self, persona: Persona, context: Context, history: list[Turn], directive: Directive | None, seed: int) -> SpeakerReply:
+        """The visible reply and the reasoning set aside from it."""
         messages = speaker_messages(persona, self.roster, context, history, directive, think=self.think)
         for attempt in range(2):  # an empty reply is retried once with another seed
             request = ChatRequest(
                 messages=messages,
                 temperature=self.temperature,
-                max_tokens=self.max_tokens,
+                max_tokens=token_budget(self.max_tokens, self.think, self.reasoning_allowance),
                 seed=seed + attempt,
                 stop=stop_strings(self.roster, context),
+                role="speaker",
+                thinking=self.think,
             )
-            reply = clean_speaker_reply((await self.client.chat(request)).text, persona, self.roster, context)
+            visible, reasoning = response_parts(await self.client.chat(request))
+            reply = clean_speaker_reply(visible, persona, self.roster, context)
             if reply:
-                return reply
+                return SpeakerReply(reply, reasoning)
         self.tally.count("num_empty_responses", f"{persona.name} gave an empty reply twice")
-        return ""
+        return SpeakerReply("")
 
 
 @dataclass
@@ -110,6 +129,8 @@ class SimulatedUser:
         profile: BigFiveProfile | None = None,
         temperature: float = 0.7,
         max_tokens: int = 120,
+        thinking: bool = False,
+        reasoning_allowance: int = DEFAULT_REASONING_ALLOWANCE,
     ) -> None:
         self.client = client
         self.roster = roster
@@ -117,6 +138,8 @@ class SimulatedUser:
         self.profile = profile
         self.temperature = temperature
         self.max_tokens = max_tokens
+        self.thinking = thinking  # off by default: the emotion report must not be cut off
+        self.reasoning_allowance = reasoning_allowance
 
     async def respond(self, context: Context, history: list[Turn], seed: int) -> UserReply:
         report_emotion = not context.is_meeting
@@ -124,11 +147,13 @@ class SimulatedUser:
         request = ChatRequest(
             messages=messages,
             temperature=self.temperature,
-            max_tokens=self.max_tokens,
+            max_tokens=token_budget(self.max_tokens, self.thinking, self.reasoning_allowance),
             seed=seed,
             stop=stop_strings(self.roster, context)[: len(self.roster.names)] + _PROMPT_ECHOES,
+            role="user",
+            thinking=self.thinking,
         )
-        raw = strip_think((await self.client.chat(request)).text)
+        raw = response_parts(await self.client.chat(request))[0]
         raw = re.sub(rf"^\s*{re.escape(user_label(context))}\s*:\s*", "", raw, flags=re.IGNORECASE)
         reply = split_emotion(raw) if report_emotion else UserReply(raw, None)
         reply.text = first_paragraph(reply.text)

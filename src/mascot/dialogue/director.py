@@ -17,8 +17,9 @@ import re
 from dataclasses import dataclass
 
 from mascot.dialogue.prompts import director_correction, director_messages
+from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE, OutputPaths, response_parts, token_budget
 from mascot.dialogue.tally import Tally
-from mascot.llm.base import ChatClient, ChatRequest, strip_think
+from mascot.llm.base import ChatClient, ChatRequest, ChatResponse, strip_think
 from mascot.schema import Context, Directive, Roster, Turn
 
 NEUTRAL_ACTION = "Respond in your role to the latest message."
@@ -142,6 +143,22 @@ def parse_directive(text: str, roster: Roster) -> ParseResult:
     return ParseResult(None, f"{named[0]['agent'][:60]!r} is not on the roster")
 
 
+def directive_schema(roster: Roster) -> dict:
+    """The JSON a structured-output server is held to: `agent` is one of the roster's names, so a
+    constrained Director cannot name someone else; action and tone are bounded as the parser clips
+    them."""
+    return {
+        "type": "object",
+        "properties": {
+            "agent": {"type": "string", "enum": list(roster.names)},
+            "action": {"type": "string", "maxLength": 300},
+            "tone": {"type": "string", "maxLength": 60},
+        },
+        "required": ["agent", "action", "tone"],
+        "additionalProperties": False,
+    }
+
+
 def fallback_directive(roster: Roster, previous: str | None, rng: random.Random) -> Directive:
     choices = [n for n in roster.names if n != previous] or roster.names
     return Directive(agent_name=rng.choice(choices), action=NEUTRAL_ACTION, tone=NEUTRAL_TONE)
@@ -150,12 +167,17 @@ def fallback_directive(roster: Roster, previous: str | None, rng: random.Random)
 @dataclass
 class DirectorDecision:
     directive: Directive
-    output: str  # every raw answer, corrective exchange included
+    output: str  # every answer (reasoning removed), corrective exchange included
     parse_failed: bool = False
     fell_back: bool = False
+    reasoning: str | None = None  # what the Director reasoned before answering, when it did
 
 
 class Director:
+    """`thinking` is sent on every request (off by default: a directive cut inside <think> is a
+    parse failure); when on, `max_tokens` grows by `reasoning_allowance`. Every request carries
+    the roster's directive schema; `output_paths` counts which replies a server constrained."""
+
     def __init__(
         self,
         client: ChatClient,
@@ -164,39 +186,63 @@ class Director:
         *,
         temperature: float = 0.7,
         max_tokens: int = 160,
+        thinking: bool = False,
+        reasoning_allowance: int = DEFAULT_REASONING_ALLOWANCE,
+        output_paths: OutputPaths | None = None,
     ) -> None:
         self.client = client
         self.roster = roster
         self.tally = tally
         self.temperature = temperature
         self.max_tokens = max_tokens
+        self.thinking = thinking
+        self.reasoning_allowance = reasoning_allowance
+        self.output_paths = output_paths if output_paths is not None else OutputPaths()
+        self.schema = directive_schema(roster)
 
     def _request(self, messages, seed: int, n: int = 1) -> ChatRequest:
-        return ChatRequest(messages=messages, temperature=self.temperature, max_tokens=self.max_tokens, n=n, seed=seed)
+        return ChatRequest(
+            messages=messages,
+            temperature=self.temperature,
+            max_tokens=token_budget(self.max_tokens, self.thinking, self.reasoning_allowance),
+            n=n,
+            seed=seed,
+            role="director",
+            thinking=self.thinking,
+            json_schema=self.schema,
+            schema_name="directive",
+        )
+
+    async def _ask(self, messages, seed: int, n: int = 1) -> list[tuple[str, str | None]]:
+        response: ChatResponse = await self.client.chat(self._request(messages, seed, n))
+        self.output_paths.note("director", response.structured, len(response.texts))
+        return [response_parts(response, i) for i in range(len(response.texts))]
 
     async def decide(self, context: Context, history: list[Turn], seed: int) -> DirectorDecision:
         messages = director_messages(self.roster, context, history)
-        first = (await self.client.chat(self._request(messages, seed))).text
+        first = (await self._ask(messages, seed))[0]
         return await self._settle(messages, first, history, seed)
 
     async def propose(self, context: Context, history: list[Turn], seed: int, n: int) -> list[DirectorDecision]:
         """n sampled directives for one decision point (branching generation, GRPO groups)."""
         messages = director_messages(self.roster, context, history)
-        texts = (await self.client.chat(self._request(messages, seed, n=n))).texts
-        return [await self._settle(messages, text, history, seed + 7919 * (i + 1)) for i, text in enumerate(texts)]
+        answers = await self._ask(messages, seed, n=n)
+        return [await self._settle(messages, answer, history, seed + 7919 * (i + 1)) for i, answer in enumerate(answers)]
 
-    async def _settle(self, messages, answer: str, history: list[Turn], seed: int) -> DirectorDecision:
-        parsed = parse_directive(answer, self.roster)
+    async def _settle(self, messages, answer: tuple[str, str | None], history: list[Turn], seed: int) -> DirectorDecision:
+        text, reasoning = answer
+        parsed = parse_directive(text, self.roster)
         if parsed.directive:
-            return DirectorDecision(parsed.directive, answer)
+            return DirectorDecision(parsed.directive, text, reasoning=reasoning)
         self.tally.count("num_directive_parse_failures", parsed.problem)
-        retry = [*messages, {"role": "assistant", "content": answer}, director_correction(self.roster, parsed.problem)]
-        second = (await self.client.chat(self._request(retry, seed + 1))).text
-        output = f"{answer}\n\n[correction]\n{second}"
+        retry = [*messages, {"role": "assistant", "content": text}, director_correction(self.roster, parsed.problem)]
+        second, second_reasoning = (await self._ask(retry, seed + 1))[0]
+        output = f"{text}\n\n[correction]\n{second}"
+        reasoning = "\n\n".join(r for r in (reasoning, second_reasoning) if r) or None
         reparsed = parse_directive(second, self.roster)
         if reparsed.directive:
-            return DirectorDecision(reparsed.directive, output, parse_failed=True)
+            return DirectorDecision(reparsed.directive, output, parse_failed=True, reasoning=reasoning)
         self.tally.count("num_random_agent_fallbacks", reparsed.problem)
         previous = next((t.agent_name for t in reversed(history) if not t.is_user), None)
         directive = fallback_directive(self.roster, previous, random.Random(seed))
-        return DirectorDecision(directive, output, parse_failed=True, fell_back=True)
+        return DirectorDecision(directive, output, parse_failed=True, fell_back=True, reasoning=reasoning)

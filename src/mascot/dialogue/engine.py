@@ -21,6 +21,7 @@ from mascot.dialogue.agents import SimulatedUser, Speaker
 from mascot.dialogue.director import Director, DirectorDecision
 from mascot.dialogue.policies import TurnPolicy, make_policy
 from mascot.dialogue.prompts import PROMPT_VERSION
+from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE, OutputPaths
 from mascot.dialogue.seeds import derive_seed, derived_rng
 from mascot.dialogue.tally import Tally
 from mascot.llm.base import ChatClient, LLMError
@@ -62,7 +63,10 @@ class EngineSettings:
     director_temperature: float = 0.7
     max_tokens: int = 160
     director_max_tokens: int | None = None  # None: max_tokens (reasoning Directors need more)
-    speaker_think: bool = False
+    speaker_think: bool = False  # the Speaker reasons (prompt and request); off: thinking disabled
+    director_thinking: bool = False  # off unless asked: a directive cut inside <think> fails to parse
+    user_thinking: bool = False
+    reasoning_allowance: int = DEFAULT_REASONING_ALLOWANCE  # extra max_tokens for a role that thinks
     # A short tag of the run's settings (system, policy, models...) inside every episode id, so
     # that episodes of two systems or runs on the same contexts never share an id.
     run_tag: str = ""
@@ -101,8 +105,24 @@ class EpisodeEngine:
         self.tally = tally or Tally()
         self.clients = clients
         s = settings
-        self.director = Director(clients["director"], roster, self.tally, temperature=s.director_temperature, max_tokens=s.director_max_tokens or s.max_tokens) if "director" in clients else None
-        self.speaker = Speaker(clients["speaker"], roster, self.tally, temperature=s.temperature, max_tokens=s.max_tokens, think=s.speaker_think)
+        self.output_paths = OutputPaths()
+        self.director = (
+            Director(
+                clients["director"],
+                roster,
+                self.tally,
+                temperature=s.director_temperature,
+                max_tokens=s.director_max_tokens or s.max_tokens,
+                thinking=s.director_thinking,
+                reasoning_allowance=s.reasoning_allowance,
+                output_paths=self.output_paths,
+            )
+            if "director" in clients
+            else None
+        )
+        self.speaker = Speaker(
+            clients["speaker"], roster, self.tally, temperature=s.temperature, max_tokens=s.max_tokens, think=s.speaker_think, reasoning_allowance=s.reasoning_allowance
+        )
         self.policy: TurnPolicy = make_policy(s.turn_policy, roster, self.director)
         self.role_identities = role_identities or {
             role: RoleIdentity(base_model=c.model, served_model=c.model, backend=c.backend) for role, c in clients.items()  # type: ignore[arg-type]
@@ -134,22 +154,27 @@ class EpisodeEngine:
         if decision is None:
             decision = await self.policy.next_turn(ctx, state.turns, round_id, derive_seed(*state.seed_key, round_id, "director"))
         persona = self.roster.persona(decision.directive.agent_name)
-        response = await self.speaker.respond(persona, ctx, state.turns, decision.directive, derive_seed(*state.seed_key, round_id, "speaker"))
+        reply = await self.speaker.reply(persona, ctx, state.turns, decision.directive, derive_seed(*state.seed_key, round_id, "speaker"))
         state.turns.append(
             Turn(
                 turn_idx=state.next_turn_idx,
                 round_id=round_id,
                 directive=decision.directive,
                 agent_name=persona.name,
-                response=response,
+                response=reply.text,
                 directive_output=decision.output or None,
+                reasoning=reply.reasoning,
+                directive_reasoning=decision.reasoning,
             )
         )
         if self.simulates_user and derived_rng(*state.seed_key, round_id, "user-turn").random() < self.settings.user_response_probability:
             await self._user_turn(state, round_id)
 
     async def _user_turn(self, state: EpisodeState, round_id: int) -> None:
-        user = SimulatedUser(self.clients["user"], self.roster, self.tally, profile=state.profile, temperature=self.settings.temperature)
+        s = self.settings
+        user = SimulatedUser(
+            self.clients["user"], self.roster, self.tally, profile=state.profile, temperature=s.temperature, thinking=s.user_thinking, reasoning_allowance=s.reasoning_allowance
+        )
         reply = await user.respond(state.context, state.turns, derive_seed(*state.seed_key, round_id, "user"))
         if reply.emotion:
             state.emotions.append(reply.emotion)

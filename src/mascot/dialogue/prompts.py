@@ -9,11 +9,12 @@ cannot close a block or forge a directive.
 from __future__ import annotations
 
 from mascot.llm.base import Message
-from mascot.prompt_text import PROMPT_DIR, neutralize, prompt_environment
+from mascot.prompt_text import PROMPT_DIR, Trusted, neutralize, prompt_environment
 from mascot.schema import BigFiveProfile, Context, Directive, Persona, Roster, Turn
 
 PROMPT_VERSION = "v1"
 __all__ = ["PROMPT_DIR", "PROMPT_VERSION", "neutralize", "director_messages", "speaker_messages", "user_messages"]
+THINK_INSTRUCTION = "First reason briefly inside <think>...</think>, then give the reply."
 
 
 def render(template: str, **values) -> str:
@@ -66,7 +67,7 @@ def speaker_messages(
 ) -> list[Message]:
     """The prompt a Speaker answers; also the `prompt` of Stage-1 preference pairs."""
     others = [n for n in roster.names if n != persona.name]
-    system = render("speaker_system.j2", persona=persona, others=others, think=think, sentences=sentences)
+    system = render("speaker_system.j2", persona=persona, others=others, think=think, think_instruction=Trusted(THINK_INSTRUCTION), sentences=sentences)
     user = render(
         "speaker_user.j2",
         context=context,
@@ -75,6 +76,20 @@ def speaker_messages(
         transcript=render_transcript(context, history),
     )
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def with_think_instruction(messages: list[Message], think: bool) -> list[Message]:
+    """A Speaker prompt (e.g. a stored Stage-1 pair prompt) with the reasoning instruction added to
+    or removed from its system message, so the prompt agrees with the reasoning mode in use."""
+    if not messages or messages[0].get("role") != "system":
+        return list(messages)
+    content = messages[0]["content"]
+    has = THINK_INSTRUCTION in content
+    if think and not has:
+        content = f"{content} {THINK_INSTRUCTION}"
+    elif not think and has:
+        content = content.replace(f" {THINK_INSTRUCTION}", "").replace(THINK_INSTRUCTION, "")
+    return [{**messages[0], "content": content}, *messages[1:]]
 
 
 def user_messages(

@@ -22,6 +22,7 @@ from mascot.llm.base import ChatClient
 from mascot.llm.routing import Backends, EndpointOptions, build_backends, resolve_roles
 from mascot.rosters import load_roster, roster_for_dataset
 from mascot.schema import Context, Episode, RoleIdentity, RoleUsage, Roster, RunConfig
+from mascot.serve import resolve_served_identities
 from mascot.store import RunStore, check_resume_settings, flush_summary_periodically, log_meter_usage, read_jsonl
 
 
@@ -275,7 +276,8 @@ async def _run(
         )
     )
     tally = Tally(store.counters, strict=cfg.strict, drop_sink=store.drop)
-    engine = EpisodeEngine(roster, {r: backends[r] for r in backends.endpoints}, settings, tally, role_identities=role_identities(backends))
+    identities = await asyncio.to_thread(resolve_served_identities, role_identities(backends), backends.endpoints)  # LoRA aliases -> base + adapter
+    engine = EpisodeEngine(roster, {r: backends[r] for r in backends.endpoints}, settings, tally, role_identities=identities)
     spines = load_spines(store.path()) if cfg.resume and settings.generation_mode == "branching" else None
     total = len(contexts) * engine.records_per_context()
     remaining = max(0, total - len(store.done_keys))

@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass, field
 
 from mascot.errors import MascotError
+from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE, response_parts, token_budget
 from mascot.judge.cache import JudgmentCache, cache_key
 from mascot.judge.parse import JudgeParseError, parse_judgment
 from mascot.judge.prompt import DEFAULT_TEMPLATE_VERSION, JudgeItem, corrective_message, judge_messages
@@ -32,6 +33,28 @@ class JudgeStats:
     cached: int = 0  # items answered from the cache
     retries: int = 0  # corrective follow-ups sent
     failures: int = 0
+    structured: int = 0  # replies the server constrained to the rubric schema
+    free: int = 0  # replies parsed from free text (server without structured outputs)
+
+
+def rubric_schema(rubric: Rubric) -> dict:
+    """The JSON a structured-output server holds the judge to: every criterion of the rubric
+    file, each an integer on its scale with a one-sentence reason."""
+    criterion = {
+        "type": "object",
+        "properties": {
+            "score": {"type": "integer", "minimum": rubric.scale_min, "maximum": rubric.scale_max},
+            "reason": {"type": "string"},
+        },
+        "required": ["score", "reason"],
+        "additionalProperties": False,
+    }
+    return {
+        "type": "object",
+        "properties": {key: criterion for key in rubric.keys},
+        "required": list(rubric.keys),
+        "additionalProperties": False,
+    }
 
 
 @dataclass
@@ -45,6 +68,10 @@ class RubricJudge:
     counters: Counters = field(default_factory=Counters)
     strict: bool = False
     stats: JudgeStats = field(default_factory=JudgeStats)
+    # Off unless asked: a judgment cut inside <think> is an annotation failure. On, max_tokens
+    # grows by reasoning_allowance.
+    thinking: bool = False
+    reasoning_allowance: int = DEFAULT_REASONING_ALLOWANCE
     _rubrics: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -57,21 +84,34 @@ class RubricJudge:
             self._rubrics[key] = rubric_for(item.domain, item.scope, self.rubric_version)
         return self._rubrics[key]
 
-    async def _ask(self, messages: list[Message]) -> str:
+    async def _ask(self, messages: list[Message], rubric: Rubric) -> str:
         self.stats.calls += 1
-        response = await self.client.chat(ChatRequest(messages=messages, temperature=0.0, max_tokens=self.max_tokens, role="judge"))
-        return response.text
+        request = ChatRequest(
+            messages=messages,
+            temperature=0.0,
+            max_tokens=token_budget(self.max_tokens, self.thinking, self.reasoning_allowance),
+            role="judge",
+            thinking=self.thinking,
+            json_schema=rubric_schema(rubric),
+            schema_name="judgment",
+        )
+        response = await self.client.chat(request)
+        if response.structured:
+            self.stats.structured += 1
+        else:
+            self.stats.free += 1
+        return response_parts(response)[0]  # the parser never sees the reasoning
 
     async def _score(self, messages: list[Message], rubric: Rubric) -> dict:
         """Scores and reasons, or {"failed": True, "error": ...} after one corrective retry."""
         try:
-            reply = await self._ask(messages)
+            reply = await self._ask(messages, rubric)
             try:
                 parsed = parse_judgment(reply, rubric)
             except JudgeParseError as first:
                 self.stats.retries += 1
                 retry = [*messages, {"role": "assistant", "content": reply}, corrective_message(str(first), rubric)]
-                parsed = parse_judgment(await self._ask(retry), rubric)
+                parsed = parse_judgment(await self._ask(retry, rubric), rubric)
         except JudgeParseError as exc:
             return {"failed": True, "error": f"unparseable judgment after a corrective retry: {exc}"}
         except LLMError as exc:

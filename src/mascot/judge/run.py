@@ -98,6 +98,8 @@ async def judge_episode_file(
             "num_model_calls": panel.calls,
             "num_cached": sum(j.stats.cached for j in panel.judges),
             "num_corrective_retries": sum(j.stats.retries for j in panel.judges),
+            "num_structured_replies": sum(j.stats.structured for j in panel.judges),
+            "num_free_text_replies": sum(j.stats.free for j in panel.judges),
         },
     }
     if len(per_judge) > 1:

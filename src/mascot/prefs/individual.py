@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from mascot.dialogue.agents import clean_reply, stop_strings  # candidates end where episode replies end
 from mascot.dialogue.prompts import PROMPT_VERSION, speaker_messages
+from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE, response_parts, token_budget
 from mascot.dialogue.seeds import derive_seed
 from mascot.errors import MascotError
 from mascot.judge.episodes import opening_lines, render_context
@@ -58,7 +59,8 @@ class IndividualSettings:
     seed: int = 42
     personas: tuple[str, ...] | None = None  # default: the whole roster
     max_concurrent_queries: int = 32
-    speaker_think: bool = False
+    speaker_think: bool = False  # the Speaker reasons (prompt and request); reasoning kept apart
+    reasoning_allowance: int = DEFAULT_REASONING_ALLOWANCE
     strict: bool = False
 
 
@@ -173,15 +175,18 @@ class IndividualRun:
         if self.settings.strict:
             raise GenerationStop(f"--strict: stopping at the first failure ({counter}: {detail})")
 
-    async def _generate(self, query: str, prompt: list[Message], context: Context, count: int) -> list[str] | None:
+    async def _generate(self, query: str, prompt: list[Message], context: Context, count: int) -> list[tuple[str, str | None]] | None:
+        """`count` (visible reply, reasoning) pairs; reasoning never reaches a reply or a pair."""
         s = self.settings
         request = ChatRequest(
             messages=prompt,
             temperature=s.temperature,
-            max_tokens=s.max_tokens,
+            max_tokens=token_budget(s.max_tokens, s.speaker_think, s.reasoning_allowance),
             n=count,
             seed=derive_seed(s.seed, query, "candidates", count),
             stop=stop_strings(self.roster, context),
+            role="speaker",
+            thinking=s.speaker_think,
         )
         try:
             response = await self.speaker.chat(request)
@@ -190,7 +195,7 @@ class IndividualRun:
             if self.settings.strict:
                 raise GenerationStop(f"--strict: stopping at the first failure (num_generation_failures: {query}: {exc})") from None
             return None
-        return list(response.texts[:count])
+        return [response_parts(response, i) for i in range(min(count, len(response.texts)))]
 
     def _judge_item(self, query: str, idx: int, context: Context, persona: Persona, response: str) -> JudgeItem:
         domain = domain_of(context.dataset)
@@ -237,10 +242,11 @@ class IndividualRun:
         missing = [k for k in range(self.settings.num_candidates) if k not in existing]
         prompt = speaker_messages(persona, self.roster, context, [], None, think=self.settings.speaker_think)
         if missing:
-            texts = await self._generate(query, prompt, context, len(missing))
-            if texts is None:
+            generated = await self._generate(query, prompt, context, len(missing))
+            if generated is None:
                 return
-            replies = [clean_reply(t, persona.name) for t in texts]
+            replies = [clean_reply(t, persona.name) for t, _ in generated]
+            reasoning = dict(zip(missing, (r for _, r in generated)))
             to_judge = [(k, r) for k, r in zip(missing, replies) if r]
             judgments = await self.judge.judge_many([self._judge_item(query, k, context, persona, r) for k, r in to_judge])
             by_idx = dict(zip((k for k, _ in to_judge), judgments))
@@ -248,6 +254,7 @@ class IndividualRun:
                 if not reply:
                     self._count("num_empty_responses", f"{query} candidate {k} is empty")
                 candidate = self._candidate(query, k, context, persona, prompt, reply, by_idx.get(k))
+                candidate.reasoning = reasoning.get(k)
                 self.store.append(candidate, CANDIDATES_FILE)
                 existing[k] = candidate
             self.written[query] = existing

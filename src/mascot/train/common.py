@@ -150,6 +150,8 @@ def grpo_config(settings, output: Path, plan: BatchPlan, reward_weights: list[fl
         beta=settings.beta,
         reward_weights=reward_weights,
         log_completions=False,
+        # Qwen3 templates think unless told otherwise (templates without the switch ignore it)
+        chat_template_kwargs=None if getattr(settings, "thinking", False) else {"enable_thinking": False},
         **vllm,
     )
 

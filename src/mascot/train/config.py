@@ -99,6 +99,7 @@ class GRPOSettings(TrainSettings):
     use_vllm: bool = setting(False, "Generate with vLLM (GPU only).")
     vllm_mode: str = setting("colocate", "server (a `trl vllm-serve` process) or colocate (vLLM inside each training process).")
     vllm_server_url: Optional[str] = setting(None, "Base URL of the `trl vllm-serve` server in server mode.", flags=("--vllm-server-base-url",))
+    thinking: bool = setting(False, "Reasoning mode of the policy's chat template (enable_thinking) while it samples.", flags=("--thinking/--no-thinking",))
     max_per_device_batch: int = field(default=8, metadata={"cli": False})
 
 
@@ -106,10 +107,20 @@ class GRPOSettings(TrainSettings):
 class SpeakerGRPOSettings(GRPOSettings):
     """Stage 1: the Speaker policy against the persona reward model plus two rule rewards."""
 
-    reward_model_path: Optional[str] = setting(None, "Trained persona reward model (artefact folder); needed unless --reward-model-weight is 0.")
+    reward_model_path: Optional[str] = setting(
+        None,
+        "Trained persona reward model (artefact folder). Default: where `mascot train reward-model` writes it for this dataset "
+        "(outputs/reward_model/Individual_<dataset>_Qwen3-0.6B); unused when --reward-model-weight is 0.",
+    )
+    thinking: bool = setting(
+        True,
+        "The Speaker reasons inside <think>...</think> before replying: its prompts ask for it, its chat template enables it and the "
+        "format reward requires it. --no-thinking: prompts without it, thinking disabled, and the format reward asks for a plain reply.",
+        flags=("--thinking/--no-thinking",),
+    )
     algorithm: str = setting("grpo", "Policy optimisation algorithm (grpo).")
     reward_model_weight: float = setting(1.0, "Weight of the persona reward model's score.")
-    format_weight: float = setting(0.2, "Weight of the format reward (<think>...</think> then a non-empty reply).")
+    format_weight: float = setting(0.2, "Weight of the format reward (<think>...</think> then a non-empty reply; with --no-thinking: a non-empty reply without reasoning).")
     conciseness_weight: float = setting(0.2, "Weight of the conciseness reward.")
     length_budget: int = setting(80, "Words a reply may have before the conciseness reward penalises it.")
     reward_max_length: int = setting(1024, "Longest (prompt, reply) the reward model reads; longer ones keep their end.")
@@ -122,10 +133,16 @@ class DirectorGRPOSettings(GRPOSettings):
     data_path: str = setting(
         None, "Episode run directory or episodes JSONL (schema.Episode).", flags=("--episode-dataset-path",), required=True
     )
-    group_reward_model_path: Optional[str] = setting(None, "Trained group reward model (artefact folder).")
+    group_reward_model_path: Optional[str] = setting(
+        None,
+        "Trained group reward model (artefact folder). Default: where `mascot train group-reward-model` writes it for this dataset "
+        "(outputs/reward_model/group_reward_<dataset>_Qwen3-0.6B); unused when --group-reward-weight is 0.",
+    )
     roster: Optional[str] = setting(None, "Roster name or file; default: the dataset's roster.")
     rollout_server_url: Optional[str] = setting(None, "OpenAI-compatible endpoint for the frozen Speaker, user and later-round Director during rollouts (default: in-process local model).")
-    rollout_model: Optional[str] = setting(None, "Base model the rollouts call: served model id, or hub id / folder locally (default: the embedded SmolLM2).")
+    rollout_model: Optional[str] = setting(
+        None, "Base model the rollouts call: served model id, or hub id / folder locally. Default: the policy being trained (--model)."
+    )
     rollout_endpoints: Optional[str] = setting(None, "Comma-separated extra rollout endpoints; requests are spread over them round-robin.")
     speaker_adapter: Optional[str] = setting(None, "The trained Speaker for rollouts: its served LoRA alias (with a rollout URL) or its adapter folder (local).")
     suffix_rounds: int = setting(2, "Rounds rolled out after the Director's directive.")

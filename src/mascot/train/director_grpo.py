@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from mascot.llm.base import BaseClient, ChatClient, ChatRequest, ChatResponse, LLMError, Message
+from mascot.llm.base import BaseClient, ChatClient, ChatRequest, ChatResponse, LLMError, Message, strip_think
 from mascot.schema import Context, Directive, Episode, Roster, Turn
 from mascot.train import artefact, data
 from mascot.train.artefact import TrainingMetadata
@@ -181,6 +181,10 @@ class RoundRobinClient(BaseClient):
             await client.aclose()
 
 
+class RolloutFailure(TrainingSetupError):
+    """Every rollout of a step failed: the rewards would be made up, so training stops."""
+
+
 @dataclass
 class RolloutStats:
     completions: int = 0
@@ -237,7 +241,7 @@ class DirectorRolloutReward:
                         parsed[i].directive,
                         num_rounds=self.settings.suffix_rounds,
                         seed_key=(point.point_id, step, i),
-                        directive_output=texts[i],
+                        directive_output=strip_think(texts[i]),
                     )
                 except LLMError as exc:
                     log.warning("rollout failed for %s: %s", point.point_id, exc)
@@ -247,10 +251,27 @@ class DirectorRolloutReward:
         valid = [i for i, p in enumerate(parsed) if p.directive is not None]
         outcomes = await asyncio.gather(*(rollout(i) for i in valid))
         rollouts = {i: r for i, r in zip(valid, outcomes) if r is not None}
+        failed = len(valid) - len(rollouts)
+        self._check_failures(step, failed, len(valid))
         rewards, parts = self._rewards(len(texts), rollouts)
         self._fill_failed_rollouts(rewards, set(valid) - set(rollouts), point_id)
-        self._record(len(texts), len(texts) - len(valid), len(valid) - len(rollouts), parts, log_metric)
+        self._record(len(texts), len(texts) - len(valid), failed, parts, log_metric)
         return rewards
+
+    def _check_failures(self, step: int, failed: int, attempted: int) -> None:
+        """Failed rollouts are counted and logged with the step; if all of a step's failed, stop."""
+        if not failed:
+            return
+        total = self.stats.rollout_failures + failed
+        log.warning(
+            "step %d: %d of %d rollouts failed (%d so far); they get their group's mean reward", step, failed, attempted, total
+        )
+        if failed == attempted:
+            self.stats.rollout_failures = total
+            raise RolloutFailure(
+                f"every rollout of step {step} failed ({failed} of {attempted}; see the warnings above): "
+                "check --rollout-server-url and that it serves --rollout-model"
+            )
 
     def _rewards(self, n: int, rollouts: dict[int, Rollout]) -> tuple[list[float | None], dict[str, list[float]]]:
         s = self.settings
@@ -291,10 +312,9 @@ def build_rollout_clients(settings: DirectorGRPOSettings) -> dict[str, ChatClien
     --speaker-adapter is given), the simulated user and, for later suffix rounds, the base Director.
 
     With rollout URLs, --rollout-model is the served base model and --speaker-adapter the served
-    LoRA alias of the Speaker; without, both run in-process and --speaker-adapter is a folder."""
-    from mascot.llm.routing import DEFAULT_LOCAL_MODEL
-
-    model = settings.rollout_model or DEFAULT_LOCAL_MODEL
+    LoRA alias of the Speaker; without, both run in-process and --speaker-adapter is a folder.
+    --rollout-model defaults to the policy being trained (the id a server for it serves)."""
+    model = rollout_model(settings)
     urls = [u.strip() for u in [settings.rollout_server_url or "", *(settings.rollout_endpoints or "").split(",")] if u.strip()]
     if urls:
         base = _http_client(urls, model, settings.rollout_concurrency)
@@ -328,6 +348,26 @@ def close_clients(trainer, clients: dict[str, ChatClient]) -> None:
                 asyncio.run(client.aclose())
         except Exception as exc:  # noqa: BLE001 - closing must never hide the training result
             log.warning("closing a rollout client failed: %s", exc)
+
+
+def rollout_model(settings: DirectorGRPOSettings) -> str:
+    return settings.rollout_model or settings.model_name
+
+
+def resolve_group_reward_model_path(settings: DirectorGRPOSettings, dataset: str) -> None:
+    """--group-reward-model-path defaults to where `mascot train group-reward-model` writes."""
+    if settings.group_reward_weight == 0 or settings.group_reward_model_path:
+        return
+    from mascot.train.config import DEFAULT_REWARD_BASE_MODEL
+
+    default = artefact.default_output_dir("group_reward_model", dataset, DEFAULT_REWARD_BASE_MODEL)
+    if not artefact.is_complete(default):
+        raise TrainingSetupError(
+            f"no group reward model at the default {default}: train one with `mascot train group-reward-model`, "
+            "pass --group-reward-model-path, or --group-reward-weight 0 to train on the diversity term only"
+        )
+    settings.group_reward_model_path = str(default)
+    log.info("group reward model: %s (the default for %s)", default, dataset)
 
 
 def load_group_scorer(settings: DirectorGRPOSettings) -> TrajectoryScorer | None:
@@ -365,6 +405,8 @@ def train_director_grpo(
         raise data.TrainingDataError(f"{data_file}: no decision points (no episode has a Speaker turn)")
     plan = derive_batch(settings.batch_size, world_size(), settings.max_per_device_batch, settings.per_device_batch_size)
     validate_grpo(settings)
+    if trajectory_scorer is None:
+        resolve_group_reward_model_path(settings, dataset)
     output, checkpoint = open_output(settings, artefact.default_output_dir("director_grpo", dataset, settings.model_name))
 
     from trl import GRPOTrainer  # heavy: imported once the inputs are known to be usable
@@ -435,8 +477,7 @@ def _sources(settings: DirectorGRPOSettings) -> dict[str, str]:
         sources["group_reward_model"] = model_ref(settings.group_reward_model_path)
     if settings.speaker_adapter:
         sources["speaker_adapter"] = model_ref(settings.speaker_adapter)
-    if settings.rollout_model:
-        sources["rollout_model"] = settings.rollout_model
+    sources["rollout_model"] = rollout_model(settings)
     return sources
 
 
@@ -445,5 +486,6 @@ def describe(outcome: TrainOutcome) -> str:
     reward = ev.get("reward")
     trend = f"mean reward {reward['first']:+.3f} -> {reward['last']:+.3f}" if reward else "no reward logged"
     failures = f"{ev.get('num_directive_parse_failures', 0)} of {ev.get('num_completions', 0)} directives did not parse"
-    return f"{trend}; {failures}; artefact: {outcome.output_dir}"
+    rollouts = f"{ev.get('num_rollout_failures', 0)} rollouts failed (given their group's mean reward)"
+    return f"{trend}; {failures}; {rollouts}; artefact: {outcome.output_dir}"
 

@@ -2,6 +2,7 @@
 
 - `format_reward`: 1 when the completion reasons inside <think>...</think> and then gives a
   non-empty reply, else 0.
+- `plain_format_reward` (training without reasoning): 1 for a non-empty reply with no <think>.
 - `conciseness_reward`: 0 within the word budget, down to -1 at twice the budget and beyond.
 - `PersonaRewardModel`: the trained persona reward model's score of (prompt, visible reply).
 - `diversity_score`: +1 when a dialogue block has contributions from distinct personas, -1 otherwise.
@@ -39,6 +40,15 @@ def is_well_formed(text: str) -> bool:
 
 def format_reward(completions: Sequence[Any], **_: Any) -> list[float]:
     return [1.0 if is_well_formed(completion_text(c)) else 0.0 for c in completions]
+
+
+def plain_format_reward(completions: Sequence[Any], **_: Any) -> list[float]:
+    """The format reward when the Speaker trains without reasoning: a reply, and no reasoning."""
+    rewards = []
+    for completion in completions:
+        text = completion_text(completion)
+        rewards.append(1.0 if text.strip() and "<think>" not in text.lower() and "</think>" not in text.lower() else 0.0)
+    return rewards
 
 
 def reply_words(text: str) -> int:

@@ -2,8 +2,12 @@
 
 Prompts are the Stage-1 pairs' prompts (each once). Each completion is scored by three rewards,
 summed with their weights: the persona reward model on (prompt, visible reply), the format reward
-(<think>...</think> then a reply) and the conciseness reward (words beyond a budget). LoRA by
-default; the artefact is the adapter.
+and the conciseness reward (words beyond a budget). LoRA by default; the artefact is the adapter.
+
+`--thinking` (the default) and the format reward agree: the prompts ask for <think>...</think>,
+the chat template enables thinking and the format reward requires the trace. With
+`--no-thinking` the prompts drop the instruction, thinking is disabled, and the format reward asks
+for a plain non-empty reply instead.
 """
 
 from __future__ import annotations
@@ -14,9 +18,10 @@ import logging
 from mascot.train import artefact, data
 from mascot.train.artefact import TrainingMetadata
 from mascot.train.common import TrainOutcome, finish, first_last, grpo_config, open_output, run_training, save_model, validate_grpo
-from mascot.train.config import SpeakerGRPOSettings
+from mascot.dialogue.prompts import with_think_instruction
+from mascot.train.config import DEFAULT_REWARD_BASE_MODEL, SpeakerGRPOSettings
 from mascot.train.models import count_parameters, load_causal_lm, load_tokenizer, lora_config, model_ref
-from mascot.train.rewards import PersonaRewardModel, conciseness_reward, format_reward
+from mascot.train.rewards import PersonaRewardModel, conciseness_reward, format_reward, plain_format_reward
 from mascot.train.runtime import TrainingSetupError, derive_batch, world_size
 from mascot.train.scoring import RewardModelScorer
 
@@ -27,13 +32,27 @@ def build_rewards(settings: SpeakerGRPOSettings, scorer) -> tuple[list, list[flo
     """The reward functions with a non-zero weight, and their weights."""
     candidates = [
         (PersonaRewardModel(scorer) if scorer is not None else None, settings.reward_model_weight),
-        (format_reward, settings.format_weight),
+        (format_reward if settings.thinking else plain_format_reward, settings.format_weight),
         (functools.partial(conciseness_reward, budget=settings.length_budget), settings.conciseness_weight),
     ]
     kept = [(fn, w) for fn, w in candidates if w != 0]
     if not kept:
         raise TrainingSetupError("every reward weight is 0: nothing to optimise")
     return [fn for fn, _ in kept], [w for _, w in kept]
+
+
+def resolve_reward_model_path(settings: SpeakerGRPOSettings, dataset: str) -> None:
+    """--reward-model-path defaults to where `mascot train reward-model` writes for this dataset."""
+    if settings.reward_model_weight == 0 or settings.reward_model_path:
+        return
+    default = artefact.default_output_dir("persona_reward_model", dataset, DEFAULT_REWARD_BASE_MODEL)
+    if not artefact.is_complete(default):
+        raise TrainingSetupError(
+            f"no persona reward model at the default {default}: train one with `mascot train reward-model`, "
+            "pass --reward-model-path, or --reward-model-weight 0 to train on the rule rewards only"
+        )
+    settings.reward_model_path = str(default)
+    log.info("persona reward model: %s (the default for %s)", default, dataset)
 
 
 def load_scorer(settings: SpeakerGRPOSettings) -> RewardModelScorer | None:
@@ -59,6 +78,7 @@ def train_speaker(settings: SpeakerGRPOSettings) -> TrainOutcome:
     prompts = data.limit_records(data.unique_prompts(pairs), settings.limit, settings.seed)
     plan = derive_batch(settings.batch_size, world_size(), settings.max_per_device_batch, settings.per_device_batch_size)
     validate_grpo(settings)
+    resolve_reward_model_path(settings, dataset)
     scorer = load_scorer(settings)
     reward_funcs, weights = build_rewards(settings, scorer)
     output, checkpoint = open_output(settings, artefact.default_output_dir("speaker", dataset, settings.model_name))
@@ -72,7 +92,7 @@ def train_speaker(settings: SpeakerGRPOSettings) -> TrainOutcome:
         model=load_causal_lm(settings.model_name),
         reward_funcs=reward_funcs,
         args=config,
-        train_dataset=data.to_dataset([{"prompt": row.prompt, "persona": row.persona} for row in prompts]),
+        train_dataset=data.to_dataset([{"prompt": with_think_instruction(row.prompt, settings.thinking), "persona": row.persona} for row in prompts]),
         processing_class=tokenizer,
         peft_config=lora_config(settings, "CAUSAL_LM") if settings.lora else None,
     )

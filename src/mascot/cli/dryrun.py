@@ -1,0 +1,180 @@
+"""`--dry-run`: check what a command would use, print the resolved settings, load and write nothing.
+
+Each check raises a MascotError with a one-line reason (the CLI turns it into `error: ...` and a
+non-zero exit): a missing input, an unreachable endpoint, a model id the server does not list, a
+model that is neither a folder, nor cached, nor on a reachable hub. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from mascot.errors import MascotError
+
+DryRunOption = Annotated[
+    bool, typer.Option("--dry-run", help="Check inputs, endpoints and model ids and print the resolved settings; load no model and write nothing.")
+]
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?$")
+
+
+class DryRunError(MascotError):
+    """A dry run found something the real run would fail on."""
+
+
+def check_path(path: Path | str | None, label: str, *, kind: str = "any") -> None:
+    """An input that must exist: kind "file", "dir" or "any"."""
+    if path is None:
+        return
+    p = Path(path)
+    if not p.exists():
+        raise DryRunError(f"{label} {p} does not exist")
+    if kind == "file" and not p.is_file():
+        raise DryRunError(f"{label} {p} is not a file")
+    if kind == "dir" and not p.is_dir():
+        raise DryRunError(f"{label} {p} is not a folder")
+
+
+def check_model(model: str | None, label: str = "model") -> str:
+    """How `model` would load: "folder", "cache", "embedded" or "hub"; an error when none works.
+    With an endpoint the id is checked against the server instead (`check_endpoints`)."""
+    if not model:
+        return "default"
+    from mascot.llm.local import _in_hf_cache, hub_online
+    from mascot.llm.routing import DEFAULT_LOCAL_MODEL
+
+    path = Path(model).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise DryRunError(f"{label} {model} is a file, not a model folder")
+        return "folder"
+    if model.startswith((".", "/", "~")) or not _HUB_ID.match(model):
+        raise DryRunError(f"{label} folder {model} does not exist")
+    if _in_hf_cache(model):
+        return "cache"
+    if model == DEFAULT_LOCAL_MODEL:
+        return "embedded"
+    if not hub_online():
+        raise DryRunError(f"{label} {model}: not a local folder, not in the Hugging Face cache, and the hub is unreachable")
+    return _check_on_hub(model, label)
+
+
+def _check_on_hub(model: str, label: str) -> str:
+    try:
+        from huggingface_hub import HfApi
+
+        HfApi().model_info(model, timeout=10)
+    except Exception as exc:  # noqa: BLE001 - any hub answer but a model card means it cannot load
+        raise DryRunError(f"{label} {model} is not on the Hugging Face hub ({type(exc).__name__})") from None
+    return "hub"
+
+
+def check_endpoints(endpoints: dict[str, Any]) -> dict[str, str]:
+    """Every role with a URL: the server answers /models and lists the role's model id.
+    Roles without one are local: their model must load (`check_model`). Returns role -> how."""
+    from mascot.serve import ServeError, list_served_models
+
+    found: dict[str, str] = {}
+    listings: dict[str, list[str]] = {}
+    for role, ep in endpoints.items():
+        if not ep.url:
+            found[role] = f"local ({check_model(ep.adapter or ep.model, f'{role} model')})"
+            continue
+        if ep.url not in listings:
+            key = os.environ.get(getattr(ep, "api_key_env", "OPENAI_API_KEY") or "OPENAI_API_KEY") or os.environ.get("OPENAI_API_KEY")
+            try:
+                listings[ep.url] = [m["id"] for m in list_served_models(ep.url, api_key=key)]
+            except ServeError as exc:
+                raise DryRunError(f"the {role} endpoint is unreachable: {exc}") from None
+        served = listings[ep.url]
+        if served and ep.model not in served:
+            raise DryRunError(f"the {role} endpoint {ep.url} does not serve {ep.model!r} (it serves {', '.join(served[:6])})")
+        found[role] = f"served by {ep.url}"
+    return found
+
+
+def check_python_module(python: str, module: str) -> None:
+    """The interpreter exists and can import `module` (found, not imported: no start-up cost)."""
+    code = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)"
+    try:
+        result = subprocess.run([python, "-c", code], capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise DryRunError(f"cannot run {python}: {exc}") from None
+    if result.returncode != 0:
+        raise DryRunError(f"{python} cannot import {module}: install it there (pip install 'mascot[serve]') or pass --python")
+
+
+def check_new_output(path: Path, *, resume: bool, overwrite: bool, label: str = "output folder") -> str:
+    """What the run would do with its output folder, refusing what the real run refuses."""
+    p = Path(path)
+    exists = p.exists() and (not p.is_dir() or any(p.iterdir()))
+    if not exists:
+        return f"{p} (new)"
+    if resume:
+        return f"{p} (resumed)"
+    if overwrite:
+        return f"{p} (replaced)"
+    raise DryRunError(f"{label} {p} already exists: pass --resume to continue or --overwrite to start over")
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def print_settings(command: str, settings: dict[str, Any]) -> None:
+    typer.echo(json.dumps({"dry_run": command, **_plain(settings)}, indent=2, default=str))
+    typer.secho(f"dry run of `mascot {command}`: all checks passed; nothing was loaded or written", fg="green", err=True)
+
+
+def dry_run_generation(
+    mode: str, *, dataset: str, data_file: Path | None, split: str, limit: int | None, roster: str | None, endpoints, roles: tuple[str, ...], run_dir: Path, resume: bool, overwrite: bool, settings: dict
+) -> None:
+    """`mascot generate --dry-run`: roster, data, every role's endpoint or local model, run folder."""
+    from mascot.llm.routing import resolve_roles
+    from mascot.rosters import load_roster, roster_for_dataset
+
+    team = load_roster(roster) if roster else roster_for_dataset(dataset)
+    resolved: dict[str, Any] = {"dataset": dataset, "roster": team.ident}
+    if data_file is not None:
+        from mascot.data import load_contexts
+
+        check_path(data_file, "--data-file", kind="file")
+        contexts = load_contexts(dataset, split=split, data_file=data_file, limit=limit, seed=settings.get("seed", 42))
+        resolved["num_contexts"] = len(list(contexts))
+    else:
+        resolved["data"] = f"{dataset} {split} split from the Hugging Face hub (not read by a dry run)"
+    resolved["roles"] = check_endpoints(resolve_roles(endpoints, roles))
+    resolved["run_dir"] = check_new_output(run_dir, resume=resume, overwrite=overwrite, label="run folder")
+    print_settings(f"generate --mode {mode}", {"resolved": resolved, "settings": settings})
+
+
+def check_judges(specs: list, rubric_version: str) -> dict[str, str]:
+    """Rubric version, and each judge's endpoint (listing its model), API key or local model."""
+    from mascot.llm.routing import RoleEndpoint
+    from mascot.rubrics import load_rubric_set
+
+    load_rubric_set(rubric_version)
+    found: dict[str, str] = {}
+    for spec in specs:
+        if spec.provider in ("openai", "anthropic", "gemini"):
+            env = spec.api_key_env or {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "gemini": "GEMINI_API_KEY"}[spec.provider]
+            if not os.environ.get(env):
+                raise DryRunError(f"judge {spec.label}: {env} is not set (the {spec.provider} API needs it)")
+            found[spec.label] = f"{spec.provider} API ({env} set)"
+            continue
+        endpoint = RoleEndpoint("judge", spec.model, spec.url, api_key_env=spec.api_key_env or "JUDGE_API_KEY")
+        found[spec.label] = check_endpoints({f"judge {spec.label}": endpoint})[f"judge {spec.label}"]
+    return found

