@@ -39,8 +39,14 @@ def neutralize(text: object) -> str:
     return CONTROL_TOKEN.sub(lambda m: f"[|{m.group(1)}|]", value)
 
 
+class Trusted(str):
+    """Text the project itself wrote (an instruction shared by a template and code): printed as is."""
+
+
 def _finalize(value: object) -> object:
     """Applied by Jinja to every `{{ ... }}` before it is printed."""
+    if isinstance(value, Trusted):
+        return str(value)
     return neutralize(value) if isinstance(value, str) else value
 
 
