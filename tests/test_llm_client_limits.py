@@ -136,6 +136,21 @@ async def test_thinking_is_sent_as_a_template_switch_merged_with_extra_body(stub
     assert body["top_k"] == 20 and body["chat_template_kwargs"] == {"custom": 1, "enable_thinking": False}
 
 
+async def test_no_switch_is_sent_to_a_hosted_api_that_refuses_unknown_fields(stub):
+    server = stub()
+    await chat(client_for(server, template_kwargs=False), ChatRequest(messages=ASK, thinking=False))
+    assert "chat_template_kwargs" not in server.stats.bodies[0]
+
+
+def test_openai_judges_never_get_the_template_switch():
+    from mascot.judge.panel import JudgeSpec, build_judge_backends
+    from mascot.llm.routing import EndpointOptions
+
+    specs = [JudgeSpec(name="gpt", model="gpt-4o", provider="openai"), JudgeSpec(name="qwen", model="q", url="http://127.0.0.1:9/v1")]
+    backends = build_judge_backends(specs, EndpointOptions(judge_thinking=False))
+    assert backends.endpoints["gpt"].template_kwargs is False and backends.endpoints["qwen"].template_kwargs is True
+
+
 async def test_no_switch_is_sent_when_thinking_is_left_to_the_server(stub):
     server = stub()
     await chat(client_for(server), ChatRequest(messages=ASK))

@@ -301,6 +301,14 @@ class RoleUsage(Record):
     structured: int = 0  # requests with a JSON schema sent as a structured-output constraint
     unstructured: int = 0  # requests with a JSON schema sent free (the endpoint has no support)
 
+    def add(self, other: RoleUsage) -> RoleUsage:
+        """Adds another count (one call's, or an earlier attempt's) into this one."""
+        for name in ("requests", "prompt_tokens", "completion_tokens", "failures", "structured", "unstructured"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for cause, count in other.failures_by_cause.items():
+            self.failures_by_cause[cause] = self.failures_by_cause.get(cause, 0) + count
+        return self
+
 
 class Failures(Record):
     """What a run lost, as of its last attempt: a context or item repaired by --resume leaves it."""

@@ -53,23 +53,17 @@ def read_usage_log(path: Path) -> dict[str, RoleUsage]:
         for raw in fh:
             try:
                 entry = json.loads(raw)
-                usage = totals.setdefault(str(entry["role"]), RoleUsage())
-            except (json.JSONDecodeError, KeyError, TypeError):
-                continue
-            for name in ("requests", "prompt_tokens", "completion_tokens", "failures"):
-                setattr(usage, name, getattr(usage, name) + int(entry.get(name, 0)))
+                role = str(entry.pop("role"))
+                call = RoleUsage.model_validate(entry)
+            except (ValueError, KeyError, TypeError, AttributeError):
+                continue  # a line another version wrote differently: skipped, not fatal
+            totals.setdefault(role, RoleUsage()).add(call)
     return totals
 
 
 def log_meter_usage(meter: Any, store: RunStore) -> None:
     """Every call a usage meter records also goes into the store's usage log."""
-    record = meter.record
-
-    def record_and_log(role: str, response: Any) -> None:
-        record(role, response)
-        store.log_usage(role, response)
-
-    meter.record = record_and_log
+    meter.on_record = store.log_usage
 
 
 class RunStore:
@@ -241,13 +235,9 @@ class RunStore:
             check_resume_settings(self.run_dir, data.get("settings") or {}, ignore)
         write_json_atomic(self.path("run_config.json"), data)
 
-    def log_usage(self, role: str, response: Any) -> None:
-        """One model call into the usage log (a line per call, so that a kill -9 loses none);
-        `response` None is a failed call."""
-        entry = {"role": role, "requests": 1, "failures": int(response is None)}
-        if response is not None:
-            entry["prompt_tokens"] = int(getattr(response, "prompt_tokens", 0) or 0)
-            entry["completion_tokens"] = int(getattr(response, "completion_tokens", 0) or 0)
+    def log_usage(self, role: str, call: RoleUsage) -> None:
+        """One model call's usage into the usage log (a line per call, so that a kill -9 loses none)."""
+        entry = {"role": role, **call.model_dump(exclude_defaults=True)}
         appender = self._appenders.get(USAGE_LOG)
         if appender is not None:
             appender.append(entry)

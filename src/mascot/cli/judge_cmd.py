@@ -116,7 +116,10 @@ def judge(
 
     from mascot.judge.run import judge_episode_file, output_paths
 
-    output_paths(input_file, output_dir)  # an unwritable output folder is refused before any model loads
+    from mascot.judge.episodes import load_episode_file
+
+    output_paths(input_file, output_dir)  # an unwritable output folder and a bad input are refused before any model call
+    loaded = load_episode_file(input_file, dataset=dataset)
     scopes = {"both": ("agent", "collective"), "agent": ("agent",), "collective": ("collective",)}.get(scope)
     if scopes is None:
         raise MascotError(f"unknown --scope {scope!r}: use agent, collective or both")
@@ -142,7 +145,7 @@ def judge(
             console.print(f"[yellow]judges {', '.join(backends.local_roles)} run in-process on the local backend (no --judge-server-url).[/yellow]")
         try:
             return await judge_episode_file(
-                input_file, panel, rubric_version=rubric_version, dataset=dataset, contexts=contexts, scopes=scopes, output_dir=output_dir, limit=limit
+                input_file, panel, rubric_version=rubric_version, dataset=dataset, contexts=contexts, scopes=scopes, output_dir=output_dir, limit=limit, loaded=loaded
             )
         finally:
             await backends.aclose()

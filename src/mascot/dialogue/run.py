@@ -144,11 +144,7 @@ def role_identities(backends: Backends) -> dict[str, RoleIdentity]:
 def merged_usage(previous: dict[str, RoleUsage], current: dict[str, RoleUsage]) -> dict[str, RoleUsage]:
     merged = {role: usage.model_copy(deep=True) for role, usage in previous.items()}
     for role, usage in current.items():
-        total = merged.setdefault(role, RoleUsage())
-        for name in ("requests", "prompt_tokens", "completion_tokens", "failures", "structured", "unstructured"):
-            setattr(total, name, getattr(total, name) + getattr(usage, name))
-        for cause, count in usage.failures_by_cause.items():
-            total.failures_by_cause[cause] = total.failures_by_cause.get(cause, 0) + count
+        merged.setdefault(role, RoleUsage()).add(usage)
     return merged
 
 

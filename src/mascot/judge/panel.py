@@ -91,7 +91,8 @@ def build_judge_backends(specs: list[JudgeSpec], opts: EndpointOptions, *, trace
             if spec.provider == "local":
                 url = None
             key_env = spec.api_key_env or ("OPENAI_API_KEY" if spec.provider == "openai" else "JUDGE_API_KEY")
-            endpoints[spec.label] = RoleEndpoint(spec.label, spec.model, url, api_key_env=key_env, **client_flags)
+            hosted = spec.provider == "openai"  # OpenAI's API refuses chat_template_kwargs
+            endpoints[spec.label] = RoleEndpoint(spec.label, spec.model, url, api_key_env=key_env, template_kwargs=not hosted, **client_flags)
     return build_backends(endpoints, opts, trace_path=trace_path, overrides=api)
 
 

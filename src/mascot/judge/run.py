@@ -67,8 +67,11 @@ async def judge_episode_file(
     scopes: tuple[str, ...] = ("agent", "collective"),
     output_dir: Path | None = None,
     limit: int | None = None,
+    loaded: EpisodeFile | None = None,
 ) -> JudgeRunResult:
-    episodes = load_episode_file(input_file, dataset=dataset)
+    """Judges every item of an episode file (`loaded`: the file already read, e.g. to refuse a bad
+    file before any server is contacted)."""
+    episodes = loaded if loaded is not None else load_episode_file(input_file, dataset=dataset)
     metrics_path, judgments_path = output_paths(input_file, output_dir)  # writable before any model call
     for path in (metrics_path, judgments_path):
         ensure_writable_file(path)

@@ -65,6 +65,7 @@ class HTTPClient(BaseClient):
         extra_body: dict | None = None,
         max_stop_strings: int = DEFAULT_MAX_STOP_STRINGS,
         endpoints: list[EndpointState] | None = None,
+        template_kwargs: bool = True,
     ) -> None:
         from mascot.llm.routing import redact_url
 
@@ -80,6 +81,9 @@ class HTTPClient(BaseClient):
         self.backoff_max_s = backoff_max_s
         self.extra_body = extra_body or {}
         self.max_stop_strings = max_stop_strings
+        # Self-hosted servers (vLLM, transformers serve) take chat_template_kwargs; hosted APIs
+        # such as OpenAI's refuse unknown fields, so the reasoning switch is not sent to them.
+        self.template_kwargs = template_kwargs
         self.max_in_flight = max(1, max_in_flight)
         self.structured_outputs: bool | None = None  # set by probe_structured_outputs
         self._endpoints = endpoints or [
@@ -128,7 +132,7 @@ class HTTPClient(BaseClient):
             body["response_format"] = {"type": "json_schema",
                                        "json_schema": {"name": request.schema_name, "schema": request.json_schema}}
         body.update(self.extra_body)
-        if request.thinking is not None:
+        if request.thinking is not None and self.template_kwargs:
             kwargs = dict(self.extra_body.get("chat_template_kwargs") or {})
             kwargs["enable_thinking"] = request.thinking
             body["chat_template_kwargs"] = kwargs
@@ -348,8 +352,10 @@ class HTTPClient(BaseClient):
             "model": self.model, "max_tokens": 32, "temperature": 0.0,
             "messages": [{"role": "user", "content": 'Reply with the JSON object {"answer": "yes"}.'}],
             "response_format": {"type": "json_schema", "json_schema": {"name": "probe", "schema": PROBE_SCHEMA}},
-            **self.extra_body, "chat_template_kwargs": {**(self.extra_body.get("chat_template_kwargs") or {}), "enable_thinking": False},
+            **self.extra_body,
         }
+        if self.template_kwargs:
+            body["chat_template_kwargs"] = {**(self.extra_body.get("chat_template_kwargs") or {}), "enable_thinking": False}
         try:
             completion = await self._attempt(endpoint, json.dumps(body).encode(), self.timeout_s)
             content = ((completion.get("choices") or [{}])[0].get("message") or {}).get("content") or ""

@@ -6,7 +6,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from pathlib import Path
 
@@ -41,24 +41,26 @@ class UsageMeter:
     def __init__(self) -> None:
         self.by_role: dict[str, RoleUsage] = {}
         self.notes = FailureNotes()
+        # Called with (role, this call's usage) after each call: the run store logs it to disk.
+        self.on_record: Callable[[str, RoleUsage], None] | None = None
 
     def record(self, role: str, response: ChatResponse | None, request: ChatRequest | None = None,
                error: BaseException | None = None) -> None:
-        usage = self.by_role.setdefault(role, RoleUsage())
-        usage.requests += 1
+        call = RoleUsage(requests=1)
         if request is not None and request.json_schema is not None and response is not None:
             if response.structured:
-                usage.structured += 1
+                call.structured = 1
             else:
-                usage.unstructured += 1
+                call.unstructured = 1
         if response is None:
-            usage.failures += 1
             cause = failure_cause(error) if error is not None else "error"
-            usage.failures_by_cause[cause] = usage.failures_by_cause.get(cause, 0) + 1
+            call.failures, call.failures_by_cause = 1, {cause: 1}
             self.notes.note(cause, f"{role} request failed [{cause}]: {error}")
-            return
-        usage.prompt_tokens += response.prompt_tokens
-        usage.completion_tokens += response.completion_tokens
+        else:
+            call.prompt_tokens, call.completion_tokens = response.prompt_tokens, response.completion_tokens
+        self.by_role.setdefault(role, RoleUsage()).add(call)
+        if self.on_record is not None:
+            self.on_record(role, call)
 
     @property
     def total_tokens(self) -> int:

@@ -65,6 +65,7 @@ class RoleEndpoint:
     api_key_env: str = "OPENAI_API_KEY"
     thinking: bool | None = None  # None: the server's / template's default
     extra_body: dict = field(default_factory=dict)
+    template_kwargs: bool = True  # the server takes chat_template_kwargs (False for hosted APIs)
 
     @property
     def backend(self) -> str:
@@ -276,6 +277,7 @@ def _make_client(ep: RoleEndpoint, opts: EndpointOptions, registry: EndpointRegi
             extra_body=ep.extra_body,
             max_stop_strings=opts.max_stop_strings,
             endpoints=[registry.get(url) for url in ep.urls],
+            template_kwargs=ep.template_kwargs,
         )
     from mascot.llm.local import LocalClient
 
