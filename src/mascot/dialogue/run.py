@@ -200,7 +200,7 @@ async def _run(
         await run_all(engine, contexts, write=store.append, skip=store.is_done, spines=spines, on_progress=on_progress)
         bar.update(task, completed=store.summary.num_records - store.summary.num_resumed_records, failures=tally.failures, tokens=backends.meter.total_tokens)
     written = store.summary.num_records - store.summary.num_resumed_records
-    console.print(f"wrote {written} episodes ({store.summary.num_records} in all) to {store.path()}; failures: {tally.failures}")
+    console.print(f"wrote {written} episodes ({store.summary.num_records} in all) to {store.path()}; {tally.describe()}", soft_wrap=True, markup=False)
     if written == 0 and store.counters.num_generation_failures and total > len(store.done_keys):
         raise GenerationFailed(
             f"no episode could be generated ({store.counters.num_generation_failures} contexts failed; see the log above); "
