@@ -34,6 +34,7 @@ class GroupGenerationConfig(BaseModel):
     data_file: Path | None = None
     split: str = "test"
     limit: int | None = None
+    token_budget: int = 1500  # QMSum transcript window (mascot.data.qmsum.DEFAULT_TOKEN_BUDGET)
     roster: str | None = None
     engine: EngineSettings = Field(default_factory=EngineSettings)
     endpoints: EndpointOptions = Field(default_factory=EndpointOptions)
@@ -104,7 +105,9 @@ def load_spines(path: Path) -> dict[str, Episode]:
 def _load_contexts(cfg: GroupGenerationConfig) -> list[Context]:
     from mascot.data import load_contexts
 
-    return list(load_contexts(cfg.dataset, split=cfg.split, data_file=cfg.data_file, limit=cfg.limit, seed=cfg.engine.seed))
+    return list(
+        load_contexts(cfg.dataset, split=cfg.split, data_file=cfg.data_file, limit=cfg.limit, seed=cfg.engine.seed, token_budget=cfg.token_budget)
+    )
 
 
 def _progress(console: Console, total: int):

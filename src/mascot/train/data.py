@@ -116,6 +116,35 @@ def pair_rows(pairs: Sequence[PreferencePair], margin_scale: float = 0.0) -> lis
     return rows
 
 
+def tokenized_pair_rows(pairs: Sequence[PreferencePair], tokenizer, max_length: int, margin_scale: float = 0.0) -> tuple[list[dict[str, Any]], int]:
+    """RewardTrainer rows already tokenized and fitted to `max_length` (the middle of an over-long
+    prompt is dropped, see `scoring.encode_fitted`), so that no pair is lost to its length; also
+    the number of pairs that were cut."""
+    from mascot.train.scoring import encode_fitted
+
+    rows, cut = [], 0
+    for pair in pairs:
+        chosen, chosen_cut = encode_fitted(tokenizer, pair.prompt, pair.chosen, max_length)
+        rejected, rejected_cut = encode_fitted(tokenizer, pair.prompt, pair.rejected, max_length)
+        cut += chosen_cut or rejected_cut
+        row: dict[str, Any] = {"chosen_ids": chosen, "rejected_ids": rejected}
+        if margin_scale:
+            row["margin"] = float(pair.margin) * margin_scale
+        rows.append(row)
+    return rows, cut
+
+
+def require_records_left(left: int, *, what: str, source: Path, read: int, held_out: int, dropped: int = 0, dropped_by: str = "") -> None:
+    """One line, with the counts and the flag to change, when nothing is left to train on."""
+    if left > 0:
+        return
+    parts = [f"{read} read from {source}", f"{held_out} held out for evaluation (--eval-fraction)"]
+    if dropped:
+        parts.append(f"{dropped} dropped by {dropped_by}")
+    hint = f"; raise {dropped_by} or " if dropped else "; "
+    raise TrainingDataError(f"no {what} left to train on: {', '.join(parts)}{hint}generate more data (--limit, --num-candidates) or lower --eval-fraction")
+
+
 def to_dataset(rows: list[dict[str, Any]]):
     from datasets import Dataset
 

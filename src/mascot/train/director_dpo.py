@@ -41,6 +41,7 @@ def train_director_dpo(settings: DirectorDPOSettings) -> TrainOutcome:
     output, checkpoint = open_output(settings, artefact.default_output_dir("director_dpo", dataset, settings.model_name))
     train_pairs, held_out = data.split_by_prompt(pairs, settings.eval_fraction, settings.seed)
     train_pairs = data.limit_records(train_pairs, settings.limit, settings.seed)
+    data.require_records_left(len(train_pairs), what="directive pairs", source=data_file, read=len(pairs), held_out=len(held_out))
 
     from trl import DPOTrainer  # heavy: imported once the inputs are known to be usable
 
@@ -52,6 +53,10 @@ def train_director_dpo(settings: DirectorDPOSettings) -> TrainOutcome:
         train_dataset=data.to_dataset(data.pair_rows(train_pairs)),
         processing_class=tokenizer,
         peft_config=lora_config(settings, "CAUSAL_LM") if settings.lora else None,
+    )
+    data.require_records_left(
+        len(trainer.train_dataset), what="directive pairs", source=data_file, read=len(pairs), held_out=len(held_out),
+        dropped=len(train_pairs) - len(trainer.train_dataset), dropped_by="--max-length",
     )
     figures = run_training(trainer, checkpoint)
     figures.update(count_parameters(trainer.model))
