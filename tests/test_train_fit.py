@@ -104,3 +104,25 @@ def test_memory_defaults_checkpoint_everywhere_and_cap_the_per_device_batch_by_t
     for settings in (RewardModelSettings(), SpeakerGRPOSettings(), DirectorDPOSettings()):
         assert trainer_arguments(settings, "out", plan)["gradient_checkpointing"] is True  # on the CPU too
     assert trainer_arguments(RewardModelSettings(gradient_checkpointing=False), "out", plan)["gradient_checkpointing"] is False
+
+
+def test_director_dpo_fits_long_prompts_instead_of_dropping_them(base, tmp_path):
+    from transformers import AutoTokenizer
+
+    from mascot.train.director_dpo import train_director_dpo
+
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    pairs = meeting_pairs(4, words=400, kind="directive")
+    rows, cut = data.fitted_pair_rows(pairs, tokenizer, 160)
+    assert cut == 4
+    for row in rows:
+        for side in ("chosen", "rejected"):
+            assert len(tokenizer.apply_chat_template(row["prompt"] + row[side], tokenize=True, return_dict=True)["input_ids"]) <= 160
+        assert row["prompt"][0] == pairs[0].prompt[0] and data.CUT_MARK in row["prompt"][1]["content"]
+        assert row["prompt"][1]["content"].endswith("Reply now.")  # the end of the prompt stays
+    run = tmp_path / "branching_QMSum_tiny"
+    write_jsonl(run / "directive_pairs.jsonl", pairs)
+    write_run_config(run, dataset="QMSum", rubric_version="paper_v1")
+    settings = DirectorDPOSettings(data_path=str(run), model_name=str(base), output_dir=str(tmp_path / "dpo"), batch_size=2, max_length=160, max_steps=1)
+    outcome = train_director_dpo(settings)
+    assert outcome.metadata.train_metrics["num_truncated_pairs"] == outcome.metadata.num_train_records == 3

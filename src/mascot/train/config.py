@@ -172,7 +172,7 @@ class DirectorDPOSettings(TrainSettings):
     learning_rate: float = setting(5e-6, "Peak learning rate (linear decay).")
     beta: float = setting(0.1, "DPO temperature: how far the policy may move from the frozen base.")
     loss_type: str = setting("sigmoid", "DPO loss (TRL loss_type; comma-separate several).")
-    max_length: int = setting(2048, "Longest tokenized prompt + directive: TRL cuts longer ones at the end and drops pairs whose prompt alone fills it.")
+    max_length: int = setting(2048, "Longest tokenized prompt + directive; a longer pair loses the middle of its longest prompt message (the transcript).")
     eval_fraction: float = setting(0.1, "Share of decision points held out to report preference accuracy.")
     max_per_device_batch: int = field(default=4, metadata={"cli": False})
 
