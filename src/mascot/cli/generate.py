@@ -148,7 +148,7 @@ def _generate_group(**flags) -> None:
         data_file=flags["data_file"],
         split=flags["split"],
         limit=flags["limit"],
-        token_budget=flags["token_budget"],
+        transcript_window=flags["token_budget"],
         roster=flags["roster"],
         engine=settings,
         endpoints=flags["endpoints"],

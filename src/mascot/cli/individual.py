@@ -131,7 +131,7 @@ async def _run(*, dataset, data_file, split, limit, token_budget, roster_name, s
                         "split": split,
                         "data_file": str(data_file) if data_file else None,
                         "limit": limit,
-                        "token_budget": token_budget,
+                        "transcript_window": token_budget,  # not token_*: run_config.json redacts those keys
                         "roster": roster.ident,
                         "rubric_version": rubric_version,
                         "num_contexts": len(contexts),

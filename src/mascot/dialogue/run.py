@@ -34,7 +34,9 @@ class GroupGenerationConfig(BaseModel):
     data_file: Path | None = None
     split: str = "test"
     limit: int | None = None
-    token_budget: int = 1500  # QMSum transcript window (mascot.data.qmsum.DEFAULT_TOKEN_BUDGET)
+    # QMSum transcript window in estimated tokens (mascot.data.qmsum.DEFAULT_TOKEN_BUDGET). Not named
+    # token_*: run_config.json redacts keys that contain "token".
+    transcript_window: int = 1500
     roster: str | None = None
     engine: EngineSettings = Field(default_factory=EngineSettings)
     endpoints: EndpointOptions = Field(default_factory=EndpointOptions)
@@ -106,7 +108,7 @@ def _load_contexts(cfg: GroupGenerationConfig) -> list[Context]:
     from mascot.data import load_contexts
 
     return list(
-        load_contexts(cfg.dataset, split=cfg.split, data_file=cfg.data_file, limit=cfg.limit, seed=cfg.engine.seed, token_budget=cfg.token_budget)
+        load_contexts(cfg.dataset, split=cfg.split, data_file=cfg.data_file, limit=cfg.limit, seed=cfg.engine.seed, token_budget=cfg.transcript_window)
     )
 
 
