@@ -30,6 +30,8 @@ from mascot.llm.stub_server import start_stub_server
 README = Path(__file__).resolve().parent.parent / "README.md"
 MARKER = "<!-- walkthrough -->"
 EMBEDDED = "SmolLM2-135M-Instruct"
+TEST_WINDOW = 300  # estimated tokens of meeting transcript per context (default 1,500)
+TEST_MAX_LENGTH = 256  # reward models' --max-length in the test (default 1,024)
 
 
 # --------------------------------------------------------------------------- reading the block
@@ -102,14 +104,18 @@ def overrides_for_test(argv: list[str], url: str) -> list[str]:
     """Backends and sizes for the test; appended, so the README's own flags are all still parsed."""
     command = " ".join(argv[1:3])
     if argv[1] == "generate":
-        return [] if "--speaker-adapter" in argv else ["--vllm-server-url", url, "--judge-server-url", url]
+        window = ["--token-budget", str(TEST_WINDOW)]
+        if "--speaker-adapter" in argv:  # the trained adapters run on the local backend, on the tiny model
+            return [*window, "--max-tokens", "16"]
+        return [*window, "--vllm-server-url", url, "--judge-server-url", url]
     if argv[1] in ("judge", "prefs"):
         return ["--judge-server-url", url]
     if argv[1] == "metrics":
         return ["--skip-embeddings"]
     train = {
-        "train reward-model": ["--batch-size", "4"],
-        "train group-reward-model": ["--batch-size", "4"],
+        # A short --max-length keeps the test fast and still makes every Stage-1 pair too long: fitted, not dropped.
+        "train reward-model": ["--batch-size", "4", "--max-length", str(TEST_MAX_LENGTH)],
+        "train group-reward-model": ["--batch-size", "4", "--max-length", str(TEST_MAX_LENGTH)],
         "train speaker": ["--batch-size", "4", "--num-generations", "2", "--max-completion-length", "8"],
         "train director-grpo": [
             "--batch-size", "4", "--num-generations", "2", "--max-completion-length", "24",
