@@ -41,3 +41,14 @@ def test_benchmark_figures_live_in_one_table():
         rows = [line for line in doc.read_text(encoding="utf-8").splitlines() if line.startswith("|") and FIGURE.search(line)]
         assert not rows, f"{doc.name} repeats benchmark figures (keep them in benchmarks/README.md): {rows[0]}"
     assert FIGURE.search((ROOT / "benchmarks" / "README.md").read_text(encoding="utf-8"))
+
+
+def test_readme_opens_with_start_here_and_points_to_the_guarantees():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = text.index("## Start here")
+    assert start < text.index("\n## ", start + 1) and text.index("## Start here") == text.index("## ")  # the first section
+    block = re.search(r"## Start here\s+```bash\n(.*?)\n```", text, re.DOTALL).group(1)
+    assert [line for line in block.splitlines() if not line.startswith("#")] == ["make demo", "make test"]
+    guarantees = text.split("## What MASCOT guarantees", 1)[1].split("\n## ", 1)[0]
+    assert "(docs/guarantees.md)" in guarantees and 3 <= len(guarantees.strip().splitlines()) <= 5
+    assert re.search(r"about \d+ minutes", text.split("## What MASCOT guarantees")[0]), "the README states how long the demo takes"
