@@ -116,12 +116,12 @@ def overrides_for_test(argv: list[str], url: str) -> list[str]:
         # A short --max-length keeps the test fast and still makes every Stage-1 pair too long: fitted, not dropped.
         "train reward-model": ["--batch-size", "4", "--max-length", str(TEST_MAX_LENGTH)],
         "train group-reward-model": ["--batch-size", "4", "--max-length", str(TEST_MAX_LENGTH)],
-        "train speaker": ["--batch-size", "4", "--num-generations", "2", "--max-completion-length", "8"],
+        "train speaker": ["--batch-size", "4", "--num-generations", "2", "--max-completion-length", "8", "--max-steps", "1"],
         "train director-grpo": [
             "--batch-size", "4", "--num-generations", "2", "--max-completion-length", "24",
             "--suffix-rounds", "1", "--rollout-server-url", url, "--decision-points-per-episode", "1",
         ],
-        "train director-dpo": ["--batch-size", "2"],
+        "train director-dpo": ["--batch-size", "2", "--max-steps", "1"],
     }
     return train.get(command, [])
 
