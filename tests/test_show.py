@@ -69,3 +69,25 @@ def test_demo_prints_records_path_unwrapped_and_its_elapsed_time(tmp_path, monke
         assert path.endswith("episodes.jsonl") and str(out_dir) in path
     assert all("no failures" in line for line in records)
     assert any(line.startswith("demo finished in ") and line.endswith("s (model loading included)") for line in lines)
+
+
+def test_without_a_server_the_demo_runs_every_role_of_both_datasets_on_one_client(tmp_path, monkeypatch):
+    import mascot.cli.demo as demo
+
+    client = group_client()
+    closed = []
+    original_aclose = client.aclose
+
+    async def aclose():
+        closed.append(True)
+        await original_aclose()
+
+    client.aclose = aclose
+    monkeypatch.setattr(demo, "shared_local_client", lambda endpoints: client)
+    console, _ = narrow_console()
+    results = asyncio.run(demo.run_demo(EndpointOptions(local_batch_size=8), tmp_path, num_turns=2, seed=1, console=console))
+    assert sorted(dataset for dataset, _, _ in results) == ["ESConv", "QMSum"]
+    systems = {call.messages[0]["content"].split("\n")[0] for call in client.calls}
+    assert any("Anchor" in s or "Catalyst" in s or "Beacon" in s for s in systems)  # the emotional-support roster
+    assert any("Minutes Scribe" in s or "Decision Logger" in s or "Critic" in s or "Action Item" in s for s in systems)  # the meetings roster
+    assert closed == [True]

@@ -1,7 +1,7 @@
 """`mascot demo`: a few directed episodes on built-in sample contexts, offline, on the embedded model.
 
-Small on purpose (three sample contexts, three rounds, short replies): about 2 minutes on a laptop
-CPU once the embedded model is converted. It prints its elapsed time so that a slow machine shows.
+Small on purpose (three sample contexts, three rounds, short replies), and the three episodes share
+every batched call of the local model. It prints its elapsed time so that a slow machine shows.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ def demo(
 
 
 async def run_demo(endpoints, run_root: Path, *, num_turns: int, seed: int, console, clients=None) -> list:
-    """One run per dataset of the samples; within a run the local backend batches the episodes' requests."""
+    """One run per dataset of the samples, all at once. Without a server every role of every run
+    calls one local client, so the episodes of both datasets share each batched `generate`."""
     from mascot.dialogue.engine import EngineSettings
     from mascot.dialogue.run import GroupGenerationConfig, generate_group
     from mascot.schema import Context
@@ -54,6 +55,10 @@ async def run_demo(endpoints, run_root: Path, *, num_turns: int, seed: int, cons
     by_dataset: dict[str, list[Context]] = {}
     for context in read_jsonl(SAMPLES, Context):
         by_dataset.setdefault(context.dataset, []).append(context)
+    shared = None
+    if clients is None and not endpoints.vllm_server_url:
+        shared = shared_local_client(endpoints)
+        clients = {role: shared for role in ("director", "speaker", "user")}
 
     async def one(dataset: str, contexts: list[Context]):
         settings = EngineSettings(num_turns=num_turns, seed=seed, user_response_probability=0.5, max_tokens=DEMO_MAX_TOKENS)
@@ -61,9 +66,18 @@ async def run_demo(endpoints, run_root: Path, *, num_turns: int, seed: int, cons
         _, store = await generate_group(cfg, contexts=contexts, console=console, command="mascot demo", clients=clients)
         return dataset, contexts, store
 
-    # One dataset after the other: each run has its own local client, and two clients generating
-    # at once would only compete for the same cores.
-    return [await one(d, c) for d, c in by_dataset.items()]
+    try:
+        return list(await asyncio.gather(*(one(d, c) for d, c in by_dataset.items())))
+    finally:
+        if shared is not None:
+            await shared.aclose()
+
+
+def shared_local_client(endpoints):
+    from mascot.llm.local import LocalClient
+    from mascot.llm.routing import DEFAULT_LOCAL_MODEL
+
+    return LocalClient(endpoints.model_name or DEFAULT_LOCAL_MODEL, max_batch_size=endpoints.local_batch_size)
 
 
 def show_run(console, dataset: str, contexts: list, store) -> None:
