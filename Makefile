@@ -4,6 +4,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.mascot-installed
 # torch first, pinned to the CPU build, so that trl/peft never pull a CUDA build of several GB.
 TORCH ?= torch==2.13.0
+# The benchmark scripts that need no GPU (benchmarks/gpu_train_profile.py needs CUDA); each prints its figures.
+CPU_BENCHMARKS := client_concurrency multi_endpoint local_batching episode_throughput judge_throughput metrics_speed train_speed
 
 .PHONY: install demo test test-slow test-server test-realdata test-vllm bench bench-client clean
 
@@ -37,6 +39,13 @@ bench-client: $(STAMP)
 
 test-realdata: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -m realdata
+
+bench: $(STAMP)
+	@for name in $(CPU_BENCHMARKS); do \
+		echo "== benchmarks/$$name.py"; \
+		$(PY) benchmarks/$$name.py || exit 1; \
+		echo; \
+	done
 
 # vLLM's CPU build in its own environment: it pins its own torch and transformers.
 VLLM_VENV ?= .venv-vllm

@@ -94,10 +94,11 @@ def legacy_file(tmp_path):
 def test_files_without_round_ids_need_inference_or_another_mode(tmp_path):
     path = legacy_file(tmp_path)
     runner = CliRunner()
-    refused = runner.invoke(app, ["metrics", "--input-file", str(path), "--skip-nli", "--skip-embeddings"])
+    same_round = ["--pairing-mode", "same-round"]
+    refused = runner.invoke(app, ["metrics", "--input-file", str(path), "--skip-nli", "--skip-embeddings", *same_round])
     assert isinstance(refused.exception, MascotError) and "--allow-round-inference" in str(refused.exception)
     assert "\n" not in str(refused.exception)
-    inferred = runner.invoke(app, ["metrics", "--input-file", str(path), "--skip-nli", "--skip-embeddings", "--allow-round-inference"])
+    inferred = runner.invoke(app, ["metrics", "--input-file", str(path), "--skip-nli", "--skip-embeddings", "--allow-round-inference", *same_round])
     assert inferred.exit_code == 0, inferred.output
     report = json.loads((tmp_path / "metrics_auto.json").read_text())
     assert report["num_response_pairs"] == 4 and report["num_rounds_inferred_episodes"] == 1
@@ -212,7 +213,7 @@ class FakeEmbedder:
 def test_redundancy_is_the_mean_cosine_of_the_pairs_within_rounds():
     s = 0.5**0.5
     embedder = FakeEmbedder({"A0": [1, 0], "C0": [1, 0], "B0": [0, 1], "A1": [s, s], "B1": [1, 0]})
-    settings = MetricsSettings(skip_nli=True)
+    settings = MetricsSettings(pairing_mode="same-round", skip_nli=True)
     report = compute_metrics([group_chat_episode()], settings, embedder=embedder)
     # round 0: (A0,C0)=1, (A0,B0)=0, (C0,B0)=0; round 1: (A1,B1)=s
     assert report["per_episode"][0]["redundancy"] == pytest.approx((1 + 0 + 0 + s) / 4)
@@ -242,3 +243,27 @@ def test_mascot_metrics_cli_writes_means_stds_and_settings(tmp_path):
     assert set(report["overall"]) == {"nli_contradiction", "nli_entailment", "nli_neutral", "self_bleu", "distinct_1", "distinct_2", "redundancy"}
     assert all(set(v) == {"mean", "std", "n"} for v in report["overall"].values())
     assert [e["episode_id"] for e in report["per_episode"]] == ["groupchat", "engine"]
+
+
+def test_default_pairing_finds_pairs_in_mascot_episodes(tmp_path):
+    """MASCOT rounds hold one agent turn: the default mode must still compare its agents."""
+    path = tmp_path / "episodes.jsonl"
+    write_episodes(path, [engine_episode()])
+    result = CliRunner().invoke(app, ["metrics", "--input-file", str(path), "--skip-nli", "--skip-embeddings"])
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "metrics_auto.json").read_text())
+    assert report["settings"]["pairing_mode"] == "adjacent-agent"
+    assert report["num_response_pairs"] == 2 and report["num_episodes_without_pairs"] == 0  # A0->C1, C2->B3
+    assert not report["warnings"]
+
+
+def test_unreachable_nli_model_fails_at_once_and_names_skip_nli(tmp_path, monkeypatch):
+    import mascot.llm.local as local
+
+    monkeypatch.setattr(local, "hub_online", lambda: False)
+    path = tmp_path / "episodes.jsonl"
+    write_episodes(path, [engine_episode()])
+    result = CliRunner().invoke(app, ["metrics", "--input-file", str(path), "--nli-model", "no-such-org/no-such-nli", "--skip-embeddings"])
+    assert isinstance(result.exception, MascotError)
+    message = str(result.exception)
+    assert "--skip-nli" in message and "no-such-org/no-such-nli" in message and "\n" not in message

@@ -23,7 +23,7 @@ def preview(
     limit: opt.Limit = 3,
     seed: opt.Seed = 0,
     shuffle: Annotated[bool, typer.Option("--shuffle", help="Pick contexts at random (with --seed).")] = False,
-    token_budget: Annotated[int, typer.Option("--token-budget", help="QMSum: transcript window size in estimated tokens.")] = 1500,
+    token_budget: opt.TokenBudget = opt.DEFAULT_TOKEN_BUDGET,
     jsonl: Annotated[bool, typer.Option("--jsonl", help="Print Context records as JSON lines.")] = False,
 ) -> None:
     """Print the first contexts of a split (or --jsonl records for other tools)."""

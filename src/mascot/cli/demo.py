@@ -1,8 +1,13 @@
-"""`mascot demo`: a few directed episodes on built-in sample contexts, offline, on the embedded model."""
+"""`mascot demo`: a few directed episodes on built-in sample contexts, offline, on the embedded model.
+
+Small on purpose (three sample contexts, three rounds, short replies), and the three episodes share
+every batched call of the local model. It prints its elapsed time so that a slow machine shows.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated
@@ -13,6 +18,7 @@ from mascot.cli import app
 from mascot.cli import options as o
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples" / "contexts.jsonl"
+DEMO_MAX_TOKENS = 96
 
 
 @app.command()
@@ -26,40 +32,66 @@ def demo(
     """Run directed group episodes on built-in sample contexts and print the transcripts."""
     from rich.console import Console
 
+    from mascot.llm.routing import EndpointOptions
+
+    started = time.monotonic()
+    console = Console()
+    endpoints = EndpointOptions(model_name=model_name, vllm_server_url=vllm_server_url, local_batch_size=8)
+    run_root = output_dir / datetime.now().strftime("%Y%m%d-%H%M%S")
+    results = asyncio.run(run_demo(endpoints, run_root, num_turns=num_turns, seed=seed, console=console))
+    for dataset, contexts, store in results:
+        show_run(console, dataset, contexts, store)
+    console.print(f"demo finished in {time.monotonic() - started:.0f} s (model loading included)", soft_wrap=True)
+
+
+async def run_demo(endpoints, run_root: Path, *, num_turns: int, seed: int, console, clients=None) -> list:
+    """One run per dataset of the samples, all at once. Without a server every role of every run
+    calls one local client, so the episodes of both datasets share each batched `generate`."""
     from mascot.dialogue.engine import EngineSettings
     from mascot.dialogue.run import GroupGenerationConfig, generate_group
-    from mascot.dialogue.show import show_episode
-    from mascot.llm.routing import EndpointOptions
-    from mascot.rosters import roster_for_dataset
-    from mascot.schema import Context, Episode
+    from mascot.schema import Context
     from mascot.store import read_jsonl
 
-
-    console = Console()
-    contexts = list(read_jsonl(SAMPLES, Context))
-    run_root = output_dir / datetime.now().strftime("%Y%m%d-%H%M%S")
-    endpoints = EndpointOptions(model_name=model_name, vllm_server_url=vllm_server_url, local_batch_size=8)
     by_dataset: dict[str, list[Context]] = {}
-    for context in contexts:
+    for context in read_jsonl(SAMPLES, Context):
         by_dataset.setdefault(context.dataset, []).append(context)
+    shared = None
+    if clients is None and not endpoints.vllm_server_url:
+        shared = shared_local_client(endpoints)
+        clients = {role: shared for role in ("director", "speaker", "user")}
 
-    async def run_all_datasets():
-        results = []
-        for dataset, group in by_dataset.items():
-            settings = EngineSettings(num_turns=num_turns, seed=seed, user_response_probability=0.5, max_tokens=96)
-            cfg = GroupGenerationConfig(dataset=dataset, engine=settings, endpoints=endpoints, output_dir=run_root)
-            run_dir, store = await generate_group(cfg, contexts=group, console=console, command="mascot demo")
-            results.append((dataset, group, run_dir, store))
-        return results
+    async def one(dataset: str, contexts: list[Context]):
+        settings = EngineSettings(num_turns=num_turns, seed=seed, user_response_probability=0.5, max_tokens=DEMO_MAX_TOKENS)
+        cfg = GroupGenerationConfig(dataset=dataset, engine=settings, endpoints=endpoints, output_dir=run_root)
+        _, store = await generate_group(cfg, contexts=contexts, console=console, command="mascot demo", clients=clients)
+        return dataset, contexts, store
 
-    for dataset, group, run_dir, store in asyncio.run(run_all_datasets()):
-        names = roster_for_dataset(dataset).names
-        by_id = {c.context_id: c for c in group}
-        for episode in read_jsonl(store.path(), Episode):
-            show_episode(console, episode, by_id.get(episode.context_id or ""), names)
-        counters = store.summary.counters
-        console.print(
-            f"\n[bold]records:[/bold] {store.path()}  "
-            f"[dim](director parse failures {counters.num_directive_parse_failures}, random fallbacks {counters.num_random_agent_fallbacks}, "
-            f"empty replies {counters.num_empty_responses})[/dim]\n"
-        )
+    try:
+        return list(await asyncio.gather(*(one(d, c) for d, c in by_dataset.items())))
+    finally:
+        if shared is not None:
+            await shared.aclose()
+
+
+def shared_local_client(endpoints):
+    from mascot.llm.local import LocalClient
+    from mascot.llm.routing import DEFAULT_LOCAL_MODEL
+
+    return LocalClient(endpoints.model_name or DEFAULT_LOCAL_MODEL, max_batch_size=endpoints.local_batch_size)
+
+
+def show_run(console, dataset: str, contexts: list, store) -> None:
+    """The run's transcripts, then where its records are and what went wrong, by name."""
+    from mascot.dialogue.show import show_episode, show_path
+    from mascot.dialogue.tally import describe_counters
+    from mascot.rosters import roster_for_dataset
+    from mascot.schema import Episode
+    from mascot.store import read_jsonl
+
+    names = roster_for_dataset(dataset).names
+    by_id = {c.context_id: c for c in contexts}
+    for episode in read_jsonl(store.path(), Episode):
+        show_episode(console, episode, by_id.get(episode.context_id or ""), names)
+    console.print()
+    show_path(console, "records", store.path(), describe_counters(store.summary.counters))
+    console.print()

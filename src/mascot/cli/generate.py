@@ -24,6 +24,7 @@ def generate(
     data_file: o.DataFile = None,
     split: o.Split = "test",
     limit: o.Limit = None,
+    token_budget: o.TokenBudget = o.DEFAULT_TOKEN_BUDGET,
     roster: Annotated[Optional[str], typer.Option("--roster", help="Roster name or file (default: the dataset's roster).")] = None,
     generation_mode: Annotated[str, typer.Option("--generation-mode", help="directed | independent | branching.")] = "directed",
     num_episodes: Annotated[int, typer.Option("--num-episodes", help="Episodes per context (independent mode).")] = 2,
@@ -113,6 +114,7 @@ def generate(
             data_file=data_file,
             split=split,
             limit=limit,
+            token_budget=token_budget,
             roster=roster,
             num_candidates=num_candidates,
             score_margin=score_margin,
@@ -145,6 +147,8 @@ def _generate_group(**flags) -> None:
         raise MascotError(f"unknown --turn-policy {flags['turn_policy']!r}: choose one of {', '.join(TURN_POLICIES)}")
     if not 0.0 <= flags["user_response_probability"] <= 1.0:
         raise MascotError("--user-response-probability must lie between 0 and 1")
+    if flags["token_budget"] < 1:
+        raise MascotError("--token-budget must be at least 1")
     if flags["num_turns"] < 1 or flags["num_candidates"] < 1 or flags["num_episodes"] < 1:
         raise MascotError("--num-turns, --num-candidates and --num-episodes must be at least 1")
     if flags["user_big_five_profile"]:
@@ -176,6 +180,7 @@ def _generate_group(**flags) -> None:
         data_file=flags["data_file"],
         split=flags["split"],
         limit=flags["limit"],
+        transcript_window=flags["token_budget"],
         roster=flags["roster"],
         engine=settings,
         endpoints=flags["endpoints"],

@@ -32,6 +32,7 @@ def run_individual_command(
     data_file: Path | None = None,
     split: str = "test",
     limit: int | None = None,
+    token_budget: int = 1500,
     roster: str | None = None,
     num_candidates: int = 8,
     score_margin: float = 0.5,
@@ -61,6 +62,8 @@ def run_individual_command(
         raise MascotError("--num-candidates must be at least 2 to make preference pairs")
     if score_margin < 0:
         raise MascotError("--score-margin must not be negative")
+    if token_budget < 1:
+        raise MascotError("--token-budget must be at least 1")
     from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE, thinking_for
 
     endpoints = endpoints or EndpointOptions()
@@ -70,6 +73,7 @@ def run_individual_command(
             data_file=data_file,
             split=split,
             limit=limit,
+            token_budget=token_budget,
             roster_name=roster,
             settings_kwargs=dict(
                 num_candidates=num_candidates,
@@ -96,7 +100,7 @@ def run_individual_command(
     )
 
 
-async def _run(*, dataset, data_file, split, limit, roster_name, settings_kwargs, endpoints, output_dir, resume, overwrite, trace_role_calls, rubric_version, cache_dir, no_cache, judge_max_tokens, clients) -> Path:
+async def _run(*, dataset, data_file, split, limit, token_budget, roster_name, settings_kwargs, endpoints, output_dir, resume, overwrite, trace_role_calls, rubric_version, cache_dir, no_cache, judge_max_tokens, clients) -> Path:
     from rich.console import Console
 
     from mascot import __version__
@@ -115,7 +119,7 @@ async def _run(*, dataset, data_file, split, limit, roster_name, settings_kwargs
     console = Console(stderr=True)
     roster = load_roster(roster_name) if roster_name else roster_for_dataset(dataset)
     rubric_for(dataset, "agent", rubric_version)  # fail early on an unknown version
-    contexts = load_contexts(dataset, split=split, data_file=data_file, limit=limit, seed=settings_kwargs["seed"])
+    contexts = load_contexts(dataset, split=split, data_file=data_file, limit=limit, seed=settings_kwargs["seed"], token_budget=token_budget)
     settings = IndividualSettings(**settings_kwargs)
     roles = resolve_roles(endpoints, ("speaker", "judge"))
     run_dir = individual_run_dir(output_dir, dataset, roles["speaker"].model or DEFAULT_LOCAL_MODEL, roles["speaker"].adapter)
@@ -125,6 +129,7 @@ async def _run(*, dataset, data_file, split, limit, roster_name, settings_kwargs
         "split": split,
         "data_file": str(data_file) if data_file else None,
         "limit": limit,
+        "transcript_window": token_budget,
         "roster": roster.ident,
         "rubric_version": rubric_version,
         "num_contexts": len(contexts),

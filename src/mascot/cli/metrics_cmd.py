@@ -17,7 +17,7 @@ def metrics(
     input_file: Annotated[Path, typer.Option("--input-file", help="Episode JSONL.")],
     output_file: Annotated[Optional[Path], typer.Option("--output-file", help="Report path (default: metrics_auto.json next to the input).")] = None,
     nli_model: Annotated[str, typer.Option("--nli-model", help="NLI sequence-classification model (labels read by name from config.id2label).")] = "FacebookAI/roberta-large-mnli",
-    pairing_mode: Annotated[str, typer.Option("--pairing-mode", help="same-round (responses sharing a round_id) | all-pairs | adjacent-agent.")] = "same-round",
+    pairing_mode: Annotated[str, typer.Option("--pairing-mode", help="adjacent-agent (consecutive responses by two different agents: fits MASCOT episodes) | same-round (responses sharing a round_id) | all-pairs.")] = "adjacent-agent",
     nli_direction: Annotated[str, typer.Option("--nli-direction", help="temporal (earlier turn = premise) | bidirectional.")] = "temporal",
     allow_round_inference: Annotated[bool, typer.Option("--allow-round-inference", help="Files without round_id: infer rounds from turn order (a user turn ends a round).")] = False,
     embedding_model: Annotated[str, typer.Option("--embedding-model", help="sentence-transformers model for semantic redundancy.")] = "all-MiniLM-L6-v2",

@@ -22,6 +22,15 @@ DataFile = Annotated[
 Split = Annotated[str, typer.Option("--split", help="Dataset split (train/valid/test; QMSum: train/val/test).")]
 Limit = Annotated[Optional[int], typer.Option("--limit", help="Use at most this many contexts.")]
 Seed = Annotated[int, typer.Option("--seed", help="Run seed; every episode's seed derives from it.")]
+TokenBudget = Annotated[
+    int,
+    typer.Option(
+        "--token-budget",
+        "--transcript-window",
+        help="QMSum: size of the meeting-transcript window each context carries, in estimated tokens (smaller: shorter prompts and pairs).",
+    ),
+]
+DEFAULT_TOKEN_BUDGET = 1500  # mascot.data.qmsum.DEFAULT_TOKEN_BUDGET, kept here so that --help stays cheap
 
 # ---- models and endpoints
 ModelName = Annotated[

@@ -44,6 +44,33 @@ def _option(field: dataclasses.Field, annotation: Any) -> inspect.Parameter:
     return inspect.Parameter(field.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[annotation, option])
 
 
+DEPRECATED_PREFIX = "deprecated__"
+
+
+def _deprecated_option(field: dataclasses.Field, annotation: Any) -> inspect.Parameter | None:
+    """A hidden option for a setting's old spellings; `_apply_deprecated` warns and forwards it."""
+    old = field.metadata.get("deprecated") or ()
+    if not old:
+        return None
+    option = typer.Option(*old, hidden=True)
+    return inspect.Parameter(DEPRECATED_PREFIX + field.name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[Optional[annotation], option])
+
+
+def _apply_deprecated(settings_cls: type, values: dict[str, Any]) -> dict[str, Any]:
+    """Old spellings still work, with a warning naming the new flag; the new flag wins when both are given."""
+    out = {k: v for k, v in values.items() if not k.startswith(DEPRECATED_PREFIX)}
+    for f in cfg.cli_fields(settings_cls):
+        value = values.get(DEPRECATED_PREFIX + f.name)
+        if value is None:
+            continue
+        new_flag = "--" + f.name.replace("_", "-")
+        old = "/".join(f.metadata["deprecated"])
+        typer.secho(f"warning: {old} is deprecated in `mascot train`: use {new_flag}", fg="yellow", err=True)
+        if out.get(f.name) in (None, f.default):
+            out[f.name] = value
+    return out
+
+
 def _config_values(path: Path | None) -> dict[str, Any]:
     if path is None:
         return {}
@@ -82,7 +109,7 @@ def _aliases(settings_cls: type) -> dict[str, str]:
     aliases = {}
     for f in cfg.cli_fields(settings_cls):
         aliases[f.name] = f.name
-        for flag in f.metadata.get("flags") or ():
+        for flag in (*(f.metadata.get("flags") or ()), *(f.metadata.get("deprecated") or ())):
             for spelling in flag.split("/"):
                 if not spelling.startswith("--no-"):  # a negative spelling would invert the value
                     aliases[spelling.lstrip("-").replace("-", "_")] = f.name
@@ -98,12 +125,14 @@ def settings_command(settings_cls: type, run: Callable[[Any], None]) -> Callable
     hints = typing.get_type_hints(settings_cls)
     fields = cfg.cli_fields(settings_cls)
     params = [_option(f, Optional[hints[f.name]] if f.metadata.get("required") else hints[f.name]) for f in fields]
+    params += [p for p in (_deprecated_option(f, hints[f.name]) for f in fields) if p is not None]
     params.append(inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=ConfigFile))
     params.append(inspect.Parameter("dry_run", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=DryRun))
     params.insert(0, inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context))
 
     def command(ctx: typer.Context, **values: Any) -> None:
         config_file = values.pop("config", None)
+        values = _apply_deprecated(settings_cls, values)
         dry_run = values.pop("dry_run", False)
         settings = settings_cls(**_merge_config(settings_cls, ctx, values, _config_values(config_file)))
         if dry_run:

@@ -37,6 +37,9 @@ class GroupGenerationConfig(BaseModel):
     data_file: Path | None = None
     split: str = "test"
     limit: int | None = None
+    # QMSum transcript window in estimated tokens (mascot.data.qmsum.DEFAULT_TOKEN_BUDGET). Not named
+    # token_*: run_config.json redacts keys that contain "token".
+    transcript_window: int = 1500
     roster: str | None = None
     engine: EngineSettings = Field(default_factory=EngineSettings)
     endpoints: EndpointOptions = Field(default_factory=EndpointOptions)
@@ -191,7 +194,9 @@ def load_spines(path: Path) -> dict[str, Episode]:
 def _load_contexts(cfg: GroupGenerationConfig) -> list[Context]:
     from mascot.data import load_contexts
 
-    return list(load_contexts(cfg.dataset, split=cfg.split, data_file=cfg.data_file, limit=cfg.limit, seed=cfg.engine.seed))
+    return list(
+        load_contexts(cfg.dataset, split=cfg.split, data_file=cfg.data_file, limit=cfg.limit, seed=cfg.engine.seed, token_budget=cfg.transcript_window)
+    )
 
 
 def _progress(console: Console, total: int):
@@ -293,8 +298,10 @@ async def _run(
     written = store.summary.num_records - store.summary.num_resumed_records
     console.print(
         f"wrote {written} episodes ({store.summary.num_records} in all) to {store.path()}; "
-        f"failures: {tally.failures}; contexts {failure_line(store)}"
-        + (f"; failed requests: {backends.meter.notes.summary()}" if backends.meter.notes.counts else "")
+        f"{tally.describe()}; contexts {failure_line(store)}"
+        + (f"; failed requests: {backends.meter.notes.summary()}" if backends.meter.notes.counts else ""),
+        soft_wrap=True,
+        markup=False,
     )
     if written == 0 and store.counters.num_generation_failures and total > len(store.done_keys):
         raise GenerationFailed(

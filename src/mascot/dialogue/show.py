@@ -10,6 +10,12 @@ from mascot.schema import Context, Directive, Episode
 COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "red")
 
 
+def show_path(console: Console, label: str, path: object, note: str = "") -> None:
+    """`label: path` on one line however narrow the terminal: a wrapped path cannot be copied."""
+    suffix = f"  [dim]({escape(note)})[/dim]" if note else ""
+    console.print(f"[bold]{escape(label)}:[/bold] {escape(str(path))}{suffix}", soft_wrap=True)
+
+
 def colour_for(name: str, names: list[str]) -> str:
     return COLOURS[names.index(name) % len(COLOURS)] if name in names else "white"
 

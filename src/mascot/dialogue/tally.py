@@ -40,4 +40,24 @@ class Tally:
 
     @property
     def failures(self) -> int:
-        return sum(self.counters.model_dump().values())
+        """Failed events, each once: a random fallback follows a parse failure already counted."""
+        values = self.counters.model_dump()
+        return sum(v for name, v in values.items() if name not in CONSEQUENCES)
+
+    def describe(self) -> str:
+        return describe_counters(self.counters)
+
+
+# Counters that only record how an already counted failure was handled.
+CONSEQUENCES = frozenset({"num_random_agent_fallbacks"})
+
+
+def counter_label(name: str) -> str:
+    """`num_directive_parse_failures` -> `directive parse failures`."""
+    return name.removeprefix("num_").replace("_", " ")
+
+
+def describe_counters(counters: Counters) -> str:
+    """The non-zero counters by name ("directive parse failures 2, random agent fallbacks 2"), or "no failures"."""
+    parts = [f"{counter_label(name)} {value}" for name, value in counters.model_dump().items() if value]
+    return ", ".join(parts) if parts else "no failures"

@@ -3,7 +3,7 @@
 Per episode (agent turns only): NLI contradiction / entailment / neutral rates over the response
 pairs the pairing mode selects (see `pairing`), Self-BLEU and distinct-1/2 (see `lexical`), and
 semantic redundancy: the mean cosine similarity between the embeddings of the same response pairs
-(same-round by default: responses within a round). The report gives every metric's mean and
+(adjacent-agent by default: consecutive responses by two different agents). The report gives every metric's mean and
 population standard deviation over episodes (episodes where a metric is undefined, e.g. no pairs,
 are left out and counted), NLI rates pooled over all pairs, and the settings used.
 """
@@ -29,7 +29,7 @@ METRIC_ORDER = ("nli_contradiction", "nli_entailment", "nli_neutral", "self_bleu
 
 @dataclass
 class MetricsSettings:
-    pairing_mode: str = "same-round"
+    pairing_mode: str = "adjacent-agent"
     nli_direction: str = "temporal"
     allow_round_inference: bool = False
     nli_model: str = "FacebookAI/roberta-large-mnli"

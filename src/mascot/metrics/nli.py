@@ -8,11 +8,30 @@ others put entailment first), so labels are read by name from `config.id2label`
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from mascot.errors import MascotError
 
 DEFAULT_NLI_MODEL = "FacebookAI/roberta-large-mnli"
 NLI_LABELS = ("contradiction", "entailment", "neutral")
+SKIP_HINT = "pass --skip-nli to compute the other metrics without NLI, or --nli-model FOLDER for a model on disk"
+
+
+def require_reachable(name: str) -> None:
+    """Fails at once, with the way out, when the NLI model is neither on disk nor downloadable
+    (offline, the hub client would otherwise retry for about a minute before failing)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    from mascot.llm.local import hub_online
+
+    if Path(name).expanduser().exists():
+        return
+    try:
+        cached = isinstance(try_to_load_from_cache(name, "config.json"), str)
+    except Exception:  # noqa: BLE001 - a malformed id is simply not cached
+        cached = False
+    if not cached and not hub_online():
+        raise MascotError(f"NLI model {name!r} is not on this machine and the Hugging Face hub is unreachable: {SKIP_HINT}")
 
 
 def label_indices(id2label: dict) -> dict[str, int]:
@@ -45,12 +64,13 @@ class NLIScorer:
         import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+        require_reachable(name)
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         try:
             tokenizer = AutoTokenizer.from_pretrained(name)
             model = AutoModelForSequenceClassification.from_pretrained(name)
         except OSError as exc:
-            raise MascotError(f"cannot load NLI model {name!r} (offline or not a model): {str(exc).splitlines()[0]}") from None
+            raise MascotError(f"cannot load NLI model {name!r} (offline or not a model): {str(exc).splitlines()[0]}; {SKIP_HINT}") from None
         model.to(device).eval()
         return cls(model, tokenizer, label_indices(model.config.id2label), batch_size=batch_size, device=device)
 

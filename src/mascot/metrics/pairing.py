@@ -1,14 +1,14 @@
 """Which agent responses are compared with each other (NLI, semantic redundancy).
 
 Pairing modes:
-- `same-round` (default): agent responses that share a `round_id`. In MASCOT's own episodes a round
+- `adjacent-agent` (default): consecutive agent responses (user turns in between are skipped) by
+  two different agents: the pairs MASCOT's own episodes have, one agent turn per round.
+- `same-round`: agent responses that share a `round_id`. In MASCOT's own episodes a round
   is one Director -> Speaker (-> User) cycle, so a round holds one agent turn and same-round pairs
   only arise where several agents answer in one round (branching/independent generation by some
   baselines, group-chat baselines). Episodes with no round holding two agent turns give no pairs;
   the report counts them and suggests `adjacent-agent`.
 - `all-pairs`: every two agent responses of the episode.
-- `adjacent-agent`: consecutive agent responses (user turns in between are skipped) by two
-  different agents.
 
 Files whose turns carry no `round_id` need `allow_round_inference` for same-round pairing: rounds
 are then inferred from turn order, a new round starting after every user turn (the agent turns that

@@ -140,8 +140,8 @@ def grpo_config(settings, output: Path, plan: BatchPlan, reward_weights: list[fl
     vllm = {}
     if settings.use_vllm:
         vllm = {"use_vllm": True, "vllm_mode": settings.vllm_mode}
-        if settings.vllm_mode == "server" and settings.vllm_server_url:
-            vllm["vllm_server_base_url"] = settings.vllm_server_url
+        if settings.vllm_mode == "server" and settings.trl_vllm_server_url:
+            vllm["vllm_server_base_url"] = settings.trl_vllm_server_url
     return GRPOConfig(
         **trainer_arguments(settings, str(output), plan),
         num_generations=settings.num_generations,

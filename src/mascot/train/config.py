@@ -18,9 +18,10 @@ LORA_TARGET_MODULES = "q_proj,k_proj,v_proj,o_proj"
 DEFAULT_OUTPUT_ROOT = "outputs"
 
 
-def setting(default: Any, help: str, *, flags: tuple[str, ...] = (), required: bool = False) -> Any:
-    """A dataclass field carrying its CLI help text (and extra flag spellings)."""
-    metadata = {"help": help, "flags": flags, "required": required}
+def setting(default: Any, help: str, *, flags: tuple[str, ...] = (), required: bool = False, deprecated: tuple[str, ...] = ()) -> Any:
+    """A dataclass field carrying its CLI help text, extra flag spellings, and old spellings that
+    still work, hidden from --help, with a warning (`deprecated`)."""
+    metadata = {"help": help, "flags": flags, "required": required, "deprecated": deprecated}
     return field(default=default, metadata=metadata)
 
 
@@ -40,6 +41,11 @@ class TrainSettings:
     learning_rate: float = setting(1e-5, "Peak learning rate (linear decay).")
     batch_size: int = setting(16, "Effective batch per optimizer step (per-device batch x accumulation x devices).")
     per_device_batch_size: Optional[int] = setting(None, "Per-device batch; default: the largest that divides the batch up to the trainer's cap.")
+    gradient_checkpointing: bool = setting(
+        True,
+        "Recompute activations in the backward pass instead of keeping them: bounded memory for long sequences, about a third more compute.",
+        flags=("--gradient-checkpointing/--no-gradient-checkpointing",),
+    )
     lora: bool = setting(True, "Train a LoRA adapter (--no-lora: full fine-tuning).", flags=("--lora/--no-lora",))
     lora_r: int = setting(16, "LoRA rank.")
     lora_alpha: int = setting(32, "LoRA alpha.")
@@ -68,7 +74,9 @@ class RewardModelSettings(TrainSettings):
     model_name: str = setting(DEFAULT_REWARD_BASE_MODEL, "Reward-model base: hub id or local folder.", flags=("--model",))
     learning_rate: float = setting(1e-4, "Peak learning rate (linear decay).")
     batch_size: int = setting(32, "Effective batch of pairs per optimizer step.")
-    max_length: int = setting(1024, "Longest tokenized prompt + response; longer pairs are skipped.")
+    max_length: int = setting(
+        1024, "Longest tokenized prompt + response; a longer pair loses the middle of its prompt (its start and end and the whole response stay)."
+    )
     eval_fraction: float = setting(0.1, "Share of prompts held out (with all their pairs) to report pairwise accuracy.")
     margin_scale: float = setting(
         1.0,
@@ -77,6 +85,9 @@ class RewardModelSettings(TrainSettings):
     )
     full_weights: bool = setting(False, "Also merge the LoRA adapter and save a full-weight checkpoint instead of the adapter.")
     max_per_device_batch: int = field(default=16, metadata={"cli": False})
+    # Memory follows tokens, not pairs: the per-device batch is also capped so that one device
+    # holds at most this many tokens per side (8 pairs of 1,024 tokens, 2 of 4,096).
+    max_tokens_per_device: int = field(default=8192, metadata={"cli": False})
 
 
 @dataclass
@@ -84,7 +95,9 @@ class GroupRewardModelSettings(RewardModelSettings):
     """Stage 2: the sequence-level group reward model over (directive, whole trajectory)."""
 
     model_name: str = setting(DEFAULT_REWARD_BASE_MODEL, "Reward-model base: hub id or local folder.", flags=("--group-reward-model-name", "--model"))
-    max_length: int = setting(4096, "Longest tokenized (directive, trajectory) sequence; longer pairs are skipped.")
+    max_length: int = setting(
+        2048, "Longest tokenized (context, trajectory) sequence; a longer pair loses the middle of its context (the trajectory stays whole)."
+    )
     max_per_device_batch: int = field(default=8, metadata={"cli": False})
 
 
@@ -98,7 +111,12 @@ class GRPOSettings(TrainSettings):
     beta: float = setting(0.04, "KL coefficient against the frozen base (0: no KL term, no reference pass).")
     use_vllm: bool = setting(False, "Generate with vLLM (GPU only).")
     vllm_mode: str = setting("colocate", "server (a `trl vllm-serve` process) or colocate (vLLM inside each training process).")
-    vllm_server_url: Optional[str] = setting(None, "Base URL of the `trl vllm-serve` server in server mode.", flags=("--vllm-server-base-url",))
+    # Not --vllm-server-url: in `mascot generate` that flag names an OpenAI-compatible endpoint.
+    trl_vllm_server_url: Optional[str] = setting(
+        None,
+        "Base URL of the `trl vllm-serve` process that generates for GRPO in --vllm-mode server (not an OpenAI endpoint).",
+        deprecated=("--vllm-server-url", "--vllm-server-base-url"),
+    )
     thinking: bool = setting(False, "Reasoning mode of the policy's chat template (enable_thinking) while it samples.", flags=("--thinking/--no-thinking",))
     max_per_device_batch: int = field(default=8, metadata={"cli": False})
 
@@ -154,7 +172,7 @@ class DirectorGRPOSettings(GRPOSettings):
     )
     parse_failure_reward: float = setting(-1.0, "Reward of a completion that does not parse as a directive (counted).")
     max_completion_length: int = setting(128, "Most tokens of one directive.")
-    group_reward_max_length: int = setting(4096, "Longest (directive, trajectory) the group reward model reads.")
+    group_reward_max_length: int = setting(2048, "Longest (context, trajectory) the group reward model reads; as in its training, a longer one loses the middle of its context.")
     rollout_concurrency: int = setting(16, "Suffix rollouts in flight at once.")
 
 
@@ -171,7 +189,7 @@ class DirectorDPOSettings(TrainSettings):
     learning_rate: float = setting(5e-6, "Peak learning rate (linear decay).")
     beta: float = setting(0.1, "DPO temperature: how far the policy may move from the frozen base.")
     loss_type: str = setting("sigmoid", "DPO loss (TRL loss_type; comma-separate several).")
-    max_length: int = setting(2048, "Longest tokenized prompt + directive: TRL cuts longer ones at the end and drops pairs whose prompt alone fills it.")
+    max_length: int = setting(2048, "Longest tokenized prompt + directive; a longer pair loses the middle of its longest prompt message (the transcript).")
     eval_fraction: float = setting(0.1, "Share of decision points held out to report preference accuracy.")
     max_per_device_batch: int = field(default=4, metadata={"cli": False})
 

@@ -116,6 +116,71 @@ def pair_rows(pairs: Sequence[PreferencePair], margin_scale: float = 0.0) -> lis
     return rows
 
 
+def tokenized_pair_rows(pairs: Sequence[PreferencePair], tokenizer, max_length: int, margin_scale: float = 0.0) -> tuple[list[dict[str, Any]], int]:
+    """RewardTrainer rows already tokenized and fitted to `max_length` (the middle of an over-long
+    prompt is dropped, see `scoring.encode_fitted`), so that no pair is lost to its length; also
+    the number of pairs that were cut."""
+    from mascot.train.scoring import encode_fitted
+
+    rows, cut = [], 0
+    for pair in pairs:
+        chosen, chosen_cut = encode_fitted(tokenizer, pair.prompt, pair.chosen, max_length)
+        rejected, rejected_cut = encode_fitted(tokenizer, pair.prompt, pair.rejected, max_length)
+        cut += chosen_cut or rejected_cut
+        row: dict[str, Any] = {"chosen_ids": chosen, "rejected_ids": rejected}
+        if margin_scale:
+            row["margin"] = float(pair.margin) * margin_scale
+        rows.append(row)
+    return rows, cut
+
+
+FIT_SLACK_TOKENS = 8  # re-tokenising cut text can merge or split a few tokens at the seams
+CUT_MARK = " [...] "
+
+
+def shorten_prompt(tokenizer, prompt: list[dict[str, str]], completions: Sequence[list[dict[str, str]]], max_length: int) -> tuple[list[dict[str, str]], bool]:
+    """The prompt with the middle of its longest message cut, so that prompt + each completion fits
+    in `max_length` tokens (for trainers that tokenize text themselves, like TRL's DPOTrainer)."""
+    from mascot.train.scoring import chat_ids
+
+    prompt = [dict(m) for m in prompt]
+    cut = False
+    for _ in range(3):  # a second pass absorbs tokens the cut text gained when re-tokenised
+        excess = max(len(chat_ids(tokenizer, prompt + list(c))) for c in completions) - max_length
+        if excess <= 0:
+            return prompt, cut
+        longest = max(range(len(prompt)), key=lambda i: len(prompt[i]["content"]))
+        ids = tokenizer(prompt[longest]["content"], add_special_tokens=False)["input_ids"]
+        keep = len(ids) - excess - FIT_SLACK_TOKENS
+        if keep < 2:
+            break
+        head = keep // 2
+        prompt[longest]["content"] = tokenizer.decode(ids[:head]) + CUT_MARK + tokenizer.decode(ids[len(ids) - (keep - head) :])
+        cut = True
+    return prompt, cut
+
+
+def fitted_pair_rows(pairs: Sequence[PreferencePair], tokenizer, max_length: int) -> tuple[list[dict[str, Any]], int]:
+    """Conversational rows whose prompts are shortened to fit `max_length`, and how many were."""
+    rows, cut = [], 0
+    for pair in pairs:
+        prompt, was_cut = shorten_prompt(tokenizer, pair.prompt, (pair.chosen, pair.rejected), max_length)
+        cut += was_cut
+        rows.append({"prompt": prompt, "chosen": pair.chosen, "rejected": pair.rejected})
+    return rows, cut
+
+
+def require_records_left(left: int, *, what: str, source: Path, read: int, held_out: int, dropped: int = 0, dropped_by: str = "") -> None:
+    """One line, with the counts and the flag to change, when nothing is left to train on."""
+    if left > 0:
+        return
+    parts = [f"{read} read from {source}", f"{held_out} held out for evaluation (--eval-fraction)"]
+    if dropped:
+        parts.append(f"{dropped} dropped by {dropped_by}")
+    hint = f"; raise {dropped_by} or " if dropped else "; "
+    raise TrainingDataError(f"no {what} left to train on: {', '.join(parts)}{hint}generate more data (--limit, --num-candidates) or lower --eval-fraction")
+
+
 def to_dataset(rows: list[dict[str, Any]]):
     from datasets import Dataset
 

@@ -41,21 +41,30 @@ def train_director_dpo(settings: DirectorDPOSettings) -> TrainOutcome:
     output, checkpoint = open_output(settings, artefact.default_output_dir("director_dpo", dataset, settings.model_name))
     train_pairs, held_out = data.split_by_prompt(pairs, settings.eval_fraction, settings.seed)
     train_pairs = data.limit_records(train_pairs, settings.limit, settings.seed)
+    data.require_records_left(len(train_pairs), what="directive pairs", source=data_file, read=len(pairs), held_out=len(held_out))
 
     from trl import DPOTrainer  # heavy: imported once the inputs are known to be usable
 
     config = dpo_config(settings, output, plan)  # before the model: see reward_model.py
     tokenizer = load_tokenizer(settings.model_name)
+    rows, num_cut = data.fitted_pair_rows(train_pairs, tokenizer, settings.max_length)
+    if num_cut:
+        log.warning("%d of %d directive pairs are longer than --max-length %d: the middle of their prompt was cut", num_cut, len(rows), settings.max_length)
     trainer = DPOTrainer(
         model=load_causal_lm(settings.model_name),
         args=config,
-        train_dataset=data.to_dataset(data.pair_rows(train_pairs)),
+        train_dataset=data.to_dataset(rows),
         processing_class=tokenizer,
         peft_config=lora_config(settings, "CAUSAL_LM") if settings.lora else None,
     )
+    data.require_records_left(
+        len(trainer.train_dataset), what="directive pairs", source=data_file, read=len(pairs), held_out=len(held_out),
+        dropped=len(train_pairs) - len(trainer.train_dataset), dropped_by="--max-length",
+    )
     figures = run_training(trainer, checkpoint)
     figures.update(count_parameters(trainer.model))
-    evaluation = evaluate(trainer, held_out)
+    figures["num_truncated_pairs"] = num_cut
+    evaluation = evaluate(trainer, held_out, tokenizer, settings.max_length)
     weights = save_model(trainer, output)
     meta = TrainingMetadata(
         role="director",
@@ -75,14 +84,14 @@ def train_director_dpo(settings: DirectorDPOSettings) -> TrainOutcome:
     return TrainOutcome(output, meta)
 
 
-def evaluate(trainer, held_out) -> dict:
+def evaluate(trainer, held_out, tokenizer, max_length: int) -> dict:
     """Implicit-reward margin and preference accuracy on held-out pairs, and the training trend."""
     figures = {
         "train_reward_margin": first_last(trainer, "rewards/margins"),
         "train_reward_accuracy": first_last(trainer, "rewards/accuracies"),
     }
     if held_out:
-        metrics = trainer.evaluate(data.to_dataset(data.pair_rows(held_out)))
+        metrics = trainer.evaluate(data.to_dataset(data.fitted_pair_rows(held_out, tokenizer, max_length)[0]))
         figures["heldout_reward_margin"] = round(float(metrics.get("eval_rewards/margins", float("nan"))), 4)
         figures["heldout_reward_accuracy"] = round(float(metrics.get("eval_rewards/accuracies", float("nan"))), 4)
         figures["heldout_pairs"] = len(held_out)

@@ -20,9 +20,20 @@ class ModelLoadError(MascotError, OSError):
 
 
 def model_ref(name: str) -> str:
-    """A local folder becomes an absolute path, so adapters record a base that reloads anywhere."""
+    """A local folder becomes an absolute path, so adapters record a base that reloads anywhere.
+
+    The embedded default (SmolLM2-135M-Instruct) trains offline too: when the hub cannot give it,
+    it resolves to its converted checkpoint, as on the local generation backend."""
     path = Path(name).expanduser()
-    return str(path.resolve()) if path.exists() else name
+    if path.exists():
+        return str(path.resolve())
+    from mascot.llm.routing import DEFAULT_LOCAL_MODEL
+
+    if name == DEFAULT_LOCAL_MODEL:
+        from mascot.llm.local import resolve_local_model
+
+        return str(resolve_local_model(name))
+    return name
 
 
 def is_adapter(folder: str | Path) -> bool:

@@ -35,10 +35,11 @@ def train_pairwise_reward_model(settings: RewardModelSettings, *, kind: str, rol
     data_file, pairs = data.load_pairs(settings.data_path, kind)
     run = data.run_settings(data_file)
     dataset = data.resolve_dataset(settings.dataset, run)
-    plan = derive_batch(settings.batch_size, world_size(), settings.max_per_device_batch, settings.per_device_batch_size)
+    plan = derive_batch(settings.batch_size, world_size(), per_device_cap(settings), settings.per_device_batch_size)
     output, checkpoint = open_output(settings, artefact.default_output_dir(role, dataset, settings.model_name))
     train_pairs, held_out = data.split_by_prompt(pairs, settings.eval_fraction, settings.seed)
     train_pairs = data.limit_records(train_pairs, settings.limit, settings.seed)
+    data.require_records_left(len(train_pairs), what="preference pairs", source=data_file, read=len(pairs), held_out=len(held_out))
 
     from trl import RewardConfig, RewardTrainer  # heavy: imported once the inputs are known to be usable
 
@@ -46,19 +47,24 @@ def train_pairwise_reward_model(settings: RewardModelSettings, *, kind: str, rol
     # weights are partitioned as they load instead of materialising whole on every process.
     config = RewardConfig(**trainer_arguments(settings, str(output), plan), max_length=settings.max_length)
     tokenizer = load_tokenizer(settings.model_name)
+    rows, num_cut = data.tokenized_pair_rows(train_pairs, tokenizer, settings.max_length, settings.margin_scale)
+    if num_cut:
+        log.warning("%d of %d training pairs are longer than --max-length %d: the middle of their prompt was cut", num_cut, len(rows), settings.max_length)
     model = load_sequence_classifier(settings.model_name, tokenizer.pad_token_id)
     trainer = RewardTrainer(
         model=model,
         args=config,
-        train_dataset=data.to_dataset(data.pair_rows(train_pairs, settings.margin_scale)),
+        train_dataset=data.to_dataset(rows),
         processing_class=tokenizer,
         peft_config=lora_config(settings, "SEQ_CLS") if settings.lora else None,
     )
     skipped = len(train_pairs) - len(trainer.train_dataset)
-    if skipped:
-        log.warning("%d training pairs are longer than --max-length %d and were skipped", skipped, settings.max_length)
+    data.require_records_left(
+        len(trainer.train_dataset), what="preference pairs", source=data_file, read=len(pairs), held_out=len(held_out), dropped=skipped, dropped_by="--max-length"
+    )
     figures = run_training(trainer, checkpoint)
     figures.update(count_parameters(trainer.model))
+    figures["num_truncated_pairs"] = num_cut
     figures["num_skipped_too_long"] = skipped
 
     evaluation = evaluate_pairs(trainer.model, tokenizer, held_out, train_pairs, settings.max_length)
@@ -81,6 +87,11 @@ def train_pairwise_reward_model(settings: RewardModelSettings, *, kind: str, rol
     )
     finish(trainer, output, meta, settings, plan)
     return TrainOutcome(output, meta)
+
+
+def per_device_cap(settings: RewardModelSettings) -> int:
+    """The trainer's per-device cap, lowered for long sequences so that memory stays bounded."""
+    return max(1, min(settings.max_per_device_batch, settings.max_tokens_per_device // max(settings.max_length, 1)))
 
 
 def evaluate_pairs(model, tokenizer, held_out: list[PreferencePair], train_pairs: list[PreferencePair], max_length: int) -> dict:

@@ -1,7 +1,7 @@
 """The hardware a run finds, and the Trainer arguments that follow from it.
 
-- No CUDA: CPU settings (use_cpu, fp32, no gradient checkpointing), so the same command runs on a
-  laptop and on a GPU node.
+- No CUDA: CPU settings (use_cpu, fp32), so the same command runs on a laptop and on a GPU node.
+  Gradient checkpointing is on everywhere by default (`--no-gradient-checkpointing` turns it off).
 - Under `accelerate launch` (DDP, DeepSpeed, FSDP) WORLD_SIZE processes share the effective batch;
   the per-device batch and the gradient accumulation are derived from it.
 """
@@ -94,7 +94,8 @@ def trainer_arguments(settings: TrainSettings, output_dir: str, plan: BatchPlan)
         "report_to": report_to(),
         "use_cpu": not on_gpu,
         "bf16": on_gpu,
-        "gradient_checkpointing": on_gpu,
+        # On every device: long sequences on a CPU run out of memory without it just as on a GPU.
+        "gradient_checkpointing": settings.gradient_checkpointing,
         # LoRA dropout 0.1 is part of the recipe: keep dropout layers active.
         "disable_dropout": False,
         "ddp_find_unused_parameters": False,

@@ -1,8 +1,14 @@
 """Scoring conversations with a trained scalar reward model.
 
-The text is built exactly as TRL's RewardTrainer built it in training (the reward model's chat
-template over prompt + response messages), so the reward a policy is optimised against and the
-held-out accuracy reported for the reward model come from the same function.
+The text is built exactly as it was in training (the reward model's chat template over prompt +
+response messages, fitted to the length limit by `encode_fitted`), so the reward a policy is
+optimised against and the held-out accuracy reported for the reward model come from the same
+function.
+
+Fitting: a conversation longer than `max_length` tokens loses the middle of its prompt. The start
+(system prompt: persona, rules; the query) and the end (the latest turns, the directive) stay, and
+so does the whole response, which is what the model scores. Only a response that alone fills the
+limit is cut, at its end.
 """
 
 from __future__ import annotations
@@ -11,6 +17,33 @@ from collections.abc import Sequence
 
 from mascot.llm.base import Message
 from mascot.schema import PreferencePair
+
+
+def chat_ids(tokenizer, messages: Sequence[Message]) -> list[int]:
+    """Token ids of a conversation as TRL tokenizes a conversational example."""
+    return list(tokenizer.apply_chat_template(list(messages), tokenize=True, return_dict=True)["input_ids"])
+
+
+def fit_ids(ids: list[int], prompt_len: int, max_length: int) -> list[int]:
+    """`ids` (prompt then response) cut to `max_length` by dropping the middle of the prompt."""
+    if len(ids) <= max_length:
+        return ids
+    keep = prompt_len - (len(ids) - max_length)  # prompt tokens that still fit beside the response
+    if keep < 2:  # the response alone (nearly) fills the limit: keep its start, after the prompt's head
+        head = min(prompt_len, max_length // 2)
+        return ids[:head] + ids[prompt_len : prompt_len + max_length - head]
+    head = keep // 2
+    return ids[:head] + ids[prompt_len - (keep - head) :]
+
+
+def encode_fitted(tokenizer, prompt: Sequence[Message], response: Sequence[Message], max_length: int) -> tuple[list[int], bool]:
+    """Token ids of prompt + response fitted to `max_length`, and whether anything was cut."""
+    ids = chat_ids(tokenizer, [*prompt, *response])
+    if len(ids) <= max_length:
+        return ids, False
+    prompt_ids = chat_ids(tokenizer, prompt) if prompt else []
+    prompt_len = next((i for i, (a, b) in enumerate(zip(ids, prompt_ids)) if a != b), min(len(ids), len(prompt_ids)))
+    return fit_ids(ids, prompt_len, max_length), True
 
 
 class RewardModelScorer:
@@ -30,9 +63,9 @@ class RewardModelScorer:
         return cls(model, tokenizer, max_length=max_length, batch_size=batch_size)
 
     def encode(self, conversation: Sequence[Message]) -> list[int]:
-        """Token ids as TRL tokenizes a conversational example; an over-long one keeps its end."""
-        ids = self.tokenizer.apply_chat_template(list(conversation), tokenize=True, return_dict=True)["input_ids"]
-        return list(ids[-self.max_length :])
+        """Token ids as in training: the last message is the response, the rest its prompt."""
+        conversation = list(conversation)
+        return encode_fitted(self.tokenizer, conversation[:-1], conversation[-1:], self.max_length)[0]
 
     def score(self, conversations: Sequence[Sequence[Message]]) -> list[float]:
         import torch
