@@ -145,13 +145,13 @@ def materialise(option: str, value: str, workdir: Path) -> str:
         artefact(target, "group_reward_model" if "group" in option else "persona_reward_model", "Qwen/Qwen3-0.6B")
     elif option == "--adapter":
         artefact(target, "speaker", "Qwen/Qwen3-8B")
-    elif option == "--speaker-adapter" and ("/" in value or value.startswith(".")):
-        artefact(target, "speaker", "Qwen/Qwen3-8B")
+    elif option in ("--speaker-adapter", "--director-adapter") and ("/" in value or value.startswith(".")):
+        artefact(target, option[2:].split("-")[0], "Qwen/Qwen3-8B")
     return str(path)
 
 
 PATH_OPTIONS = ("--data-file", "--data-path", "--episode-dataset-path", "--input-file", "--episodes", "--reward-model-path",
-                "--group-reward-model-path", "--adapter", "--speaker-adapter")
+                "--group-reward-model-path", "--adapter", "--speaker-adapter", "--director-adapter")
 
 
 DEFAULT_INPUTS = {  # a trainer whose documented command relies on the default path of another's output

@@ -11,9 +11,11 @@ import json
 import os
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -154,6 +156,20 @@ def kill_stage1_generation(server, tmp_path: Path, seed: int, kills: int, contex
     check_summary(run, total, schedule, requests_of(reference))
 
 
+def cached_judgments(cache_dir: Path) -> int:
+    """Rows in a judge cache (read-only; 0 while the judging process has not created it yet)."""
+    from mascot.judge.cache import CACHE_FILE
+
+    db = cache_dir / CACHE_FILE
+    if not db.exists():
+        return 0
+    try:
+        with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1.0)) as conn:
+            return conn.execute("SELECT COUNT(*) FROM judgments").fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
 def kill_judging(server, tmp_path: Path, seed: int, kills: int) -> None:
     episodes = sorted((tmp_path / "ref").glob("*/episodes.jsonl"))[0]
 
@@ -163,7 +179,9 @@ def kill_judging(server, tmp_path: Path, seed: int, kills: int) -> None:
 
     subprocess.run(cmd(tmp_path / "judge-ref"), check=True, capture_output=True, timeout=300)
     schedule = KillSchedule(seed, kills)
-    schedule.run(cmd(tmp_path / "judge-killed"), resume_flag="")
+    total = cached_judgments(tmp_path / "judge-ref" / "cache")  # judgments are made durable through the cache
+    progress = lambda: cached_judgments(tmp_path / "judge-killed" / "cache")  # noqa: E731
+    schedule.run(cmd(tmp_path / "judge-killed"), progress=progress, total=total, resume_flag="")
     assert schedule.killed == kills
     for name in ("judgments_episodes.jsonl",):
         assert (tmp_path / "judge-killed" / name).read_text() == (tmp_path / "judge-ref" / name).read_text()

@@ -66,8 +66,13 @@ def test_a_nan_margin_stops_reward_model_training_with_one_clear_error(tmp_path,
     run = tmp_path / "individual_ED_tiny"
     write_jsonl(run / "pairs.jsonl", keyword_pairs(n_prompts=8, per_prompt=1))
     write_run_config(run, dataset="EmpatheticDialogues")
-    real_rows = data.pair_rows
-    monkeypatch.setattr(data, "pair_rows", lambda pairs, scale=0.0: [{**r, "margin": float("nan")} for r in real_rows(pairs, 1.0)])
+    real_rows = data.tokenized_pair_rows
+
+    def nan_margins(pairs, tokenizer, max_length, margin_scale=0.0):
+        rows, cut = real_rows(pairs, tokenizer, max_length, 1.0)
+        return [{**r, "margin": float("nan")} for r in rows], cut
+
+    monkeypatch.setattr(data, "tokenized_pair_rows", nan_margins)
     settings = RewardModelSettings(data_path=str(run), model_name=str(tiny_model(tmp_path / "tiny")), output_dir=str(tmp_path / "rm"),
                                    batch_size=4, max_steps=2, eval_fraction=0.0, logging_steps=1)
     with single_thread(), pytest.raises(TrainingDiverged, match="training stopped at step 1: .*(loss=nan|NaN)"):

@@ -23,7 +23,7 @@ from train_helpers import single_thread, tiny_model
 from typer.testing import CliRunner
 
 from mascot.cli import app
-from mascot.dialogue.testing import group_reply, role_of
+from mascot.dialogue.testing import as_structured, group_reply, role_of
 from mascot.judge.testing import is_judge_prompt, judge_reply
 from mascot.llm.stub_server import start_stub_server
 
@@ -85,16 +85,17 @@ def synthetic_meeting(turns: int = 90) -> dict:
 def scripted_responder():
     """Judge prompts get valid scores; dialogue roles get valid, always different replies (so that
     candidates, episodes and branches differ and pair)."""
-    counter = itertools.count()
+    counter, judgments = itertools.count(), itertools.count()
 
     def respond(messages: list[dict], request: dict) -> str:
         n = next(counter)
-        if is_judge_prompt(messages):
-            return judge_reply(messages)
+        if is_judge_prompt(messages):  # scores cycle through the scale: two judged items never tie
+            score = next(judgments) % 5 + 1
+            return json.dumps({k: {**v, "score": score} for k, v in json.loads(judge_reply(messages)).items()})
         if role_of(messages) == "director":
             names = re.findall(r"^- (.+?): ", messages[0]["content"], re.MULTILINE)
             name = names[n % len(names)]
-            return f"<directive>\nagent: {name}\naction: add what only {name} would add ({n})\ntone: warm\n</directive>"
+            return as_structured(f"<directive>\nagent: {name}\naction: add what only {name} would add ({n})\ntone: warm\n</directive>", request)
         return group_reply(messages, request.get("seed")) + f" ({n})"
 
     return respond

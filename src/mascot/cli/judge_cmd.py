@@ -118,8 +118,7 @@ def judge(
 
     from mascot.judge.episodes import load_episode_file
 
-    output_paths(input_file, output_dir)  # an unwritable output folder and a bad input are refused before any model call
-    loaded = load_episode_file(input_file, dataset=dataset)
+    output_paths(input_file, output_dir)  # an unwritable output folder is refused before any model call
     scopes = {"both": ("agent", "collective"), "agent": ("agent",), "collective": ("collective",)}.get(scope)
     if scopes is None:
         raise MascotError(f"unknown --scope {scope!r}: use agent, collective or both")
@@ -128,6 +127,7 @@ def judge(
     if dry_run:
         dry_run_judging("judge", input_file, specs, rubric_version, dataset, data_file, split, {"scope": scope, "limit": limit, "output_dir": output_dir})
         return
+    loaded = load_episode_file(input_file, dataset=dataset)  # a bad input file is refused before any server is asked
     contexts = load_context_index(dataset, data_file, split)
     console = Console(stderr=True)
 

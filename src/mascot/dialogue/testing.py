@@ -9,6 +9,7 @@ whatever the concurrency.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 
 from mascot.llm.scripted import ScriptedClient
@@ -52,7 +53,16 @@ def group_client(**kwargs) -> ScriptedClient:
     return ScriptedClient(fn=lambda request: group_reply(request.messages, request.seed), **kwargs)
 
 
+def as_structured(reply: str, request: dict) -> str:
+    """The reply a server with structured outputs gives: a directive as the JSON object its schema
+    asks for (agent, action, tone) when the request carries one; otherwise the reply as it is."""
+    if not (request.get("response_format") or {}).get("json_schema") or "<directive>" not in reply:
+        return reply
+    fields = dict(re.findall(r"^(agent|action|tone):\s*(.*)$", reply, re.MULTILINE))
+    return json.dumps(fields)
+
+
 def stub_responder(messages: list[dict], request: dict) -> str:
     """Plug-in for the stub server: `--responder mascot.dialogue.testing:stub_responder`."""
-    return group_reply(messages, request.get("seed"))
+    return as_structured(group_reply(messages, request.get("seed")), request)
 
