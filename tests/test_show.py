@@ -59,7 +59,10 @@ def test_demo_prints_records_path_unwrapped_and_its_elapsed_time(tmp_path, monke
     monkeypatch.setattr(demo, "run_demo", scripted_demo)
     monkeypatch.setenv("COLUMNS", str(NARROW))
     out_dir = tmp_path / "a-rather-long-folder-name-for-the-demo-records"
-    result = CliRunner().invoke(app, ["demo", "--output-dir", str(out_dir), "--num-turns", "2"])
+    import torch
+
+    threads = str(torch.get_num_threads())  # as it is: the demo sets torch's threads for the process
+    result = CliRunner().invoke(app, ["demo", "--output-dir", str(out_dir), "--num-turns", "2", "--threads", threads])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     records = [line for line in lines if line.startswith("records: ")]
@@ -91,3 +94,15 @@ def test_without_a_server_the_demo_runs_every_role_of_both_datasets_on_one_clien
     assert any("Anchor" in s or "Catalyst" in s or "Beacon" in s for s in systems)  # the emotional-support roster
     assert any("Minutes Scribe" in s or "Decision Logger" in s or "Critic" in s or "Action Item" in s for s in systems)  # the meetings roster
     assert closed == [True]
+
+
+def test_the_demo_uses_the_cores_other_processes_leave_free(monkeypatch):
+    import mascot.cli.demo as demo
+
+    monkeypatch.setattr(demo.os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(demo.os, "getloadavg", lambda: (0.3, 0.0, 0.0))
+    assert demo.free_cores() == 8
+    monkeypatch.setattr(demo.os, "getloadavg", lambda: (3.7, 0.0, 0.0))
+    assert demo.free_cores() == 5
+    monkeypatch.setattr(demo.os, "cpu_count", lambda: 2)
+    assert demo.free_cores() == 1  # never zero
