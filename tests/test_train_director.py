@@ -192,6 +192,7 @@ def test_director_grpo_raises_the_rate_of_the_favoured_persona(tmp_path):
         suffix_rounds=1,
         diversity_weight=0.0,
         logging_steps=5,
+        gradient_checkpointing=False,  # a tiny model needs no memory saving; recomputing costs time
         # a 2-layer model averages attention over a long prompt: LoRA on the MLPs too lets it move
         lora_target_modules="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj",
     )
