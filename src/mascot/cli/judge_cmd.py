@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -68,6 +69,20 @@ def dry_run_judging(command: str, input_file: Path, specs, rubric_version: str, 
     print_settings(command, {"resolved": resolved, "settings": settings})
 
 
+@asynccontextmanager
+async def open_panel(specs, **options):
+    """A judge panel whose servers answered preflight (a wrong URL is one clear error; structured
+    outputs probed); its clients and cache are closed on the way out."""
+    panel, backends, cache = build_panel(specs, **options)
+    try:
+        await backends.preflight()
+        yield panel, backends
+    finally:
+        await backends.aclose()
+        if cache:
+            cache.close()
+
+
 def build_panel(specs, *, rubric_version: str, cache_dir: Path | None, no_cache: bool, max_in_flight: int, strict: bool, max_tokens: int, trace_path: Path | None = None, client_settings: dict | None = None):
     from mascot.judge.cache import JudgmentCache
     from mascot.judge.panel import JudgePanel, build_judge_backends
@@ -132,25 +147,14 @@ def judge(
     console = Console(stderr=True)
 
     async def run():
-        panel, backends, cache = build_panel(
-            specs, rubric_version=rubric_version, cache_dir=cache_dir, no_cache=no_cache, max_in_flight=max_in_flight, strict=strict,
-            max_tokens=judge_max_tokens, client_settings=settings,
-        )
-        try:
-            await backends.preflight()  # a wrong URL is one clear error; structured outputs probed
-        except BaseException:
-            await backends.aclose()
-            raise
-        if backends.local_roles:
-            console.print(f"[yellow]judges {', '.join(backends.local_roles)} run in-process on the local backend (no --judge-server-url).[/yellow]")
-        try:
+        options = dict(rubric_version=rubric_version, cache_dir=cache_dir, no_cache=no_cache, max_in_flight=max_in_flight, strict=strict,
+                       max_tokens=judge_max_tokens, client_settings=settings)
+        async with open_panel(specs, **options) as (panel, backends):
+            if backends.local_roles:
+                console.print(f"[yellow]judges {', '.join(backends.local_roles)} run in-process on the local backend (no --judge-server-url).[/yellow]")
             return await judge_episode_file(
                 input_file, panel, rubric_version=rubric_version, dataset=dataset, contexts=contexts, scopes=scopes, output_dir=output_dir, limit=limit, loaded=loaded
             )
-        finally:
-            await backends.aclose()
-            if cache:
-                cache.close()
 
     result = asyncio.run(run())
     c = result.report["counters"]

@@ -52,7 +52,7 @@ def group(
 
     from rich.console import Console
 
-    from mascot.cli.judge_cmd import build_panel, dry_run_judging, fail_if_nothing_judged, judge_specs, load_context_index
+    from mascot.cli.judge_cmd import dry_run_judging, fail_if_nothing_judged, judge_specs, load_context_index, open_panel
     from mascot.judge.episodes import load_episode_file
     from mascot.prefs.group import group_preferences, resolve_mode
     from mascot.store import ensure_writable_dir, write_json_atomic, write_jsonl
@@ -76,22 +76,11 @@ def group(
     console = Console(stderr=True)
 
     async def run():
-        panel, backends, cache = build_panel(
-            specs, rubric_version=rubric_version, cache_dir=cache_dir, no_cache=no_cache, max_in_flight=max_in_flight, strict=strict,
-            max_tokens=judge_max_tokens, client_settings=settings,
-        )
-        try:
-            await backends.preflight()  # a wrong URL is one clear error; structured outputs probed
-        except BaseException:
-            await backends.aclose()
-            raise
-        try:
+        options = dict(rubric_version=rubric_version, cache_dir=cache_dir, no_cache=no_cache, max_in_flight=max_in_flight, strict=strict,
+                       max_tokens=judge_max_tokens, client_settings=settings)
+        async with open_panel(specs, **options) as (panel, _):
             result = await group_preferences(loaded.episodes, panel, mode=resolved, margin=score_margin, contexts=contexts)
             return result, panel.judges[0].counters
-        finally:
-            await backends.aclose()
-            if cache:
-                cache.close()
 
     result, counters = asyncio.run(run())
     name = OUTPUT_NAMES[resolved]
