@@ -50,3 +50,21 @@ def meeting_context():
 def isolated_judge_cache(tmp_path, monkeypatch):
     """Judgements cached by one test must never answer another (or land in the user's cache)."""
     monkeypatch.setenv("MASCOT_JUDGE_CACHE_DIR", str(tmp_path / "judge-cache"))
+
+
+@pytest.fixture
+def stub():
+    """Starts stub servers (`stub(**options)`, no latency by default); all are stopped afterwards."""
+    from mascot.llm.stub_server import start_stub_server
+
+    servers = []
+
+    def start(**kwargs):
+        kwargs.setdefault("latency_s", 0.0)
+        server = start_stub_server(**kwargs)
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()

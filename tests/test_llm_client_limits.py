@@ -9,30 +9,14 @@ import socket
 
 import pytest
 
+from mascot.cli.options import client_settings, parse_extra_body, parse_thinking
 from mascot.errors import MascotError
 from mascot.llm.base import ChatRequest, LLMError, StopCutter, cut_at_stop, split_reasoning
 from mascot.llm.http import HTTPClient
 from mascot.llm.metered import MeteredClient, UsageMeter
-from mascot.llm.stub_server import start_stub_server
-from mascot.cli.options import client_settings, parse_extra_body, parse_thinking
 
 NINE_STOPS = tuple(f"\nName{i}:" for i in range(9))
 ASK = [{"role": "user", "content": "say something"}]
-
-
-@pytest.fixture
-def stub():
-    servers = []
-
-    def start(**kwargs):
-        kwargs.setdefault("latency_s", 0.0)
-        server = start_stub_server(**kwargs)
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.stop()
 
 
 def client_for(server_or_urls, **kwargs) -> HTTPClient:

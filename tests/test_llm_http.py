@@ -21,25 +21,10 @@ from mascot.llm.routing import (
     redact_url,
     resolve_roles,
 )
-from mascot.llm.stub_server import load_responder, start_stub_server, start_stub_server_process
+from mascot.llm.stub_server import load_responder, start_stub_server_process
 
 HELLO = ChatRequest(messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello there friend"}])
 SECRET = "sk-test-0123456789-do-not-log"
-
-
-@pytest.fixture
-def stub():
-    servers = []
-
-    def start(**kwargs):
-        kwargs.setdefault("latency_s", 0.0)
-        server = start_stub_server(**kwargs)
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.stop()
 
 
 def client_for(server, **kwargs) -> HTTPClient:
