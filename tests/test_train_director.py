@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from train_helpers import sft_warm_start, single_thread, tiny_model, write_jsonl, write_run_config
+from train_helpers import one_thread_per_module, sft_warm_start, single_thread, tiny_model, write_jsonl, write_run_config  # noqa: F401 - fixtures
 
 from mascot.dialogue.director import parse_directive
 from mascot.dialogue.prompts import director_messages
@@ -20,12 +20,6 @@ from mascot.train.director_grpo import sample_decision_points, train_director_gr
 
 ROSTER = load_roster("emotional_support")
 SITUATIONS = ["I lost my job", "my exam went badly", "I moved to a new city", "my friend ignores me", "I cannot sleep", "my team blames me"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    with single_thread():
-        yield
 
 
 def context(i: int) -> Context:

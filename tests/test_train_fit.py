@@ -4,7 +4,7 @@ nothing left to train on is one line with the counts and the flag to change."""
 from __future__ import annotations
 
 import pytest
-from train_helpers import single_thread, tiny_model, write_jsonl, write_run_config
+from train_helpers import one_thread_per_module, base, single_thread, tiny_model, write_jsonl, write_run_config  # noqa: F401 - fixtures
 
 from mascot.schema import PreferencePair
 from mascot.train import data
@@ -12,17 +12,6 @@ from mascot.train.config import DirectorDPOSettings, GroupRewardModelSettings, R
 from mascot.train.reward_model import per_device_cap, train_reward_model
 from mascot.train.runtime import derive_batch, trainer_arguments
 from mascot.train.scoring import RewardModelScorer, encode_fitted, fit_ids
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    with single_thread():
-        yield
-
-
-@pytest.fixture(scope="module")
-def base(tmp_path_factory):
-    return tiny_model(tmp_path_factory.mktemp("models") / "tiny")
 
 
 def meeting_pairs(n: int, words: int = 150, kind: str = "persona") -> list[PreferencePair]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from train_helpers import single_thread, tiny_model
+from train_helpers import one_thread_per_module, single_thread, tiny_model  # noqa: F401 - fixtures
 from typer.testing import CliRunner
 
 from mascot.cli import app
@@ -14,12 +14,6 @@ from mascot.llm.base import ChatRequest
 from mascot.train.artefact import TrainingMetadata, read_metadata, write_metadata
 
 runner = CliRunner()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    with single_thread():
-        yield
 
 
 @pytest.fixture(scope="module")

@@ -5,24 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from train_helpers import KEYWORD, keyword_pairs, single_thread, tiny_model, write_jsonl, write_run_config
+from train_helpers import one_thread_per_module, base, KEYWORD, keyword_pairs, single_thread, tiny_model, write_jsonl, write_run_config  # noqa: F401 - fixtures
 
 from mascot.train.artefact import read_metadata
 from mascot.train.config import GroupRewardModelSettings, RewardModelSettings
 from mascot.train.group_reward_model import train_group_reward_model
 from mascot.train.reward_model import train_reward_model
 from mascot.train.scoring import RewardModelScorer
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    with single_thread():
-        yield
-
-
-@pytest.fixture(scope="module")
-def base(tmp_path_factory):
-    return tiny_model(tmp_path_factory.mktemp("models") / "tiny")
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import asyncio
 import json
 
 import pytest
-from train_helpers import keyword_pairs, sft_warm_start, single_thread, tiny_model, write_jsonl, write_run_config
+from train_helpers import one_thread_per_module, keyword_pairs, sft_warm_start, single_thread, tiny_model, write_jsonl, write_run_config  # noqa: F401 - fixtures
 
 from mascot.llm.base import ChatRequest
 from mascot.train.artefact import read_metadata
@@ -14,12 +14,6 @@ from mascot.train.config import RewardModelSettings, SpeakerGRPOSettings
 from mascot.train.reward_model import train_reward_model
 from mascot.train.rewards import is_well_formed
 from mascot.train.speaker_grpo import train_speaker
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    with single_thread():
-        yield
 
 
 def sample(model: str, prompts, n: int, seed: int = 0) -> list[str]:

