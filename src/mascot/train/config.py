@@ -9,20 +9,15 @@ these fields, so a default or a help text is changed here and nowhere else.
 This module imports nothing heavy: `mascot --help` reads it.
 """
 
-from dataclasses import dataclass, field, fields
-from typing import Any, Optional
+from dataclasses import dataclass, field
+from typing import Optional
+
+from mascot.settings import as_dict, cli_fields, help_for, setting  # noqa: F401  (re-exported)
 
 DEFAULT_POLICY_MODEL = "Qwen/Qwen3-8B"
 DEFAULT_REWARD_BASE_MODEL = "Qwen/Qwen3-0.6B"
 LORA_TARGET_MODULES = "q_proj,k_proj,v_proj,o_proj"
 DEFAULT_OUTPUT_ROOT = "outputs"
-
-
-def setting(default: Any, help: str, *, flags: tuple[str, ...] = (), required: bool = False, deprecated: tuple[str, ...] = ()) -> Any:
-    """A dataclass field carrying its CLI help text, extra flag spellings, and old spellings that
-    still work, hidden from --help, with a warning (`deprecated`)."""
-    metadata = {"help": help, "flags": flags, "required": required, "deprecated": deprecated}
-    return field(default=default, metadata=metadata)
 
 
 @dataclass
@@ -203,20 +198,3 @@ class MergeSettings:
     base_model: Optional[str] = setting(None, "Base model (default: read from adapter_config.json / mascot_metadata.json).")
     dtype: str = setting("auto", "Weights dtype of the merged model: auto (the base's), bfloat16, float16 or float32.")
     overwrite: bool = setting(False, "Replace an existing output folder.")
-
-
-def cli_fields(settings_cls: type) -> list:
-    """The fields that become CLI options (all but the fixed per-trainer ones)."""
-    return [f for f in fields(settings_cls) if f.metadata.get("cli", True)]
-
-
-def help_for(settings_cls: type, name: str) -> str:
-    for f in fields(settings_cls):
-        if f.name == name:
-            return f.metadata.get("help", "")
-    raise KeyError(name)
-
-
-def as_dict(settings: Any) -> dict[str, Any]:
-    """The settings as a plain dict, for mascot_metadata.json."""
-    return {f.name: getattr(settings, f.name) for f in fields(settings)}

@@ -1,0 +1,144 @@
+"""Commands generated from settings dataclasses (`mascot.settings`).
+
+`settings_command(SettingsCls, run)` gives a typer callback whose options are the class's fields,
+plus `--config FILE.yaml` (any setting, names as the flags; flags given on the command line win)
+and, when a `dry_run` function is given, `--dry-run`. The command body receives one validated
+settings object, so a command is a few lines: build settings, call the library.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import typing
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from mascot.errors import MascotError
+from mascot.settings import cli_fields, flag_name, read_config_file
+
+ConfigFile = Annotated[
+    Optional[Path], typer.Option("--config", help="YAML file of settings (names as the flags, - or _); command-line flags win.")
+]
+DryRunFlag = Annotated[bool, typer.Option("--dry-run", help="Check inputs, models and endpoints and print the resolved settings; load and write nothing.")]
+DEPRECATED_PREFIX = "deprecated__"
+
+
+def _parameter(field: dataclasses.Field, annotation: Any) -> inspect.Parameter:
+    meta = field.metadata
+    required = meta.get("required", False)
+    help_text = meta.get("help", "") + (" (required)" if required else "")
+    # Required settings default to None here and are checked after --config is merged in.
+    default = None if required else _default_of(field)
+    if meta.get("argument"):
+        param = typer.Argument(help=help_text, show_default=not required, hidden=meta.get("hidden", False))
+    else:
+        flags = meta.get("flags") or ()
+        names = [f for f in flags if "/" in f] or [flag_name(field.name), *flags]
+        param = typer.Option(*names, help=help_text, show_default=not required, hidden=meta.get("hidden", False))
+    return inspect.Parameter(field.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[annotation, param])
+
+
+def _default_of(field: dataclasses.Field) -> Any:
+    if field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return field.default_factory()  # type: ignore[misc]
+    return field.default
+
+
+def _deprecated_parameter(field: dataclasses.Field, annotation: Any) -> inspect.Parameter | None:
+    """A hidden option for a setting's old spellings; `_apply_deprecated` warns and forwards it."""
+    old = field.metadata.get("deprecated") or ()
+    if not old:
+        return None
+    option = typer.Option(*old, hidden=True)
+    return inspect.Parameter(DEPRECATED_PREFIX + field.name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[Optional[annotation], option])
+
+
+def _apply_deprecated(settings_cls: type, values: dict[str, Any], command: str) -> dict[str, Any]:
+    """Old spellings still work, with a warning naming the new flag; the new flag wins when both are given."""
+    out = {k: v for k, v in values.items() if not k.startswith(DEPRECATED_PREFIX)}
+    for f in cli_fields(settings_cls):
+        value = values.get(DEPRECATED_PREFIX + f.name)
+        if value is None:
+            continue
+        old = "/".join(f.metadata["deprecated"])
+        typer.secho(f"warning: {old} is deprecated in `mascot {command}`: use {flag_name(f.name)}", fg="yellow", err=True)
+        if out.get(f.name) in (None, _default_of(f)):
+            out[f.name] = value
+    return out
+
+
+def aliases(settings_cls: type) -> dict[str, str]:
+    """Every spelling a --config key may take (field name or any of its flags) -> field name."""
+    names = {}
+    for f in cli_fields(settings_cls):
+        names[f.name] = f.name
+        for flag in (*(f.metadata.get("flags") or ()), *(f.metadata.get("deprecated") or ())):
+            for spelling in flag.split("/"):
+                if not spelling.startswith("--no-"):  # a negative spelling would invert the value
+                    names[spelling.lstrip("-").replace("-", "_")] = f.name
+    return names
+
+
+def merge_config(settings_cls: type, ctx: typer.Context | None, values: dict[str, Any], from_file: dict[str, Any]) -> dict[str, Any]:
+    """File values fill every setting not given on the command line; unknown keys are an error."""
+    names = aliases(settings_cls)
+    unknown = sorted(set(from_file) - set(names))
+    if unknown:
+        raise MascotError(f"--config: unknown settings {', '.join(unknown)}")
+    merged = dict(values)
+    for key, value in from_file.items():
+        name = names[key]
+        source = ctx.get_parameter_source(name) if ctx is not None else None
+        if source is None or source.name in ("DEFAULT", "DEFAULT_MAP"):
+            merged[name] = value
+    for f in cli_fields(settings_cls):
+        if f.metadata.get("required") and merged.get(f.name) is None:
+            raise MascotError(f"missing required setting: {flag_name(f.name)}")
+    return merged
+
+
+def build_settings(settings_cls: type, values: dict[str, Any] | None = None, config: str | Path | None = None, ctx: typer.Context | None = None) -> Any:
+    """Settings from flag values and an optional YAML file (flags win), validated by the class."""
+    return settings_cls(**merge_config(settings_cls, ctx, dict(values or {}), read_config_file(config)))
+
+
+def _signature(settings_cls: type, with_dry_run: bool) -> list[inspect.Parameter]:
+    hints = typing.get_type_hints(settings_cls)
+    fields = cli_fields(settings_cls)
+    params = [_parameter(f, Optional[hints[f.name]] if f.metadata.get("required") else hints[f.name]) for f in fields]
+    params += [p for p in (_deprecated_parameter(f, hints[f.name]) for f in fields) if p is not None]
+    params.append(inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=ConfigFile))
+    if with_dry_run:
+        params.append(inspect.Parameter("dry_run", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=DryRunFlag))
+    params.insert(0, inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context))
+    return params
+
+
+def settings_command(
+    settings_cls: type,
+    run: Callable[[Any], None],
+    *,
+    dry_run: Callable[[str, Any], None] | None = None,
+) -> Callable[..., None]:
+    """A typer callback whose options are the settings' fields (plus --config and, with a
+    `dry_run(command_name, settings)` function, --dry-run)."""
+    params = _signature(settings_cls, dry_run is not None)
+
+    def command(ctx: typer.Context, **values: Any) -> None:
+        config_file = values.pop("config", None)
+        wants_dry_run = values.pop("dry_run", False)
+        values = _apply_deprecated(settings_cls, values, ctx.command_path.removeprefix("mascot ") if ctx.command_path else "")
+        settings = build_settings(settings_cls, values, config_file, ctx)
+        if wants_dry_run and dry_run is not None:
+            dry_run(ctx.info_name or "", settings)
+            return
+        run(settings)
+
+    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in params}
+    command.__doc__ = settings_cls.__doc__
+    return command

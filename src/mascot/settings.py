@@ -1,0 +1,88 @@
+"""Settings as data: one dataclass per command, whose fields carry their defaults and help text.
+
+Every `mascot` command is generated from such a class (`mascot.cli.settings_cli.settings_command`):
+its flags, its `--config FILE.yaml` and its help come from the fields, so a default or a help text
+is changed in one place. A settings class checks its own values in `__post_init__` and raises
+`MascotError` with one line naming the flag. Groups of settings shared by several commands
+(endpoints, engine, data) are dataclasses that command settings inherit from.
+
+This module imports nothing heavy: `mascot --help` reads it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import field, fields
+from pathlib import Path
+from typing import Any
+
+from mascot.errors import MascotError
+
+
+def setting(
+    default: Any,
+    help: str,
+    *,
+    flags: tuple[str, ...] = (),
+    required: bool = False,
+    deprecated: tuple[str, ...] = (),
+    argument: bool = False,
+    hidden: bool = False,
+) -> Any:
+    """A dataclass field that becomes a CLI option.
+
+    `flags`: extra spellings (or one "--x/--no-x" pair for a boolean); `deprecated`: old spellings
+    that still work, hidden from --help, with a warning; `argument`: a positional argument instead
+    of an option; `hidden`: accepted but not shown in --help."""
+    metadata = {"help": help, "flags": flags, "required": required, "deprecated": deprecated, "argument": argument, "hidden": hidden}
+    if isinstance(default, (list, dict, set)):
+        return field(default_factory=lambda: type(default)(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def fixed(default: Any) -> Any:
+    """A field that is not a flag (fixed per command or filled in by code)."""
+    return field(default=default, metadata={"cli": False})
+
+
+def cli_fields(settings_cls: type) -> list:
+    """The fields that become CLI options (all but the `fixed` ones)."""
+    return [f for f in fields(settings_cls) if f.metadata.get("cli", True)]
+
+
+def help_for(settings_cls: type, name: str) -> str:
+    for f in fields(settings_cls):
+        if f.name == name:
+            return f.metadata.get("help", "")
+    raise KeyError(name)
+
+
+def flag_name(name: str) -> str:
+    """The main flag of a field: `data_file` -> `--data-file`."""
+    return "--" + name.replace("_", "-")
+
+
+def as_dict(settings: Any) -> dict[str, Any]:
+    """The settings as a plain dict (for run_config.json and artefact metadata)."""
+    return {f.name: getattr(settings, f.name) for f in fields(settings)}
+
+
+def read_config_file(path: str | Path | None) -> dict[str, Any]:
+    """A YAML mapping of setting names (as the flags, with - or _) to values; {} without a path."""
+    if path is None:
+        return {}
+    import yaml
+
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise MascotError(f"cannot read --config {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise MascotError(f"--config {path}: expected a mapping of setting names to values")
+    return {str(k).replace("-", "_"): v for k, v in data.items()}
+
+
+def require(condition: bool, message: str) -> None:
+    """For `__post_init__` checks: one clear line when a value is out of range."""
+    if not condition:
+        raise MascotError(message)
