@@ -1,0 +1,1 @@
+"""`mascot web`: the local web app (group chat and the blinded human study)."""
