@@ -18,83 +18,55 @@ def _model_basename(model: str) -> str:
     return Path(model.rstrip("/")).name or model
 
 
-def individual_run_dir(output_dir: Path, dataset: str, speaker_model: str, speaker_adapter: str | None = None) -> Path:
+def individual_run_dir(s) -> Path:
     """`individual_<dataset>_<model>`, plus `_speaker-<adapter>` when the Speaker runs an adapter."""
+    from mascot.llm.routing import DEFAULT_LOCAL_MODEL, resolve_roles
+
+    speaker = resolve_roles(s.endpoint_options(), ("speaker",))["speaker"]
+    return run_dir_name(s.output_dir, s.dataset, speaker.model or DEFAULT_LOCAL_MODEL, speaker.adapter)
+
+
+def run_dir_name(output_dir: Path, dataset: str, speaker_model: str, speaker_adapter: str | None = None) -> Path:
     name = f"individual_{dataset}_{_model_basename(speaker_model)}"
     if speaker_adapter:
         name += f"_speaker-{_model_basename(speaker_adapter)}"
     return Path(output_dir) / name
 
 
-def run_individual_command(
-    *,
-    dataset: str,
-    data_file: Path | None = None,
-    split: str = "test",
-    limit: int | None = None,
-    token_budget: int = 1500,
-    roster: str | None = None,
-    num_candidates: int = 8,
-    score_margin: float = 0.5,
-    temperature: float = 0.7,
-    max_tokens: int = 160,
-    seed: int = 42,
-    endpoints=None,
-    output_dir: Path = Path("data/rl"),
-    resume: bool = False,
-    overwrite: bool = False,
-    strict: bool = False,
-    trace_role_calls: bool = False,
-    personas: list[str] | None = None,
-    rubric_version: str = "paper_v1",
-    cache_dir: Path | None = None,
-    no_cache: bool = False,
-    judge_max_tokens: int = 512,
-    clients: dict | None = None,
-    reasoning_allowance: int | None = None,
-    **_ignored,
-) -> Path:
-    """Runs Stage-1 generation and returns the run directory. `clients` injects ready chat clients
-    per role ("speaker", "judge"), for tests."""
-    from mascot.llm.routing import EndpointOptions
+def run_individual_command(s, *, clients: dict | None = None) -> Path:
+    """Runs Stage-1 generation from `mascot generate --mode individual` settings and returns the run
+    directory. `clients` injects ready chat clients per role ("speaker", "judge"), for tests."""
+    from mascot.dialogue.reasoning import thinking_for
 
-    if num_candidates < 2:
-        raise MascotError("--num-candidates must be at least 2 to make preference pairs")
-    if score_margin < 0:
-        raise MascotError("--score-margin must not be negative")
-    if token_budget < 1:
-        raise MascotError("--token-budget must be at least 1")
-    from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE, thinking_for
-
-    endpoints = endpoints or EndpointOptions()
+    endpoints = s.endpoint_options()
     return asyncio.run(
         _run(
-            dataset=dataset,
-            data_file=data_file,
-            split=split,
-            limit=limit,
-            token_budget=token_budget,
-            roster_name=roster,
+            dataset=s.dataset,
+            data_file=s.data_file,
+            split=s.split,
+            limit=s.limit,
+            token_budget=s.token_budget,
+            roster_name=s.roster,
             settings_kwargs=dict(
-                num_candidates=num_candidates,
-                score_margin=score_margin,
-                temperature=temperature,
-                max_tokens=max_tokens,
-                seed=seed,
-                personas=tuple(personas) if personas else None,
-                strict=strict,
+                num_candidates=s.num_candidates,
+                score_margin=s.score_margin,
+                temperature=s.temperature,
+                max_tokens=s.max_tokens,
+                seed=s.seed,
+                personas=None,
+                strict=s.strict,
                 speaker_think=thinking_for(endpoints, "speaker"),
-                reasoning_allowance=reasoning_allowance or DEFAULT_REASONING_ALLOWANCE,
+                reasoning_allowance=s.reasoning_allowance,
             ),
             endpoints=endpoints,
-            output_dir=output_dir,
-            resume=resume,
-            overwrite=overwrite,
-            trace_role_calls=trace_role_calls,
-            rubric_version=rubric_version,
-            cache_dir=cache_dir,
-            no_cache=no_cache,
-            judge_max_tokens=judge_max_tokens,
+            output_dir=s.output_dir,
+            resume=s.resume,
+            overwrite=s.overwrite,
+            trace_role_calls=s.trace_role_calls,
+            rubric_version="paper_v1",
+            cache_dir=None,
+            no_cache=False,
+            judge_max_tokens=s.judge_max_tokens,
             clients=clients,
         )
     )
@@ -122,7 +94,7 @@ async def _run(*, dataset, data_file, split, limit, token_budget, roster_name, s
     contexts = load_contexts(dataset, split=split, data_file=data_file, limit=limit, seed=settings_kwargs["seed"], token_budget=token_budget)
     settings = IndividualSettings(**settings_kwargs)
     roles = resolve_roles(endpoints, ("speaker", "judge"))
-    run_dir = individual_run_dir(output_dir, dataset, roles["speaker"].model or DEFAULT_LOCAL_MODEL, roles["speaker"].adapter)
+    run_dir = run_dir_name(output_dir, dataset, roles["speaker"].model or DEFAULT_LOCAL_MODEL, roles["speaker"].adapter)
     cache = None if no_cache else JudgmentCache(cache_dir)
     run_settings = {
         "dataset": dataset,

@@ -15,14 +15,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Literal
 
 from mascot.dialogue.agents import SimulatedUser, Speaker
 from mascot.dialogue.director import Director, DirectorDecision
 from mascot.dialogue.policies import TurnPolicy, make_policy
 from mascot.dialogue.prompts import PROMPT_VERSION
-from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE, OutputPaths
+from mascot.dialogue.reasoning import OutputPaths
 from mascot.dialogue.seeds import derive_seed, derived_rng
+from mascot.dialogue.settings import EngineSettings, GenerationMode  # noqa: F401  (re-exported)
 from mascot.dialogue.tally import Tally
 from mascot.llm.base import ChatClient, LLMError
 from mascot.rosters import big_five_profile, load_big_five
@@ -38,39 +38,6 @@ from mascot.schema import (
     Turn,
     utc_now,
 )
-
-GenerationMode = Literal["directed", "independent", "branching"]
-
-
-@dataclass
-class EngineSettings:
-    num_turns: int = 5
-    generation_mode: GenerationMode = "directed"
-    num_episodes: int = 1
-    num_candidates: int = 8
-    user_response_probability: float = 0.5
-    enable_user_simulation: bool = True
-    enable_big_five: bool = False
-    user_big_five_profile: str | None = None
-    turn_policy: str = "director"
-    seed: int = 42
-    max_concurrent_episodes: int = 64
-    system: str = "mascot"
-    rubric_version: str = "paper_v1"
-    dataset: str = ""
-    run_id: str | None = None
-    temperature: float = 0.7
-    director_temperature: float = 0.7
-    max_tokens: int = 160
-    director_max_tokens: int | None = None  # None: max_tokens (reasoning Directors need more)
-    speaker_think: bool = False  # the Speaker reasons (prompt and request); off: thinking disabled
-    director_thinking: bool = False  # off unless asked: a directive cut inside <think> fails to parse
-    user_thinking: bool = False
-    reasoning_allowance: int = DEFAULT_REASONING_ALLOWANCE  # extra max_tokens for a role that thinks
-    # A short tag of the run's settings (system, policy, models...) inside every episode id, so
-    # that episodes of two systems or runs on the same contexts never share an id.
-    run_tag: str = ""
-
 
 @dataclass
 class EpisodeState:

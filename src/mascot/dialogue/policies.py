@@ -7,6 +7,7 @@ import random
 from typing import Protocol
 
 from mascot.dialogue.director import Director, DirectorDecision, fallback_directive
+from mascot.dialogue.settings import TURN_POLICIES
 from mascot.schema import Context, Directive, Roster, Turn
 
 
@@ -52,7 +53,6 @@ class RandomPolicy:
         return DirectorDecision(Directive(agent_name=directive.agent_name), output="")
 
 
-TURN_POLICIES = ("director", "round-robin", "random")
 
 
 def make_policy(name: str, roster: Roster, director: Director | None) -> TurnPolicy:

@@ -1,0 +1,80 @@
+"""The episode engine's settings: one dataclass, whose flag fields become `mascot generate` options.
+
+A new engine setting is one line here: a `setting(...)` field appears as a flag of every command
+whose settings inherit this class, and reaches the engine unchanged (`engine_part`). Fields made
+with `fixed(...)` are filled in by code (the run id, the reasoning modes from the endpoint flags).
+
+Imports nothing heavy: `mascot --help` reads it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Literal, Optional
+
+from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE
+from mascot.settings import fixed, require, setting
+
+GenerationMode = Literal["directed", "independent", "branching"]
+GENERATION_MODES = ("directed", "independent", "branching")
+TURN_POLICIES = ("director", "round-robin", "random")
+
+
+@dataclass
+class EngineSettings:
+    """How episodes unfold: rounds, generation mode, turn policy, simulated users, sampling."""
+
+    num_turns: int = setting(5, "Rounds per episode (one round = Director -> Speaker -> maybe User).")
+    generation_mode: str = setting("directed", "directed | independent | branching.")
+    num_episodes: int = setting(1, "Episodes per context (independent mode).")
+    num_candidates: int = setting(8, "Directives per decision point (branching) or replies per persona (individual).")
+    user_response_probability: float = setting(0.5, "Chance the simulated user speaks after a round.")
+    enable_user_simulation: bool = setting(True, "Simulate the user between rounds.", flags=("--enable-user-simulation/--no-user-simulation",))
+    enable_big_five: bool = setting(False, "Give simulated users Big Five profiles (persona_set big5).")
+    user_big_five_profile: Optional[str] = setting(None, 'One profile for every user, e.g. "High Openness".')
+    turn_policy: str = setting("director", "Who speaks next: director | round-robin | random.")
+    seed: int = setting(42, "Run seed; every episode's seed derives from it.")
+    max_concurrent_episodes: int = setting(64, "Contexts in flight at once.")
+    system: str = setting("mascot", "System label written to metadata (mascot, mascot-g, mascot-i, a baseline name).")
+    temperature: float = setting(0.7, "Sampling temperature of Speakers and User.")
+    max_tokens: int = setting(160, "Longest reply in tokens.")
+    director_max_tokens: Optional[int] = setting(None, "Longest Director reply in tokens (default: --max-tokens).")
+    reasoning_allowance: int = setting(
+        DEFAULT_REASONING_ALLOWANCE, "Extra tokens a role that thinks (its --thinking flag on) may spend on reasoning before its reply."
+    )
+    # Filled in by code, not flags.
+    rubric_version: str = fixed("paper_v1")
+    dataset: str = fixed("")
+    run_id: Optional[str] = fixed(None)
+    director_temperature: float = fixed(0.7)
+    speaker_think: bool = fixed(False)  # the Speaker reasons (prompt and request); off: thinking disabled
+    director_thinking: bool = fixed(False)  # off unless asked: a directive cut inside <think> fails to parse
+    user_thinking: bool = fixed(False)
+    # A short tag of the run's settings (system, policy, models...) inside every episode id, so
+    # that episodes of two systems or runs on the same contexts never share an id.
+    run_tag: str = fixed("")
+
+    def __post_init__(self) -> None:
+        check_engine(self)
+        if self.user_big_five_profile:
+            self.enable_big_five = True  # one profile for every user implies Big Five users
+
+
+def check_engine(s: Any) -> None:
+    """The engine settings' own checks (also run by command settings that inherit the fields)."""
+    require(s.generation_mode in GENERATION_MODES, f"unknown --generation-mode {s.generation_mode!r}: choose one of {', '.join(GENERATION_MODES)}")
+    require(s.turn_policy in TURN_POLICIES, f"unknown --turn-policy {s.turn_policy!r}: choose one of {', '.join(TURN_POLICIES)}")
+    require(0.0 <= s.user_response_probability <= 1.0, "--user-response-probability must lie between 0 and 1")
+    require(min(s.num_turns, s.num_candidates, s.num_episodes) >= 1, "--num-turns, --num-candidates and --num-episodes must be at least 1")
+    require(s.max_tokens >= 1 and s.max_concurrent_episodes >= 1, "--max-tokens and --max-concurrent-episodes must be at least 1")
+    if s.user_big_five_profile:
+        from mascot.rosters import big_five_profile
+
+        big_five_profile(s.user_big_five_profile)  # fail early on a typo
+
+
+def engine_part(settings: Any, **derived: Any) -> EngineSettings:
+    """The EngineSettings inside a command's settings (which inherit its flag fields), with the
+    code-filled fields given as keywords."""
+    values = {f.name: getattr(settings, f.name) for f in fields(EngineSettings) if f.metadata.get("cli", True)}
+    return EngineSettings(**values, **derived)
