@@ -86,3 +86,10 @@ def require(condition: bool, message: str) -> None:
     """For `__post_init__` checks: one clear line when a value is out of range."""
     if not condition:
         raise MascotError(message)
+
+
+def part(settings: Any, cls: type, **filled: Any) -> Any:
+    """The `cls` settings inside a command's settings that inherit its flag fields (a plain `cls`,
+    so that what it writes into records is the same whichever command built it); `filled`: the
+    fields code fills in."""
+    return cls(**{f.name: getattr(settings, f.name) for f in cli_fields(cls)}, **filled)

@@ -9,11 +9,11 @@ Imports nothing heavy: `mascot --help` reads it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
 from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE
-from mascot.settings import fixed, require, setting
+from mascot.settings import fixed, part, require, setting
 
 GenerationMode = Literal["directed", "independent", "branching"]
 GENERATION_MODES = ("directed", "independent", "branching")
@@ -73,8 +73,6 @@ def check_engine(s: Any) -> None:
         big_five_profile(s.user_big_five_profile)  # fail early on a typo
 
 
-def engine_part(settings: Any, **derived: Any) -> EngineSettings:
-    """The EngineSettings inside a command's settings (which inherit its flag fields), with the
-    code-filled fields given as keywords."""
-    values = {f.name: getattr(settings, f.name) for f in fields(EngineSettings) if f.metadata.get("cli", True)}
-    return EngineSettings(**values, **derived)
+def engine_part(settings: Any, **filled: Any) -> EngineSettings:
+    """The EngineSettings inside a command's settings (which inherit its flag fields)."""
+    return part(settings, EngineSettings, **filled)

@@ -19,24 +19,13 @@ from mascot.errors import MascotError
 from mascot.judge.episodes import load_episode_file
 from mascot.metrics.lexical import DISTINCT_SETTINGS, SELF_BLEU_SETTINGS, distinct_n, self_bleu
 from mascot.metrics.nli import NLI_LABELS
+from mascot.metrics.settings import MetricsSettings  # noqa: F401  (re-exported)
 from mascot.metrics.pairing import PAIRING_MODES, response_pairs, unordered_pairs
 from mascot.schema import Episode
 
 log = logging.getLogger(__name__)
 
 METRIC_ORDER = ("nli_contradiction", "nli_entailment", "nli_neutral", "self_bleu", "distinct_1", "distinct_2", "redundancy")
-
-
-@dataclass
-class MetricsSettings:
-    pairing_mode: str = "adjacent-agent"
-    nli_direction: str = "temporal"
-    allow_round_inference: bool = False
-    nli_model: str = "FacebookAI/roberta-large-mnli"
-    embedding_model: str = "all-MiniLM-L6-v2"
-    skip_nli: bool = False
-    skip_embeddings: bool = False
-    batch_size: int = 32
 
 
 @dataclass

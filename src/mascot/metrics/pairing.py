@@ -26,8 +26,7 @@ from itertools import combinations
 from mascot.errors import MascotError
 from mascot.schema import Episode, Turn
 
-PAIRING_MODES = ("same-round", "all-pairs", "adjacent-agent")
-DIRECTIONS = ("temporal", "bidirectional")
+from mascot.metrics.settings import DIRECTIONS, PAIRING_MODES  # noqa: F401  (re-exported)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,37 @@
+"""Settings of the automatic metrics, whose fields are also the `mascot metrics` options.
+
+Imports nothing heavy: `mascot --help` reads it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mascot.settings import require, setting
+
+PAIRING_MODES = ("same-round", "all-pairs", "adjacent-agent")
+DIRECTIONS = ("temporal", "bidirectional")
+
+
+@dataclass
+class MetricsSettings:
+    pairing_mode: str = setting(
+        "adjacent-agent",
+        "adjacent-agent (consecutive responses by two different agents: fits MASCOT episodes) | same-round (responses sharing a round_id) | all-pairs.",
+    )
+    nli_direction: str = setting("temporal", "temporal (earlier turn = premise) | bidirectional.")
+    allow_round_inference: bool = setting(False, "Files without round_id: infer rounds from turn order (a user turn ends a round).")
+    nli_model: str = setting("FacebookAI/roberta-large-mnli", "NLI sequence-classification model (labels read by name from config.id2label).")
+    embedding_model: str = setting("all-MiniLM-L6-v2", "sentence-transformers model for semantic redundancy.")
+    skip_nli: bool = setting(False, "Do not run NLI.")
+    skip_embeddings: bool = setting(False, "Do not compute semantic redundancy.")
+    batch_size: int = setting(32, "NLI batch size (embeddings use at least 64).")
+
+    def __post_init__(self) -> None:
+        check_metrics(self)
+
+
+def check_metrics(s: MetricsSettings) -> None:
+    require(s.pairing_mode in PAIRING_MODES, f"unknown --pairing-mode {s.pairing_mode!r}: use one of {', '.join(PAIRING_MODES)}")
+    require(s.nli_direction in DIRECTIONS, f"unknown --nli-direction {s.nli_direction!r}: use one of {', '.join(DIRECTIONS)}")
+    require(s.batch_size >= 1, "--batch-size must be at least 1")
