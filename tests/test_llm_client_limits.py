@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from mascot.cli.options import client_settings, parse_extra_body, parse_thinking
+from mascot.settings_groups import EndpointSettings, parse_extra_body, parse_thinking
 from mascot.errors import MascotError
 from mascot.llm.base import ChatRequest, LLMError, StopCutter, cut_at_stop, split_reasoning
 from mascot.llm.http import HTTPClient
@@ -242,16 +242,18 @@ def test_extra_body_must_be_a_json_object():
         parse_extra_body("[1, 2]", "--speaker-extra-body")
 
 
-def test_thinking_flags_and_client_settings():
+def test_thinking_flags_and_endpoint_settings():
     assert [parse_thinking(v) for v in ("on", "OFF", "default")] == [True, False, None]
     with pytest.raises(MascotError, match="on, off or default"):
         parse_thinking("maybe", "--judge-thinking")
-    settings = client_settings({"request_timeout": 30.0, "retry_budget": 5.0, "extra_body": '{"a": 1}',
-                                "speaker_extra_body": '{"chat_template_kwargs": {"x": 1}}', "speaker_thinking": "off"})
-    assert settings["timeout_s"] == 30.0 and settings["retry_budget_s"] == 5.0 and settings["extra_body"] == {"a": 1}
-    assert settings["speaker_thinking"] is False and settings["speaker_extra_body"] == {"chat_template_kwargs": {"x": 1}}
+    options = EndpointSettings(request_timeout=30.0, retry_budget=5.0, extra_body='{"a": 1}',
+                               speaker_extra_body='{"chat_template_kwargs": {"x": 1}}', speaker_thinking="off").endpoint_options()
+    assert options.timeout_s == 30.0 and options.retry_budget_s == 5.0 and options.extra_body == {"a": 1}
+    assert options.speaker_thinking is False and options.speaker_extra_body == {"chat_template_kwargs": {"x": 1}}
     with pytest.raises(MascotError, match="--request-timeout"):
-        client_settings({"request_timeout": 0})
+        EndpointSettings(request_timeout=0)
+    with pytest.raises(MascotError, match="--user-thinking"):
+        EndpointSettings(user_thinking="maybe")
 
 
 def test_the_cli_shows_mascot_warnings_on_screen():

@@ -24,6 +24,10 @@ DEFAULT_TOKEN_BUDGET = 1500  # mascot.data.qmsum.DEFAULT_TOKEN_BUDGET, kept here
 DIALOGUE_ROLES = ("director", "speaker", "user")
 THINKING_HELP = "on | off | default: the role's reasoning mode (sent as chat_template_kwargs.enable_thinking)."
 _SEVERAL = " Repeat (or separate with commas) for several servers sharing the load."
+MODEL_NAME_HELP = (
+    "Model id for every role without its own (hub id, local folder, or served id). Default: the embedded SmolLM2-135M-Instruct on the local backend."
+)
+SHARED_URL_HELP = "Shared OpenAI-compatible endpoint for Director, Speaker and User." + _SEVERAL
 
 
 # ---- parsing flag values
@@ -130,12 +134,8 @@ def check_client(s: Any) -> None:
 class EndpointSettings(ClientSettings):
     """Which server and model each role calls."""
 
-    model_name: Optional[str] = setting(
-        None,
-        "Model id for every role without its own (hub id, local folder, or served id). Default: the embedded SmolLM2-135M-Instruct on the local backend.",
-        flags=("--model",),
-    )
-    vllm_server_url: Optional[list[str]] = setting(None, "Shared OpenAI-compatible endpoint for Director, Speaker and User." + _SEVERAL)
+    model_name: Optional[str] = setting(None, MODEL_NAME_HELP, flags=("--model",))
+    vllm_server_url: Optional[list[str]] = setting(None, SHARED_URL_HELP)
     director_server_url: Optional[list[str]] = setting(None, "Endpoint for the Director (overrides the shared one)." + _SEVERAL)
     speaker_server_url: Optional[list[str]] = setting(None, "Endpoint for the Speakers (overrides the shared one)." + _SEVERAL)
     user_server_url: Optional[list[str]] = setting(None, "Endpoint for the simulated user (overrides the shared one)." + _SEVERAL)

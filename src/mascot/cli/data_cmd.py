@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from dataclasses import dataclass
 
 import typer
 
 from mascot.cli import app
-from mascot.cli import options as opt
+from mascot.cli.settings_cli import settings_command
+from mascot.settings import setting
+from mascot.settings_groups import DataSettings
 
 data_app = typer.Typer(help="Inspect datasets: the contexts that seed episodes.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
@@ -15,28 +17,31 @@ app.add_typer(data_app, name="data")
 TRANSCRIPT_PREVIEW_TURNS = 6
 
 
-@data_app.command("preview")
-def preview(
-    dataset: opt.Dataset,
-    data_file: opt.DataFile = None,
-    split: opt.Split = "test",
-    limit: opt.Limit = 3,
-    seed: opt.Seed = 0,
-    shuffle: Annotated[bool, typer.Option("--shuffle", help="Pick contexts at random (with --seed).")] = False,
-    token_budget: opt.TokenBudget = opt.DEFAULT_TOKEN_BUDGET,
-    jsonl: Annotated[bool, typer.Option("--jsonl", help="Print Context records as JSON lines.")] = False,
-) -> None:
+@dataclass
+class PreviewSettings(DataSettings):
     """Print the first contexts of a split (or --jsonl records for other tools)."""
+
+    dataset: str = setting(None, "ESConv, EmpatheticDialogues (ED) or QMSum.", required=True)
+    limit: int = setting(3, "Use at most this many contexts.")
+    seed: int = setting(0, "Seed of --shuffle.")
+    shuffle: bool = setting(False, "Pick contexts at random (with --seed).")
+    jsonl: bool = setting(False, "Print Context records as JSON lines.")
+
+
+def preview(s: PreviewSettings) -> None:
     from mascot.data import load_contexts
 
     contexts = load_contexts(
-        dataset, split=split, data_file=data_file, limit=limit, seed=seed, shuffle=shuffle, token_budget=token_budget
+        s.dataset, split=s.split, data_file=s.data_file, limit=s.limit, seed=s.seed, shuffle=s.shuffle, token_budget=s.token_budget
     )
-    if jsonl:
+    if s.jsonl:
         for context in contexts:
             typer.echo(context.to_json())
         return
     _print_contexts(contexts)
+
+
+data_app.command("preview")(settings_command(PreviewSettings, preview))
 
 
 def _print_contexts(contexts) -> None:

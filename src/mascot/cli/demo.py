@@ -11,43 +11,50 @@ import os
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Optional
-
-import typer
+from dataclasses import dataclass
+from typing import Optional
 
 from mascot.cli import app
-from mascot.cli import options as o
+from mascot.cli.settings_cli import settings_command
+from mascot.settings import setting
+from mascot.settings_groups import MODEL_NAME_HELP, SHARED_URL_HELP
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples" / "contexts.jsonl"
 DEMO_MAX_TOKENS = 96
 
 
-@app.command()
-def demo(
-    num_turns: Annotated[int, typer.Option("--num-turns", help="Rounds per episode.")] = 3,
-    output_dir: o.OutputDir = Path("outputs/demo"),
-    model_name: o.ModelName = None,
-    vllm_server_url: o.VllmServerUrl = None,
-    seed: o.Seed = 42,
-    threads: Annotated[Optional[int], typer.Option("--threads", help="CPU threads for the local model (default: the cores other processes leave free).")] = None,
-) -> None:
+@dataclass
+class DemoSettings:
     """Run directed group episodes on built-in sample contexts and print the transcripts."""
+
+    num_turns: int = setting(3, "Rounds per episode.")
+    output_dir: Path = setting(Path("outputs/demo"), "Parent folder of the run directory.")
+    model_name: Optional[str] = setting(None, MODEL_NAME_HELP, flags=("--model",))
+    vllm_server_url: Optional[list[str]] = setting(None, SHARED_URL_HELP)
+    seed: int = setting(42, "Run seed; every episode's seed derives from it.")
+    threads: Optional[int] = setting(None, "CPU threads for the local model (default: the cores other processes leave free).")
+
+
+def demo(s: DemoSettings) -> None:
     from rich.console import Console
 
     from mascot.llm.routing import EndpointOptions
 
     started = time.monotonic()
-    if not vllm_server_url:
+    if not s.vllm_server_url:
         import torch
 
-        torch.set_num_threads(threads or free_cores())
+        torch.set_num_threads(s.threads or free_cores())
     console = Console()
-    endpoints = EndpointOptions(model_name=model_name, vllm_server_url=vllm_server_url, local_batch_size=8)
-    run_root = output_dir / datetime.now().strftime("%Y%m%d-%H%M%S")
-    results = asyncio.run(run_demo(endpoints, run_root, num_turns=num_turns, seed=seed, console=console))
+    endpoints = EndpointOptions(model_name=s.model_name, vllm_server_url=s.vllm_server_url, local_batch_size=8)
+    run_root = s.output_dir / datetime.now().strftime("%Y%m%d-%H%M%S")
+    results = asyncio.run(run_demo(endpoints, run_root, num_turns=s.num_turns, seed=s.seed, console=console))
     for dataset, contexts, store in results:
         show_run(console, dataset, contexts, store)
     console.print(f"demo finished in {time.monotonic() - started:.0f} s (model loading included)", soft_wrap=True)
+
+
+app.command("demo")(settings_command(DemoSettings, demo))
 
 
 async def run_demo(endpoints, run_root: Path, *, num_turns: int, seed: int, console, clients=None) -> list:

