@@ -12,6 +12,7 @@ from typing import Optional
 import typer
 
 from mascot.cli import app
+from mascot.cli.dryrun import check_model, check_python_module, print_settings
 from mascot.cli.settings_cli import settings_command
 from mascot.settings import require, setting
 
@@ -75,7 +76,6 @@ def run_serve(s: ServeSettings) -> None:
 
 
 def dry_run_serve(_command: str, s: ServeSettings) -> None:
-    from mascot.cli.dryrun import check_model, check_python_module, print_settings
     from mascot.serve import alias_map, role_flags, shell_line
 
     plan = serve_plan(s)
