@@ -90,7 +90,7 @@ class DataSettings:
 
 
 def check_data(s: Any) -> None:
-    from mascot.data import canonical_dataset_name
+    from mascot.data.names import canonical_dataset_name
 
     s.dataset = canonical_dataset_name(s.dataset)
     require(s.token_budget >= 1, "--token-budget must be at least 1")

@@ -11,15 +11,8 @@ import sys
 
 import typer
 
+from mascot.cli.app import app  # noqa: F401  (re-exported: `from mascot.cli import app`)
 from mascot.errors import MascotError
-
-app = typer.Typer(
-    name="mascot",
-    help="MASCOT: multi-agent socio-collaborative companions (generation, judging, training, chat).",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
 
 
 def _register() -> None:

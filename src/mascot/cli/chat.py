@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Callable, Optional
 
 import typer
 
-from mascot.cli import app
+from mascot.cli.app import app
 from mascot.cli import options as o
 from mascot.errors import MascotError
 

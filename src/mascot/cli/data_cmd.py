@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import typer
 
-from mascot.cli import app
+from mascot.cli.app import app
 from mascot.cli.settings_cli import settings_command
 from mascot.settings import setting
 from mascot.settings_groups import DataSettings

@@ -14,7 +14,7 @@ from pathlib import Path
 from dataclasses import dataclass
 from typing import Optional
 
-from mascot.cli import app
+from mascot.cli.app import app
 from mascot.cli.settings_cli import settings_command
 from mascot.settings import setting
 from mascot.settings_groups import MODEL_NAME_HELP, SHARED_URL_HELP

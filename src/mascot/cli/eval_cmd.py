@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from mascot.cli import app
+from mascot.cli.app import app
 
 eval_app = typer.Typer(help="Evaluate systems against their baselines, per split; compare two systems head to head.")
 app.add_typer(eval_app, name="eval")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from mascot.cli import app
+from mascot.cli.app import app
 from mascot.cli.settings_cli import settings_command
 from mascot.dialogue.settings import EngineSettings, check_engine, engine_part
 from mascot.settings import require, setting

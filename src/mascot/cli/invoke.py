@@ -17,7 +17,7 @@ def run_command(args: list[str]) -> None:
     """Run `mascot ARGS...`; a non-zero exit or a usage error becomes one `MascotError` line."""
     from typer.main import get_command
 
-    from mascot.cli import app
+    from mascot.cli.app import app  # the package registers every command first
 
     command = get_command(app)
     try:

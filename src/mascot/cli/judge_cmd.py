@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from mascot.cli import app
+from mascot.cli.app import app
 from mascot.cli.settings_cli import settings_command
 from mascot.errors import MascotError
 from mascot.settings import require, setting

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from mascot.cli import app
+from mascot.cli.app import app
 from mascot.cli.settings_cli import settings_command
 from mascot.metrics.settings import MetricsSettings
 from mascot.settings import part, setting

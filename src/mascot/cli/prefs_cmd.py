@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from mascot.cli import app
+from mascot.cli.app import app
 from mascot.cli.judge_cmd import JudgedFileSettings, check_judged_file
 from mascot.cli.settings_cli import settings_command
 from mascot.settings import require, setting

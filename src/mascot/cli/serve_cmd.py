@@ -11,7 +11,7 @@ from typing import Optional
 
 import typer
 
-from mascot.cli import app
+from mascot.cli.app import app
 from mascot.cli.dryrun import check_model, check_python_module, print_settings
 from mascot.cli.settings_cli import settings_command
 from mascot.settings import require, setting

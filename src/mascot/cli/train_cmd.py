@@ -13,7 +13,7 @@ from typing import Any
 
 import typer
 
-from mascot.cli import app
+from mascot.cli.app import app
 from mascot.cli.settings_cli import settings_command as generated_command
 from mascot.train import config as cfg
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from mascot.data import DatasetError
+from mascot.data.names import DatasetError
 from mascot.data.sources import load_hub_split, no_contexts_error, require_file
 from mascot.schema import Context, DialogueLine
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from mascot.data import DatasetError
+from mascot.data.names import DatasetError
 from mascot.data.sources import (
     iter_json_lines,
     load_hub_split,

@@ -14,8 +14,8 @@ from itertools import islice
 from pathlib import Path
 from types import ModuleType
 
-from mascot.data import DatasetError, canonical_dataset_name
-from mascot.data import empathetic, esconv, qmsum
+from mascot.data.names import DatasetError, canonical_dataset_name
+from mascot.data import empathetic, esconv, qmsum  # submodules: no package import cycle
 from mascot.data.sources import SPLIT_ALIASES, canonical_split, resolve_split_file
 from mascot.schema import Context
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from mascot.data import DatasetError
+from mascot.data.names import DatasetError
 from mascot.data.sources import (
     estimate_tokens,
     iter_json_lines,
