@@ -68,11 +68,29 @@ def group_config(s: GenerateSettings):
     )
 
 
+def individual_config(s: GenerateSettings):
+    """The Stage-1 run these settings describe."""
+    from mascot.dialogue.reasoning import thinking_for
+    from mascot.prefs.generate import IndividualGenerationConfig
+    from mascot.prefs.individual import IndividualSettings
+
+    endpoints = s.endpoint_options()
+    settings = IndividualSettings(
+        num_candidates=s.num_candidates, score_margin=s.score_margin, temperature=s.temperature, max_tokens=s.max_tokens, seed=s.seed,
+        strict=s.strict, speaker_think=thinking_for(endpoints, "speaker"), reasoning_allowance=s.reasoning_allowance,
+    )  # fmt: skip
+    return IndividualGenerationConfig(
+        dataset=s.dataset, data_file=s.data_file, split=s.split, limit=s.limit, transcript_window=s.token_budget, roster=s.roster,
+        settings=settings, endpoints=endpoints, output_dir=s.output_dir, resume=s.resume, overwrite=s.overwrite,
+        trace_role_calls=s.trace_role_calls, judge_max_tokens=s.judge_max_tokens,
+    )  # fmt: skip
+
+
 def run_generate(s: GenerateSettings) -> None:
     if s.mode == "individual":
-        from mascot.cli.individual import run_individual_command
+        from mascot.prefs.generate import run_individual_generation
 
-        run_individual_command(s)
+        run_individual_generation(individual_config(s))
         return
     from mascot.dialogue.run import run_group_generation
 
@@ -85,9 +103,9 @@ def dry_run_generate(_command: str, s: GenerateSettings) -> None:
     from mascot.cli.dryrun import dry_run_generation
 
     if s.mode == "individual":
-        from mascot.cli.individual import individual_run_dir
+        from mascot.prefs.generate import individual_run_dir
 
-        roles, run_dir = ("speaker", "judge"), individual_run_dir(s)
+        roles, run_dir = ("speaker", "judge"), individual_run_dir(individual_config(s))
         settings: dict[str, Any] = {k: getattr(s, k) for k in ("num_candidates", "score_margin", "temperature", "max_tokens", "seed")}
     else:
         from mascot.dialogue.run import roles_needed, run_dir_for

@@ -14,20 +14,15 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 
-from mascot import __version__
 from mascot.dialogue.engine import EngineSettings, EpisodeEngine, RunProgress, run_all
 from mascot.dialogue.tally import Tally
-from mascot.errors import MascotError
 from mascot.llm.base import ChatClient
-from mascot.llm.routing import Backends, EndpointOptions, build_backends, resolve_roles
+from mascot.llm.routing import DEFAULT_LOCAL_MODEL, Backends, EndpointOptions, resolve_roles
 from mascot.rosters import load_roster, roster_for_dataset
-from mascot.schema import Context, Episode, RoleIdentity, RoleUsage, Roster, RunConfig
+from mascot.runs import GenerationFailed, OpenRun, RunSpec, announce_local_roles, failure_line, merged_usage, model_basename, open_run  # noqa: F401  (re-exported)
+from mascot.schema import Context, Episode, RoleIdentity, Roster
 from mascot.serve import resolve_served_identities
-from mascot.store import RunStore, check_resume_settings, flush_summary_periodically, log_meter_usage, read_jsonl
-
-
-class GenerationFailed(MascotError):
-    """Every remaining item failed: the run stops with a non-zero status (its records are kept)."""
+from mascot.store import RunStore, read_jsonl
 
 
 class GroupGenerationConfig(BaseModel):
@@ -50,10 +45,6 @@ class GroupGenerationConfig(BaseModel):
     overwrite: bool = False
     strict: bool = False
     trace_role_calls: bool = False
-
-
-def model_basename(model: str) -> str:
-    return Path(model.rstrip("/")).name or model
 
 
 def _slug(text: str) -> str:
@@ -84,7 +75,7 @@ def run_dir_for(cfg: GroupGenerationConfig) -> Path:
     if cfg.run_name:
         return cfg.output_dir / cfg.run_name
     prefix = {"independent": "group", "branching": "branching", "directed": "directed"}[cfg.engine.generation_mode]
-    model = cfg.endpoints.speaker_model or cfg.endpoints.model_name or "SmolLM2-135M-Instruct"
+    model = cfg.endpoints.speaker_model or cfg.endpoints.model_name or DEFAULT_LOCAL_MODEL
     name = "_".join([prefix, cfg.dataset, model_basename(model), *run_variant(cfg)])
     return cfg.output_dir / name
 
@@ -144,46 +135,6 @@ def role_identities(backends: Backends) -> dict[str, RoleIdentity]:
     return identities
 
 
-def merged_usage(previous: dict[str, RoleUsage], current: dict[str, RoleUsage]) -> dict[str, RoleUsage]:
-    merged = {role: usage.model_copy(deep=True) for role, usage in previous.items()}
-    for role, usage in current.items():
-        merged.setdefault(role, RoleUsage()).add(usage)
-    return merged
-
-
-def merged_endpoints(previous: dict[str, dict[str, int]], current: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
-    """Per-server request counts of an earlier attempt of the run plus this one's."""
-    merged = {url: dict(counts) for url, counts in previous.items()}
-    for url, counts in current.items():
-        total = merged.setdefault(url, {})
-        for name, value in counts.items():
-            total[name] = total.get(name, 0) + value
-    return merged
-
-
-def record_backend_usage(store: RunStore, backends: Backends, previous_usage: dict[str, RoleUsage], previous_endpoints: dict) -> None:
-    """Writes the run's usage per role and per server (added to an interrupted run's) into the summary."""
-    store.summary.usage = merged_usage(previous_usage, backends.meter.by_role)
-    store.summary.endpoints = merged_endpoints(previous_endpoints, backends.registry.usage())
-
-
-def failure_line(store: RunStore) -> str:
-    """'failures: 3 dropped (http-400 x3)' for the closing line of a run."""
-    failures = store.summary.failures
-    causes = ", ".join(f"{cause} x{count}" for cause, count in sorted(failures.by_cause.items()))
-    return f"{len(failures.dropped)} dropped" + (f" ({causes})" if causes else "")
-
-
-def announce_local_roles(backends: Backends, console: Console) -> None:
-    local = backends.local_roles
-    if local:
-        models = sorted({backends.endpoints[r].model for r in local})
-        console.print(
-            f"[yellow]{', '.join(r.capitalize() for r in local)} run in-process on the local backend "
-            f"({', '.join(models)}): no server URL was given for them.[/yellow]"
-        )
-
-
 def load_spines(path: Path) -> dict[str, Episode]:
     """Spine episodes already written by an interrupted branching run (prefixes for the rest)."""
     if not path.exists():
@@ -196,20 +147,6 @@ def _load_contexts(cfg: GroupGenerationConfig) -> list[Context]:
 
     return list(
         load_contexts(cfg.dataset, split=cfg.split, data_file=cfg.data_file, limit=cfg.limit, seed=cfg.engine.seed, token_budget=cfg.transcript_window)
-    )
-
-
-def _progress(console: Console, total: int):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    return Progress(
-        TextColumn("[bold]episodes"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("failures {task.fields[failures]}  tokens {task.fields[tokens]}"),
-        TimeElapsedColumn(),
-        console=console,
-        disable=not console.is_terminal,
     )
 
 
@@ -232,57 +169,44 @@ async def generate_group(
     if not settings.run_tag:
         legacy = saved_run_tag(run_dir, cfg.resume)
         settings.run_tag = legacy if legacy is not None else run_tag(cfg, roster)
-    if cfg.resume:  # before the store opens: a refused resume leaves the saved run as it was
-        check_resume_settings(run_dir, run_settings(cfg, roster, len(contexts)))
-    endpoints = resolve_roles(cfg.endpoints, roles_needed(settings))
-    store = RunStore(run_dir, outputs=("episodes.jsonl",), resume=cfg.resume, overwrite=cfg.overwrite, command=command)
-    with store:
-        trace = run_dir / "role_call_trace.jsonl" if cfg.trace_role_calls else None
-        backends = build_backends(endpoints, cfg.endpoints, trace_path=trace, overrides=clients)
-        previous_usage = dict(store.summary.usage)  # from the interrupted run when resuming
-        previous_endpoints = dict(store.summary.endpoints)
-        log_meter_usage(backends.meter, store)
-        store.usage_source = lambda: merged_usage(previous_usage, backends.meter.by_role)
-        flusher = asyncio.ensure_future(flush_summary_periodically(store))
-        try:
-            await _run(cfg, store, backends, roster, contexts, console, command, previous_usage)
-        finally:
-            flusher.cancel()
-            record_backend_usage(store, backends, previous_usage, previous_endpoints)
-            await backends.aclose()
-    return run_dir, store
+    spec = RunSpec(
+        run_dir, ("episodes.jsonl",), command, resolve_roles(cfg.endpoints, roles_needed(settings)), cfg.endpoints,
+        run_settings(cfg, roster, len(contexts)), resume=cfg.resume, overwrite=cfg.overwrite, trace_role_calls=cfg.trace_role_calls,
+        record_local_roles=True, clients=clients,
+    )  # fmt: skip
+    async with open_run(spec, console) as run:
+        await _run(cfg, run, roster, contexts, console)
+    return run_dir, run.store
 
 
-async def _run(
-    cfg: GroupGenerationConfig,
-    store: RunStore,
-    backends: Backends,
-    roster: Roster,
-    contexts: list[Context],
-    console: Console,
-    command: str,
-    previous_usage: dict[str, RoleUsage],
-) -> None:
-    settings = cfg.engine
-    announce_local_roles(backends, console)
-    await backends.preflight()
-    store.write_config(
-        RunConfig(
-            run_id=store.run_dir.name,
-            command=command,
-            mascot_version=__version__,
-            output_file=str(store.path()),
-            roles=backends.describe(),
-            settings={**run_settings(cfg, roster, len(contexts)), "local_backend_roles": backends.local_roles},
-        )
+def _progress(console: Console):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        TextColumn("[bold]episodes"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("failures {task.fields[failures]}  tokens {task.fields[tokens]}"),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not console.is_terminal,
     )
-    tally = Tally(store.counters, strict=cfg.strict, drop_sink=store.drop)
+
+
+async def _engine(cfg: GroupGenerationConfig, run: OpenRun, roster: Roster) -> EpisodeEngine:
+    tally = Tally(run.store.counters, strict=cfg.strict, drop_sink=run.store.drop)
+    backends = run.backends
     identities = await asyncio.to_thread(resolve_served_identities, role_identities(backends), backends.endpoints)  # LoRA aliases -> base + adapter
-    engine = EpisodeEngine(roster, {r: backends[r] for r in backends.endpoints}, settings, tally, role_identities=identities)
-    spines = load_spines(store.path()) if cfg.resume and settings.generation_mode == "branching" else None
+    return EpisodeEngine(roster, {r: backends[r] for r in backends.endpoints}, cfg.engine, tally, role_identities=identities)
+
+
+async def _run(cfg: GroupGenerationConfig, run: OpenRun, roster: Roster, contexts: list[Context], console: Console) -> None:
+    store, meter = run.store, run.backends.meter
+    engine = await _engine(cfg, run, roster)
+    spines = load_spines(store.path()) if cfg.resume and cfg.engine.generation_mode == "branching" else None
     total = len(contexts) * engine.records_per_context()
     remaining = max(0, total - len(store.done_keys))
-    with _progress(console, remaining) as bar:
+    with _progress(console) as bar:
         task = bar.add_task("episodes", total=remaining, failures=0, tokens=0)
         last_refresh = [0.0]
 
@@ -290,16 +214,21 @@ async def _run(
             now = time.monotonic()
             if now - last_refresh[0] >= 0.5:  # the bar and the usage figures twice a second, not per record
                 last_refresh[0] = now
-                bar.update(task, completed=progress.done, failures=tally.failures, tokens=backends.meter.total_tokens)
-                store.summary.usage = merged_usage(previous_usage, backends.meter.by_role)  # written with the next summary
+                bar.update(task, completed=progress.done, failures=engine.tally.failures, tokens=meter.total_tokens)
+                store.summary.usage = run.usage()  # written with the next summary
 
         await run_all(engine, contexts, write=store.append, skip=store.is_done, spines=spines, on_progress=on_progress)
-        bar.update(task, completed=store.summary.num_records - store.summary.num_resumed_records, failures=tally.failures, tokens=backends.meter.total_tokens)
+        bar.update(task, completed=store.summary.num_records - store.summary.num_resumed_records, failures=engine.tally.failures, tokens=meter.total_tokens)
+    _closing_line(run, engine.tally, total, console)
+
+
+def _closing_line(run: OpenRun, tally: Tally, total: int, console: Console) -> None:
+    store, meter = run.store, run.backends.meter
     written = store.summary.num_records - store.summary.num_resumed_records
     console.print(
         f"wrote {written} episodes ({store.summary.num_records} in all) to {store.path()}; "
         f"{tally.describe()}; contexts {failure_line(store)}"
-        + (f"; failed requests: {backends.meter.notes.summary()}" if backends.meter.notes.counts else ""),
+        + (f"; failed requests: {meter.notes.summary()}" if meter.notes.counts else ""),
         soft_wrap=True,
         markup=False,
     )

@@ -1,0 +1,158 @@
+"""A Stage-1 (individual) generation run: contexts in, candidates, judgments and preference pairs
+streamed into `individual_<dataset>_<model>/`, summary out.
+
+The counterpart of `mascot.dialogue.run` (group episodes): both open their run with
+`mascot.runs.open_run`. It lives in `prefs` because what it writes is preference data for the
+persona reward model, built by `mascot.prefs.individual` with a rubric judge; the dialogue package
+then needs to know nothing about judges.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from mascot.prefs.individual import IndividualSettings
+from mascot.runs import GenerationFailed, OpenRun, failure_line, model_basename
+from mascot.store import RunStore
+
+COMMAND = "mascot generate --mode individual"
+
+
+@dataclass
+class IndividualGenerationConfig:
+    dataset: str
+    data_file: Path | None = None
+    split: str = "test"
+    limit: int | None = None
+    transcript_window: int = 1500  # QMSum window in estimated tokens
+    roster: str | None = None
+    settings: IndividualSettings = field(default_factory=IndividualSettings)
+    endpoints: Any = None  # mascot.llm.routing.EndpointOptions; None: the defaults
+    output_dir: Path = Path("data/rl")
+    resume: bool = False
+    overwrite: bool = False
+    trace_role_calls: bool = False
+    rubric_version: str = "paper_v1"
+    cache_dir: Path | None = None
+    no_cache: bool = False
+    judge_max_tokens: int = 512
+
+
+def _endpoints(cfg: IndividualGenerationConfig):
+    from mascot.llm.routing import EndpointOptions
+
+    return cfg.endpoints or EndpointOptions()
+
+
+def individual_run_dir(cfg: IndividualGenerationConfig) -> Path:
+    """`individual_<dataset>_<model>`, plus `_speaker-<adapter>` when the Speaker runs an adapter."""
+    from mascot.llm.routing import DEFAULT_LOCAL_MODEL, resolve_roles
+
+    speaker = resolve_roles(_endpoints(cfg), ("speaker",))["speaker"]
+    name = f"individual_{cfg.dataset}_{model_basename(speaker.model or DEFAULT_LOCAL_MODEL)}"
+    if speaker.adapter:
+        name += f"_speaker-{model_basename(speaker.adapter)}"
+    return Path(cfg.output_dir) / name
+
+
+def _run_settings(cfg: IndividualGenerationConfig, roles: dict, roster_ident: str, num_contexts: int, cache) -> dict:
+    """The `settings` block of run_config.json; --resume compares it with the saved one."""
+    return {
+        "dataset": cfg.dataset,
+        "split": cfg.split,
+        "data_file": str(cfg.data_file) if cfg.data_file else None,
+        "limit": cfg.limit,
+        "transcript_window": cfg.transcript_window,
+        "roster": roster_ident,
+        "rubric_version": cfg.rubric_version,
+        "num_contexts": num_contexts,
+        "judge_cache": str(cache.path) if cache else None,
+        "models": {role: {"model": ep.model, "adapter": ep.adapter} for role, ep in roles.items()},
+        **asdict(cfg.settings),
+    }
+
+
+async def generate_individual(cfg: IndividualGenerationConfig, *, clients: dict | None = None, console: Console | None = None) -> Path:
+    """Runs Stage-1 generation and returns the run directory. `clients` injects ready chat clients
+    per role ("speaker", "judge"), for tests."""
+    from mascot.data import load_contexts
+    from mascot.judge.cache import JudgmentCache
+    from mascot.llm.routing import resolve_roles
+    from mascot.prefs.individual import OUTPUTS, candidate_key
+    from mascot.rosters import load_roster, roster_for_dataset
+    from mascot.rubrics import rubric_for
+    from mascot.runs import RunSpec, open_run
+
+    console = console or Console(stderr=True)
+    roster = load_roster(cfg.roster) if cfg.roster else roster_for_dataset(cfg.dataset)
+    rubric_for(cfg.dataset, "agent", cfg.rubric_version)  # fail early on an unknown version
+    contexts = load_contexts(cfg.dataset, split=cfg.split, data_file=cfg.data_file, limit=cfg.limit, seed=cfg.settings.seed, token_budget=cfg.transcript_window)
+    roles = resolve_roles(_endpoints(cfg), ("speaker", "judge"))
+    cache = None if cfg.no_cache else JudgmentCache(cfg.cache_dir)
+    settings = _run_settings(cfg, roles, roster.ident, len(contexts), cache)
+    spec = RunSpec(
+        individual_run_dir(cfg), OUTPUTS, COMMAND, roles, _endpoints(cfg), settings, resume=cfg.resume, overwrite=cfg.overwrite,
+        trace_role_calls=cfg.trace_role_calls, key_of=candidate_key, clients=clients,
+    )  # fmt: skip
+    try:
+        async with open_run(spec, console) as run:
+            stats = await _generate(cfg, run, roster, contexts, cache)
+    finally:
+        if cache:
+            cache.close()
+    _closing_lines(cfg, run.store, stats, len(contexts) * len(cfg.settings.personas or roster.names), console)
+    return spec.run_dir
+
+
+async def _generate(cfg: IndividualGenerationConfig, run: OpenRun, roster, contexts, cache):
+    from mascot.dialogue.reasoning import thinking_for
+    from mascot.judge.rubric_judge import RubricJudge
+    from mascot.prefs.individual import run_individual
+
+    judge = RubricJudge(
+        run.backends["judge"],
+        rubric_version=cfg.rubric_version,
+        cache=cache,
+        max_tokens=cfg.judge_max_tokens,
+        strict=cfg.settings.strict,
+        thinking=thinking_for(_endpoints(cfg), "judge"),
+        reasoning_allowance=cfg.settings.reasoning_allowance,
+    )
+    store = run.store
+    failures_before = store.counters.num_annotation_failures
+
+    def on_progress(_done: int) -> None:
+        store.write_summary(usage=run.usage())
+
+    stats = await run_individual(contexts, roster, run.backends["speaker"], judge, store, cfg.settings, on_progress=on_progress)
+    fail_if_nothing_succeeded(store, store.counters.num_annotation_failures - failures_before)
+    return stats
+
+
+def _closing_lines(cfg: IndividualGenerationConfig, store: RunStore, stats, total: int, console: Console) -> None:
+    summary = stats.to_dict()
+    console.print(
+        f"{total} queries: {summary['num_pairs']} pairs (margin {cfg.settings.score_margin}; {summary['num_dropped_by_margin']} dropped by the margin), "
+        f"annotation failures {store.counters.num_annotation_failures}; queries {failure_line(store)}; wrote {store.run_dir}"
+    )
+    console.print(json.dumps({"pairs": str(store.path("pairs.jsonl")), "candidates": str(store.path("candidates.jsonl"))}))
+
+
+def fail_if_nothing_succeeded(store: RunStore, annotation_failures: int) -> None:
+    """No candidate written although queries were dropped, or every new candidate's judgment
+    failed: the run ends `failed` (its records are kept) and the command exits non-zero."""
+    written = store.summary.num_records - store.summary.num_resumed_records
+    if written == 0 and store.summary.failures.dropped:
+        raise GenerationFailed(f"no candidate could be generated ({failure_line(store)}; the first failure of each kind is shown above); fix the backend and rerun with --resume")
+    if written and annotation_failures >= written:
+        raise GenerationFailed(f"every judgment failed ({annotation_failures} of {written} candidates); fix the judge endpoint and rerun with --resume")
+
+
+def run_individual_generation(cfg: IndividualGenerationConfig, **kwargs: Any) -> Path:
+    return asyncio.run(generate_individual(cfg, **kwargs))

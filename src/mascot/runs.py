@@ -1,0 +1,139 @@
+"""One way to open a run, for every stage that writes a run folder (group and Stage-1 generation).
+
+`open_run(...)` checks that a --resume continues the same settings, opens the run store (resume,
+overwrite, lock), builds the roles' backends, says which roles run on the local backend, asks the
+servers (preflight), writes run_config.json, keeps the summary's usage current (added to an
+interrupted attempt's), and on the way out records usage per role and per server and closes the
+clients. A stage only runs its records inside it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from mascot.errors import MascotError
+from mascot.schema import RoleUsage
+from mascot.store import RunStore
+
+
+class GenerationFailed(MascotError):
+    """Every remaining item failed: the run stops with a non-zero status (its records are kept)."""
+
+
+def model_basename(model: str) -> str:
+    """The last part of a model id or folder (`Qwen/Qwen3-8B` -> `Qwen3-8B`), for run folder names."""
+    return Path(model.rstrip("/")).name or model
+
+
+@dataclass
+class RunSpec:
+    """What a stage's run is: its folder, records, command line, roles and the settings it records."""
+
+    run_dir: Path
+    outputs: tuple[str, ...]
+    command: str
+    roles: dict  # role -> mascot.llm.routing.RoleEndpoint
+    endpoints: Any  # mascot.llm.routing.EndpointOptions
+    settings: dict  # run_config.json's `settings`; --resume compares it with the saved one
+    resume: bool = False
+    overwrite: bool = False
+    trace_role_calls: bool = False
+    key_of: Callable[[dict], str] | None = None
+    record_local_roles: bool = False  # add `local_backend_roles` to the recorded settings
+    clients: dict | None = None  # ready chat clients per role (tests, the demo's shared local model)
+
+
+@dataclass
+class OpenRun:
+    store: RunStore
+    backends: Any  # mascot.llm.routing.Backends
+    previous_usage: dict[str, RoleUsage] = field(default_factory=dict)
+    previous_endpoints: dict = field(default_factory=dict)
+
+    def usage(self) -> dict[str, RoleUsage]:
+        """Usage per role so far, an interrupted attempt's included."""
+        return merged_usage(self.previous_usage, self.backends.meter.by_role)
+
+
+def merged_usage(previous: dict[str, RoleUsage], current: dict[str, RoleUsage]) -> dict[str, RoleUsage]:
+    merged = {role: usage.model_copy(deep=True) for role, usage in previous.items()}
+    for role, usage in current.items():
+        merged.setdefault(role, RoleUsage()).add(usage)
+    return merged
+
+
+def merged_endpoints(previous: dict[str, dict[str, int]], current: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """Per-server request counts of an earlier attempt of the run plus this one's."""
+    merged = {url: dict(counts) for url, counts in previous.items()}
+    for url, counts in current.items():
+        total = merged.setdefault(url, {})
+        for name, value in counts.items():
+            total[name] = total.get(name, 0) + value
+    return merged
+
+
+def announce_local_roles(backends: Any, console: Console) -> None:
+    local = backends.local_roles
+    if local:
+        models = sorted({backends.endpoints[r].model for r in local})
+        console.print(
+            f"[yellow]{', '.join(r.capitalize() for r in local)} run in-process on the local backend "
+            f"({', '.join(models)}): no server URL was given for them.[/yellow]"
+        )
+
+
+def _write_config(spec: RunSpec, run: OpenRun) -> None:
+    from mascot import __version__
+    from mascot.schema import RunConfig
+
+    settings = {**spec.settings, "local_backend_roles": run.backends.local_roles} if spec.record_local_roles else spec.settings
+    run.store.write_config(
+        RunConfig(
+            run_id=spec.run_dir.name,
+            command=spec.command,
+            mascot_version=__version__,
+            output_file=str(run.store.path()),
+            roles=run.backends.describe(),
+            settings=settings,
+        )
+    )
+
+
+@asynccontextmanager
+async def open_run(spec: RunSpec, console: Console | None = None) -> AsyncIterator[OpenRun]:
+    from mascot.llm.routing import build_backends
+    from mascot.store import check_resume_settings, flush_summary_periodically, log_meter_usage
+
+    if spec.resume:  # before the store opens: a refused resume leaves the saved run as it was
+        check_resume_settings(spec.run_dir, spec.settings)
+    with RunStore(spec.run_dir, outputs=spec.outputs, resume=spec.resume, overwrite=spec.overwrite, command=spec.command, key_of=spec.key_of) as store:
+        trace = spec.run_dir / "role_call_trace.jsonl" if spec.trace_role_calls else None
+        backends = build_backends(spec.roles, spec.endpoints, trace_path=trace, overrides=spec.clients)
+        run = OpenRun(store, backends, dict(store.summary.usage), dict(store.summary.endpoints))  # an interrupted attempt's
+        log_meter_usage(backends.meter, store)
+        store.usage_source = run.usage
+        flusher = asyncio.ensure_future(flush_summary_periodically(store))
+        try:
+            announce_local_roles(backends, console or Console(stderr=True))
+            await backends.preflight()
+            _write_config(spec, run)
+            yield run
+        finally:
+            flusher.cancel()
+            store.summary.usage = run.usage()
+            store.summary.endpoints = merged_endpoints(run.previous_endpoints, backends.registry.usage())
+            await backends.aclose()
+
+
+def failure_line(store: RunStore) -> str:
+    """'failures: 3 dropped (http-400 x3)' for the closing line of a run."""
+    failures = store.summary.failures
+    causes = ", ".join(f"{cause} x{count}" for cause, count in sorted(failures.by_cause.items()))
+    return f"{len(failures.dropped)} dropped" + (f" ({causes})" if causes else "")
