@@ -107,6 +107,18 @@ def _write_config(spec: RunSpec, run: OpenRun) -> None:
 
 
 @asynccontextmanager
+async def opened_backends(backends: Any, console: Console | None = None, notice: Callable[[Any, Console], None] | None = None) -> AsyncIterator[Any]:
+    """Backends whose servers answered preflight (a wrong URL is one clear error; structured
+    outputs probed), after the notice about roles on the local backend; closed on the way out."""
+    try:
+        (notice or announce_local_roles)(backends, console or Console(stderr=True))
+        await backends.preflight()
+        yield backends
+    finally:
+        await backends.aclose()
+
+
+@asynccontextmanager
 async def open_run(spec: RunSpec, console: Console | None = None) -> AsyncIterator[OpenRun]:
     from mascot.llm.routing import build_backends
     from mascot.store import check_resume_settings, flush_summary_periodically, log_meter_usage
@@ -121,15 +133,15 @@ async def open_run(spec: RunSpec, console: Console | None = None) -> AsyncIterat
         store.usage_source = run.usage
         flusher = asyncio.ensure_future(flush_summary_periodically(store))
         try:
-            announce_local_roles(backends, console or Console(stderr=True))
-            await backends.preflight()
-            _write_config(spec, run)
-            yield run
+            async with opened_backends(backends, console):
+                try:
+                    _write_config(spec, run)
+                    yield run
+                finally:
+                    store.summary.usage = run.usage()
+                    store.summary.endpoints = merged_endpoints(run.previous_endpoints, backends.registry.usage())
         finally:
             flusher.cancel()
-            store.summary.usage = run.usage()
-            store.summary.endpoints = merged_endpoints(run.previous_endpoints, backends.registry.usage())
-            await backends.aclose()
 
 
 def failure_line(store: RunStore) -> str:

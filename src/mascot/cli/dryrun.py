@@ -12,15 +12,11 @@ import os
 import re
 import subprocess
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
 from mascot.errors import MascotError
-
-DryRunOption = Annotated[
-    bool, typer.Option("--dry-run", help="Check inputs, endpoints and model ids and print the resolved settings; load no model and write nothing.")
-]
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?$")
 

@@ -76,26 +76,28 @@ def dry_run_judging(command: str, input_file: Path, s: JudgedFileSettings, setti
     print_settings(command, {"resolved": resolved, "settings": settings})
 
 
+def _local_judges_notice(backends, console) -> None:
+    if backends.local_roles:
+        console.print(f"[yellow]judges {', '.join(backends.local_roles)} run in-process on the local backend (no --judge-server-url).[/yellow]")
+
+
 @asynccontextmanager
 async def open_panel(s: JudgePanelSettings, console=None):
-    """A judge panel whose servers answered preflight (a wrong URL is one clear error; structured
-    outputs probed); its clients and cache are closed on the way out."""
+    """A judge panel whose servers answered preflight (`mascot.runs.opened_backends`); its clients
+    and cache are closed on the way out."""
     from mascot.judge.cache import JudgmentCache
     from mascot.judge.panel import JudgePanel, build_judge_backends
     from mascot.llm.routing import EndpointOptions
     from mascot.rubrics import load_rubric_set
+    from mascot.runs import opened_backends
 
     load_rubric_set(s.rubric_version)  # fail early on an unknown version
     backends = build_judge_backends(s.judge_specs(), EndpointOptions(**s.client_options()))
     cache = None if s.no_cache else JudgmentCache(s.cache_dir)
-    panel = JudgePanel.from_backends(backends, rubric_version=s.rubric_version, cache=cache, strict=s.strict, max_tokens=s.judge_max_tokens)
     try:
-        await backends.preflight()
-        if console is not None and backends.local_roles:
-            console.print(f"[yellow]judges {', '.join(backends.local_roles)} run in-process on the local backend (no --judge-server-url).[/yellow]")
-        yield panel
+        async with opened_backends(backends, console, notice=_local_judges_notice):
+            yield JudgePanel.from_backends(backends, rubric_version=s.rubric_version, cache=cache, strict=s.strict, max_tokens=s.judge_max_tokens)
     finally:
-        await backends.aclose()
         if cache:
             cache.close()
 
