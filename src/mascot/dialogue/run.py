@@ -7,7 +7,7 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -293,7 +293,7 @@ async def _run(
                 bar.update(task, completed=progress.done, failures=tally.failures, tokens=backends.meter.total_tokens)
                 store.summary.usage = merged_usage(previous_usage, backends.meter.by_role)  # written with the next summary
 
-        await run_all(engine, contexts, write=store.append, skip=store.is_done, spines=spines, on_progress=on_progress)
+        await run_all(engine, contexts, write=counting_safety_events(store), skip=store.is_done, spines=spines, on_progress=on_progress)
         bar.update(task, completed=store.summary.num_records - store.summary.num_resumed_records, failures=tally.failures, tokens=backends.meter.total_tokens)
     written = store.summary.num_records - store.summary.num_resumed_records
     console.print(
@@ -308,6 +308,17 @@ async def _run(
             f"no episode could be generated ({failure_line(store)}; the first failure of each kind is shown above); "
             "fix the backend and rerun with --resume"
         )
+
+
+def counting_safety_events(store: RunStore) -> Callable[[Episode], None]:
+    """`store.append` that also counts the episode's safety events in the run summary."""
+
+    def write(episode: Episode) -> None:
+        if episode.safety_events:
+            store.summary.num_safety_events = (store.summary.num_safety_events or 0) + len(episode.safety_events)
+        store.append(episode)
+
+    return write
 
 
 def run_group_generation(cfg: GroupGenerationConfig, **kwargs) -> tuple[Path, RunStore]:

@@ -16,6 +16,7 @@ from mascot.safety.rules import RULES_FILE, load_rules
 from mascot.schema import SafetyEvent
 
 SAFETY_MODES = ("auto", "on", "off")
+SAFETY_ACTION = "safety response: crisis resources"  # the directive action of the safety reply turn
 
 
 @dataclass(frozen=True)
