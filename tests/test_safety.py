@@ -173,3 +173,21 @@ def test_run_summary_counts_safety_events(es_roster, es_context):
     write(run_episode(es_roster, es_context, crisis_user_client("fine, thanks")))
     assert store.summary.num_safety_events == 3 and len(store.records) == 2
     assert "num_safety_events" not in store.summary.__class__(run_id="x").to_json()
+
+
+def test_chat_answers_a_crisis_message_with_the_safety_reply_and_saves_it(tmp_path):
+    from mascot.dialogue.chat import ChatSettings, open_session
+    from mascot.dialogue.testing import group_client
+
+    client = group_client()
+    session, _ = open_session(tmp_path / "s.jsonl", {"director": client, "speaker": client}, ChatSettings(safety_locale="en-US"), situation="hard week")
+    asyncio.run(session.send("hello"))
+    calls_before = len(client.calls)
+    asyncio.run(session.send("I keep thinking about ending my life"))
+    assert len(client.calls) == calls_before  # no directed round: the group answers with the safety reply
+    asyncio.run(session.send("thank you, I will call them"))
+    (episode,) = [Episode.model_validate_json(line) for line in (tmp_path / "s.jsonl").read_text(encoding="utf-8").splitlines()]
+    safety_turn = episode.turns[3]
+    assert safety_turn.directive.action == SAFETY_ACTION and "988" in safety_turn.response
+    assert [(e.turn_idx, e.response_turn_idx, e.category) for e in episode.safety_events] == [(2, 3, "suicide")]
+    assert episode.turns[5].directive.action != SAFETY_ACTION  # the conversation goes on as usual afterwards
