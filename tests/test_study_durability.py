@@ -19,10 +19,6 @@ from mascot.study.create import create_study
 from mascot.study.db import opened
 from mascot.study.samples import write_sample_systems
 
-SERVER = "import sys, uvicorn; from fastapi import FastAPI; from mascot.web.study_routes import mount_study; " \
-         "uvicorn.run(mount_study(FastAPI(), sys.argv[1]), host='127.0.0.1', port=int(sys.argv[2]), log_level='warning')"
-
-
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -32,7 +28,7 @@ def free_port() -> int:
 def start_server(study: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
-    proc = subprocess.Popen([sys.executable, "-c", SERVER, str(study), str(port)], env=env)
+    proc = subprocess.Popen([sys.executable, "-m", "mascot.web.study_app", str(study), "--port", str(port)], env=env)
     base = f"http://127.0.0.1:{port}"
     for _ in range(300):  # up to a minute for the import and bind on a busy machine
         if proc.poll() is not None:

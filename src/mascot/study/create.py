@@ -68,8 +68,10 @@ def context_view(episode: Episode) -> dict:
     ctx = episode.context
     if ctx is None:
         return {"situation": "", "opening": []}
-    opening = [{"speaker": line.speaker, "text": line.text} for line in (ctx.opening_turns or ctx.transcript)]
-    return {"situation": ctx.situation or ctx.query or "", "emotion": ctx.emotion, "opening": opening}
+    situation = ctx.situation or ctx.query or ""
+    lines = [line for line in (ctx.opening_turns or ctx.transcript) if line.text.strip() != situation.strip()]
+    opening = [{"speaker": line.speaker, "text": line.text} for line in lines]
+    return {"situation": situation, "emotion": ctx.emotion, "opening": opening}
 
 
 def conversation_view(episode: Episode) -> list[dict]:
