@@ -163,3 +163,12 @@ def test_cli_create_and_results(systems, tmp_path):
     assert "0 ratings used" in result.output and (tmp_path / "r.csv").read_text().startswith("rater_id,")
     dry = runner.invoke(app, ["study", "results", str(tmp_path / "missing.db"), "--dry-run"])
     assert dry.exit_code != 0 and "no such study file" in str(dry.exception)
+
+
+def test_cli_create_dry_run_checks_contexts_and_writes_nothing(tmp_path):
+    a, _ = write_sample_systems(tmp_path / "x", num_contexts=3)
+    _, b = write_sample_systems(tmp_path / "y", num_contexts=3)
+    result = CliRunner().invoke(app, ["study", "create", "--a", str(a), "--b", str(b), "--out", str(tmp_path / "s.db"), "--dry-run"])
+    assert result.exit_code == 0 and '"pairs": 3' in result.output and not (tmp_path / "s.db").exists()
+    bad = CliRunner().invoke(app, ["study", "create", "--a", str(a), "--b", str(b), "--out", str(tmp_path / "s.db"), "--raters", "0"])
+    assert bad.exit_code != 0 and "--raters must be at least 1" in str(bad.exception)

@@ -137,3 +137,14 @@ def test_results_page_needs_the_owner_token(client, study):
     assert compute_results(study.path)["attention"]["checks_failed"] == 0
     csv_text = client.get(f"/study/results/{study.owner_token}/ratings.csv").text
     assert csv_text.startswith("rater_id,") and csv_text.count("\n") == 4
+
+
+def test_results_page_before_any_rating(client, study):
+    page = client.get(f"/study/results/{study.owner_token}")
+    assert page.status_code == 200 and "A preference rate n/a" in page.text and "0 ratings used of 0" in page.text
+
+
+def test_no_study_configured_is_a_404_page(tmp_path):
+    client = TestClient(mount_study(FastAPI(), tmp_path / "missing.db"))
+    assert client.get("/study/r/anything").status_code == 404
+    assert client.get("/study/results/anything").status_code == 404
