@@ -91,8 +91,12 @@ def test_a_raters_link_reaches_only_their_items(client, study):
 def test_out_of_range_answer_is_a_clear_error(client, study):
     token = study.rater_tokens[0]
     csrf = csrf_of(client.get(f"/study/r/{token}/0").text)
-    response = client.post(f"/study/r/{token}/0", data=answer(score="9", csrf=csrf))
-    assert response.status_code == 400 and "from 1 to 5" in response.text
+    form = answer(choice="2", csrf=csrf)
+    form["perceived_safety_2"] = "9"
+    response = client.post(f"/study/r/{token}/0", data=form)
+    assert response.status_code == 400 and "perceived safety of conversation 2 from 1 to 5" in response.text
+    assert re.search(r'name="choice" value="2" required checked', response.text)  # what was ticked stays ticked
+    assert re.search(r'name="helpfulness_1" value="4" required checked', response.text)
     assert ratings_count(study) == 0
 
 

@@ -146,10 +146,17 @@ async def submit_rating(request: Request, token: str, position: int) -> Response
     try:
         await run_in_threadpool(submit, path, token, position, form)
     except RatingError as exc:
-        return page("item.html", 400, error=f"Not saved: {exc}.", **_item_values(item, token, secret, total, None))
+        values = _item_values(item, token, secret, total, None)
+        values.update(chosen=form.get("choice"), previous=_answers_given(form))  # the rater keeps what they ticked
+        return page("item.html", 400, error=f"Not saved: {exc}.", **values)
     except StudyError:
         return not_found()
     return RedirectResponse(await run_in_threadpool(_next_url, path, token), status_code=303, headers=SECURITY_HEADERS)
+
+
+def _answers_given(form: dict[str, str]) -> dict[str, int]:
+    fields = (f"{metric}_{shown}" for metric in METRICS for shown in ("1", "2"))
+    return {name: int(form[name]) for name in fields if form.get(name, "") in {"1", "2", "3", "4", "5"}}
 
 
 def _next_url(path: Path, token: str) -> str:
