@@ -139,7 +139,7 @@ def materialise(option: str, value: str, workdir: Path) -> str:
         write_jsonl(target / "group_pairs.jsonl", fixture_pairs("episode"))
         write_jsonl(target / "directive_pairs.jsonl", fixture_pairs("directive"))
         write_run_config(target, dataset)
-    elif option in ("--input-file", "--episodes"):
+    elif option in ("--input-file", "--episodes", "--a", "--b"):
         write_jsonl(target, fixture_episodes(dataset, "branching" in str(path)))
     elif option in ("--reward-model-path", "--group-reward-model-path"):
         artefact(target, "group_reward_model" if "group" in option else "persona_reward_model", "Qwen/Qwen3-0.6B")
@@ -151,7 +151,7 @@ def materialise(option: str, value: str, workdir: Path) -> str:
 
 
 PATH_OPTIONS = ("--data-file", "--data-path", "--episode-dataset-path", "--input-file", "--episodes", "--reward-model-path",
-                "--group-reward-model-path", "--adapter", "--speaker-adapter", "--director-adapter")
+                "--group-reward-model-path", "--adapter", "--speaker-adapter", "--director-adapter", "--a", "--b")
 
 
 DEFAULT_INPUTS = {  # a trainer whose documented command relies on the default path of another's output
@@ -171,6 +171,11 @@ def prepare(argv: list[str], workdir: Path) -> list[str]:
     for i, token in enumerate(out[:-1]):
         if token in PATH_OPTIONS:
             out[i + 1] = materialise(token, out[i + 1], workdir)
+    if out[:2] == ["study", "results"] and len(out) > 2 and not (workdir / out[2]).exists():  # a study file to read
+        from mascot.study.create import create_study
+        from mascot.study.samples import write_sample_systems
+
+        create_study(*write_sample_systems(workdir / "study_inputs"), workdir / out[2], raters=2)
     default = DEFAULT_INPUTS.get(tuple(out[:2]))
     if default and default[0] not in out:
         from mascot.data import canonical_dataset_name

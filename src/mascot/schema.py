@@ -203,6 +203,19 @@ class EpisodeMetadata(Record):
     created_at: str | None = None
 
 
+class SafetyEvent(Record):
+    """A user message the safety screen matched, and the safety reply the group gave instead of a round."""
+
+    turn_idx: int  # the user turn that was screened
+    category: str  # suicide, self_harm, abuse, danger_to_others
+    method: Literal["rule", "embedding"]
+    rule: str  # "<category>:<pattern index>" or the closest example phrase
+    score: float | None = None  # similarity, for the embedding check
+    rules_version: str
+    locale: str
+    response_turn_idx: int | None = None
+
+
 class Episode(Record):
     episode_id: str
     conv_id: str | None = None
@@ -217,6 +230,7 @@ class Episode(Record):
     emotion_trajectory: list[str] | None = None
     user_big_five: str | None = None
     context: Context | None = None  # the dataset item it grew from: records stand on their own
+    safety_events: list[SafetyEvent] | None = None  # absent when the screen matched nothing
     metadata: EpisodeMetadata
 
     @property
@@ -340,4 +354,5 @@ class RunSummary(Record):
     usage: dict[str, RoleUsage] = Field(default_factory=dict)
     failures: Failures = Field(default_factory=Failures)
     endpoints: dict[str, dict[str, int]] = Field(default_factory=dict)  # per server URL: requests, failures
+    num_safety_events: int | None = None  # user messages the safety screen answered (absent when none)
     error: str | None = None

@@ -27,6 +27,7 @@ from mascot.dialogue.tally import Tally
 from mascot.errors import MascotError
 from mascot.llm.base import ChatClient, ChatRequest, cut_at_stop, strip_think  # noqa: F401 - cut_at_stop re-exported
 from mascot.rosters import BUILTIN_ROSTERS, load_roster, roster_for_dataset
+from mascot.safety import SAFETY_ACTION, SafetyScreen, screen_applies
 from mascot.schema import (
     Context,
     Counters,
@@ -37,6 +38,7 @@ from mascot.schema import (
     Persona,
     RoleIdentity,
     Roster,
+    SafetyEvent,
     Turn,
     utc_now,
 )
@@ -312,6 +314,8 @@ class ChatSettings:
     temperature: float = 0.7
     max_tokens: int = 160
     system: str = CHAT_SYSTEM
+    safety: str = "auto"  # crisis-language screen (mascot.safety): "auto" = emotional-support roster only
+    safety_locale: str | None = None
 
 
 class ChatSession:
@@ -348,6 +352,8 @@ class ChatSession:
         }
         s = self.settings
         self.director = Director(clients["director"], roster, self.tally, temperature=s.temperature, max_tokens=s.max_tokens)
+        self.safety = SafetyScreen(locale=s.safety_locale) if screen_applies(s.safety, roster.domain) else None
+        self.safety_events: list[SafetyEvent] = list(episode.safety_events or []) if episode else []
 
     @classmethod
     def resume(cls, episode: Episode, roster: Roster, clients: dict[str, ChatClient], path: Path, settings: ChatSettings | None = None, **kwargs) -> ChatSession:
@@ -384,10 +390,28 @@ class ChatSession:
         round_id = self.next_round_id
         self.turns.append(Turn(turn_idx=first, round_id=round_id, agent_name="user", response=text, turn_type="user"))
         self.save()
+        if self._answer_crisis(first, round_id, view):
+            return self.turns[first:]
         for offset in range(self.settings.rounds_per_message):
             await self.play_round(round_id + offset, view)
             self.save()
         return self.turns[first:]
+
+    def _answer_crisis(self, user_turn_idx: int, round_id: int, view: ChatView) -> bool:
+        """A screened message gets the group's safety reply instead of the directed rounds (saved)."""
+        finding = self.safety.check(self.turns[user_turn_idx].response) if self.safety is not None else None
+        if finding is None:
+            return False
+        voice = self.roster.personas[0].name
+        turn = Turn(turn_idx=len(self.turns), round_id=round_id, agent_name=voice, response=self.safety.reply(finding),  # type: ignore[union-attr]
+                    directive=Directive(agent_name=voice, action=SAFETY_ACTION, tone="calm, direct"))
+        self.turns.append(turn)
+        self.safety_events.append(self.safety.event(finding, user_turn_idx, turn.turn_idx))  # type: ignore[union-attr]
+        view.reply_start(voice)
+        view.reply_text(turn.response)
+        view.reply_end(turn, False)
+        self.save()
+        return True
 
     async def play_round(self, round_id: int, view: ChatView) -> Turn:
         decision = await self.director.decide(self.context, self.turns, self._seed(round_id, "director"))
@@ -473,6 +497,7 @@ class ChatSession:
             metadata=metadata,
             context=self.context,  # what the judge reads the turns in
             counters=self.counters.model_dump(),
+            safety_events=list(self.safety_events) or None,
         )
         if self.context.is_meeting:
             episode.id, episode.start_idx, episode.meeting = self.context.context_id, self.context.start_idx, self.context.meeting

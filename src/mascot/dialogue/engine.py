@@ -26,6 +26,7 @@ from mascot.dialogue.settings import EngineSettings, GenerationMode  # noqa: F40
 from mascot.dialogue.tally import Tally
 from mascot.llm.base import ChatClient, LLMError
 from mascot.rosters import big_five_profile, load_big_five
+from mascot.safety import SAFETY_ACTION, Finding, SafetyScreen, screen_applies
 from mascot.schema import (
     BigFiveProfile,
     BranchInfo,
@@ -35,6 +36,7 @@ from mascot.schema import (
     EpisodeMetadata,
     RoleIdentity,
     Roster,
+    SafetyEvent,
     Turn,
     utc_now,
 )
@@ -47,6 +49,8 @@ class EpisodeState:
     profile: BigFiveProfile | None
     turns: list[Turn] = field(default_factory=list)
     emotions: list[str] = field(default_factory=list)
+    safety_events: list[SafetyEvent] = field(default_factory=list)
+    pending_safety: tuple[Finding, int] | None = None  # a screened user message the next round answers
 
     @property
     def next_turn_idx(self) -> int:
@@ -91,6 +95,7 @@ class EpisodeEngine:
             clients["speaker"], roster, self.tally, temperature=s.temperature, max_tokens=s.max_tokens, think=s.speaker_think, reasoning_allowance=s.reasoning_allowance
         )
         self.policy: TurnPolicy = make_policy(s.turn_policy, roster, self.director)
+        self.safety = SafetyScreen(locale=s.safety_locale, embeddings=s.safety_embeddings) if screen_applies(s.safety, roster.domain) else None
         self.role_identities = role_identities or {
             role: RoleIdentity(base_model=c.model, served_model=c.model, backend=c.backend) for role, c in clients.items()  # type: ignore[arg-type]
         }
@@ -118,10 +123,18 @@ class EpisodeEngine:
     async def play_round(self, state: EpisodeState, round_id: int, decision: DirectorDecision | None = None) -> None:
         """One Director -> Speaker (-> User) cycle appended to `state.turns`."""
         ctx = state.context
-        if decision is None:
-            decision = await self.policy.next_turn(ctx, state.turns, round_id, derive_seed(*state.seed_key, round_id, "director"))
+        if state.pending_safety is not None:  # the group answers a screened message with the safety reply
+            self._safety_reply(state, round_id)
+        else:
+            if decision is None:
+                decision = await self.policy.next_turn(ctx, state.turns, round_id, derive_seed(*state.seed_key, round_id, "director"))
+            await self._directed_reply(state, round_id, decision)
+        if self.simulates_user and derived_rng(*state.seed_key, round_id, "user-turn").random() < self.settings.user_response_probability:
+            await self._user_turn(state, round_id)
+
+    async def _directed_reply(self, state: EpisodeState, round_id: int, decision: DirectorDecision) -> None:
         persona = self.roster.persona(decision.directive.agent_name)
-        reply = await self.speaker.reply(persona, ctx, state.turns, decision.directive, derive_seed(*state.seed_key, round_id, "speaker"))
+        reply = await self.speaker.reply(persona, state.context, state.turns, decision.directive, derive_seed(*state.seed_key, round_id, "speaker"))
         state.turns.append(
             Turn(
                 turn_idx=state.next_turn_idx,
@@ -134,8 +147,27 @@ class EpisodeEngine:
                 directive_reasoning=decision.reasoning,
             )
         )
-        if self.simulates_user and derived_rng(*state.seed_key, round_id, "user-turn").random() < self.settings.user_response_probability:
-            await self._user_turn(state, round_id)
+
+    # ------------------------------------------------------------------ safety screen (mascot.safety)
+    def add_user_turn(self, state: EpisodeState, round_id: int, text: str, emotion: str | None = None) -> Turn:
+        """The one entry point for a user message: appended, then screened; a match makes the next
+        round the group's safety reply instead of a directed round."""
+        turn = Turn(turn_idx=state.next_turn_idx, round_id=round_id, agent_name="user", response=text, turn_type="user", emotion=emotion)
+        state.turns.append(turn)
+        finding = self.safety.check(text) if self.safety is not None else None
+        if finding is not None:
+            state.pending_safety = (finding, turn.turn_idx)
+        return turn
+
+    def _safety_reply(self, state: EpisodeState, round_id: int) -> Turn:
+        finding, user_turn_idx = state.pending_safety  # type: ignore[misc]
+        state.pending_safety = None
+        voice = self.roster.personas[0].name
+        turn = Turn(turn_idx=state.next_turn_idx, round_id=round_id, agent_name=voice, response=self.safety.reply(finding),  # type: ignore[union-attr]
+                    directive=Directive(agent_name=voice, action=SAFETY_ACTION, tone="calm, direct"))
+        state.turns.append(turn)
+        state.safety_events.append(self.safety.event(finding, user_turn_idx, turn.turn_idx))  # type: ignore[union-attr]
+        return turn
 
     async def _user_turn(self, state: EpisodeState, round_id: int) -> None:
         s = self.settings
@@ -145,13 +177,13 @@ class EpisodeEngine:
         reply = await user.respond(state.context, state.turns, derive_seed(*state.seed_key, round_id, "user"))
         if reply.emotion:
             state.emotions.append(reply.emotion)
-        state.turns.append(
-            Turn(turn_idx=state.next_turn_idx, round_id=round_id, agent_name="user", response=reply.text, turn_type="user", emotion=reply.emotion)
-        )
+        self.add_user_turn(state, round_id, reply.text, reply.emotion)
 
     async def play_rounds(self, state: EpisodeState, start: int, end: int, first: DirectorDecision | None = None) -> None:
         for round_id in range(start, end):
             await self.play_round(state, round_id, first if round_id == start else None)
+        if state.pending_safety is not None:  # a screened last message is still answered
+            self._safety_reply(state, end)
 
     async def continue_from(
         self,
@@ -214,6 +246,7 @@ class EpisodeEngine:
             agents_spoken=spoken,
             context=ctx,
             metadata=metadata,
+            safety_events=list(state.safety_events) or None,
         )
         if ctx.is_meeting:
             episode.id, episode.start_idx, episode.meeting = ctx.context_id, ctx.start_idx, ctx.meeting
@@ -262,6 +295,7 @@ class EpisodeEngine:
             state = self.new_state(context, 0, "branch", decision_round, k)
             state.turns = list(prefix)
             state.emotions = self._emotions_of(spine, prefix)
+            self._carry_safety(state, spine, len(prefix))
             await self.play_rounds(state, decision_round, s.num_turns, decisions[k])
             branch = BranchInfo(group_id=group_id, decision_round=decision_round, candidate_idx=k, num_candidates=s.num_candidates, prefix_turns=len(prefix))
             episode = self.to_episode(state, branch)
@@ -269,6 +303,15 @@ class EpisodeEngine:
             return episode
 
         return list(await asyncio.gather(*(one(k) for k in missing)))
+
+    def _carry_safety(self, state: EpisodeState, spine: Episode, prefix_len: int) -> None:
+        """A branch keeps the spine's safety events in its prefix, and answers a screened last
+        message with the safety reply as the spine did."""
+        for event in spine.safety_events or []:
+            if event.response_turn_idx is not None and event.response_turn_idx < prefix_len:
+                state.safety_events.append(event)
+            elif event.turn_idx < prefix_len and self.safety is not None:
+                state.pending_safety = (Finding(event.category, event.method, event.rule, event.score), event.turn_idx)
 
     @staticmethod
     def _emotions_of(spine: Episode, prefix: list[Turn]) -> list[str]:

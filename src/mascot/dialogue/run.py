@@ -7,7 +7,7 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -217,7 +217,7 @@ async def _run(cfg: GroupGenerationConfig, run: OpenRun, roster: Roster, context
                 bar.update(task, completed=progress.done, failures=engine.tally.failures, tokens=meter.total_tokens)
                 store.summary.usage = run.usage()  # written with the next summary
 
-        await run_all(engine, contexts, write=store.append, skip=store.is_done, spines=spines, on_progress=on_progress)
+        await run_all(engine, contexts, write=counting_safety_events(store), skip=store.is_done, spines=spines, on_progress=on_progress)
         bar.update(task, completed=store.summary.num_records - store.summary.num_resumed_records, failures=engine.tally.failures, tokens=meter.total_tokens)
     _closing_line(run, engine.tally, total, console)
 
@@ -237,6 +237,17 @@ def _closing_line(run: OpenRun, tally: Tally, total: int, console: Console) -> N
             f"no episode could be generated ({failure_line(store)}; the first failure of each kind is shown above); "
             "fix the backend and rerun with --resume"
         )
+
+
+def counting_safety_events(store: RunStore) -> Callable[[Episode], None]:
+    """`store.append` that also counts the episode's safety events in the run summary."""
+
+    def write(episode: Episode) -> None:
+        if episode.safety_events:
+            store.summary.num_safety_events = (store.summary.num_safety_events or 0) + len(episode.safety_events)
+        store.append(episode)
+
+    return write
 
 
 def run_group_generation(cfg: GroupGenerationConfig, **kwargs) -> tuple[Path, RunStore]:

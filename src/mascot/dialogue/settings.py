@@ -42,6 +42,11 @@ class EngineSettings:
     reasoning_allowance: int = setting(
         DEFAULT_REASONING_ALLOWANCE, "Extra tokens a role that thinks (its --thinking flag on) may spend on reasoning before its reply."
     )
+    safety: str = setting(
+        "auto", "Crisis-language screen of user messages (mascot.safety): auto (emotional-support roster only), on or off."
+    )
+    safety_locale: Optional[str] = setting(None, "Locale section of the crisis resources (default: the file's default section).")
+    safety_embeddings: bool = setting(False, "Add the embedding-similarity check (MiniLM) to the screen's rules.")
     # Filled in by code, not flags.
     rubric_version: str = fixed("paper_v1")
     dataset: str = fixed("")
@@ -64,6 +69,7 @@ def check_engine(s: Any) -> None:
     """The engine settings' own checks (also run by command settings that inherit the fields)."""
     require(s.generation_mode in GENERATION_MODES, f"unknown --generation-mode {s.generation_mode!r}: choose one of {', '.join(GENERATION_MODES)}")
     require(s.turn_policy in TURN_POLICIES, f"unknown --turn-policy {s.turn_policy!r}: choose one of {', '.join(TURN_POLICIES)}")
+    require(s.safety in ("auto", "on", "off"), f"unknown --safety {s.safety!r}: choose auto, on or off")
     require(0.0 <= s.user_response_probability <= 1.0, "--user-response-probability must lie between 0 and 1")
     require(min(s.num_turns, s.num_candidates, s.num_episodes) >= 1, "--num-turns, --num-candidates and --num-episodes must be at least 1")
     require(s.max_tokens >= 1 and s.max_concurrent_episodes >= 1, "--max-tokens and --max-concurrent-episodes must be at least 1")

@@ -1,0 +1,69 @@
+"""`mascot study create` and `mascot study results`: the blinded human preference study."""
+
+from __future__ import annotations
+
+import typer
+
+from mascot.cli import app
+from mascot.cli.settings_cli import settings_command
+from mascot.study.settings import StudyCreateSettings, StudyResultsSettings
+
+study_app = typer.Typer(help="Blinded human preference study: build it, then read its results.", no_args_is_help=True)
+app.add_typer(study_app, name="study")
+
+
+def _run_create(settings: StudyCreateSettings) -> None:
+    from mascot.study.create import create_study
+
+    built = create_study(settings.a, settings.b, settings.out, raters=settings.raters, attention_checks=settings.attention_checks,
+                         seed=settings.seed, system_a=settings.system_a, system_b=settings.system_b, overwrite=settings.overwrite)
+    base = settings.base_url.rstrip("/")
+    typer.secho(f"study {built.path}: {built.num_pairs} pairs + {built.num_attention_checks} attention checks per rater", fg="green", err=True)
+    for number, token in enumerate(built.rater_tokens, start=1):
+        typer.echo(f"rater {number}: {base}/study/r/{token}")
+    typer.echo(f"results (owner only): {base}/study/results/{built.owner_token}")
+
+
+def _dry_run_create(command: str, settings: StudyCreateSettings) -> None:
+    from dataclasses import asdict
+    from pathlib import Path
+
+    from mascot.cli.dryrun import DryRunError, print_settings
+    from mascot.study.create import episodes_by_context, matched_contexts
+
+    contexts = matched_contexts(episodes_by_context(settings.a, "--a"), episodes_by_context(settings.b, "--b"))
+    if Path(settings.out).exists() and not settings.overwrite:
+        raise DryRunError(f"--out {settings.out} exists: pick another path or pass --overwrite")
+    print_settings("study create", {"resolved": {"pairs": len(contexts)}, "settings": asdict(settings)})
+
+
+def _run_results(settings: StudyResultsSettings) -> None:
+    import json
+    from pathlib import Path
+
+    from mascot.files import write_json_atomic
+    from mascot.study.results import compute_results, format_results, ratings_csv
+
+    results = compute_results(Path(settings.study))
+    typer.echo(format_results(results))
+    if settings.csv:
+        Path(settings.csv).write_text(ratings_csv(Path(settings.study)), encoding="utf-8")
+        typer.secho(f"ratings written to {settings.csv}", err=True)
+    if settings.json_out:
+        write_json_atomic(Path(settings.json_out), json.loads(json.dumps(results)))
+        typer.secho(f"figures written to {settings.json_out}", err=True)
+
+
+def _dry_run_results(command: str, settings: StudyResultsSettings) -> None:
+    from dataclasses import asdict
+
+    from mascot.cli.dryrun import print_settings
+    from mascot.study.db import opened
+
+    with opened(settings.study) as conn:
+        rated = conn.execute("SELECT count(*) FROM ratings").fetchone()[0]
+    print_settings("study results", {"resolved": {"ratings": rated}, "settings": asdict(settings)})
+
+
+study_app.command("create", no_args_is_help=True)(settings_command(StudyCreateSettings, _run_create, dry_run=_dry_run_create))
+study_app.command("results", no_args_is_help=True)(settings_command(StudyResultsSettings, _run_results, dry_run=_dry_run_results))

@@ -1,0 +1,145 @@
+"""`mascot study create`: pair two systems' episodes on the same contexts into a blinded study.
+
+Every rater rates every pair, in their own order, each pair with its own left/right placement; all
+of it drawn from one seed and recorded in the file. Attention checks are pairs whose one side is
+an obviously broken copy of a real conversation (every companion reply replaced by a canned
+error line): a rater who does not prefer the intact side fails the check.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from mascot.files import read_jsonl
+from mascot.schema import Episode, utc_now
+from mascot.study.db import StudyError, meta, opened, transaction
+
+BROKEN_REPLIES = (
+    "ERROR 0x3F: reply unavailable. Please enter your order number to continue.",
+    "asdf asdf lorem ipsum the the the",
+    "Our office hours are Monday to Friday, 9am to 5pm. Press 1 for billing.",
+)
+
+
+@dataclass(frozen=True)
+class BuiltStudy:
+    path: Path
+    num_pairs: int
+    num_attention_checks: int
+    rater_tokens: list[str]
+    owner_token: str
+
+
+def episodes_by_context(path: Path, flag: str) -> dict[str, Episode]:
+    """The first episode of each context in a file (later ones for the same context are ignored)."""
+    found: dict[str, Episode] = {}
+    for episode in read_jsonl(Path(path), Episode):
+        key = episode.context_id or episode.conv_id or episode.episode_id
+        found.setdefault(key, episode)
+    if not found:
+        raise StudyError(f"{flag} {path}: no episodes")
+    return found
+
+
+def matched_contexts(a: dict[str, Episode], b: dict[str, Episode]) -> list[str]:
+    only_a, only_b = sorted(set(a) - set(b)), sorted(set(b) - set(a))
+    if only_a or only_b:
+        raise StudyError(
+            f"--a and --b must cover the same contexts: {len(only_a)} only in --a ({', '.join(only_a[:3]) or '-'}), "
+            f"{len(only_b)} only in --b ({', '.join(only_b[:3]) or '-'})"
+        )
+    return sorted(a)
+
+
+def situation_of(episode: Episode) -> str:
+    """The breakdown key: the context's emotion, else its problem type, else its dataset."""
+    ctx = episode.context
+    if ctx is None:
+        return episode.initial_emotion or episode.metadata.dataset or "unknown"
+    return ctx.emotion or ctx.problem_type or ctx.dataset or "unknown"
+
+
+def context_view(episode: Episode) -> dict:
+    """What a rater sees of the context: the situation and the opening lines (no system names)."""
+    ctx = episode.context
+    if ctx is None:
+        return {"situation": "", "opening": []}
+    situation = ctx.situation or ctx.query or ""
+    lines = [line for line in (ctx.opening_turns or ctx.transcript) if line.text.strip() != situation.strip()]
+    opening = [{"speaker": line.speaker, "text": line.text} for line in lines]
+    return {"situation": situation, "emotion": ctx.emotion, "opening": opening}
+
+
+def conversation_view(episode: Episode) -> list[dict]:
+    """The turns a rater sees: speaker and text only (no directives, models or ids)."""
+    return [{"speaker": "You" if t.is_user else t.agent_name, "is_user": t.is_user, "text": t.response} for t in episode.turns]
+
+
+def broken_copy(conversation: list[dict], rng: random.Random) -> list[dict]:
+    return [turn if turn["is_user"] else {**turn, "text": rng.choice(BROKEN_REPLIES)} for turn in conversation]
+
+
+def _pair_rows(contexts: list[str], a: dict[str, Episode], b: dict[str, Episode], attention_checks: int, rng: random.Random) -> list[tuple]:
+    rows = []
+    for key in contexts:
+        ep_a, ep_b = a[key], b[key]
+        rows.append((key, situation_of(ep_a), context_view(ep_a), conversation_view(ep_a), conversation_view(ep_b), "pair", None))
+    for key in rng.sample(contexts, min(attention_checks, len(contexts))) if attention_checks else []:
+        intact_side = rng.choice("ab")
+        source = conversation_view(a[key] if intact_side == "a" else b[key])
+        broken = broken_copy(source, rng)
+        sides = (source, broken) if intact_side == "a" else (broken, source)
+        rows.append((key, situation_of(a[key]), context_view(a[key]), *sides, "attention", intact_side))
+    return rows
+
+
+def _insert(conn, rows: list[tuple], num_raters: int, rng: random.Random) -> list[str]:
+    for pair_id, (key, situation, context, conv_a, conv_b, kind, expected) in enumerate(rows):
+        conn.execute(
+            "INSERT INTO pairs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (pair_id, key, situation, json.dumps(context), json.dumps(conv_a), json.dumps(conv_b), kind, expected),
+        )
+    tokens = []
+    for rater_id in range(num_raters):
+        token = secrets.token_urlsafe(24)
+        tokens.append(token)
+        conn.execute("INSERT INTO raters VALUES (?, ?)", (rater_id, token))
+        order = list(range(len(rows)))
+        rng.shuffle(order)
+        for position, pair_id in enumerate(order):
+            conn.execute(
+                "INSERT INTO items (rater_id, pair_id, position, left_side) VALUES (?, ?, ?, ?)", (rater_id, pair_id, position, rng.choice("ab"))
+            )
+    return tokens
+
+
+def create_study(a_path: Path, b_path: Path, out: Path, *, raters: int, attention_checks: int = 0, seed: int = 0,
+                 system_a: str | None = None, system_b: str | None = None, overwrite: bool = False) -> BuiltStudy:
+    a, b = episodes_by_context(a_path, "--a"), episodes_by_context(b_path, "--b")
+    contexts = matched_contexts(a, b)
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise StudyError(f"--out {out} exists: pick another path or pass --overwrite")
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{out}{suffix}").unlink(missing_ok=True)
+    rng = random.Random(seed)
+    rows = _pair_rows(contexts, a, b, attention_checks, rng)
+    owner = secrets.token_urlsafe(24)
+    info = {
+        "created_at": utc_now(), "seed": seed, "owner_token": owner, "csrf_secret": secrets.token_hex(32),
+        "system_a": system_a or next(iter(a.values())).metadata.system, "system_b": system_b or next(iter(b.values())).metadata.system,
+        "source_a": str(a_path), "source_b": str(b_path), "num_raters": raters, "attention_checks": attention_checks,
+    }
+    with opened(out, create=True) as conn, transaction(conn):
+        conn.executemany("INSERT INTO meta VALUES (?, ?)", [(k, json.dumps(v)) for k, v in info.items()])
+        tokens = _insert(conn, rows, raters, rng)
+    return BuiltStudy(out, len(contexts), len(rows) - len(contexts), tokens, owner)
+
+
+def study_info(path: Path) -> dict:
+    with opened(path) as conn:
+        return meta(conn)
