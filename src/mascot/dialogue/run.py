@@ -82,21 +82,38 @@ def run_dir_for(cfg: GroupGenerationConfig) -> Path:
 
 # Engine settings that do not change what an episode is (speed, bookkeeping).
 _NOT_IDENTITY = ("max_concurrent_episodes", "run_id", "run_tag")
+# The settings every tag digests; a setting added later joins the digest only when it is not at its
+# default, so that adding a setting never changes the ids of runs that do not use it.
+_TAGGED_ALWAYS = (
+    "num_turns", "generation_mode", "num_episodes", "num_candidates", "user_response_probability", "enable_user_simulation",
+    "enable_big_five", "user_big_five_profile", "turn_policy", "seed", "system", "temperature", "max_tokens",
+    "director_max_tokens", "reasoning_allowance", "rubric_version", "dataset", "director_temperature", "speaker_think",
+    "director_thinking", "user_thinking",
+)  # fmt: skip
+
+
+def _identity_settings(engine: EngineSettings) -> dict:
+    defaults = EngineSettings()
+    return {
+        k: v
+        for k, v in asdict(engine).items()
+        if k not in _NOT_IDENTITY and (k in _TAGGED_ALWAYS or v != getattr(defaults, k))
+    }
 
 
 def run_tag(cfg: GroupGenerationConfig, roster: Roster) -> str:
     """`<system>-<6 hex>`: the system label and a digest of every setting that shapes the episodes
     (policy, models, adapters, seed, turns, users...), so that two systems or runs on the same
     contexts give different episode ids while a resumed run gives the same ones."""
-    engine = {k: v for k, v in asdict(cfg.engine).items() if k not in _NOT_IDENTITY}
+    engine = _identity_settings(cfg.engine)
     endpoints = {k: v for k, v in asdict(cfg.endpoints).items() if k.endswith(("_model", "_adapter", "model_name")) or k == "share_model"}
     identity = json.dumps({"engine": engine, "endpoints": endpoints, "roster": roster.ident, "dataset": cfg.dataset}, sort_keys=True, default=str)
     return f"{_slug(cfg.engine.system)}-{hashlib.sha256(identity.encode()).hexdigest()[:6]}"
 
 
 def saved_run_tag(run_dir: Path, resume: bool) -> str | None:
-    """On --resume of a run written before episode ids carried a tag, no tag ("" keeps its ids);
-    otherwise None (the tag is derived from the settings)."""
+    """On --resume, the tag the run was written with (a run written before episode ids carried a
+    tag: "", which keeps its ids); otherwise None (the tag is derived from the settings)."""
     path = run_dir / "run_config.json"
     if not (resume and path.is_file()):
         return None
@@ -104,7 +121,7 @@ def saved_run_tag(run_dir: Path, resume: bool) -> str | None:
         engine = json.loads(path.read_text(encoding="utf-8")).get("settings", {}).get("engine", {})
     except (OSError, ValueError, AttributeError):
         return None
-    return None if "run_tag" in engine else ""
+    return engine.get("run_tag") or ""
 
 
 def run_settings(cfg: GroupGenerationConfig, roster: Roster, num_contexts: int) -> dict:
