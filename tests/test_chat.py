@@ -14,20 +14,19 @@ from typer.testing import CliRunner
 from mascot.cli import app
 from mascot.cli.chat import run_chat
 from mascot.dialogue.agents import stop_strings, clean_reply
+from mascot.data.meeting_file import read_meeting_file
 from mascot.dialogue.chat import (
     ChatSessionError,
     ChatSettings,
-    ReplyStream,
     SilentView,
     choose_roster,
-    cut_at_stop,
     load_session_episode,
     open_session,
-    read_meeting_file,
 )
+from mascot.dialogue.reply_stream import ReplyStream
 from mascot.dialogue.testing import group_client, role_of, stub_responder
 from mascot.errors import MascotError
-from mascot.llm.base import LLMError
+from mascot.llm.base import LLMError, cut_at_stop
 from mascot.llm.metered import MeteredClient, UsageMeter
 from mascot.llm.scripted import ScriptedClient
 from mascot.llm.stub_server import start_stub_server
@@ -255,7 +254,7 @@ def test_hostile_user_text_cannot_choose_a_speaker_off_the_roster(tmp_path, host
     assert session.counters.num_directive_parse_failures == 1
     assert session.counters.num_random_agent_fallbacks == 1
     assert view.decisions[0][1].fell_back
-    assert saved(session.path).model_extra["counters"]["num_random_agent_fallbacks"] == 1
+    assert saved(session.path).counters.num_random_agent_fallbacks == 1
 
 
 def test_an_empty_reply_is_retried_then_counted(tmp_path):
@@ -291,7 +290,7 @@ def test_meeting_file_as_jsonl_and_as_a_qmsum_record(tmp_path):
     assert [(l.speaker, l.text) for l in read_meeting_file(record)] == [("PM", "Budget first.")]
     broken = tmp_path / "bad.jsonl"
     broken.write_text('{"speaker": "A"}\n')
-    with pytest.raises(ChatSessionError, match="bad.jsonl:1"):
+    with pytest.raises(MascotError, match="bad.jsonl:1"):
         read_meeting_file(broken)
 
 
@@ -369,7 +368,7 @@ def test_a_backend_failure_keeps_the_message_and_the_session(tmp_path):
     assert "error: server went away" in out
     episode = saved(session.path)
     assert [(t.round_id, t.response) for t in episode.turns] == [(0, "one"), (1, "two"), (1, "Back again.")]
-    assert episode.model_extra["counters"]["num_generation_failures"] == 1
+    assert episode.counters.num_generation_failures == 1
 
 
 # --------------------------------------------------------------------------- the command

@@ -201,6 +201,8 @@ class EpisodeMetadata(Record):
     branch: BranchInfo | None = None
     prompt_version: str | None = None
     created_at: str | None = None
+    updated_at: str | None = None  # chat sessions: when the record was last rewritten
+    sampling: dict[str, Any] | None = None  # chat sessions: temperature, max_tokens, rounds per message
 
 
 class Episode(Record):
@@ -218,6 +220,7 @@ class Episode(Record):
     user_big_five: str | None = None
     context: Context | None = None  # the dataset item it grew from: records stand on their own
     metadata: EpisodeMetadata
+    counters: Counters | None = None  # chat sessions: the failures counted while it was held
 
     @property
     def agent_turns(self) -> list[Turn]:
@@ -341,3 +344,6 @@ class RunSummary(Record):
     failures: Failures = Field(default_factory=Failures)
     endpoints: dict[str, dict[str, int]] = Field(default_factory=dict)  # per server URL: requests, failures
     error: str | None = None
+
+
+Episode.model_rebuild()  # `counters` names Counters, declared further down

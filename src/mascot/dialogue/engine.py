@@ -22,6 +22,7 @@ from mascot.dialogue.director import Director, DirectorDecision
 from mascot.dialogue.policies import TurnPolicy, make_policy
 from mascot.dialogue.prompts import PROMPT_VERSION
 from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE, OutputPaths
+from mascot.dialogue.reply_stream import RoundListener
 from mascot.dialogue.seeds import derive_seed, derived_rng
 from mascot.dialogue.tally import Tally
 from mascot.llm.base import ChatClient, LLMError
@@ -148,27 +149,44 @@ class EpisodeEngine:
             state.emotions.append(context.emotion)
         return state
 
-    async def play_round(self, state: EpisodeState, round_id: int, decision: DirectorDecision | None = None) -> None:
-        """One Director -> Speaker (-> User) cycle appended to `state.turns`."""
+    async def play_round(self, state: EpisodeState, round_id: int, decision: DirectorDecision | None = None, listener: RoundListener | None = None) -> None:
+        """One Director -> Speaker (-> User) cycle appended to `state.turns`; a `listener` (a live
+        conversation) is told the directive and gets the reply streamed as it is generated."""
         ctx = state.context
         if decision is None:
             decision = await self.policy.next_turn(ctx, state.turns, round_id, derive_seed(*state.seed_key, round_id, "director"))
         persona = self.roster.persona(decision.directive.agent_name)
-        reply = await self.speaker.reply(persona, ctx, state.turns, decision.directive, derive_seed(*state.seed_key, round_id, "speaker"))
-        state.turns.append(
-            Turn(
-                turn_idx=state.next_turn_idx,
-                round_id=round_id,
-                directive=decision.directive,
-                agent_name=persona.name,
-                response=reply.text,
-                directive_output=decision.output or None,
-                reasoning=reply.reasoning,
-                directive_reasoning=decision.reasoning,
-            )
+        if listener is not None:
+            listener.directive(decision, round_id)
+            listener.reply_start(persona.name)
+        reply = await self.speaker.reply(persona, ctx, state.turns, decision.directive, derive_seed(*state.seed_key, round_id, "speaker"), listener)
+        turn = Turn(
+            turn_idx=state.next_turn_idx,
+            round_id=round_id,
+            directive=decision.directive,
+            agent_name=persona.name,
+            response=reply.text,
+            directive_output=decision.output or None,
+            reasoning=reply.reasoning,
+            directive_reasoning=decision.reasoning,
         )
+        state.turns.append(turn)
+        if listener is not None:
+            listener.reply_end(turn, reply.revised)
         if self.simulates_user and derived_rng(*state.seed_key, round_id, "user-turn").random() < self.settings.user_response_probability:
             await self._user_turn(state, round_id)
+
+    # ---- the one way a user message enters the transcript (BEGIN)
+    async def add_user_message(self, state: EpisodeState, text: str, round_id: int, emotion: str | None = None) -> Turn:
+        """Appends a user message (typed by a person in chat, or the simulated user's) to the
+        transcript, before the group answers it. Every user turn enters here."""
+        if emotion:
+            state.emotions.append(emotion)
+        turn = Turn(turn_idx=state.next_turn_idx, round_id=round_id, agent_name="user", response=text, turn_type="user", emotion=emotion)
+        state.turns.append(turn)
+        return turn
+
+    # ---- (END)
 
     async def _user_turn(self, state: EpisodeState, round_id: int) -> None:
         s = self.settings
@@ -176,11 +194,7 @@ class EpisodeEngine:
             self.clients["user"], self.roster, self.tally, profile=state.profile, temperature=s.temperature, thinking=s.user_thinking, reasoning_allowance=s.reasoning_allowance
         )
         reply = await user.respond(state.context, state.turns, derive_seed(*state.seed_key, round_id, "user"))
-        if reply.emotion:
-            state.emotions.append(reply.emotion)
-        state.turns.append(
-            Turn(turn_idx=state.next_turn_idx, round_id=round_id, agent_name="user", response=reply.text, turn_type="user", emotion=reply.emotion)
-        )
+        await self.add_user_message(state, reply.text, round_id, reply.emotion)
 
     async def play_rounds(self, state: EpisodeState, start: int, end: int, first: DirectorDecision | None = None) -> None:
         for round_id in range(start, end):
