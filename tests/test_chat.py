@@ -464,3 +464,24 @@ def test_cli_chats_with_the_embedded_local_model(tmp_path):
     for turn in episode.agent_turns:
         assert turn.agent_name in ROSTER.names
         assert "<think>" not in turn.response
+
+
+def test_a_reply_opening_as_another_companion_is_discarded_in_chat_as_in_episodes(tmp_path):
+    from mascot.dialogue.agents import Speaker
+    from mascot.dialogue.tally import Tally
+
+    director = ScriptedClient(fn=lambda r: "<directive>\nagent: The Anchor\naction: steady them\ntone: warm\n</directive>")
+    replies = iter(["The Catalyst: let me take this one.", "Fine, from me then."])
+    speaker = CharStreamClient(fn=lambda r: next(replies))
+    session = new_session(tmp_path, {"director": director, "speaker": speaker})
+    view = RecordingView()
+    discarded = []
+    view.reply_discarded = lambda name, shown: discarded.append((name, shown))
+    asyncio.run(session.send("hi", view))
+    (turn,) = saved(session.path).agent_turns
+    assert turn.response == "Fine, from me then." and view.shown == ["Fine, from me then."]
+    assert discarded == [("The Anchor", "")]  # held back while it could be another's line: nothing shown
+    assert speaker.streams_closed_early == 1  # generation stopped once it opened as The Catalyst
+    batch = Speaker(ScriptedClient(["The Catalyst: let me take this one.", "Fine, from me then."]), ROSTER, Tally())
+    reply = asyncio.run(batch.respond(ROSTER.persona("The Anchor"), session.context, [], turn.directive, 1))
+    assert reply == turn.response  # generated episodes treat the same reply the same way
