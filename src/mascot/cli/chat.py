@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Callable
 
 from mascot.cli import app
 from mascot.cli.settings_cli import settings_command
-from mascot.dialogue.chat_settings import ChatSettings, EndpointFields
+from mascot.dialogue.chat_settings import ChatSettings
 from mascot.errors import MascotError
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ def run_chat_command(settings: ChatSettings) -> None:
 
     from rich.console import Console
 
-    from mascot.dialogue.chat import new_session_path, open_session
+    from mascot.dialogue.chat import chat_backends, new_session_path, open_session
     from mascot.dialogue.run import announce_local_roles
 
     path = settings.session or new_session_path()
@@ -60,19 +60,6 @@ def run_chat_command(settings: ChatSettings) -> None:
             run_chat(chat_session, console, reader, runner.run, show_directives=settings.show_directives, echo=not interactive, continued=continued)
         finally:
             runner.run(backends.aclose())
-
-
-def chat_backends(settings: EndpointFields, trace: Path | None = None) -> tuple:
-    """The Director's and the Speakers' backends (the caller closes them), and who answers for each role."""
-    from mascot.dialogue.run import role_identities
-    from mascot.llm.routing import build_backends, resolve_roles
-    from mascot.serve import resolve_served_identities
-
-    if trace:
-        trace.parent.mkdir(parents=True, exist_ok=True)
-    endpoints = settings.endpoint_options()
-    backends = build_backends(resolve_roles(endpoints, ("director", "speaker")), endpoints, trace_path=trace)
-    return backends, resolve_served_identities(role_identities(backends), backends.endpoints)
 
 
 app.command("chat")(settings_command(ChatSettings, run_chat_command))

@@ -14,7 +14,7 @@ from __future__ import annotations
 from datetime import datetime
 from pathlib import Path
 
-from mascot.dialogue.chat_settings import CHAT_SYSTEM, DEFAULT_SESSION_DIR, ChatSettings, ConversationSettings
+from mascot.dialogue.chat_settings import CHAT_SYSTEM, DEFAULT_SESSION_DIR, ChatSettings, ConversationSettings, EndpointFields
 from mascot.dialogue.engine import EngineSettings, EpisodeEngine, EpisodeState
 from mascot.dialogue.reply_stream import RoundListener, SilentListener
 from mascot.dialogue.tally import Tally
@@ -124,6 +124,20 @@ def roster_for_session(episode: Episode, roster: str | None, dataset: str | None
     if saved in BUILTIN_ROSTERS:
         return load_roster(saved)
     raise ChatSessionError(f"this session was held with roster {saved!r} from a file: pass --roster FILE to continue it")
+
+
+def chat_backends(settings: EndpointFields, trace: Path | None = None) -> tuple:
+    """The Director's and the Speakers' backends (the caller closes them with `aclose()`), and
+    who answers for each role."""
+    from mascot.dialogue.run import role_identities
+    from mascot.llm.routing import build_backends, resolve_roles
+    from mascot.serve import resolve_served_identities
+
+    if trace:
+        trace.parent.mkdir(parents=True, exist_ok=True)
+    endpoints = settings.endpoint_options()
+    backends = build_backends(resolve_roles(endpoints, CHAT_ROLES), endpoints, trace_path=trace)
+    return backends, resolve_served_identities(role_identities(backends), backends.endpoints)
 
 
 # --------------------------------------------------------------------------- the session
