@@ -19,17 +19,19 @@ def run_web(settings: WebSettings) -> None:
 
 
 def dry_run_web(command: str, settings: WebSettings) -> None:
-    """The resolved settings (endpoint URLs without credentials); starts nothing."""
-    import typer
-
-    from mascot.llm.routing import redact_url
+    """Checks the models and endpoints the app would open and prints the resolved settings (URLs
+    without credentials); starts nothing."""
+    from mascot.cli.dryrun import check_endpoints, print_settings
+    from mascot.dialogue.chat import CHAT_ROLES
+    from mascot.llm.routing import redact_url, resolve_roles
     from mascot.settings import as_dict
+    from mascot.web.security import scrub
 
-    for name, value in as_dict(settings).items():
-        if name.endswith("server_url") and value:
-            value = [redact_url(url) for url in value]
-        typer.echo(f"{name}: {value}")
-    typer.secho(f"dry run: `mascot {command}` would serve http://{settings.host}:{settings.port}/", fg="green")
+    roles = check_endpoints(resolve_roles(settings.endpoint_options(), CHAT_ROLES))
+    values = as_dict(settings)
+    for name in ("vllm_server_url", "director_server_url", "speaker_server_url"):
+        values[name] = [redact_url(url) for url in values[name] or []] or None
+    print_settings(command, {**values, "roles": {role: scrub(how) for role, how in roles.items()}})
 
 
 app.command("web")(settings_command(WebSettings, run_web, dry_run=dry_run_web))
