@@ -485,3 +485,25 @@ def test_a_reply_opening_as_another_companion_is_discarded_in_chat_as_in_episode
     batch = Speaker(ScriptedClient(["The Catalyst: let me take this one.", "Fine, from me then."]), ROSTER, Tally())
     reply = asyncio.run(batch.respond(ROSTER.persona("The Anchor"), session.context, [], turn.directive, 1))
     assert reply == turn.response  # generated episodes treat the same reply the same way
+
+
+def test_typed_and_simulated_user_messages_enter_through_one_engine_entry_point(tmp_path, monkeypatch):
+    from mascot.dialogue.engine import EngineSettings, EpisodeEngine
+    from mascot.schema import Context
+
+    seen = []
+    original = EpisodeEngine.add_user_message
+
+    async def spy(self, state, text, round_id, emotion=None):
+        seen.append(text)
+        return await original(self, state, text, round_id, emotion)
+
+    monkeypatch.setattr(EpisodeEngine, "add_user_message", spy)
+    session = new_session(tmp_path)
+    asyncio.run(session.send("typed by a person"))
+    clients = {"director": group_client(), "speaker": group_client(), "user": group_client()}
+    engine = EpisodeEngine(ROSTER, clients, EngineSettings(num_turns=3, user_response_probability=1.0))
+    episode = asyncio.run(engine.run_episode(Context(context_id="c", dataset="ESConv", situation="exams")))
+    simulated = [t.response for t in episode.turns if t.is_user]
+    assert len(simulated) == 3 and seen == ["typed by a person", *simulated]
+    assert episode.emotion_trajectory == [t.emotion for t in episode.turns if t.is_user]
