@@ -4,6 +4,7 @@ replies stream, continue or export a saved session."""
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from fastapi import APIRouter, Depends, File, Form, HTTPException, Request, UploadFile
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
@@ -16,6 +17,7 @@ from mascot.web.security import require_csrf, scrub
 from mascot.web.sessions import SessionNotFound, WebSessions
 
 router = APIRouter()
+log = logging.getLogger(__name__)
 
 
 class MessageIn(BaseModel):
@@ -44,7 +46,8 @@ def bounded_text(request: Request, text: str, what: str, *, allow_empty: bool = 
 @router.get("/", response_class=HTMLResponse)
 async def index(request: Request, roster: str | None = None) -> HTMLResponse:
     sessions = sessions_of(request)
-    return page(request, "index.html", rosters=sessions.rosters(), chosen=roster, sessions=sessions.summaries())
+    limit = request.app.state.settings.max_message_chars
+    return page(request, "index.html", rosters=sessions.rosters(), chosen=roster, sessions=sessions.summaries(), max_chars=limit)
 
 
 @router.post("/rosters", dependencies=[Depends(require_csrf)])
@@ -121,6 +124,9 @@ async def answer(session, text: str, queue: asyncio.Queue, lock: asyncio.Lock) -
     except MascotError as exc:  # a backend failure ends this message's rounds, not the session
         session.count_failed_round()
         queue.put_nowait(("error", {"message": scrub(str(exc)) + " (your message is saved; send another)"}))
+    except Exception:  # a fault of the app itself: logged whole here, one plain line for the page
+        log.exception("answering a message of session %s failed", session.session_id)
+        queue.put_nowait(("error", {"message": "something went wrong on the server (your message is saved; the log has the details)"}))
     finally:
         lock.release()
         queue.put_nowait(DONE)

@@ -29,7 +29,7 @@ _UPLOAD_NAME = re.compile(r"^upload-[0-9a-f]{12}$")
 SESSION_PREFIX = "session-"
 
 
-class SessionNotFound(MascotError, KeyError):
+class SessionNotFound(MascotError):
     """No session with that id (or an id that cannot name a session file)."""
 
 
