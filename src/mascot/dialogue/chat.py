@@ -112,10 +112,14 @@ def saved_context(episode: Episode) -> Context:
     return Context(context_id=session_id, dataset=episode.metadata.dataset, split=CHAT_MODE, conv_id=session_id)
 
 
-def roster_for_session(episode: Episode, roster: str | None, dataset: str | None) -> Roster:
+def roster_for_session(episode: Episode, roster: str | Roster | None, dataset: str | None) -> Roster:
     """The roster a saved session continues with: the one it was held with. A roster asked for on
     the command line must be that one; a session held with a roster file needs the file again."""
     saved = episode.metadata.roster
+    if isinstance(roster, Roster):  # loaded by the caller (an uploaded roster)
+        if saved and roster.name != saved:
+            raise ChatSessionError(f"this session was held with roster {saved!r}, not {roster.name!r}")
+        return roster
     if roster or dataset:
         chosen, _ = choose_roster(roster, dataset)
         if saved and chosen.name != saved:
@@ -277,10 +281,7 @@ def open_session(
     path = Path(path)
     if path.exists():
         episode = load_session_episode(path)
-        if isinstance(roster, Roster):
-            team = roster
-        else:
-            team = roster_for_session(episode, roster, dataset)
+        team = roster_for_session(episode, roster, dataset)
         return ChatSession.resume(episode, team, clients, path, settings, role_identities=role_identities), True
     if isinstance(roster, Roster):
         team, label = roster, dataset_label(roster, dataset)
