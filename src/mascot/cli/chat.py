@@ -67,17 +67,11 @@ app.command("chat")(settings_command(ChatSettings, run_chat_command))
 
 def preload_local_models(backends, console: Console, run: Callable) -> None:
     """Loads in-process models before the first prompt, so the first reply does not wait for them."""
-    import asyncio
+    from mascot.dialogue.chat import local_model_loaders, preload_local_models as preload
 
-    loaders = {}
-    for role in backends.local_roles:
-        inner = backends[role].inner
-        if hasattr(inner, "load"):
-            loaders[id(inner)] = inner.load  # roles on one model share one client
-    if loaders:
+    if local_model_loaders(backends):
         with console.status("loading the local model..."):
-            for load in loaders.values():
-                run(asyncio.to_thread(load))
+            run(preload(backends))
 
 
 # --------------------------------------------------------------------------- the loop

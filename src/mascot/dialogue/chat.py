@@ -144,6 +144,20 @@ def chat_backends(settings: EndpointFields, trace: Path | None = None) -> tuple:
     return backends, resolve_served_identities(role_identities(backends), backends.endpoints)
 
 
+def local_model_loaders(backends) -> list:
+    """The `load` of each in-process model the backends hold (roles on one model share one)."""
+    loaders = {id(inner): inner.load for role in backends.local_roles if hasattr(inner := backends[role].inner, "load")}
+    return list(loaders.values())
+
+
+async def preload_local_models(backends) -> None:
+    """Loads in-process models up front (in a thread), so the first reply does not wait for them."""
+    import asyncio
+
+    for load in local_model_loaders(backends):
+        await asyncio.to_thread(load)
+
+
 # --------------------------------------------------------------------------- the session
 
 

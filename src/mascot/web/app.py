@@ -40,15 +40,6 @@ def allowed_hosts(settings: WebSettings) -> list[str]:
     return [*LOOPBACK_HOSTS, "[::1]", "testserver"]
 
 
-async def preload_local_models(backends) -> None:
-    """Loads in-process models before the first page is served, so the first reply does not wait."""
-    import asyncio
-
-    loaders = {id(inner): inner.load for role in backends.local_roles if hasattr(inner := backends[role].inner, "load")}
-    for load in loaders.values():  # roles on one model share one client
-        await asyncio.to_thread(load)
-
-
 def create_app(settings: WebSettings, clients: dict[str, ChatClient] | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -56,7 +47,7 @@ def create_app(settings: WebSettings, clients: dict[str, ChatClient] | None = No
         if clients is None:
             import asyncio
 
-            from mascot.dialogue.chat import chat_backends
+            from mascot.dialogue.chat import chat_backends, preload_local_models
 
             backends, identities = await asyncio.to_thread(chat_backends, settings)
             app.state.sessions = WebSessions(settings.session_dir, settings, {role: backends[role] for role in backends.endpoints}, identities)
