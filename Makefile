@@ -7,7 +7,7 @@ TORCH ?= torch==2.13.0
 # The benchmark scripts that need no GPU (benchmarks/gpu_train_profile.py needs CUDA); each prints its figures.
 CPU_BENCHMARKS := client_concurrency multi_endpoint local_batching episode_throughput judge_throughput metrics_speed train_speed safety_screen
 
-.PHONY: install demo test test-slow test-server test-realdata test-vllm bench bench-client clean
+.PHONY: install demo test test-slow test-server test-realdata test-vllm test-web bench bench-client clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -36,6 +36,13 @@ test-server: $(STAMP)
 bench-client: $(STAMP)
 	$(PY) benchmarks/client_concurrency.py
 	$(PY) benchmarks/multi_endpoint.py
+
+# The web app in a real browser: Chromium from the system's packages (Playwright's own browser
+# download is not used), driven through Playwright's Python API. Screenshots: outputs/test-web/.
+CHROMIUM ?= /usr/bin/chromium
+test-web: $(STAMP)
+	@test -x $(CHROMIUM) || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium; }
+	MASCOT_CHROMIUM=$(CHROMIUM) $(VENV)/bin/python -m pytest -q -m web tests/web
 
 test-realdata: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -m realdata

@@ -14,20 +14,19 @@ from typer.testing import CliRunner
 from mascot.cli import app
 from mascot.cli.chat import run_chat
 from mascot.dialogue.agents import stop_strings, clean_reply
+from mascot.data.meeting_file import read_meeting_file
 from mascot.dialogue.chat import (
     ChatSessionError,
     ChatSettings,
-    ReplyStream,
     SilentView,
     choose_roster,
-    cut_at_stop,
     load_session_episode,
     open_session,
-    read_meeting_file,
 )
+from mascot.dialogue.reply_stream import ReplyStream
 from mascot.dialogue.testing import group_client, role_of, stub_responder
 from mascot.errors import MascotError
-from mascot.llm.base import LLMError
+from mascot.llm.base import LLMError, cut_at_stop
 from mascot.llm.metered import MeteredClient, UsageMeter
 from mascot.llm.scripted import ScriptedClient
 from mascot.llm.stub_server import start_stub_server
@@ -255,7 +254,7 @@ def test_hostile_user_text_cannot_choose_a_speaker_off_the_roster(tmp_path, host
     assert session.counters.num_directive_parse_failures == 1
     assert session.counters.num_random_agent_fallbacks == 1
     assert view.decisions[0][1].fell_back
-    assert saved(session.path).model_extra["counters"]["num_random_agent_fallbacks"] == 1
+    assert saved(session.path).counters.num_random_agent_fallbacks == 1
 
 
 def test_an_empty_reply_is_retried_then_counted(tmp_path):
@@ -291,7 +290,7 @@ def test_meeting_file_as_jsonl_and_as_a_qmsum_record(tmp_path):
     assert [(l.speaker, l.text) for l in read_meeting_file(record)] == [("PM", "Budget first.")]
     broken = tmp_path / "bad.jsonl"
     broken.write_text('{"speaker": "A"}\n')
-    with pytest.raises(ChatSessionError, match="bad.jsonl:1"):
+    with pytest.raises(MascotError, match="bad.jsonl:1"):
         read_meeting_file(broken)
 
 
@@ -369,7 +368,7 @@ def test_a_backend_failure_keeps_the_message_and_the_session(tmp_path):
     assert "error: server went away" in out
     episode = saved(session.path)
     assert [(t.round_id, t.response) for t in episode.turns] == [(0, "one"), (1, "two"), (1, "Back again.")]
-    assert episode.model_extra["counters"]["num_generation_failures"] == 1
+    assert episode.counters.num_generation_failures == 1
 
 
 # --------------------------------------------------------------------------- the command
@@ -465,3 +464,46 @@ def test_cli_chats_with_the_embedded_local_model(tmp_path):
     for turn in episode.agent_turns:
         assert turn.agent_name in ROSTER.names
         assert "<think>" not in turn.response
+
+
+def test_a_reply_opening_as_another_companion_is_discarded_in_chat_as_in_episodes(tmp_path):
+    from mascot.dialogue.agents import Speaker
+    from mascot.dialogue.tally import Tally
+
+    director = ScriptedClient(fn=lambda r: "<directive>\nagent: The Anchor\naction: steady them\ntone: warm\n</directive>")
+    replies = iter(["The Catalyst: let me take this one.", "Fine, from me then."])
+    speaker = CharStreamClient(fn=lambda r: next(replies))
+    session = new_session(tmp_path, {"director": director, "speaker": speaker})
+    view = RecordingView()
+    discarded = []
+    view.reply_discarded = lambda name, shown: discarded.append((name, shown))
+    asyncio.run(session.send("hi", view))
+    (turn,) = saved(session.path).agent_turns
+    assert turn.response == "Fine, from me then." and view.shown == ["Fine, from me then."]
+    assert discarded == [("The Anchor", "")]  # held back while it could be another's line: nothing shown
+    assert speaker.streams_closed_early == 1  # generation stopped once it opened as The Catalyst
+    batch = Speaker(ScriptedClient(["The Catalyst: let me take this one.", "Fine, from me then."]), ROSTER, Tally())
+    reply = asyncio.run(batch.respond(ROSTER.persona("The Anchor"), session.context, [], turn.directive, 1))
+    assert reply == turn.response  # generated episodes treat the same reply the same way
+
+
+def test_typed_and_simulated_user_messages_enter_through_one_engine_entry_point(tmp_path, monkeypatch):
+    from mascot.dialogue.engine import EngineSettings, EpisodeEngine
+    from mascot.schema import Context
+
+    seen = []
+    original = EpisodeEngine.add_user_message
+
+    async def spy(self, state, text, round_id, emotion=None):
+        seen.append(text)
+        return await original(self, state, text, round_id, emotion)
+
+    monkeypatch.setattr(EpisodeEngine, "add_user_message", spy)
+    session = new_session(tmp_path)
+    asyncio.run(session.send("typed by a person"))
+    clients = {"director": group_client(), "speaker": group_client(), "user": group_client()}
+    engine = EpisodeEngine(ROSTER, clients, EngineSettings(num_turns=3, user_response_probability=1.0))
+    episode = asyncio.run(engine.run_episode(Context(context_id="c", dataset="ESConv", situation="exams")))
+    simulated = [t.response for t in episode.turns if t.is_user]
+    assert len(simulated) == 3 and seen == ["typed by a person", *simulated]
+    assert episode.emotion_trajectory == [t.emotion for t in episode.turns if t.is_user]

@@ -201,6 +201,8 @@ class EpisodeMetadata(Record):
     branch: BranchInfo | None = None
     prompt_version: str | None = None
     created_at: str | None = None
+    updated_at: str | None = None  # chat sessions: when the record was last rewritten
+    sampling: dict[str, Any] | None = None  # chat sessions: temperature, max_tokens, rounds per message
 
 
 class SafetyEvent(Record):
@@ -232,6 +234,7 @@ class Episode(Record):
     context: Context | None = None  # the dataset item it grew from: records stand on their own
     safety_events: list[SafetyEvent] | None = None  # absent when the screen matched nothing
     metadata: EpisodeMetadata
+    counters: Counters | None = None  # chat sessions: the failures counted while it was held
 
     @property
     def agent_turns(self) -> list[Turn]:
@@ -356,3 +359,6 @@ class RunSummary(Record):
     endpoints: dict[str, dict[str, int]] = Field(default_factory=dict)  # per server URL: requests, failures
     num_safety_events: int | None = None  # user messages the safety screen answered (absent when none)
     error: str | None = None
+
+
+Episode.model_rebuild()  # `counters` names Counters, declared further down

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Callable, Optional
-
-import typer
+from typing import TYPE_CHECKING, Callable
 
 from mascot.cli.app import app
-from mascot.cli import options as o
+from mascot.cli.settings_cli import settings_command
+from mascot.dialogue.chat_settings import ChatSettings
 from mascot.errors import MascotError
 
 if TYPE_CHECKING:
@@ -26,97 +25,53 @@ HELP_TEXT = """Commands:
 Anything else is a message to the group."""
 
 
-@app.command()
-def chat(
-    roster: Annotated[Optional[str], typer.Option("--roster", help="Roster name (emotional_support, meetings) or roster file.")] = None,
-    dataset: Annotated[Optional[str], typer.Option("--dataset", help="Choose the roster by dataset (ESConv, ED, QMSum); recorded in metadata.")] = None,
-    situation: Annotated[Optional[str], typer.Option("--situation", help="What the conversation is about (meetings: the participant's question).")] = None,
-    meeting_file: Annotated[Optional[Path], typer.Option("--meeting-file", help="Meetings roster: a transcript ('Speaker: text' lines, JSONL, or a QMSum record).")] = None,
-    session: Annotated[Optional[Path], typer.Option("--session", help="Session file; an existing one is shown and continued (default: outputs/chat/session-<time>.jsonl).")] = None,
-    show_directives: Annotated[bool, typer.Option("--show-directives", help="Show the Director's directive before every reply.")] = False,
-    rounds_per_message: Annotated[int, typer.Option("--rounds-per-message", help="Directed replies after each of your messages.")] = 1,
-    seed: o.Seed = 42,
-    temperature: Annotated[float, typer.Option("--temperature", help="Sampling temperature of Director and Speakers.")] = 0.7,
-    max_tokens: Annotated[int, typer.Option("--max-tokens", help="Longest reply in tokens.")] = 160,
-    model_name: o.ModelName = None,
-    vllm_server_url: o.VllmServerUrl = None,
-    director_server_url: o.DirectorServerUrl = None,
-    speaker_server_url: o.SpeakerServerUrl = None,
-    director_model: o.DirectorModel = None,
-    speaker_model: o.SpeakerModel = None,
-    director_adapter: o.DirectorAdapter = None,
-    speaker_adapter: o.SpeakerAdapter = None,
-    share_model: o.ShareModel = False,
-    trace_role_calls: Annotated[bool, typer.Option("--trace-role-calls", help="Write <session>.role_call_trace.jsonl next to the session file.")] = False,
-) -> None:
-    """Chat with the group: the Director picks who answers each message; replies stream as they are written."""
+def run_chat_command(settings: ChatSettings) -> None:
+    """`mascot chat`: opens the backends and the session, then reads messages until the end."""
     import asyncio
     import sys
 
     from rich.console import Console
 
-    from mascot.dialogue.chat import ChatSettings, new_session_path, open_session
-    from mascot.dialogue.run import announce_local_roles, role_identities
-    from mascot.llm.routing import EndpointOptions, build_backends, resolve_roles
-    from mascot.serve import resolve_served_identities
+    from mascot.dialogue.chat import chat_backends, new_session_path, open_session
+    from mascot.dialogue.run import announce_local_roles
 
-    if rounds_per_message < 1:
-        raise MascotError("--rounds-per-message must be at least 1")
-    if max_tokens < 1:
-        raise MascotError("--max-tokens must be at least 1")
-    path = session or new_session_path()
-    endpoints = EndpointOptions(
-        model_name=model_name,
-        vllm_server_url=vllm_server_url,
-        director_server_url=director_server_url,
-        speaker_server_url=speaker_server_url,
-        director_model=director_model,
-        speaker_model=speaker_model,
-        director_adapter=director_adapter,
-        speaker_adapter=speaker_adapter,
-        share_model=share_model,
-    )
-    settings = ChatSettings(rounds_per_message=rounds_per_message, seed=seed, temperature=temperature, max_tokens=max_tokens)
+    path = settings.session or new_session_path()
     console = Console(highlight=False)
-    trace = path.with_name(f"{path.stem}.role_call_trace.jsonl") if trace_role_calls else None
-    if trace:
-        trace.parent.mkdir(parents=True, exist_ok=True)
-    backends = build_backends(resolve_roles(endpoints, ("director", "speaker")), endpoints, trace_path=trace)
+    trace = path.with_name(f"{path.stem}.role_call_trace.jsonl") if settings.trace_role_calls else None
+    backends, identities = chat_backends(settings, trace)
     with asyncio.Runner() as runner:  # one loop for the whole chat: clients stay bound to it
         try:
             chat_session, continued = open_session(
                 path,
                 {role: backends[role] for role in backends.endpoints},
                 settings,
-                roster=roster,
-                dataset=dataset,
-                situation=situation,
-                meeting_file=meeting_file,
-                role_identities=resolve_served_identities(role_identities(backends), backends.endpoints),
+                roster=settings.roster,
+                dataset=settings.dataset,
+                situation=settings.situation,
+                meeting_file=settings.meeting_file,
+                role_identities=identities,
             )
             announce_local_roles(backends, console)
             preload_local_models(backends, console, runner.run)
-            if continued and (situation or meeting_file):
+            if continued and (settings.situation or settings.meeting_file):
                 console.print("[dim]continuing a saved session: its own situation is kept[/dim]")
             interactive = sys.stdin.isatty()
-            run_chat(chat_session, console, read_line_from(console, interactive), runner.run, show_directives=show_directives, echo=not interactive, continued=continued)
+            reader = read_line_from(console, interactive)
+            run_chat(chat_session, console, reader, runner.run, show_directives=settings.show_directives, echo=not interactive, continued=continued)
         finally:
             runner.run(backends.aclose())
 
 
+app.command("chat")(settings_command(ChatSettings, run_chat_command))
+
+
 def preload_local_models(backends, console: Console, run: Callable) -> None:
     """Loads in-process models before the first prompt, so the first reply does not wait for them."""
-    import asyncio
+    from mascot.dialogue.chat import local_model_loaders, preload_local_models as preload
 
-    loaders = {}
-    for role in backends.local_roles:
-        inner = backends[role].inner
-        if hasattr(inner, "load"):
-            loaders[id(inner)] = inner.load  # roles on one model share one client
-    if loaders:
+    if local_model_loaders(backends):
         with console.status("loading the local model..."):
-            for load in loaders.values():
-                run(asyncio.to_thread(load))
+            run(preload(backends))
 
 
 # --------------------------------------------------------------------------- the loop
@@ -180,8 +135,7 @@ def run_chat(
                 run(session.send(message, view))
             except MascotError as exc:  # a backend failure ends this round, not the session
                 view.interrupted()
-                session.tally.counters.num_generation_failures += 1
-                session.save()
+                session.count_failed_round()
                 console.print(f"[red]error: {escape(str(exc))}[/red] [dim](your message is saved; send another or /quit)[/dim]")
     except KeyboardInterrupt:
         view.interrupted()
@@ -294,6 +248,9 @@ class TerminalView:
 
     def reply_text(self, text: str) -> None:
         self.console.print(text, end="", markup=False, highlight=False, soft_wrap=True)
+
+    def reply_discarded(self, agent_name: str, shown: str) -> None:
+        self.console.print(f"[dim](a reply that opened as someone else was discarded{': ' + escape(shown) if shown else ''}; asking {escape(agent_name)} again)[/dim] ", end="")
 
     def reply_end(self, turn: Turn, revised: bool) -> None:
         if not turn.response:

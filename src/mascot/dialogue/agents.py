@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import re
+from contextlib import aclosing
 from dataclasses import dataclass
 
 from mascot.dialogue.prompts import speaker_messages, user_label, user_messages
 from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE, response_parts, token_budget
+from mascot.dialogue.reply_stream import ReplyStream, RoundListener
 from mascot.dialogue.tally import Tally
-from mascot.llm.base import ChatClient, ChatRequest, strip_think
+from mascot.llm.base import ChatClient, ChatRequest, cut_at_stop, split_reasoning, strip_think
 from mascot.schema import BigFiveProfile, Context, Directive, Persona, Roster, Turn
 
 _EMOTION_LINE = re.compile(r"^\s*[*_]*emotion[*_]*\s*[:\-]\s*[*_]*\s*([A-Za-z][A-Za-z \-]{0,40}?)\s*[*_.!]*\s*$", re.IGNORECASE | re.MULTILINE)
@@ -16,6 +19,8 @@ _EMOTION_LINE = re.compile(r"^\s*[*_]*emotion[*_]*\s*[:\-]\s*[*_]*\s*([A-Za-z][A
 
 # Small models run on into an imagined transcript or echo the prompt's own headings: stop there.
 _PROMPT_ECHOES = ("\nConversation so far", "<transcript>", "</transcript>", "\nThe person's situation:", "\nThe person feels:")
+
+logger = logging.getLogger(__name__)
 
 
 def stop_strings(roster: Roster, context: Context) -> tuple[str, ...]:
@@ -38,11 +43,15 @@ def clean_speaker_reply(text: str, persona: Persona, roster: Roster, context: Co
     reply = clean_reply(text, persona.name)
     if any(reply.startswith(echo.strip()) for echo in _PROMPT_ECHOES):  # the prompt parroted back
         return ""
-    others = [n for n in [*roster.names, user_label(context)] if n != persona.name]
-    for name in others:
+    for name in other_names(persona, roster, context):
         if re.match(rf"^\**{re.escape(name)}\**\s*:", reply, flags=re.IGNORECASE):
             return ""
     return reply
+
+
+def other_names(persona: Persona, roster: Roster, context: Context) -> list[str]:
+    """Everyone in the conversation but `persona`: the other companions and the person."""
+    return [n for n in [*roster.names, user_label(context)] if n != persona.name]
 
 
 def first_paragraph(text: str) -> str:
@@ -54,6 +63,7 @@ def first_paragraph(text: str) -> str:
 class SpeakerReply:
     text: str
     reasoning: str | None = None
+    revised: bool = False  # streamed: the saved reply does not continue what was shown
 
 
 class Speaker:
@@ -82,8 +92,11 @@ class Speaker:
     async def respond(self, persona: Persona, context: Context, history: list[Turn], directive: Directive | None, seed: int) -> str:
         return (await self.reply(persona, context, history, directive, seed)).text
 
-    async def reply(self, persona: Persona, context: Context, history: list[Turn], directive: Directive | None, seed: int) -> SpeakerReply:
-        """The visible reply and the reasoning set aside from it."""
+    async def reply(
+        self, persona: Persona, context: Context, history: list[Turn], directive: Directive | None, seed: int, listener: RoundListener | None = None
+    ) -> SpeakerReply:
+        """The visible reply and the reasoning set aside from it. With a `listener` the reply is
+        streamed to it as it is generated; either way the saved reply is the same cleaning's."""
         messages = speaker_messages(persona, self.roster, context, history, directive, think=self.think)
         for attempt in range(2):  # an empty reply is retried once with another seed
             request = ChatRequest(
@@ -95,12 +108,34 @@ class Speaker:
                 role="speaker",
                 thinking=self.think,
             )
-            visible, reasoning = response_parts(await self.client.chat(request))
-            reply = clean_speaker_reply(visible, persona, self.roster, context)
-            if reply:
-                return SpeakerReply(reply, reasoning)
+            if listener is None:
+                visible, reasoning = response_parts(await self.client.chat(request))
+                reply = SpeakerReply(clean_speaker_reply(visible, persona, self.roster, context), reasoning)
+            else:
+                reply = await self._streamed(request, persona, context, listener)
+            if reply.text:
+                return reply
         self.tally.count("num_empty_responses", f"{persona.name} gave an empty reply twice")
         return SpeakerReply("")
+
+    async def _streamed(self, request: ChatRequest, persona: Persona, context: Context, listener: RoundListener) -> SpeakerReply:
+        """One streamed generation: pieces go to the listener as they settle; the completed reply
+        is cleaned like a reply that was not streamed, and a discarded one is reported."""
+        stream = ReplyStream(persona.name, request.stop or (), tuple(other_names(persona, self.roster, context)), tuple(e.strip() for e in _PROMPT_ECHOES))
+        async with aclosing(self.client.stream(request)) as pieces:
+            async for piece in pieces:
+                if shown := stream.feed(piece):
+                    listener.reply_text(shown)
+                if stream.done:  # the rest would be cut from the reply anyway
+                    break
+        if rest := stream.finish():
+            listener.reply_text(rest)
+        visible, reasoning = split_reasoning(cut_at_stop(stream.raw, request.stop)[0])
+        text = clean_speaker_reply(visible, persona, self.roster, context)
+        if not text and stream.text:
+            logger.info("%s's streamed reply was discarded (it opened as someone else or repeated the prompt): %r", persona.name, stream.text[:80])
+            listener.reply_discarded(persona.name, stream.shown)
+        return SpeakerReply(text, reasoning or None, revised=bool(text) and not text.startswith(stream.shown))
 
 
 @dataclass

@@ -21,6 +21,7 @@ from mascot.dialogue.director import Director, DirectorDecision
 from mascot.dialogue.policies import TurnPolicy, make_policy
 from mascot.dialogue.prompts import PROMPT_VERSION
 from mascot.dialogue.reasoning import OutputPaths
+from mascot.dialogue.reply_stream import RoundListener
 from mascot.dialogue.seeds import derive_seed, derived_rng
 from mascot.dialogue.settings import EngineSettings, GenerationMode  # noqa: F401  (re-exported)
 from mascot.dialogue.tally import Tally
@@ -120,38 +121,46 @@ class EpisodeEngine:
             state.emotions.append(context.emotion)
         return state
 
-    async def play_round(self, state: EpisodeState, round_id: int, decision: DirectorDecision | None = None) -> None:
-        """One Director -> Speaker (-> User) cycle appended to `state.turns`."""
+    async def play_round(self, state: EpisodeState, round_id: int, decision: DirectorDecision | None = None, listener: RoundListener | None = None) -> None:
+        """One Director -> Speaker (-> User) cycle appended to `state.turns`; a `listener` (a live
+        conversation) is told the directive and gets the reply streamed as it is generated."""
         ctx = state.context
         if state.pending_safety is not None:  # the group answers a screened message with the safety reply
-            self._safety_reply(state, round_id)
+            self._safety_reply(state, round_id, listener)
         else:
             if decision is None:
                 decision = await self.policy.next_turn(ctx, state.turns, round_id, derive_seed(*state.seed_key, round_id, "director"))
-            await self._directed_reply(state, round_id, decision)
+            await self._directed_reply(state, round_id, decision, listener)
         if self.simulates_user and derived_rng(*state.seed_key, round_id, "user-turn").random() < self.settings.user_response_probability:
             await self._user_turn(state, round_id)
 
-    async def _directed_reply(self, state: EpisodeState, round_id: int, decision: DirectorDecision) -> None:
+    async def _directed_reply(self, state: EpisodeState, round_id: int, decision: DirectorDecision, listener: RoundListener | None) -> None:
         persona = self.roster.persona(decision.directive.agent_name)
-        reply = await self.speaker.reply(persona, state.context, state.turns, decision.directive, derive_seed(*state.seed_key, round_id, "speaker"))
-        state.turns.append(
-            Turn(
-                turn_idx=state.next_turn_idx,
-                round_id=round_id,
-                directive=decision.directive,
-                agent_name=persona.name,
-                response=reply.text,
-                directive_output=decision.output or None,
-                reasoning=reply.reasoning,
-                directive_reasoning=decision.reasoning,
-            )
+        if listener is not None:
+            listener.directive(decision, round_id)
+            listener.reply_start(persona.name)
+        reply = await self.speaker.reply(persona, state.context, state.turns, decision.directive, derive_seed(*state.seed_key, round_id, "speaker"), listener)
+        turn = Turn(
+            turn_idx=state.next_turn_idx,
+            round_id=round_id,
+            directive=decision.directive,
+            agent_name=persona.name,
+            response=reply.text,
+            directive_output=decision.output or None,
+            reasoning=reply.reasoning,
+            directive_reasoning=decision.reasoning,
         )
+        state.turns.append(turn)
+        if listener is not None:
+            listener.reply_end(turn, reply.revised)
 
-    # ------------------------------------------------------------------ safety screen (mascot.safety)
-    def add_user_turn(self, state: EpisodeState, round_id: int, text: str, emotion: str | None = None) -> Turn:
-        """The one entry point for a user message: appended, then screened; a match makes the next
-        round the group's safety reply instead of a directed round."""
+    # ---- the one way a user message enters the transcript (BEGIN)
+    async def add_user_message(self, state: EpisodeState, text: str, round_id: int, emotion: str | None = None) -> Turn:
+        """Appends a user message (typed by a person in chat, or the simulated user's) to the
+        transcript, before the group answers it, and screens it (mascot.safety): a match makes the
+        next round the group's safety reply instead of a directed round. Every user turn enters here."""
+        if emotion:
+            state.emotions.append(emotion)
         turn = Turn(turn_idx=state.next_turn_idx, round_id=round_id, agent_name="user", response=text, turn_type="user", emotion=emotion)
         state.turns.append(turn)
         finding = self.safety.check(text) if self.safety is not None else None
@@ -159,7 +168,9 @@ class EpisodeEngine:
             state.pending_safety = (finding, turn.turn_idx)
         return turn
 
-    def _safety_reply(self, state: EpisodeState, round_id: int) -> Turn:
+    # ---- (END)
+
+    def _safety_reply(self, state: EpisodeState, round_id: int, listener: RoundListener | None = None) -> Turn:
         finding, user_turn_idx = state.pending_safety  # type: ignore[misc]
         state.pending_safety = None
         voice = self.roster.personas[0].name
@@ -167,7 +178,23 @@ class EpisodeEngine:
                     directive=Directive(agent_name=voice, action=SAFETY_ACTION, tone="calm, direct"))
         state.turns.append(turn)
         state.safety_events.append(self.safety.event(finding, user_turn_idx, turn.turn_idx))  # type: ignore[union-attr]
+        if listener is not None:  # a live conversation shows the safety reply like any other
+            listener.reply_start(voice)
+            listener.reply_text(turn.response)
+            listener.reply_end(turn, False)
         return turn
+
+    # ---- the one way a user message enters the transcript (BEGIN)
+    async def add_user_message(self, state: EpisodeState, text: str, round_id: int, emotion: str | None = None) -> Turn:
+        """Appends a user message (typed by a person in chat, or the simulated user's) to the
+        transcript, before the group answers it. Every user turn enters here."""
+        if emotion:
+            state.emotions.append(emotion)
+        turn = Turn(turn_idx=state.next_turn_idx, round_id=round_id, agent_name="user", response=text, turn_type="user", emotion=emotion)
+        state.turns.append(turn)
+        return turn
+
+    # ---- (END)
 
     async def _user_turn(self, state: EpisodeState, round_id: int) -> None:
         s = self.settings
@@ -175,9 +202,7 @@ class EpisodeEngine:
             self.clients["user"], self.roster, self.tally, profile=state.profile, temperature=s.temperature, thinking=s.user_thinking, reasoning_allowance=s.reasoning_allowance
         )
         reply = await user.respond(state.context, state.turns, derive_seed(*state.seed_key, round_id, "user"))
-        if reply.emotion:
-            state.emotions.append(reply.emotion)
-        self.add_user_turn(state, round_id, reply.text, reply.emotion)
+        await self.add_user_message(state, reply.text, round_id, reply.emotion)
 
     async def play_rounds(self, state: EpisodeState, start: int, end: int, first: DirectorDecision | None = None) -> None:
         for round_id in range(start, end):

@@ -1,0 +1,37 @@
+"""`mascot web`: the local web app (group chat; the human-study pages)."""
+
+from __future__ import annotations
+
+from mascot.cli import app
+from mascot.cli.settings_cli import settings_command
+from mascot.web.settings import WebSettings
+
+
+def run_web(settings: WebSettings) -> None:
+    import typer
+
+    from mascot.web.app import serve
+
+    typer.secho(f"mascot web on http://{settings.host}:{settings.port}/ (sessions in {settings.session_dir}; Ctrl-C stops)", fg="green")
+    if not settings.loopback_only:
+        typer.secho(f"warning: --host {settings.host} lets other machines reach the app; it has no login", fg="yellow", err=True)
+    serve(settings)
+
+
+def dry_run_web(command: str, settings: WebSettings) -> None:
+    """Checks the models and endpoints the app would open and prints the resolved settings (URLs
+    without credentials); starts nothing."""
+    from mascot.cli.dryrun import check_endpoints, print_settings
+    from mascot.dialogue.chat import CHAT_ROLES
+    from mascot.llm.routing import redact_url, resolve_roles
+    from mascot.settings import as_dict
+    from mascot.web.security import scrub
+
+    roles = check_endpoints(resolve_roles(settings.endpoint_options(), CHAT_ROLES))
+    values = as_dict(settings)
+    for name in ("vllm_server_url", "director_server_url", "speaker_server_url"):
+        values[name] = [redact_url(url) for url in values[name] or []] or None
+    print_settings(command, {**values, "roles": {role: scrub(how) for role, how in roles.items()}})
+
+
+app.command("web")(settings_command(WebSettings, run_web, dry_run=dry_run_web))

@@ -1,0 +1,138 @@
+"""Group-chat pages and endpoints: pick a roster (or upload one), talk with the group, watch the
+replies stream, continue or export a saved session."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from fastapi import APIRouter, Depends, File, Form, HTTPException, Request, UploadFile
+from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from pydantic import BaseModel
+
+from mascot.errors import MascotError
+from mascot.rosters import RosterError
+from mascot.web.events import DONE, QueueListener, colour_index, sse
+from mascot.web.security import require_csrf, scrub
+from mascot.web.sessions import SessionNotFound, WebSessions
+
+router = APIRouter()
+log = logging.getLogger(__name__)
+
+
+class MessageIn(BaseModel):
+    text: str
+
+
+def sessions_of(request: Request) -> WebSessions:
+    return request.app.state.sessions
+
+
+def page(request: Request, template: str, status_code: int = 200, **values) -> HTMLResponse:
+    return request.app.state.templates.TemplateResponse(request, template, values, status_code=status_code)
+
+
+def bounded_text(request: Request, text: str, what: str, *, allow_empty: bool = False) -> str:
+    """The text stripped; 422 when it is empty (unless allowed) or longer than the app accepts."""
+    limit = request.app.state.settings.max_message_chars
+    text = text.strip()
+    if not text and not allow_empty:
+        raise HTTPException(status_code=422, detail=f"the {what} is empty")
+    if len(text) > limit:
+        raise HTTPException(status_code=422, detail=f"the {what} is too long: at most {limit} characters (it has {len(text)})")
+    return text
+
+
+@router.get("/", response_class=HTMLResponse)
+async def index(request: Request, roster: str | None = None) -> HTMLResponse:
+    sessions = sessions_of(request)
+    limit = request.app.state.settings.max_message_chars
+    return page(request, "index.html", rosters=sessions.rosters(), chosen=roster, sessions=sessions.summaries(), max_chars=limit)
+
+
+@router.post("/rosters", dependencies=[Depends(require_csrf)])
+async def upload_roster(request: Request, roster_file: UploadFile = File(...)) -> Response:
+    try:
+        key, _ = sessions_of(request).add_roster(await roster_file.read())
+    except RosterError as exc:
+        return page(request, "error.html", 422, title="This roster cannot be used", message=str(exc))
+    return RedirectResponse(f"/?roster={key}", status_code=303)
+
+
+@router.post("/sessions", dependencies=[Depends(require_csrf)])
+async def start_session(request: Request, roster: str = Form(...), situation: str = Form("")) -> Response:
+    situation = bounded_text(request, situation, "situation", allow_empty=True)
+    try:
+        session = sessions_of(request).create(roster, situation or None)
+    except MascotError as exc:
+        return page(request, "error.html", 422, title="The session cannot start", message=scrub(str(exc)))
+    return RedirectResponse(f"/sessions/{session.path.stem}", status_code=303)
+
+
+@router.get("/sessions/{session_id}", response_class=HTMLResponse)
+async def session_page(request: Request, session_id: str) -> HTMLResponse:
+    try:
+        session = sessions_of(request).get(session_id)
+    except SessionNotFound as exc:
+        return page(request, "error.html", 404, title="No such session", message=str(exc))
+    except MascotError as exc:
+        return page(request, "error.html", 422, title="This session cannot be continued", message=scrub(str(exc)))
+    names = session.roster.names
+    colours = {name: colour_index(name, names) for name in names}
+    return page(request, "session.html", session=session, session_id=session_id, colours=colours, max_chars=request.app.state.settings.max_message_chars)
+
+
+@router.get("/sessions/{session_id}/export.jsonl")
+async def export_session(request: Request, session_id: str) -> Response:
+    try:
+        data = sessions_of(request).export(session_id)
+    except SessionNotFound as exc:
+        raise HTTPException(status_code=404, detail=str(exc)) from None
+    headers = {"content-disposition": f'attachment; filename="{session_id}.jsonl"'}
+    return Response(data, media_type="application/x-ndjson", headers=headers)
+
+
+@router.get("/api/sessions")
+async def list_sessions(request: Request) -> list[dict]:
+    return [vars(s) for s in sessions_of(request).summaries()]
+
+
+@router.post("/api/sessions/{session_id}/messages", dependencies=[Depends(require_csrf)])
+async def send_message(request: Request, session_id: str, message: MessageIn) -> StreamingResponse:
+    """Sends the person's message; the answer is a stream of server-sent events (see events.py)."""
+    sessions = sessions_of(request)
+    text = bounded_text(request, message.text, "message")
+    try:
+        session = sessions.get(session_id)
+    except SessionNotFound as exc:
+        raise HTTPException(status_code=404, detail=str(exc)) from None
+    lock = sessions.lock(session_id)
+    if lock.locked():
+        raise HTTPException(status_code=409, detail="the group is still answering the last message")
+    await lock.acquire()
+    queue: asyncio.Queue = asyncio.Queue()
+    task = asyncio.create_task(answer(session, text, queue, lock))
+    request.app.state.tasks.add(task)
+    task.add_done_callback(request.app.state.tasks.discard)
+    return StreamingResponse(stream_events(queue), media_type="text/event-stream", headers={"x-accel-buffering": "no"})
+
+
+async def answer(session, text: str, queue: asyncio.Queue, lock: asyncio.Lock) -> None:
+    """Plays the message's rounds (saved as they end); runs on even if the browser goes away."""
+    try:
+        await session.send(text, QueueListener(queue, session.roster.names))
+    except MascotError as exc:  # a backend failure ends this message's rounds, not the session
+        session.count_failed_round()
+        queue.put_nowait(("error", {"message": scrub(str(exc)) + " (your message is saved; send another)"}))
+    except Exception:  # a fault of the app itself: logged whole here, one plain line for the page
+        log.exception("answering a message of session %s failed", session.session_id)
+        queue.put_nowait(("error", {"message": "something went wrong on the server (your message is saved; the log has the details)"}))
+    finally:
+        lock.release()
+        queue.put_nowait(DONE)
+
+
+async def stream_events(queue: asyncio.Queue):
+    while (item := await queue.get()) is not DONE:
+        yield sse(*item)
+    yield sse("done", {})

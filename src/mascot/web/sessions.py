@@ -1,0 +1,152 @@
+"""The web app's group-chat sessions: the same session files as `mascot chat` (one Episode record
+each, in the same folder), opened over the app's clients, one reply at a time per session.
+
+A session created in the browser gets an unguessable id and is written with its first message;
+uploaded rosters are validated and kept in `<session dir>/rosters/` so sessions held with them can
+be continued after a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from mascot.dialogue.chat import ChatSession, load_session_episode, open_session
+from mascot.dialogue.chat_settings import ConversationSettings
+from mascot.errors import MascotError
+from mascot.llm.base import ChatClient
+from mascot.rosters import BUILTIN_ROSTERS, RosterError, load_roster
+from mascot.schema import RoleIdentity, Roster
+from mascot.web.security import new_id
+
+log = logging.getLogger(__name__)
+_SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
+_UPLOAD_NAME = re.compile(r"^upload-[0-9a-f]{12}$")
+SESSION_PREFIX = "session-"
+
+
+class SessionNotFound(MascotError):
+    """No session with that id (or an id that cannot name a session file)."""
+
+
+@dataclass
+class SessionSummary:
+    session_id: str
+    roster: str
+    rounds: int
+    updated_at: str
+    opening: str  # the person's first message, shortened
+
+
+class WebSessions:
+    """Sessions on disk and in memory; `lock(id)` serialises the replies of one session."""
+
+    def __init__(
+        self, directory: Path, settings: ConversationSettings, clients: dict[str, ChatClient], identities: dict[str, RoleIdentity] | None = None
+    ) -> None:
+        self.directory = Path(directory)
+        self.rosters_dir = self.directory / "rosters"
+        self.settings = settings
+        self.clients = clients
+        self.identities = identities
+        self._open: dict[str, ChatSession] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    # ------------------------------------------------------------------ rosters
+
+    def rosters(self) -> dict[str, Roster]:
+        """Every roster a session can be started with: the built-in ones, then uploaded ones."""
+        found = {name: load_roster(name) for name in BUILTIN_ROSTERS}
+        for path in sorted(self.rosters_dir.glob("upload-*.yaml")) if self.rosters_dir.is_dir() else []:
+            try:
+                found[path.stem] = load_roster(str(path))
+            except RosterError as exc:  # a file changed by hand: skipped, and said once
+                log.warning("skipping roster file %s: %s", path.name, exc)
+        return found
+
+    def add_roster(self, data: bytes) -> tuple[str, Roster]:
+        """Validates an uploaded roster (YAML or JSON) and keeps it; RosterError when unusable."""
+        key = "upload-" + hashlib.sha256(data).hexdigest()[:12]
+        path = self.rosters_dir / f"{key}.yaml"
+        self.rosters_dir.mkdir(parents=True, exist_ok=True)
+        scratch = path.with_suffix(".checking")
+        scratch.write_bytes(data)
+        try:
+            roster = load_roster(str(scratch))
+        except RosterError as exc:
+            raise RosterError(str(exc).replace(str(scratch), "the uploaded file")) from None
+        finally:
+            load_roster.cache_clear()  # the scratch path is gone: never answer from it again
+        scratch.replace(path)
+        return key, roster
+
+    def roster_for(self, key: str) -> Roster:
+        rosters = self.rosters()
+        if key not in rosters:
+            raise RosterError(f"unknown roster {key!r}")
+        return rosters[key]
+
+    def _saved_roster(self, path: Path) -> Roster | None:
+        """The uploaded roster a saved session was held with (None: a built-in one)."""
+        episode = load_session_episode(path)
+        name, version = episode.metadata.roster, episode.metadata.roster_version
+        if name in BUILTIN_ROSTERS:
+            return None
+        for key, roster in self.rosters().items():
+            if _UPLOAD_NAME.match(key) and roster.name == name and roster.version == version:
+                return roster
+        raise RosterError(f"this session was held with roster {name!r}, which is no longer in {self.rosters_dir}: upload it again")
+
+    # ------------------------------------------------------------------ sessions
+
+    def path_of(self, session_id: str) -> Path:
+        if not _SESSION_ID.match(session_id or ""):
+            raise SessionNotFound(f"no session {session_id!r}")
+        return self.directory / f"{session_id}.jsonl"
+
+    def create(self, roster_key: str, situation: str | None = None) -> ChatSession:
+        """A new session (written with its first message) under an unguessable id."""
+        path = self.path_of(new_id(SESSION_PREFIX))
+        session, _ = open_session(path, self.clients, self.settings, roster=self.roster_for(roster_key), situation=situation, role_identities=self.identities)
+        self._open[path.stem] = session
+        return session
+
+    def get(self, session_id: str) -> ChatSession:
+        """An open session, or the saved one continued."""
+        if session_id in self._open:
+            return self._open[session_id]
+        path = self.path_of(session_id)
+        if not path.is_file():
+            raise SessionNotFound(f"no session {session_id!r}")
+        session, _ = open_session(path, self.clients, self.settings, roster=self._saved_roster(path), role_identities=self.identities)
+        self._open[session_id] = session
+        return session
+
+    def lock(self, session_id: str) -> asyncio.Lock:
+        return self._locks.setdefault(session_id, asyncio.Lock())
+
+    def export(self, session_id: str) -> bytes:
+        """The session file as saved: one JSONL line (`mascot judge` reads it)."""
+        path = self.path_of(session_id)
+        if not path.is_file():
+            raise SessionNotFound(f"no session {session_id!r} has been saved yet: send a message first")
+        return path.read_bytes()
+
+    def summaries(self) -> list[SessionSummary]:
+        """Saved sessions, most recently changed first; unreadable files are skipped and logged."""
+        found = []
+        for path in self.directory.glob(f"{SESSION_PREFIX}*.jsonl") if self.directory.is_dir() else []:
+            try:
+                episode = load_session_episode(path)
+            except MascotError as exc:
+                log.warning("skipping %s: %s", path.name, exc)
+                continue
+            opening = next((t.response for t in episode.turns if t.is_user), "")
+            rounds = len({t.round_id for t in episode.agent_turns})
+            stamp = episode.metadata.updated_at or episode.metadata.created_at or ""
+            found.append(SessionSummary(path.stem, episode.metadata.roster or "", rounds, stamp, opening[:80]))
+        return sorted(found, key=lambda s: s.updated_at, reverse=True)
