@@ -2,7 +2,8 @@ import asyncio
 
 import pytest
 
-from mascot.dialogue.engine import EngineSettings, EpisodeEngine, run_all
+from mascot.dialogue.batch import run_all
+from mascot.dialogue.engine import EngineSettings, EpisodeEngine
 from mascot.dialogue.tally import StrictModeStop, Tally
 from mascot.dialogue.testing import group_client, group_reply, role_of
 from mascot.llm.base import LLMError

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 from mascot.dialogue.prompts import speaker_messages, user_label, user_messages
 from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE, response_parts, token_budget
-from mascot.dialogue.reply_stream import ReplyStream, RoundListener
+from mascot.dialogue.reply_stream import ReplyStream, RoundListener, clean_reply, first_paragraph
 from mascot.dialogue.tally import Tally
-from mascot.llm.base import ChatClient, ChatRequest, cut_at_stop, split_reasoning, strip_think
+from mascot.llm.base import ChatClient, ChatRequest, cut_at_stop, split_reasoning
 from mascot.schema import BigFiveProfile, Context, Directive, Persona, Roster, Turn
 
 _EMOTION_LINE = re.compile(r"^\s*[*_]*emotion[*_]*\s*[:\-]\s*[*_]*\s*([A-Za-z][A-Za-z \-]{0,40}?)\s*[*_.!]*\s*$", re.IGNORECASE | re.MULTILINE)
@@ -26,15 +26,6 @@ logger = logging.getLogger(__name__)
 def stop_strings(roster: Roster, context: Context) -> tuple[str, ...]:
     names = [*roster.names, user_label(context)]
     return tuple(f"\n{name}:" for name in names) + _PROMPT_ECHOES
-
-
-def clean_reply(text: str, speaker_name: str) -> str:
-    """Visible reply: reasoning removed, a leading 'Name:' prefix removed, and only the first
-    paragraph kept (replies are asked to be a few sentences; what follows a blank line is a model
-    running on into an imagined transcript)."""
-    visible = strip_think(text)
-    visible = re.sub(rf"^\s*\**{re.escape(speaker_name)}\**\s*:\s*", "", visible, flags=re.IGNORECASE)
-    return first_paragraph(visible)
 
 
 def clean_speaker_reply(text: str, persona: Persona, roster: Roster, context: Context) -> str:
@@ -52,11 +43,6 @@ def clean_speaker_reply(text: str, persona: Persona, roster: Roster, context: Co
 def other_names(persona: Persona, roster: Roster, context: Context) -> list[str]:
     """Everyone in the conversation but `persona`: the other companions and the person."""
     return [n for n in [*roster.names, user_label(context)] if n != persona.name]
-
-
-def first_paragraph(text: str) -> str:
-    head = re.split(r"\n\s*\n|\n?</?(?:transcript|directive|meeting_transcript)>", text.strip(), maxsplit=1)[0]
-    return head.strip().strip('"').strip()
 
 
 @dataclass

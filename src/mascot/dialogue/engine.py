@@ -13,7 +13,7 @@ are the same whether they run one by one or many at once on a deterministic back
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from mascot.dialogue.agents import SimulatedUser, Speaker
@@ -25,7 +25,7 @@ from mascot.dialogue.reply_stream import RoundListener
 from mascot.dialogue.seeds import derive_seed, derived_rng
 from mascot.dialogue.settings import EngineSettings, GenerationMode  # noqa: F401  (re-exported)
 from mascot.dialogue.tally import Tally
-from mascot.llm.base import ChatClient, LLMError
+from mascot.llm.base import ChatClient
 from mascot.rosters import big_five_profile, load_big_five
 from mascot.safety import SAFETY_ACTION, Finding, SafetyScreen, screen_applies
 from mascot.schema import (
@@ -183,18 +183,6 @@ class EpisodeEngine:
             listener.reply_text(turn.response)
             listener.reply_end(turn, False)
         return turn
-
-    # ---- the one way a user message enters the transcript (BEGIN)
-    async def add_user_message(self, state: EpisodeState, text: str, round_id: int, emotion: str | None = None) -> Turn:
-        """Appends a user message (typed by a person in chat, or the simulated user's) to the
-        transcript, before the group answers it. Every user turn enters here."""
-        if emotion:
-            state.emotions.append(emotion)
-        turn = Turn(turn_idx=state.next_turn_idx, round_id=round_id, agent_name="user", response=text, turn_type="user", emotion=emotion)
-        state.turns.append(turn)
-        return turn
-
-    # ---- (END)
 
     async def _user_turn(self, state: EpisodeState, round_id: int) -> None:
         s = self.settings
@@ -368,49 +356,3 @@ class EpisodeEngine:
         for idx in range(count):
             if not skip(self.record_id(context, f"e{idx}")):
                 yield await self.run_episode(context, idx)
-
-
-@dataclass
-class RunProgress:
-    done: int = 0
-    failed: int = 0
-
-
-async def run_all(
-    engine: EpisodeEngine,
-    contexts: Iterable[Context],
-    *,
-    write: Callable[[Episode], None],
-    skip: Callable[[str], bool],
-    spines: dict[str, Episode] | None = None,
-    on_progress: Callable[[RunProgress], None] | None = None,
-    strict: bool = False,
-) -> RunProgress:
-    """Runs every context through the engine with at most `max_concurrent_episodes` contexts at
-    once; records stream to `write` as soon as they are complete (memory stays flat)."""
-    progress = RunProgress()
-    iterator: Iterator[Context] = iter(contexts)
-    workers = max(1, engine.settings.max_concurrent_episodes)
-
-    async def worker() -> None:
-        for context in iterator:  # one shared iterator: each context is taken by exactly one worker
-            try:
-                async for episode in engine.run_context(context, skip, (spines or {}).get(context.context_id)):
-                    write(episode)
-                    progress.done += 1
-                    if on_progress:
-                        on_progress(progress)
-            except LLMError as exc:
-                progress.failed += 1
-                engine.tally.drop(context.context_id or "", exc)
-                if on_progress:
-                    on_progress(progress)
-
-    tasks = [asyncio.create_task(worker()) for _ in range(workers)]
-    try:
-        await asyncio.gather(*tasks)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-    return progress

@@ -115,8 +115,6 @@ class ReplyStream:
 
     def feed(self, piece: str) -> str:
         """Adds a streamed piece; returns the text newly visible."""
-        from mascot.dialogue.agents import clean_reply
-
         self.raw += piece
         cut, stopped = cut_at_stop(self.raw, self.stops)
         if stopped:
@@ -140,8 +138,6 @@ class ReplyStream:
 
     def finish(self) -> str:
         """The stream ended (or was stopped): returns the rest of the reply."""
-        from mascot.dialogue.agents import clean_reply
-
         cut, _ = cut_at_stop(self.raw, self.stops)
         self.text = clean_reply(cut, self.speaker_name)
         self.diverged = not self.text.startswith(self.shown)
@@ -154,3 +150,17 @@ class ReplyStream:
             return ""
         new, self.shown = reply[len(self.shown) :], reply
         return new
+
+
+def clean_reply(text: str, speaker_name: str) -> str:
+    """Visible reply: reasoning removed, a leading 'Name:' prefix removed, and only the first
+    paragraph kept (replies are asked to be a few sentences; what follows a blank line is a model
+    running on into an imagined transcript)."""
+    visible = strip_think(text)
+    visible = re.sub(rf"^\s*\**{re.escape(speaker_name)}\**\s*:\s*", "", visible, flags=re.IGNORECASE)
+    return first_paragraph(visible)
+
+
+def first_paragraph(text: str) -> str:
+    head = re.split(r"\n\s*\n|\n?</?(?:transcript|directive|meeting_transcript)>", text.strip(), maxsplit=1)[0]
+    return head.strip().strip('"').strip()

@@ -14,7 +14,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 
-from mascot.dialogue.engine import EngineSettings, EpisodeEngine, RunProgress, run_all
+from mascot.dialogue.batch import RunProgress, run_all
+from mascot.dialogue.engine import EngineSettings, EpisodeEngine
 from mascot.dialogue.tally import Tally
 from mascot.llm.base import ChatClient
 from mascot.llm.routing import DEFAULT_LOCAL_MODEL, Backends, EndpointOptions, resolve_roles

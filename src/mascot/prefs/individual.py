@@ -24,7 +24,8 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from mascot.dialogue.agents import clean_reply, stop_strings  # candidates end where episode replies end
+from mascot.dialogue.agents import stop_strings  # candidates end where episode replies end
+from mascot.dialogue.reply_stream import clean_reply
 from mascot.dialogue.prompts import PROMPT_VERSION, speaker_messages
 from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE, response_parts, token_budget
 from mascot.dialogue.seeds import derive_seed
