@@ -260,15 +260,16 @@ def test_judges_file(tmp_path):
         load_judges_file(path)
 
 
-@pytest.mark.parametrize("cls, module, package", [("AnthropicClient", "anthropic", "anthropic"), ("GeminiClient", "google.genai", "google-genai")])
-def test_api_judges_without_their_package_name_the_extra(monkeypatch, cls, module, package):
+@pytest.mark.parametrize("provider, module, package", [("anthropic", "anthropic", "anthropic"), ("gemini", "google.genai", "google-genai")])
+def test_api_judges_without_their_package_name_the_extra(monkeypatch, provider, module, package):
+    from mascot.judge.panel import JudgeSpec, build_judge_backends
+    from mascot.llm.routing import EndpointOptions
+
     monkeypatch.setitem(sys.modules, module, None)  # makes the import fail like a missing package
     if module == "google.genai":
         monkeypatch.setitem(sys.modules, "google", None)
-    from mascot.judge import api_clients
-
-    with pytest.raises(MascotError) as info:
-        getattr(api_clients, cls)("some-model")
+    with pytest.raises(MascotError) as info:  # the panel asks the provider registry for the client
+        build_judge_backends([JudgeSpec(model="some-model", provider=provider)], EndpointOptions())
     message = str(info.value)
     assert "mascot[api-judges]" in message and package in message and "\n" not in message
 

@@ -14,13 +14,9 @@ import pytest
 from mascot.llm.base import ChatRequest, LLMError
 from mascot.llm.http import HTTPClient
 from mascot.llm.metered import CallTracer, MeteredClient, UsageMeter
-from mascot.llm.routing import (
-    DEFAULT_LOCAL_MODEL,
-    EndpointOptions,
-    build_backends,
-    redact_url,
-    resolve_roles,
-)
+from mascot.llm.base import DEFAULT_LOCAL_MODEL, redact_url
+from mascot.llm.providers import build_backends
+from mascot.llm.routing import EndpointOptions, resolve_roles
 from mascot.llm.stub_server import load_responder, start_stub_server_process
 
 HELLO = ChatRequest(messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello there friend"}])

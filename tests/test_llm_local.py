@@ -15,7 +15,7 @@ from mascot.errors import MascotError
 from mascot.llm import local
 from mascot.llm.base import ChatRequest, LLMError
 from mascot.llm.local import LocalClient, PerRowSampling, StreamTrimmer, embedded_model_dir, resolve_local_model
-from mascot.llm.routing import DEFAULT_LOCAL_MODEL
+from mascot.llm.base import DEFAULT_LOCAL_MODEL
 
 QUESTIONS = [
     "What is the capital of France?",

@@ -16,7 +16,8 @@ from mascot.schema import Context, Directive, Episode, EpisodeMetadata, Preferen
 from mascot.train.artefact import read_metadata
 from mascot.train.config import DirectorDPOSettings, DirectorGRPOSettings
 from mascot.train.director_dpo import train_director_dpo
-from mascot.train.director_grpo import sample_decision_points, train_director_grpo
+from mascot.train.decision_points import sample_decision_points
+from mascot.train.director_grpo import train_director_grpo
 
 ROSTER = load_roster("emotional_support")
 SITUATIONS = ["I lost my job", "my exam went badly", "I moved to a new city", "my friend ignores me", "I cannot sleep", "my team blames me"]

@@ -57,7 +57,8 @@ def chat(
 
     from mascot.dialogue.chat import ChatSettings, new_session_path, open_session
     from mascot.dialogue.run import announce_local_roles, role_identities
-    from mascot.llm.routing import EndpointOptions, build_backends, resolve_roles
+    from mascot.llm.providers import build_backends
+    from mascot.llm.routing import EndpointOptions, resolve_roles
     from mascot.serve import resolve_served_identities
 
     if rounds_per_message < 1:

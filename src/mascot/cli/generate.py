@@ -222,7 +222,8 @@ def _dry_run_group(group) -> None:
 def _dry_run_individual(flags: dict) -> None:
     from mascot.cli.dryrun import dry_run_generation
     from mascot.cli.individual import individual_run_dir
-    from mascot.llm.routing import DEFAULT_LOCAL_MODEL, resolve_roles
+    from mascot.llm.base import DEFAULT_LOCAL_MODEL
+    from mascot.llm.routing import resolve_roles
 
     if flags["num_candidates"] < 2:
         raise MascotError("--num-candidates must be at least 2 to make preference pairs")

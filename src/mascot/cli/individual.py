@@ -108,7 +108,9 @@ async def _run(*, dataset, data_file, split, limit, token_budget, roster_name, s
     from mascot.dialogue.run import failure_line, merged_usage, record_backend_usage
     from mascot.judge.cache import JudgmentCache
     from mascot.judge.rubric_judge import RubricJudge
-    from mascot.llm.routing import DEFAULT_LOCAL_MODEL, build_backends, resolve_roles
+    from mascot.llm.base import DEFAULT_LOCAL_MODEL
+    from mascot.llm.providers import build_backends
+    from mascot.llm.routing import resolve_roles
     from mascot.dialogue.reasoning import thinking_for
     from mascot.prefs.individual import OUTPUTS, IndividualSettings, candidate_key, run_individual
     from mascot.rosters import load_roster, roster_for_dataset

@@ -32,7 +32,7 @@ DataFileForContext = Annotated[
 
 def judge_specs(judges: list[str] | None, judges_file: Path | None, provider: str, judge_server_url: str | list[str] | None):
     from mascot.judge.panel import JudgeSpec, load_judges_file
-    from mascot.llm.routing import DEFAULT_LOCAL_MODEL
+    from mascot.llm.base import DEFAULT_LOCAL_MODEL
 
     judge_server_url = o.joined_urls(judge_server_url)
     if judges_file and judges:

@@ -19,7 +19,8 @@ from mascot.dialogue.engine import EngineSettings, EpisodeEngine, RunProgress, r
 from mascot.dialogue.tally import Tally
 from mascot.errors import MascotError
 from mascot.llm.base import ChatClient
-from mascot.llm.routing import Backends, EndpointOptions, build_backends, resolve_roles
+from mascot.llm.providers import Backends, build_backends
+from mascot.llm.routing import EndpointOptions, resolve_roles
 from mascot.rosters import load_roster, roster_for_dataset
 from mascot.schema import Context, Episode, RoleIdentity, RoleUsage, Roster, RunConfig
 from mascot.serve import resolve_served_identities

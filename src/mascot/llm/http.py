@@ -17,8 +17,10 @@ import random
 import time
 from collections.abc import AsyncIterator, Sequence
 
-from mascot.llm.base import BaseClient, ChatRequest, ChatResponse, LLMError, StopCutter, cut_at_stop, split_reasoning
-from mascot.llm.endpoints import EndpointState, pick, request_url, split_urls
+from mascot.llm.base import (
+    BaseClient, ChatRequest, ChatResponse, LLMError, StopCutter, cut_at_stop, redact_url, split_reasoning, split_urls,
+)
+from mascot.llm.endpoints import EndpointState, pick, request_url
 from mascot.llm.http_errors import RequestFailure, connection_failure, one_line, status_failure
 
 log = logging.getLogger(__name__)
@@ -67,8 +69,6 @@ class HTTPClient(BaseClient):
         endpoints: list[EndpointState] | None = None,
         template_kwargs: bool = True,
     ) -> None:
-        from mascot.llm.routing import redact_url
-
         urls = split_urls(base_url)
         if not urls:
             raise LLMError("no server URL given")
