@@ -55,7 +55,7 @@ def isolated_judge_cache(tmp_path, monkeypatch):
 @pytest.fixture
 def stub():
     """Starts stub servers (`stub(**options)`, no latency by default); all are stopped afterwards."""
-    from mascot.llm.stub_server import start_stub_server
+    from mascot.testing.stub_server import start_stub_server
 
     servers = []
 

@@ -25,12 +25,12 @@ from mascot.dialogue.chat import (
     open_session,
     read_meeting_file,
 )
-from mascot.dialogue.testing import group_client, role_of, stub_responder
+from mascot.testing.players import group_client, stub_responder
 from mascot.errors import MascotError
 from mascot.llm.base import LLMError
 from mascot.llm.metered import MeteredClient, UsageMeter
-from mascot.llm.scripted import ScriptedClient
-from mascot.llm.stub_server import start_stub_server
+from mascot.testing.scripted import ScriptedClient
+from mascot.testing.stub_server import start_stub_server
 from mascot.rosters import load_roster
 from mascot.schema import Episode
 from mascot.store import read_jsonl
@@ -411,7 +411,7 @@ def test_cli_chats_saves_and_continues_a_session(stub_url, tmp_path):
 def rambling_responder(messages, request):
     """Speakers run on into an imagined transcript, as small models do; the stub ignores `stop`."""
     reply = stub_responder(messages, request)
-    return reply if role_of(messages) == "director" else f"{reply}\nPerson: thanks\nThe Anchor: off we go"
+    return reply if request["role"] == "director" else f"{reply}\nPerson: thanks\nThe Anchor: off we go"
 
 
 def test_cli_stops_a_rambling_stream_where_the_reply_ends(tmp_path):

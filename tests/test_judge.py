@@ -20,9 +20,9 @@ from mascot.judge.parse import JudgeParseError, parse_judgment
 from mascot.judge.prompt import JudgeItem, judge_messages, nonce_for
 from mascot.judge.rubric_judge import AnnotationFailure, RubricJudge
 from mascot.judge.run import judge_episode_file
-from mascot.judge.testing import judge_client
+from mascot.testing.players import judge_client
 from mascot.llm.base import BaseClient, ChatResponse, LLMError
-from mascot.llm.scripted import ScriptedClient
+from mascot.testing.scripted import ScriptedClient
 from mascot.rosters import load_roster
 from mascot.rubrics import rubric_for
 
@@ -313,8 +313,8 @@ def test_legacy_files_fall_back_to_the_file_name_with_a_warning(tmp_path, caplog
 
 
 def test_mascot_judge_cli_against_the_stub_server_and_its_cache(tmp_path):
-    from mascot.judge.testing import stub_judge_responder
-    from mascot.llm.stub_server import start_stub_server
+    from mascot.testing.players import stub_judge_responder
+    from mascot.testing.stub_server import start_stub_server
 
     path = tmp_path / "episodes.jsonl"
     write_episodes(path, [sample_episode("c1:e0", context_id="c1")])
@@ -337,7 +337,7 @@ def test_mascot_judge_cli_against_the_stub_server_and_its_cache(tmp_path):
 
 
 def test_mascot_judge_exits_non_zero_when_every_judgment_fails(tmp_path):
-    from mascot.llm.stub_server import start_stub_server
+    from mascot.testing.stub_server import start_stub_server
 
     path = tmp_path / "episodes.jsonl"
     write_episodes(path, [sample_episode("c1:e0", context_id="c1")])

@@ -17,7 +17,7 @@ from mascot.llm.metered import CallTracer, MeteredClient, UsageMeter
 from mascot.llm.base import DEFAULT_LOCAL_MODEL, redact_url
 from mascot.llm.providers import build_backends
 from mascot.llm.routing import EndpointOptions, resolve_roles
-from mascot.llm.stub_server import load_responder, start_stub_server_process
+from mascot.testing.stub_server import load_responder, start_stub_server_process
 
 HELLO = ChatRequest(messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello there friend"}])
 SECRET = "sk-test-0123456789-do-not-log"
@@ -386,7 +386,7 @@ async def test_stub_server_plugs_a_responder_and_runs_in_its_own_process(monkeyp
     with pytest.raises(ValueError, match="module:function"):
         load_responder("no_colon")
 
-    with start_stub_server_process(latency_ms=0, responder="mascot.llm.stub_server:echo_responder") as server:
+    with start_stub_server_process(latency_ms=0, responder="mascot.testing.stub_shapes:echo_responder") as server:
         client = HTTPClient(server.url, "m", timeout_s=10)
         try:
             response = await client.chat(HELLO)

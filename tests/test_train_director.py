@@ -9,7 +9,7 @@ from train_helpers import one_thread_per_module, sft_warm_start, single_thread, 
 
 from mascot.dialogue.director import parse_directive
 from mascot.dialogue.prompts import director_messages
-from mascot.dialogue.testing import group_client
+from mascot.testing.players import group_client
 from mascot.llm.base import ChatRequest
 from mascot.rosters import load_roster
 from mascot.schema import Context, Directive, Episode, EpisodeMetadata, PreferencePair, Turn

@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from mascot.dialogue.testing import group_client
+from mascot.testing.players import group_client
 from mascot.llm.base import ChatRequest, LLMError
-from mascot.llm.scripted import ScriptedClient
+from mascot.testing.scripted import ScriptedClient
 from mascot.rosters import load_roster
 from mascot.schema import Context, Directive, Turn
 from mascot.train.config import DirectorGRPOSettings

@@ -21,6 +21,10 @@ Message = dict[str, str]
 # shipped inside the package (`mascot.llm.local` converts it once).
 DEFAULT_LOCAL_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
+# The header the HTTP client carries a request's role tag in: servers ignore headers they do not
+# know, and the test stub server (`mascot.testing`) answers by it.
+ROLE_HEADER = "X-Mascot-Role"
+
 # The kinds of backend the provider registry (`mascot.llm.providers`) builds for a role.
 BACKEND_KINDS = ("openai-compatible", "local", "scripted", "anthropic", "gemini")
 

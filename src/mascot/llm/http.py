@@ -18,7 +18,8 @@ import time
 from collections.abc import AsyncIterator, Sequence
 
 from mascot.llm.base import (
-    BaseClient, ChatRequest, ChatResponse, LLMError, StopCutter, cut_at_stop, redact_url, split_reasoning, split_urls,
+    ROLE_HEADER, BaseClient, ChatRequest, ChatResponse, LLMError, StopCutter, cut_at_stop, redact_url, split_reasoning,
+    split_urls,
 )
 from mascot.llm.endpoints import EndpointState, pick, request_url
 from mascot.llm.http_errors import RequestFailure, connection_failure, one_line, status_failure
@@ -46,6 +47,11 @@ async def _gather_or_cancel(coros: list) -> list:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         raise
+
+
+def role_headers(request: ChatRequest) -> dict[str, str] | None:
+    """The request's role tag as a header: servers ignore it; test servers answer by it."""
+    return {ROLE_HEADER: request.role} if request.role != "default" else None
 
 
 class HTTPClient(BaseClient):
@@ -143,7 +149,8 @@ class HTTPClient(BaseClient):
 
     # ------------------------------------------------------------------ one attempt
 
-    async def _attempt(self, endpoint: EndpointState, payload: bytes, timeout_s: float, path: str = "/chat/completions") -> dict:
+    async def _attempt(self, endpoint: EndpointState, payload: bytes, timeout_s: float, path: str = "/chat/completions",
+                       headers: dict | None = None) -> dict:
         import aiohttp
 
         endpoint.outstanding += 1
@@ -155,7 +162,7 @@ class HTTPClient(BaseClient):
                     kwargs = {"data": payload} if payload else {}
                     method = session.post if payload else session.get
                     timeout = aiohttp.ClientTimeout(total=timeout_s)
-                    async with method(request_url(endpoint.url, path), timeout=timeout, **kwargs) as response:
+                    async with method(request_url(endpoint.url, path), timeout=timeout, headers=headers, **kwargs) as response:
                         raw = await response.read()
                         status, headers = response.status, response.headers
                 except (ValueError, aiohttp.InvalidURL) as exc:
@@ -196,7 +203,8 @@ class HTTPClient(BaseClient):
         log.log(level, "%s timed out after %.0fs; retrying with a %.0fs timeout", self._label, timeout_s, longer)
         return longer
 
-    async def _send(self, payload: bytes, *, path: str = "/chat/completions", max_retries: int | None = None) -> dict:
+    async def _send(self, payload: bytes, *, path: str = "/chat/completions", max_retries: int | None = None,
+                    headers: dict | None = None) -> dict:
         """One request with retries; raises LLMError (with the server's whole reason) when none is left."""
         max_retries = self.max_retries if max_retries is None else max_retries
         timeout_s, spent_s, attempt, timeouts = self.timeout_s, 0.0, 0, 0
@@ -205,7 +213,7 @@ class HTTPClient(BaseClient):
             self._turn += 1
             started = time.monotonic()
             try:
-                data = await self._attempt(endpoint, payload, timeout_s, path)
+                data = await self._attempt(endpoint, payload, timeout_s, path, headers)
             except RequestFailure as failure:
                 endpoint.failed(connection=failure.connection, refused=failure.refused)
                 where = f"{endpoint.label}: " if len(self._endpoints) > 1 else ""
@@ -257,7 +265,7 @@ class HTTPClient(BaseClient):
     async def _one_call(self, request: ChatRequest, n: int, seed: int | None) -> ChatResponse:
         started = time.perf_counter()
         body = self._body(request, n, seed)
-        completion = await self._send(json.dumps(body).encode())
+        completion = await self._send(json.dumps(body).encode(), headers=role_headers(request))
         return self._response(request, completion, started, "response_format" in body)
 
     async def chat(self, request: ChatRequest) -> ChatResponse:
@@ -297,7 +305,7 @@ class HTTPClient(BaseClient):
 
         body = self._body(request, 1, request.seed)
         body["stream"] = True
-        endpoint, response = await open_stream(self, json.dumps(body).encode())
+        endpoint, response = await open_stream(self, json.dumps(body).encode(), role_headers(request))
         cutter = StopCutter(self._unsent_stops(request))
         try:
             async for piece in read_stream(response):
