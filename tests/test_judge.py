@@ -203,24 +203,31 @@ async def test_failures_are_not_cached_and_duplicates_in_flight_share_one_call(t
 
 
 class InFlightClient(BaseClient):
-    """Counts how many requests overlap."""
+    """Answers only once `expected` requests are in flight at the same time (a barrier): judged
+    one by one, the first request would wait alone and the test fails."""
 
     model = "in-flight"
     backend = "scripted"
 
-    def __init__(self) -> None:
+    def __init__(self, expected: int) -> None:
+        self.expected = expected
         self.now = self.peak = 0
+        self.all_in = asyncio.Event()
 
     async def chat(self, request):
         self.now += 1
         self.peak = max(self.peak, self.now)
-        await asyncio.sleep(0.01)
-        self.now -= 1
+        if self.now == self.expected:
+            self.all_in.set()
+        try:
+            await asyncio.wait_for(self.all_in.wait(), 30)
+        finally:
+            self.now -= 1
         return ChatResponse(texts=[reply_json(ES_KEYS, 3)], model=self.model)
 
 
 async def test_items_are_judged_concurrently():
-    client = InFlightClient()
+    client = InFlightClient(expected=12)
     await RubricJudge(client).judge_many([item(f"r{i}", f"i{i}") for i in range(12)])
     assert client.peak == 12
 

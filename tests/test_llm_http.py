@@ -137,9 +137,19 @@ async def test_refused_connection_fails_after_retries():
 async def test_refused_connection_until_the_server_appears(stub):
     port = free_port()
     client = HTTPClient(f"http://127.0.0.1:{port}/v1", "m", max_retries=8, backoff_base_s=0.05, backoff_max_s=0.2, timeout_s=2)
+    refused_twice = asyncio.Event()
+    state = client.endpoints[0]
+    counted = state.failed
+
+    def failed(**kwargs):
+        counted(**kwargs)
+        if state.failures >= 2:
+            refused_twice.set()
+
+    state.failed = failed
     try:
         call = asyncio.ensure_future(client.chat(HELLO))
-        await asyncio.sleep(0.3)
+        await asyncio.wait_for(refused_twice.wait(), 30)
         assert not call.done()  # still retrying refused connections
         server = stub(port=port)
         response = await asyncio.wait_for(call, 10)
@@ -153,7 +163,8 @@ async def test_refused_connection_until_the_server_appears(stub):
 
 
 async def test_in_flight_bound_holds_for_chats_and_streams(stub):
-    server = stub(latency_s=0.03, chunk_delay_s=0.01)  # a stream stays in flight after its headers
+    # requests wait at the server until four are in flight; a stream stays in flight after its headers
+    server = stub(gather=4, chunk_delay_s=0.001)
     client = client_for(server, max_in_flight=4)
 
     async def drain_stream():
@@ -168,7 +179,7 @@ async def test_in_flight_bound_holds_for_chats_and_streams(stub):
 
 
 async def test_clients_sharing_an_endpoint_share_the_bound(stub):
-    server = stub(latency_s=0.03)
+    server = stub(gather=3)  # requests wait until three are in flight: the bound is reached, never passed
     opts = EndpointOptions(vllm_server_url=server.url + "/", director_model="dir-model", speaker_model="spk-model", max_in_flight=3)
     endpoints = resolve_roles(opts, roles=("director", "speaker"))
     endpoints["speaker"].url = server.url  # the same server written without the trailing slash

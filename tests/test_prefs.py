@@ -222,7 +222,7 @@ def test_mascot_prefs_group_cli(tmp_path):
 # --------------------------------------------------------------------------- end to end
 
 
-def test_generate_individual_end_to_end_feeds_trl_reward_trainer(tmp_path, monkeypatch):
+def test_generate_individual_end_to_end_feeds_trl_reward_trainer(tmp_path, monkeypatch, embedded_model):
     """`mascot generate --mode individual` on the embedded local Speaker (the judge is the stub
     server: the 135M model cannot write rubric JSON), then one RewardTrainer step on the pairs."""
     from datasets import load_dataset
@@ -239,7 +239,7 @@ def test_generate_individual_end_to_end_feeds_trl_reward_trainer(tmp_path, monke
         result = CliRunner().invoke(
             app,
             ["generate", "--mode", "individual", "--dataset", "ESConv", "--data-file", str(fixture), "--limit", "1",
-             "--num-candidates", "3", "--max-tokens", "24", "--score-margin", "0.2", "--temperature", "0.9",
+             "--model-name", str(embedded_model), "--num-candidates", "3", "--max-tokens", "24", "--score-margin", "0.2", "--temperature", "0.9",
              "--judge-server-url", server.url, "--judge-model", "stub-judge", "--output-dir", str(tmp_path)],
         )
     assert result.exit_code == 0, result.output

@@ -49,6 +49,16 @@ async def _gather_or_cancel(coros: list) -> list:
         raise
 
 
+class Clock:
+    """Time as the retry logic sees it: the monotonic clock and asyncio's sleep."""
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
 def role_headers(request: ChatRequest) -> dict[str, str] | None:
     """The request's role tag as a header: servers ignore it; test servers answer by it."""
     return {ROLE_HEADER: request.role} if request.role != "default" else None
@@ -74,6 +84,7 @@ class HTTPClient(BaseClient):
         max_stop_strings: int = DEFAULT_MAX_STOP_STRINGS,
         endpoints: list[EndpointState] | None = None,
         template_kwargs: bool = True,
+        clock: Clock | None = None,
     ) -> None:
         urls = split_urls(base_url)
         if not urls:
@@ -83,6 +94,7 @@ class HTTPClient(BaseClient):
         self.max_retries = max_retries
         self.retry_budget_s = retry_budget_s
         self.timeout_s = timeout_s
+        self.clock = clock or Clock()  # retry budgets and backoff pauses: tests pass a fake one
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
         self.extra_body = extra_body or {}
@@ -211,7 +223,7 @@ class HTTPClient(BaseClient):
         while True:
             endpoint = pick(self._endpoints, self._turn)
             self._turn += 1
-            started = time.monotonic()
+            started = self.clock.now()
             try:
                 data = await self._attempt(endpoint, payload, timeout_s, path, headers)
             except RequestFailure as failure:
@@ -226,7 +238,7 @@ class HTTPClient(BaseClient):
                     timeout_s = self._longer_timeout(timeout_s)
                     delay = 0.0
                 else:
-                    spent_s += time.monotonic() - started
+                    spent_s += self.clock.now() - started
                     if attempt >= max_retries or spent_s >= self.retry_budget_s:
                         raise self._error(
                             f"{where}{failure} (gave up after {attempt + 1} attempts in {spent_s:.0f}s)", failure.cause
@@ -240,7 +252,7 @@ class HTTPClient(BaseClient):
             attempt += 1
             spent_s += delay
             if delay:
-                await asyncio.sleep(delay)
+                await self.clock.sleep(delay)
 
     # ------------------------------------------------------------------ chat
 

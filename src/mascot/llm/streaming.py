@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -61,7 +60,7 @@ async def open_stream(client, payload: bytes, headers: dict | None = None):
             endpoint.succeeded()
             return endpoint, response
         attempt += 1
-        await asyncio.sleep(delay)
+        await client.clock.sleep(delay)
 
 
 async def read_stream(response) -> AsyncIterator[str]:

@@ -69,6 +69,7 @@ class StubServer:
         reasoning: str | None = None,
         structured_outputs: str = "honour",
         max_concurrency: int | None = None,
+        gather: int | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -88,6 +89,11 @@ class StubServer:
         self.structured_outputs = structured_outputs
         # a server's batch limit: at most this many requests are worked on at once, the rest wait
         self._slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+        # Requests wait until this many are in flight at once: tests show concurrency by counting
+        # at the server rather than by timing (after `hang_s` without it they go on, and the
+        # count shows what happened).
+        self.gather = gather
+        self._gathered = asyncio.Event()
         self.stats = StubStats()
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task] = set()
@@ -180,6 +186,8 @@ class StubServer:
         self.stats.chat_requests += 1
         self.stats.in_flight += 1
         self.stats.max_in_flight = max(self.stats.max_in_flight, self.stats.in_flight)
+        if self.gather and self.stats.in_flight >= self.gather:
+            self._gathered.set()
         try:
             try:
                 request = json.loads(body or b"{}")
@@ -190,6 +198,8 @@ class StubServer:
                 self.stats.bodies.append(request)
                 self.stats.authorizations.append(headers.get("authorization", ""))
             action = self._next_action()
+            if self.gather:
+                await self._wait_gathered()
             if self._slots is not None:
                 async with self._slots:
                     await asyncio.sleep(self.latency_s)
@@ -219,6 +229,12 @@ class StubServer:
                 await self._send(writer, 200, reply)
         finally:
             self.stats.in_flight -= 1
+
+    async def _wait_gathered(self) -> None:
+        try:
+            await asyncio.wait_for(self._gathered.wait(), self.hang_s)
+        except TimeoutError:
+            pass  # never as many in flight: the test's count of max_in_flight says so
 
     def _shaped(self, request: dict, text: str) -> tuple[str, str]:
         return shape(request, text, structured_outputs=self.structured_outputs, reasoning=self.reasoning)

@@ -13,6 +13,8 @@ is the body with the request's role tag (the `X-Mascot-Role` header the HTTP cli
 answers the first K with `fail_status`, or `schedule` lists one action per request (an HTTP status,
 "ok", "hang" to trigger client timeouts, "drop" to close the connection without answering);
 `reject=(status, message)` answers every chat request with that error.
+`gather=N` holds chat requests until N are in flight at once, so that a test can show a client's
+concurrency (or its bound) by counting at the server instead of relying on latency.
 
 Like real servers it cuts replies at the request's `stop` strings. `vllm_limits=True` enforces
 stock vLLM's request limits (at most 4 stop strings: more is a 400 in vLLM's error shape), so tests
