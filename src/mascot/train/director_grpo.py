@@ -6,7 +6,8 @@
 3. The reward function parses each directive (`parse_directive`; a failure earns
    `--parse-failure-reward` and is counted), continues the episode from the prefix with it for
    `--suffix-rounds` rounds with the frozen Speaker and simulated user (`EpisodeEngine.continue_from`
-   on the rollout backend: a vLLM server, several endpoints round-robin, or the local model), and
+   on the rollout backend the provider registry builds: a vLLM server, several spread by least
+   outstanding requests, or the local model), and
    scores the (directive, trajectory) with the group reward model plus the diversity term
    (+1 when the block - the last Speaker before the decision and the rolled-out Speakers - has
    distinct personas, -1 otherwise).
