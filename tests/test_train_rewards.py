@@ -162,6 +162,35 @@ def test_rollout_backends_come_from_the_registry_spread_over_endpoints_and_keep_
     close_backends(None, backends)
 
 
+def test_rollouts_over_http_are_metered_traced_and_closed_on_the_trainers_loop(stub, tmp_path):
+    import threading
+    import types
+
+    from mascot.testing.players import stub_responder
+    from mascot.train.director_grpo import build_rollout_backends, close_backends
+
+    server = stub(responder=stub_responder)
+    settings = DirectorGRPOSettings(data_path="x", rollout_server_url=server.url, rollout_model="stub-model", suffix_rounds=1,
+                                    user_response_probability=0.0, diversity_weight=1.0)
+    backends = build_rollout_backends(settings, tmp_path / "out" / "rollout_call_trace.jsonl")
+    reward = DirectorRolloutReward({"c1:e0@r1": point()}, backends.clients, None, settings)
+    loop = asyncio.new_event_loop()  # like TRL, the reward function runs on a loop in its own thread
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        call = reward(prompts=[[]], completions=[as_message("agent: The Catalyst")], point_id=["c1:e0@r1"])
+        assert asyncio.run_coroutine_threadsafe(call, loop).result(60) == [1.0]
+        close_backends(types.SimpleNamespace(async_loop=loop), backends)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+    assert server.stats.roles == ["speaker"] and backends.meter.by_role["speaker"].requests == 1
+    trace = (tmp_path / "out" / "rollout_call_trace.jsonl").read_text().splitlines()
+    assert len(trace) == 1 and '"role": "speaker"' in trace[0]
+    assert backends.clients["speaker"].inner._session is None  # closed on the loop it was opened on
+
+
 def test_every_rollout_failing_stops_training_with_a_clear_error():
     from mascot.train.director_grpo import RolloutFailure
 

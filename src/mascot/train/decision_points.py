@@ -10,6 +10,8 @@ from typing import Any
 
 from mascot.llm.base import Message
 from mascot.schema import Context, Episode, Roster, Turn
+from mascot.train import data
+from mascot.train.config import DirectorGRPOSettings
 
 log = logging.getLogger(__name__)
 
@@ -94,3 +96,31 @@ def context_index(data_file, settings: dict[str, Any]) -> dict[str, Context] | N
         log.warning("cannot reload the run's contexts from %s (%s): prompts use bare contexts", source, exc)
         return None
     return {c.context_id: c for c in loaded}
+
+
+@dataclass
+class DecisionInputs:
+    """What Director GRPO reads before any model is loaded."""
+
+    data_file: Any
+    episodes: list
+    run: dict
+    dataset: str
+    roster: Roster | None
+    points: list[DecisionPoint]
+
+
+def load_decision_inputs(settings: DirectorGRPOSettings) -> DecisionInputs:
+    """The episodes, their run's settings and the sampled decision points (at most --limit)."""
+    data_file, episodes = data.load_episodes(settings.data_path)
+    run = data.run_settings(data_file)
+    from mascot.rosters import load_roster
+
+    roster = load_roster(settings.roster) if settings.roster else None
+    points, bare = sample_decision_points(episodes, settings.decision_points_per_episode, settings.seed, contexts=context_index(data_file, run), roster=roster)
+    if bare:
+        log.warning("%d episodes carry no context and their run names no local data file: their prompts show only the transcript", bare)
+    points = data.limit_records(points, settings.limit, settings.seed)
+    if not points:
+        raise data.TrainingDataError(f"{data_file}: no decision points (no episode has a Speaker turn)")
+    return DecisionInputs(data_file, episodes, run, data.resolve_dataset(settings.dataset, run), roster, points)

@@ -20,6 +20,7 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from mascot.llm.base import ChatClient, LLMError, Message, split_urls, strip_think
@@ -29,12 +30,14 @@ from mascot.train import artefact, data
 from mascot.train.artefact import TrainingMetadata
 from mascot.train.common import TrainOutcome, finish, first_last, grpo_config, open_output, run_training, save_model, validate_grpo
 from mascot.train.config import DirectorGRPOSettings
-from mascot.train.decision_points import DecisionPoint, context_index, sample_decision_points
+from mascot.train.decision_points import DecisionInputs, DecisionPoint, load_decision_inputs
 from mascot.train.models import count_parameters, load_causal_lm, load_tokenizer, lora_config, model_ref
 from mascot.train.rewards import completion_text, diversity_score
 from mascot.train.runtime import TrainingSetupError, derive_batch, world_size
 
 log = logging.getLogger(__name__)
+
+ROLLOUT_TRACE = "rollout_call_trace.jsonl"  # one line per rollout request, in the output folder
 
 
 # --------------------------------------------------------------------------- rollouts and scores
@@ -222,13 +225,16 @@ def rollout_endpoints(settings: DirectorGRPOSettings) -> dict[str, RoleEndpoint]
     return {"director": RoleEndpoint("director", model, url), "speaker": speaker, "user": RoleEndpoint("user", model, url)}
 
 
-def build_rollout_backends(settings: DirectorGRPOSettings) -> Backends:
+def build_rollout_backends(settings: DirectorGRPOSettings, trace_path: Path | None = None) -> Backends:
     """The rollout clients from the provider registry: keys from the environment or `.env`, usage
-    per role, requests spread over every rollout server by least outstanding requests, one
-    client (and one local model) shared by the roles that call the same model."""
+    per role, an optional call trace, requests spread over every rollout server by least
+    outstanding requests, one client (and one local model) shared by the roles that call the same
+    model."""
     concurrency = max(1, settings.rollout_concurrency)
     options = ClientOptions(max_in_flight=concurrency, local_batch_size=concurrency)
-    return build_backends(rollout_endpoints(settings), options)
+    if trace_path is not None:
+        trace_path.parent.mkdir(parents=True, exist_ok=True)
+    return build_backends(rollout_endpoints(settings), options, trace_path=trace_path)
 
 
 def close_backends(trainer, backends: Backends) -> None:
@@ -279,33 +285,6 @@ def load_group_scorer(settings: DirectorGRPOSettings) -> TrajectoryScorer | None
 # --------------------------------------------------------------------------- training
 
 
-@dataclass
-class _Inputs:
-    """What training reads before any model is loaded."""
-
-    data_file: Any
-    episodes: list
-    run: dict
-    dataset: str
-    roster: Roster | None
-    points: list[DecisionPoint]
-
-
-def _load_inputs(settings: DirectorGRPOSettings) -> _Inputs:
-    data_file, episodes = data.load_episodes(settings.data_path)
-    run = data.run_settings(data_file)
-    from mascot.rosters import load_roster
-
-    roster = load_roster(settings.roster) if settings.roster else None
-    points, bare = sample_decision_points(episodes, settings.decision_points_per_episode, settings.seed, contexts=context_index(data_file, run), roster=roster)
-    if bare:
-        log.warning("%d episodes carry no context and their run names no local data file: their prompts show only the transcript", bare)
-    points = data.limit_records(points, settings.limit, settings.seed)
-    if not points:
-        raise data.TrainingDataError(f"{data_file}: no decision points (no episode has a Speaker turn)")
-    return _Inputs(data_file, episodes, run, data.resolve_dataset(settings.dataset, run), roster, points)
-
-
 def train_director_grpo(
     settings: DirectorGRPOSettings,
     *,
@@ -314,7 +293,7 @@ def train_director_grpo(
 ) -> TrainOutcome:
     """`rollout_clients` and `trajectory_scorer` replace the rollout backend and the group reward
     model (tests, custom rewards); clients passed in are left open for their owner to close."""
-    inputs = _load_inputs(settings)
+    inputs = load_decision_inputs(settings)
     plan = derive_batch(settings.batch_size, world_size(), settings.max_per_device_batch, settings.per_device_batch_size)
     validate_grpo(settings)
     if trajectory_scorer is None:
@@ -324,7 +303,7 @@ def train_director_grpo(
     from trl import GRPOTrainer  # heavy: imported once the inputs are known to be usable
 
     scorer = trajectory_scorer if trajectory_scorer is not None else load_group_scorer(settings)
-    backends = None if rollout_clients is not None else build_rollout_backends(settings)
+    backends = None if rollout_clients is not None else build_rollout_backends(settings, output / ROLLOUT_TRACE)
     reward = DirectorRolloutReward({p.point_id: p for p in inputs.points}, rollout_clients or backends.clients, scorer, settings)
     trainer = None
     try:
@@ -347,7 +326,7 @@ def train_director_grpo(
     return TrainOutcome(output, meta, extra={"rollout_stats": reward.stats})
 
 
-def _metadata(settings: DirectorGRPOSettings, inputs: _Inputs, weights, evaluation: dict, figures: dict) -> TrainingMetadata:
+def _metadata(settings: DirectorGRPOSettings, inputs: DecisionInputs, weights, evaluation: dict, figures: dict) -> TrainingMetadata:
     return TrainingMetadata(
         role="director",
         trainer="grpo",
