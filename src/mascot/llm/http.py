@@ -162,7 +162,7 @@ class HTTPClient(BaseClient):
     # ------------------------------------------------------------------ one attempt
 
     async def _attempt(self, endpoint: EndpointState, payload: bytes, timeout_s: float, path: str = "/chat/completions",
-                       headers: dict | None = None) -> dict:
+                       role_header: dict | None = None) -> dict:
         import aiohttp
 
         endpoint.outstanding += 1
@@ -174,7 +174,7 @@ class HTTPClient(BaseClient):
                     kwargs = {"data": payload} if payload else {}
                     method = session.post if payload else session.get
                     timeout = aiohttp.ClientTimeout(total=timeout_s)
-                    async with method(request_url(endpoint.url, path), timeout=timeout, headers=headers, **kwargs) as response:
+                    async with method(request_url(endpoint.url, path), timeout=timeout, headers=role_header, **kwargs) as response:
                         raw = await response.read()
                         status, headers = response.status, response.headers
                 except (ValueError, aiohttp.InvalidURL) as exc:
@@ -216,7 +216,7 @@ class HTTPClient(BaseClient):
         return longer
 
     async def _send(self, payload: bytes, *, path: str = "/chat/completions", max_retries: int | None = None,
-                    headers: dict | None = None) -> dict:
+                    role_header: dict | None = None) -> dict:
         """One request with retries; raises LLMError (with the server's whole reason) when none is left."""
         max_retries = self.max_retries if max_retries is None else max_retries
         timeout_s, spent_s, attempt, timeouts = self.timeout_s, 0.0, 0, 0
@@ -225,7 +225,7 @@ class HTTPClient(BaseClient):
             self._turn += 1
             started = self.clock.now()
             try:
-                data = await self._attempt(endpoint, payload, timeout_s, path, headers)
+                data = await self._attempt(endpoint, payload, timeout_s, path, role_header)
             except RequestFailure as failure:
                 endpoint.failed(connection=failure.connection, refused=failure.refused)
                 where = f"{endpoint.label}: " if len(self._endpoints) > 1 else ""
@@ -277,7 +277,7 @@ class HTTPClient(BaseClient):
     async def _one_call(self, request: ChatRequest, n: int, seed: int | None) -> ChatResponse:
         started = time.perf_counter()
         body = self._body(request, n, seed)
-        completion = await self._send(json.dumps(body).encode(), headers=role_headers(request))
+        completion = await self._send(json.dumps(body).encode(), role_header=role_headers(request))
         return self._response(request, completion, started, "response_format" in body)
 
     async def chat(self, request: ChatRequest) -> ChatResponse:
