@@ -16,7 +16,7 @@ import time
 
 from mascot.llm.base import ChatRequest
 from mascot.llm.http import HTTPClient
-from mascot.llm.stub_server import start_stub_server_process
+from mascot.testing.stub_server import start_stub_server_process
 
 TARGET_RATIO = 40.0
 

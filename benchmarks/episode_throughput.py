@@ -75,10 +75,10 @@ def main() -> None:
         print(json.dumps(worker(args.url, args.episodes, args.rounds, args.concurrency)))
         return
 
-    from mascot.llm.stub_server import start_stub_server_process
+    from mascot.testing.stub_server import start_stub_server_process
 
     # vLLM's request limits: a run whose requests stock vLLM would refuse fails here too
-    server = start_stub_server_process(latency_ms=args.latency_ms, responder="mascot.dialogue.testing:stub_responder", vllm_limits=True)
+    server = start_stub_server_process(latency_ms=args.latency_ms, responder="mascot.testing.players:stub_responder", vllm_limits=True)
     try:
         sequential = measure(server.url, args.episodes, args.rounds, 1)
         concurrent = measure(server.url, args.episodes, args.rounds, args.concurrency)

@@ -213,7 +213,7 @@ def run_dpo(args, folder: Path):
 
 
 def run_director_grpo(args, folder: Path):
-    from mascot.dialogue.testing import group_client
+    from mascot.testing.players import group_client
     from mascot.train.config import DirectorGRPOSettings
     from mascot.train.director_grpo import train_director_grpo
 

@@ -21,10 +21,10 @@ from mascot.judge.cache import JudgmentCache
 from mascot.judge.prompt import JudgeItem
 from mascot.judge.rubric_judge import RubricJudge
 from mascot.llm.http import HTTPClient
-from mascot.llm.stub_server import start_stub_server_process
+from mascot.testing.stub_server import start_stub_server_process
 from mascot.rosters import load_roster
 
-RESPONDER = "mascot.judge.testing:stub_judge_responder"
+RESPONDER = "mascot.testing.players:stub_judge_responder"
 
 
 def make_items(n: int) -> list[JudgeItem]:

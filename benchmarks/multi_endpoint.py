@@ -49,7 +49,7 @@ def episodes_per_s(urls: list[str], episodes: int, rounds: int, concurrency: int
 
 
 def main() -> None:
-    from mascot.llm.stub_server import start_stub_server_process
+    from mascot.testing.stub_server import start_stub_server_process
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=120)
@@ -60,7 +60,7 @@ def main() -> None:
     args = parser.parse_args()
 
     servers = [
-        start_stub_server_process(latency_ms=args.latency_ms, responder="mascot.dialogue.testing:stub_responder",
+        start_stub_server_process(latency_ms=args.latency_ms, responder="mascot.testing.players:stub_responder",
                                   vllm_limits=True, max_in_flight=args.server_concurrency)
         for _ in range(2)
     ]

@@ -1,7 +1,78 @@
-import pytest
+"""Shared fixtures. The suite is offline by construction: the hub libraries are told so before any
+of them is imported, and every test refuses connections to anything but this machine."""
 
-from mascot.rosters import load_roster
-from mascot.schema import Context, DialogueLine
+import ipaddress
+import os
+import socket
+
+# Set at import time: huggingface_hub and transformers read these once, when first imported.
+OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")
+for _variable in OFFLINE_VARIABLES:
+    os.environ[_variable] = "1"
+
+import pytest  # noqa: E402
+
+from mascot.rosters import load_roster  # noqa: E402
+from mascot.schema import Context, DialogueLine  # noqa: E402
+
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
+
+
+class NetworkRefused(ConnectionRefusedError):
+    """A test tried to reach another machine. A ConnectionRefusedError, so code that treats an
+    unreachable host as offline (the hub probe) still does; the message names the host."""
+
+
+def _is_local(address) -> bool:
+    if not isinstance(address, tuple):  # a Unix socket path
+        return True
+    host = str(address[0]).split("%", 1)[0]
+    if host in LOCAL_HOSTS:
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return (mapped or ip).is_loopback
+
+
+def refuse_remote(address) -> None:
+    if not _is_local(address):
+        raise NetworkRefused(f"the test suite is offline: connection to {address[0]}:{address[1]} refused (only localhost)")
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch):
+    """Hub offline variables for every test, and no connection beyond localhost."""
+    for variable in OFFLINE_VARIABLES:
+        monkeypatch.setenv(variable, "1")
+    real_connect, real_connect_ex, real_create = socket.socket.connect, socket.socket.connect_ex, socket.create_connection
+
+    def connect(sock, address):
+        refuse_remote(address)
+        return real_connect(sock, address)
+
+    def connect_ex(sock, address):
+        refuse_remote(address)
+        return real_connect_ex(sock, address)
+
+    def create_connection(address, *args, **kwargs):
+        refuse_remote(address)
+        return real_create(address, *args, **kwargs)
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    monkeypatch.setattr(socket.socket, "connect_ex", connect_ex)
+    monkeypatch.setattr(socket, "create_connection", create_connection)
+
+
+@pytest.fixture(scope="session")
+def embedded_model():
+    """The embedded SmolLM2-135M-Instruct as a checkpoint folder (converted from its GGUF once).
+    Tests that run the real small model name this folder, never the hub id."""
+    from mascot.llm.local import embedded_model_dir
+
+    return embedded_model_dir()
 
 
 @pytest.fixture
@@ -55,7 +126,7 @@ def isolated_judge_cache(tmp_path, monkeypatch):
 @pytest.fixture
 def stub():
     """Starts stub servers (`stub(**options)`, no latency by default); all are stopped afterwards."""
-    from mascot.llm.stub_server import start_stub_server
+    from mascot.testing.stub_server import start_stub_server
 
     servers = []
 

@@ -69,7 +69,7 @@ def keys_of(messages: list[dict]) -> list[str]:
 
 def scoring_judge(score_of, **kwargs):
     """A scripted judge giving every criterion `score_of(judged text)` (REPLY block, else CONVERSATION)."""
-    from mascot.llm.scripted import ScriptedClient
+    from mascot.testing.scripted import ScriptedClient
 
     def reply(request):
         name = "REPLY" if "BEGIN REPLY " in request.messages[1]["content"] else "CONVERSATION"
@@ -80,7 +80,7 @@ def scoring_judge(score_of, **kwargs):
 
 def numbered_speaker(prefix: str = "reply", **kwargs):
     """A scripted Speaker whose n choices differ: '<prefix> <k>' for the k-th text it ever produced."""
-    from mascot.llm.scripted import ScriptedClient
+    from mascot.testing.scripted import ScriptedClient
 
     counter = {"n": 0}
 

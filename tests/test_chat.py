@@ -25,12 +25,12 @@ from mascot.dialogue.chat import (
     open_session,
 )
 from mascot.dialogue.reply_stream import ReplyStream
-from mascot.dialogue.testing import group_client, role_of, stub_responder
+from mascot.testing.players import group_client, stub_responder
 from mascot.errors import MascotError
 from mascot.llm.base import LLMError, cut_at_stop
 from mascot.llm.metered import MeteredClient, UsageMeter
-from mascot.llm.scripted import ScriptedClient
-from mascot.llm.stub_server import start_stub_server
+from mascot.testing.scripted import ScriptedClient
+from mascot.testing.stub_server import start_stub_server
 from mascot.rosters import load_roster
 from mascot.schema import Episode
 from mascot.store import read_jsonl
@@ -411,7 +411,7 @@ def test_cli_chats_saves_and_continues_a_session(stub_url, tmp_path):
 def rambling_responder(messages, request):
     """Speakers run on into an imagined transcript, as small models do; the stub ignores `stop`."""
     reply = stub_responder(messages, request)
-    return reply if role_of(messages) == "director" else f"{reply}\nPerson: thanks\nThe Anchor: off we go"
+    return reply if request["role"] == "director" else f"{reply}\nPerson: thanks\nThe Anchor: off we go"
 
 
 def test_cli_stops_a_rambling_stream_where_the_reply_ends(tmp_path):
@@ -455,9 +455,9 @@ def test_cli_rejects_bad_flags(tmp_path):
     assert isinstance(result.exception, MascotError) and "--rounds-per-message" in str(result.exception)
 
 
-def test_cli_chats_with_the_embedded_local_model(tmp_path):
+def test_cli_chats_with_the_embedded_local_model(tmp_path, embedded_model):
     path = tmp_path / "local.jsonl"
-    result = CliRunner().invoke(app, ["chat", "--session", str(path), "--max-tokens", "32", "--situation", "I failed an exam"], input="I feel awful\nwhat should I do?\n")
+    result = CliRunner().invoke(app, ["chat", "--session", str(path), "--model-name", str(embedded_model), "--max-tokens", "32", "--situation", "I failed an exam"], input="I feel awful\nwhat should I do?\n")
     assert result.exit_code == 0, result.output + repr(result.exception)
     episode = saved(path)
     assert [t.round_id for t in episode.turns] == [0, 0, 1, 1]

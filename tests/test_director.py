@@ -4,7 +4,7 @@ import pytest
 
 from mascot.dialogue.director import Director, match_roster_name, parse_directive
 from mascot.dialogue.tally import StrictModeStop, Tally
-from mascot.llm.scripted import ScriptedClient
+from mascot.testing.scripted import ScriptedClient
 from mascot.schema import Turn
 
 

@@ -86,7 +86,7 @@ def fixture_contexts(dataset: str):
 
 def fixture_episodes(dataset: str, branching: bool):
     from mascot.dialogue.engine import EngineSettings, EpisodeEngine
-    from mascot.dialogue.testing import group_client
+    from mascot.testing.players import group_client
     from mascot.rosters import roster_for_dataset
 
     client = group_client()

@@ -5,9 +5,9 @@ import pytest
 from mascot.dialogue.batch import run_all
 from mascot.dialogue.engine import EngineSettings, EpisodeEngine
 from mascot.dialogue.tally import StrictModeStop, Tally
-from mascot.dialogue.testing import group_client, group_reply, role_of
+from mascot.testing.players import group_client, group_reply
 from mascot.llm.base import LLMError
-from mascot.llm.scripted import ScriptedClient
+from mascot.testing.scripted import ScriptedClient
 
 
 def engine_for(roster, client=None, tally=None, **settings):
@@ -86,7 +86,7 @@ def test_branching_structure(es_roster, es_context):
     for episode in branches:
         groups.setdefault(episode.metadata.branch.group_id, []).append(episode.metadata.branch.candidate_idx)
     assert sorted(groups) == ["ctx-1:d0", "ctx-1:d1", "ctx-1:d2"] and all(sorted(v) == [0, 1, 2, 3] for v in groups.values())
-    director_calls = [c for c in engine.clients["director"].calls if role_of(c.messages) == "director" and c.n == 4]
+    director_calls = [c for c in engine.clients["director"].calls if c.role == "director" and c.n == 4]
     assert len(director_calls) == 3  # one proposal of num_candidates per decision point
 
 
@@ -103,7 +103,7 @@ def test_round_robin_and_random_policies_need_no_director(es_roster, es_context)
 
 def test_empty_replies_are_retried_once_then_counted(es_roster, es_context):
     def replies(request):
-        return group_reply(request.messages, request.seed) if role_of(request.messages) == "director" else "   "
+        return group_reply(request.messages, request.seed, request.role) if request.role == "director" else "   "
 
     tally = Tally()
     episode = asyncio.run(engine_for(es_roster, ScriptedClient(fn=replies), tally, num_turns=2, enable_user_simulation=False).run_episode(es_context))
@@ -114,7 +114,7 @@ def test_generation_failures_are_counted_in_tolerant_mode_and_stop_strict_mode(e
     def flaky(request):
         if "situation 2" in request.messages[0]["content"] + request.messages[-1]["content"]:
             raise LLMError("server down")
-        return group_reply(request.messages, request.seed)
+        return group_reply(request.messages, request.seed, request.role)
 
     tally = Tally()
     records = collect(engine_for(es_roster, ScriptedClient(fn=flaky), tally, num_turns=2), es_contexts)
@@ -128,7 +128,7 @@ def test_big_five_profiles(es_roster, es_context):
     assert fixed.user_big_five == "Low Agreeableness" and fixed.metadata.persona_set == "big5"
     client = group_client()
     asyncio.run(engine_for(es_roster, client, num_turns=2, user_response_probability=1.0, user_big_five_profile="High Neuroticism").run_episode(es_context))
-    user_prompts = [c.messages[0]["content"] for c in client.calls if role_of(c.messages) == "user"]
+    user_prompts = [c.messages[0]["content"] for c in client.calls if c.role == "user"]
     assert user_prompts and all("High Neuroticism" in p for p in user_prompts)
 
 

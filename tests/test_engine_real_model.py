@@ -7,15 +7,17 @@ from rich.console import Console
 
 from mascot.dialogue.engine import EngineSettings
 from mascot.dialogue.run import GroupGenerationConfig, generate_group
+from mascot.llm.routing import EndpointOptions
 from mascot.schema import Episode
 from mascot.store import read_jsonl
 
 
-def test_directed_episode_on_the_embedded_model(tmp_path, es_context, es_roster):
+def test_directed_episode_on_the_embedded_model(tmp_path, es_context, es_roster, embedded_model):
     cfg = GroupGenerationConfig(
         dataset="ESConv",
         engine=EngineSettings(num_turns=2, user_response_probability=1.0, max_tokens=40, seed=1),
         output_dir=tmp_path,
+        endpoints=EndpointOptions(model_name=str(embedded_model)),
     )
     run_dir, store = asyncio.run(generate_group(cfg, contexts=[es_context], console=Console(quiet=True)))
     (episode,) = list(read_jsonl(run_dir / "episodes.jsonl", Episode))
@@ -27,6 +29,6 @@ def test_directed_episode_on_the_embedded_model(tmp_path, es_context, es_roster)
     config = json.loads((run_dir / "run_config.json").read_text())
     assert config["settings"]["local_backend_roles"] == ["director", "speaker", "user"]
     assert config["roles"]["speaker"]["backend"] == "local"
-    assert episode.metadata.speaker_model == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert episode.metadata.speaker_model == str(embedded_model)
     usage = store.summary.usage
     assert usage["speaker"].completion_tokens > 0 and usage["director"].requests >= 2

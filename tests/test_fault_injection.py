@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from mascot.dialogue.testing import stub_responder
-from mascot.judge.testing import is_judge_prompt, stub_judge_responder
-from mascot.llm.stub_server import start_stub_server
+from mascot.testing.players import stub_responder
+from mascot.testing.players import stub_judge_responder
+from mascot.testing.stub_server import start_stub_server
 
 ESCONV_SAMPLE = Path(__file__).parent / "fixtures" / "esconv_sample.jsonl"
 MASCOT = [sys.executable, "-m", "mascot"]
@@ -30,7 +30,7 @@ MASCOT = [sys.executable, "-m", "mascot"]
 
 def respond(messages: list[dict], request: dict) -> str:
     """Dialogue roles and the judge, deterministically, from one stub server."""
-    return stub_judge_responder(messages, request) if is_judge_prompt(messages) else stub_responder(messages, request)
+    return stub_judge_responder(messages, request) if request["role"] == "judge" else stub_responder(messages, request)
 
 
 @pytest.fixture(scope="module")

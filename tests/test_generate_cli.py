@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from mascot.cli import app
-from mascot.llm.stub_server import start_stub_server
-from mascot.dialogue.testing import stub_responder
+from mascot.testing.stub_server import start_stub_server
+from mascot.testing.players import stub_responder
 from mascot.schema import Episode
 from mascot.store import read_jsonl
 

@@ -9,9 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from mascot.cli import app
-from mascot.dialogue.testing import stub_responder
-from mascot.judge.testing import stub_judge_responder
-from mascot.llm.stub_server import start_stub_server
+from mascot.testing.players import stub_responder
+from mascot.testing.players import stub_judge_responder
+from mascot.testing.stub_server import start_stub_server
 from mascot.schema import Candidate, Episode
 from mascot.store import read_jsonl
 

@@ -20,9 +20,9 @@ from mascot.judge.parse import JudgeParseError, parse_judgment
 from mascot.judge.prompt import JudgeItem, judge_messages, nonce_for
 from mascot.judge.rubric_judge import AnnotationFailure, RubricJudge
 from mascot.judge.run import judge_episode_file
-from mascot.judge.testing import judge_client
+from mascot.testing.players import judge_client
 from mascot.llm.base import BaseClient, ChatResponse, LLMError
-from mascot.llm.scripted import ScriptedClient
+from mascot.testing.scripted import ScriptedClient
 from mascot.rosters import load_roster
 from mascot.rubrics import rubric_for
 
@@ -203,24 +203,31 @@ async def test_failures_are_not_cached_and_duplicates_in_flight_share_one_call(t
 
 
 class InFlightClient(BaseClient):
-    """Counts how many requests overlap."""
+    """Answers only once `expected` requests are in flight at the same time (a barrier): judged
+    one by one, the first request would wait alone and the test fails."""
 
     model = "in-flight"
     backend = "scripted"
 
-    def __init__(self) -> None:
+    def __init__(self, expected: int) -> None:
+        self.expected = expected
         self.now = self.peak = 0
+        self.all_in = asyncio.Event()
 
     async def chat(self, request):
         self.now += 1
         self.peak = max(self.peak, self.now)
-        await asyncio.sleep(0.01)
-        self.now -= 1
+        if self.now == self.expected:
+            self.all_in.set()
+        try:
+            await asyncio.wait_for(self.all_in.wait(), 30)
+        finally:
+            self.now -= 1
         return ChatResponse(texts=[reply_json(ES_KEYS, 3)], model=self.model)
 
 
 async def test_items_are_judged_concurrently():
-    client = InFlightClient()
+    client = InFlightClient(expected=12)
     await RubricJudge(client).judge_many([item(f"r{i}", f"i{i}") for i in range(12)])
     assert client.peak == 12
 
@@ -260,15 +267,16 @@ def test_judges_file(tmp_path):
         load_judges_file(path)
 
 
-@pytest.mark.parametrize("cls, module, package", [("AnthropicClient", "anthropic", "anthropic"), ("GeminiClient", "google.genai", "google-genai")])
-def test_api_judges_without_their_package_name_the_extra(monkeypatch, cls, module, package):
+@pytest.mark.parametrize("provider, module, package", [("anthropic", "anthropic", "anthropic"), ("gemini", "google.genai", "google-genai")])
+def test_api_judges_without_their_package_name_the_extra(monkeypatch, provider, module, package):
+    from mascot.judge.panel import JudgeSpec, build_judge_backends
+    from mascot.llm.routing import EndpointOptions
+
     monkeypatch.setitem(sys.modules, module, None)  # makes the import fail like a missing package
     if module == "google.genai":
         monkeypatch.setitem(sys.modules, "google", None)
-    from mascot.judge import api_clients
-
-    with pytest.raises(MascotError) as info:
-        getattr(api_clients, cls)("some-model")
+    with pytest.raises(MascotError) as info:  # the panel asks the provider registry for the client
+        build_judge_backends([JudgeSpec(model="some-model", provider=provider)], EndpointOptions())
     message = str(info.value)
     assert "mascot[api-judges]" in message and package in message and "\n" not in message
 
@@ -312,8 +320,8 @@ def test_legacy_files_fall_back_to_the_file_name_with_a_warning(tmp_path, caplog
 
 
 def test_mascot_judge_cli_against_the_stub_server_and_its_cache(tmp_path):
-    from mascot.judge.testing import stub_judge_responder
-    from mascot.llm.stub_server import start_stub_server
+    from mascot.testing.players import stub_judge_responder
+    from mascot.testing.stub_server import start_stub_server
 
     path = tmp_path / "episodes.jsonl"
     write_episodes(path, [sample_episode("c1:e0", context_id="c1")])
@@ -336,7 +344,7 @@ def test_mascot_judge_cli_against_the_stub_server_and_its_cache(tmp_path):
 
 
 def test_mascot_judge_exits_non_zero_when_every_judgment_fails(tmp_path):
-    from mascot.llm.stub_server import start_stub_server
+    from mascot.testing.stub_server import start_stub_server
 
     path = tmp_path / "episodes.jsonl"
     write_episodes(path, [sample_episode("c1:e0", context_id="c1")])

@@ -33,6 +33,21 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+class FakeClock:
+    """Time that passes only when the client pauses: backoff is counted, never waited for."""
+
+    def __init__(self) -> None:
+        self.time = 0.0
+        self.pauses: list[float] = []
+
+    def now(self) -> float:
+        return self.time
+
+    async def sleep(self, seconds: float) -> None:
+        self.pauses.append(seconds)
+        self.time += seconds
+
+
 async def chat(client: HTTPClient, request: ChatRequest):
     try:
         return await client.chat(request)
@@ -87,11 +102,14 @@ async def test_a_server_refusing_everything_gives_its_message(stub):
 
 async def test_retry_budget_bounds_a_long_outage(stub):
     server = stub(reject=(503, "restarting"))
-    client = client_for(server, max_retries=1000, retry_budget_s=0.3, backoff_base_s=0.05, backoff_max_s=0.1)
+    clock = FakeClock()
+    client = client_for(server, max_retries=1000, retry_budget_s=30.0, backoff_base_s=1.0, backoff_max_s=4.0, clock=clock)
     with pytest.raises(LLMError) as info:
         await chat(client, ChatRequest(messages=ASK))
     assert info.value.cause == "http-503" and "gave up after" in str(info.value) and "restarting" in str(info.value)
-    assert 3 <= server.stats.chat_requests < 20
+    # the pauses fill the budget exactly (the last one cut short), none longer than the cap
+    assert sum(clock.pauses) == pytest.approx(30.0) and max(clock.pauses) <= 4.0 and len(clock.pauses) >= 30 / 4.0
+    assert server.stats.chat_requests == len(clock.pauses) + 1 and f"after {len(clock.pauses) + 1} attempts in 30s" in str(info.value)
 
 
 async def test_a_timed_out_request_is_retried_with_a_longer_timeout(stub, caplog):
@@ -205,7 +223,9 @@ async def test_structured_output_support_is_probed_once_and_followed(stub, suppo
 
 
 async def test_two_servers_share_the_load(stub):
-    first, second = stub(latency_s=0.02), stub(latency_s=0.02)
+    # each server holds its requests until eight are in flight: the load spreads by what is
+    # outstanding, whatever the timing
+    first, second = stub(gather=8), stub(gather=8)
     client = client_for([first.url, second.url], max_in_flight=8)
     try:
         await asyncio.gather(*(client.chat(ChatRequest(messages=ASK)) for _ in range(60)))
@@ -213,6 +233,7 @@ async def test_two_servers_share_the_load(stub):
         await client.aclose()
     counts = [first.stats.chat_requests, second.stats.chat_requests]
     assert sum(counts) == 60 and min(counts) >= 20
+    assert first.stats.max_in_flight == second.stats.max_in_flight == 8
 
 
 async def test_a_dead_server_is_taken_out_without_losing_a_request(stub, caplog):

@@ -14,14 +14,10 @@ import pytest
 from mascot.llm.base import ChatRequest, LLMError
 from mascot.llm.http import HTTPClient
 from mascot.llm.metered import CallTracer, MeteredClient, UsageMeter
-from mascot.llm.routing import (
-    DEFAULT_LOCAL_MODEL,
-    EndpointOptions,
-    build_backends,
-    redact_url,
-    resolve_roles,
-)
-from mascot.llm.stub_server import load_responder, start_stub_server_process
+from mascot.llm.base import DEFAULT_LOCAL_MODEL, redact_url
+from mascot.llm.providers import build_backends
+from mascot.llm.routing import EndpointOptions, resolve_roles
+from mascot.testing.stub_server import load_responder, start_stub_server_process
 
 HELLO = ChatRequest(messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello there friend"}])
 SECRET = "sk-test-0123456789-do-not-log"
@@ -141,9 +137,19 @@ async def test_refused_connection_fails_after_retries():
 async def test_refused_connection_until_the_server_appears(stub):
     port = free_port()
     client = HTTPClient(f"http://127.0.0.1:{port}/v1", "m", max_retries=8, backoff_base_s=0.05, backoff_max_s=0.2, timeout_s=2)
+    refused_twice = asyncio.Event()
+    state = client.endpoints[0]
+    counted = state.failed
+
+    def failed(**kwargs):
+        counted(**kwargs)
+        if state.failures >= 2:
+            refused_twice.set()
+
+    state.failed = failed
     try:
         call = asyncio.ensure_future(client.chat(HELLO))
-        await asyncio.sleep(0.3)
+        await asyncio.wait_for(refused_twice.wait(), 30)
         assert not call.done()  # still retrying refused connections
         server = stub(port=port)
         response = await asyncio.wait_for(call, 10)
@@ -157,7 +163,8 @@ async def test_refused_connection_until_the_server_appears(stub):
 
 
 async def test_in_flight_bound_holds_for_chats_and_streams(stub):
-    server = stub(latency_s=0.03, chunk_delay_s=0.01)  # a stream stays in flight after its headers
+    # requests wait at the server until four are in flight; a stream stays in flight after its headers
+    server = stub(gather=4, chunk_delay_s=0.001)
     client = client_for(server, max_in_flight=4)
 
     async def drain_stream():
@@ -172,7 +179,7 @@ async def test_in_flight_bound_holds_for_chats_and_streams(stub):
 
 
 async def test_clients_sharing_an_endpoint_share_the_bound(stub):
-    server = stub(latency_s=0.03)
+    server = stub(gather=3)  # requests wait until three are in flight: the bound is reached, never passed
     opts = EndpointOptions(vllm_server_url=server.url + "/", director_model="dir-model", speaker_model="spk-model", max_in_flight=3)
     endpoints = resolve_roles(opts, roles=("director", "speaker"))
     endpoints["speaker"].url = server.url  # the same server written without the trailing slash
@@ -390,7 +397,7 @@ async def test_stub_server_plugs_a_responder_and_runs_in_its_own_process(monkeyp
     with pytest.raises(ValueError, match="module:function"):
         load_responder("no_colon")
 
-    with start_stub_server_process(latency_ms=0, responder="mascot.llm.stub_server:echo_responder") as server:
+    with start_stub_server_process(latency_ms=0, responder="mascot.testing.stub_shapes:echo_responder") as server:
         client = HTTPClient(server.url, "m", timeout_s=10)
         try:
             response = await client.chat(HELLO)

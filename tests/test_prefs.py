@@ -13,7 +13,7 @@ from mascot.cli import app
 from mascot.judge.panel import JudgePanel
 from mascot.judge.rubric_judge import RubricJudge
 from mascot.llm.base import LLMError
-from mascot.llm.scripted import ScriptedClient
+from mascot.testing.scripted import ScriptedClient
 from mascot.prefs.group import episode_pairs, group_preferences, render_trajectory
 from mascot.prefs.individual import OUTPUTS, IndividualSettings, run_individual
 from mascot.prefs.pairs import max_pairs, preference_index_pairs
@@ -204,8 +204,8 @@ async def test_directive_pairs_share_the_prefix_and_compare_directives():
 
 
 def test_mascot_prefs_group_cli(tmp_path):
-    from mascot.judge.testing import stub_judge_responder
-    from mascot.llm.stub_server import start_stub_server
+    from mascot.testing.players import stub_judge_responder
+    from mascot.testing.stub_server import start_stub_server
 
     path = tmp_path / "group.jsonl"
     write_episodes(path, independent_episodes() + [sample_episode("ctx-2:e0", context_id="ctx-2")])
@@ -222,15 +222,15 @@ def test_mascot_prefs_group_cli(tmp_path):
 # --------------------------------------------------------------------------- end to end
 
 
-def test_generate_individual_end_to_end_feeds_trl_reward_trainer(tmp_path, monkeypatch):
+def test_generate_individual_end_to_end_feeds_trl_reward_trainer(tmp_path, monkeypatch, embedded_model):
     """`mascot generate --mode individual` on the embedded local Speaker (the judge is the stub
     server: the 135M model cannot write rubric JSON), then one RewardTrainer step on the pairs."""
     from datasets import load_dataset
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
     from trl import RewardConfig, RewardTrainer
 
-    from mascot.judge.testing import stub_judge_responder
-    from mascot.llm.stub_server import start_stub_server
+    from mascot.testing.players import stub_judge_responder
+    from mascot.testing.stub_server import start_stub_server
     from train_helpers import tiny_model
 
     fixture = __import__("pathlib").Path(__file__).parent / "fixtures" / "esconv_sample.jsonl"
@@ -239,7 +239,7 @@ def test_generate_individual_end_to_end_feeds_trl_reward_trainer(tmp_path, monke
         result = CliRunner().invoke(
             app,
             ["generate", "--mode", "individual", "--dataset", "ESConv", "--data-file", str(fixture), "--limit", "1",
-             "--num-candidates", "3", "--max-tokens", "24", "--score-margin", "0.2", "--temperature", "0.9",
+             "--model-name", str(embedded_model), "--num-candidates", "3", "--max-tokens", "24", "--score-margin", "0.2", "--temperature", "0.9",
              "--judge-server-url", server.url, "--judge-model", "stub-judge", "--output-dir", str(tmp_path)],
         )
     assert result.exit_code == 0, result.output

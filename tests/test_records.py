@@ -17,17 +17,17 @@ from mascot.cli import app
 from mascot.data import DatasetError, load_contexts
 from mascot.dialogue.engine import EngineSettings
 from mascot.dialogue.run import GroupGenerationConfig, generate_group, run_dir_for
-from mascot.dialogue.testing import group_client, stub_responder
+from mascot.testing.players import group_client, stub_responder
 from mascot.errors import MascotError
-from mascot.judge.testing import stub_judge_responder
+from mascot.testing.players import stub_judge_responder
 from mascot.llm.routing import EndpointOptions
-from mascot.llm.scripted import ScriptedClient
+from mascot.testing.scripted import ScriptedClient
 from mascot.prefs.individual import OUTPUTS, IndividualSettings, run_individual
 from mascot.judge.rubric_judge import RubricJudge
 from mascot.rosters import load_roster
 from mascot.schema import Candidate, Context, DialogueLine, Episode, PreferencePair
 from mascot.store import RunStore, StoreError, read_jsonl, redact, write_jsonl
-from mascot.llm.stub_server import start_stub_server
+from mascot.testing.stub_server import start_stub_server
 
 ESCONV_SAMPLE = Path(__file__).parent / "fixtures" / "esconv_sample.jsonl"
 

@@ -10,7 +10,7 @@ from mascot.dialogue.director import Director, directive_schema
 from mascot.dialogue.engine import EngineSettings, EpisodeEngine
 from mascot.dialogue.reasoning import parse_thinking_flag, role_thinking, split_reasoning, token_budget
 from mascot.dialogue.tally import Tally
-from mascot.dialogue.testing import group_reply, role_of
+from mascot.testing.players import group_reply
 from mascot.judge.prompt import JudgeItem
 from mascot.judge.rubric_judge import RubricJudge, rubric_schema
 from mascot.llm.base import BaseClient, ChatRequest, ChatResponse
@@ -33,7 +33,7 @@ class ReasoningClient(BaseClient):
         self.calls.append(request)
         texts, reasoning = [], []
         for i in range(request.n):
-            answer = group_reply(request.messages, (request.seed or 0) + i)
+            answer = group_reply(request.messages, (request.seed or 0) + i, request.role)
             if (len(self.calls) + i) % 2:
                 texts.append(answer)
                 reasoning.append("They sound tense; <b>keep it short</b>.")
@@ -64,8 +64,8 @@ def test_episode_requests_set_thinking_and_transcripts_never_hold_reasoning(es_r
     episode = asyncio.run(engine.run_episode(es_context))
     for request in client.calls:
         assert request.thinking is thinking
-        assert request.max_tokens == (160 + 300 if thinking else 160) or role_of(request.messages) == "user"
-        if role_of(request.messages) == "director":
+        assert request.max_tokens == (160 + 300 if thinking else 160) or request.role == "user"
+        if request.role == "director":
             assert request.json_schema == directive_schema(es_roster)
     record = episode.to_json()
     assert "<think>" not in record and "Private plan" not in json.dumps([t.response for t in episode.turns])

@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from mascot.cli import app
-from mascot.dialogue.testing import stub_responder
-from mascot.llm.stub_server import start_stub_server
+from mascot.testing.players import stub_responder
+from mascot.testing.stub_server import start_stub_server
 
 ESCONV_SAMPLE = Path(__file__).parent / "fixtures" / "esconv_sample.jsonl"
 RUN = "directed_ESConv_stub-model"

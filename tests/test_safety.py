@@ -15,8 +15,8 @@ import pytest
 from mascot.dialogue.engine import EngineSettings, EpisodeEngine
 from mascot.dialogue.run import counting_safety_events
 from mascot.dialogue.tally import Tally
-from mascot.dialogue.testing import group_reply, role_of
-from mascot.llm.scripted import ScriptedClient
+from mascot.testing.players import group_reply
+from mascot.testing.scripted import ScriptedClient
 from mascot.safety import SAFETY_ACTION, SafetyScreen, screen_applies
 from mascot.safety.embedding import ExampleSimilarity
 from mascot.safety.resources import load_resources, parse_resources
@@ -113,9 +113,9 @@ def test_rules_alone_never_import_torch():
 
 def crisis_user_client(user_text: str) -> ScriptedClient:
     def reply(request):
-        if role_of(request.messages) == "user":
+        if request.role == "user":
             return f"{user_text}\nEmotion: hopeless"
-        return group_reply(request.messages, request.seed)
+        return group_reply(request.messages, request.seed, request.role)
 
     return ScriptedClient(fn=reply)
 
@@ -177,7 +177,7 @@ def test_run_summary_counts_safety_events(es_roster, es_context):
 
 def test_chat_answers_a_crisis_message_with_the_safety_reply_and_saves_it(tmp_path):
     from mascot.dialogue.chat import ChatSettings, open_session
-    from mascot.dialogue.testing import group_client
+    from mascot.testing.players import group_client
 
     client = group_client()
     session, _ = open_session(tmp_path / "s.jsonl", {"director": client, "speaker": client}, ChatSettings(safety_locale="en-US"), situation="hard week")

@@ -137,7 +137,7 @@ def test_serve_waits_for_the_server_and_roles_record_base_and_adapter(tmp_path, 
     try:
         served = wait_until_ready(process, plan, log, timeout_s=60)
         assert set(served) == {"qwen3-8b", "mascot-speaker"}
-        from mascot.llm.routing import RoleEndpoint
+        from mascot.llm.providers import RoleEndpoint
 
         endpoints = {"speaker": RoleEndpoint("speaker", "mascot-speaker", plan.url), "director": RoleEndpoint("director", "qwen3-8b", plan.url)}
         identities = {r: RoleIdentity(base_model=ep.model, served_model=ep.model, backend="http") for r, ep in endpoints.items()}

@@ -13,7 +13,7 @@ from mascot.cli import app
 from mascot.dialogue.engine import EngineSettings
 from mascot.dialogue.run import GroupGenerationConfig, generate_group
 from mascot.dialogue.tally import Tally, describe_counters
-from mascot.dialogue.testing import group_client
+from mascot.testing.players import group_client
 from mascot.llm.routing import EndpointOptions
 from mascot.schema import Counters
 

@@ -9,14 +9,15 @@ from train_helpers import one_thread_per_module, sft_warm_start, single_thread, 
 
 from mascot.dialogue.director import parse_directive
 from mascot.dialogue.prompts import director_messages
-from mascot.dialogue.testing import group_client
+from mascot.testing.players import group_client
 from mascot.llm.base import ChatRequest
 from mascot.rosters import load_roster
 from mascot.schema import Context, Directive, Episode, EpisodeMetadata, PreferencePair, Turn
 from mascot.train.artefact import read_metadata
 from mascot.train.config import DirectorDPOSettings, DirectorGRPOSettings
 from mascot.train.director_dpo import train_director_dpo
-from mascot.train.director_grpo import sample_decision_points, train_director_grpo
+from mascot.train.decision_points import sample_decision_points
+from mascot.train.director_grpo import train_director_grpo
 
 ROSTER = load_roster("emotional_support")
 SITUATIONS = ["I lost my job", "my exam went badly", "I moved to a new city", "my friend ignores me", "I cannot sleep", "my team blames me"]

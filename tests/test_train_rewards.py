@@ -6,13 +6,14 @@ import asyncio
 
 import pytest
 
-from mascot.dialogue.testing import group_client
+from mascot.testing.players import group_client
 from mascot.llm.base import ChatRequest, LLMError
-from mascot.llm.scripted import ScriptedClient
+from mascot.testing.scripted import ScriptedClient
 from mascot.rosters import load_roster
 from mascot.schema import Context, Directive, Turn
 from mascot.train.config import DirectorGRPOSettings
-from mascot.train.director_grpo import DecisionPoint, DirectorRolloutReward, Rollout, block_speakers
+from mascot.train.decision_points import DecisionPoint
+from mascot.train.director_grpo import DirectorRolloutReward, Rollout, block_speakers
 from mascot.train.rewards import PersonaRewardModel, completion_text, conciseness_reward, diversity_score, format_reward
 
 
@@ -137,27 +138,57 @@ def test_failed_rollout_does_not_move_the_advantage():
     assert rewards == [2.0, 1.0, 0.0]  # the failed Beacon rollout sits at its group's mean
 
 
-def test_rollout_clients_spread_over_endpoints_and_keep_the_speaker_apart():
-    from mascot.train.director_grpo import RoundRobinClient, build_rollout_clients
+def test_rollout_backends_come_from_the_registry_spread_over_endpoints_and_keep_the_speaker_apart(monkeypatch, tmp_path):
+    from mascot.llm.metered import MeteredClient
+    from mascot.train.director_grpo import build_rollout_backends, close_backends
 
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".env").write_text("OPENAI_API_KEY=sk-from-dotenv\n")  # rollouts read keys like every run
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     settings = DirectorGRPOSettings(
-        data_path="x", rollout_server_url="http://a:1/v1", rollout_endpoints="http://b:2/v1, http://c:3/v1",
-        rollout_model="Qwen/Qwen3-8B", speaker_adapter="mascot-speaker",
+        data_path="x", rollout_server_url="http://a:1/v1?key=secret", rollout_endpoints="http://b:2/v1, http://c:3/v1",
+        rollout_model="Qwen/Qwen3-8B", speaker_adapter="mascot-speaker", rollout_concurrency=5,
     )
-    clients = build_rollout_clients(settings)
-    assert clients["user"] is clients["director"] and clients["director"].model == "Qwen/Qwen3-8B"
-    assert clients["speaker"].model == "mascot-speaker"  # the served LoRA alias of the trained Speaker
-    assert [c.base_url for c in clients["speaker"].clients] == ["http://a:1/v1", "http://b:2/v1", "http://c:3/v1"]
+    backends = build_rollout_backends(settings)
+    clients = backends.clients
+    assert all(isinstance(c, MeteredClient) for c in clients.values())  # usage counted per role
+    assert clients["user"].inner is clients["director"].inner and clients["director"].model == "Qwen/Qwen3-8B"
+    speaker = clients["speaker"].inner
+    assert speaker.model == "mascot-speaker"  # the served LoRA alias of the trained Speaker
+    assert [e.label for e in speaker.endpoints] == ["http://a:1/v1", "http://b:2/v1", "http://c:3/v1"]  # redacted
+    # one load figure per server, shared by the Speaker's and the base model's clients
+    assert [id(e) for e in speaker.endpoints] == [id(e) for e in clients["director"].inner.endpoints]
+    assert speaker.max_in_flight == 5 and speaker._headers["Authorization"] == "Bearer sk-from-dotenv"
+    close_backends(None, backends)
 
-    first, second = ScriptedClient(default="a"), ScriptedClient(default="b")
-    spread = RoundRobinClient([first, second])
-    request = ChatRequest(messages=[{"role": "user", "content": "hi"}])
 
-    async def four():
-        return await asyncio.gather(*(spread.chat(request) for _ in range(4)))
+def test_rollouts_over_http_are_metered_traced_and_closed_on_the_trainers_loop(stub, tmp_path):
+    import threading
+    import types
 
-    texts = asyncio.run(four())
-    assert [t.text for t in texts] == ["a", "b", "a", "b"] and len(first.calls) == len(second.calls) == 2
+    from mascot.testing.players import stub_responder
+    from mascot.train.director_grpo import build_rollout_backends, close_backends
+
+    server = stub(responder=stub_responder)
+    settings = DirectorGRPOSettings(data_path="x", rollout_server_url=server.url, rollout_model="stub-model", suffix_rounds=1,
+                                    user_response_probability=0.0, diversity_weight=1.0)
+    backends = build_rollout_backends(settings, tmp_path / "out" / "rollout_call_trace.jsonl")
+    reward = DirectorRolloutReward({"c1:e0@r1": point()}, backends.clients, None, settings)
+    loop = asyncio.new_event_loop()  # like TRL, the reward function runs on a loop in its own thread
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        call = reward(prompts=[[]], completions=[as_message("agent: The Catalyst")], point_id=["c1:e0@r1"])
+        assert asyncio.run_coroutine_threadsafe(call, loop).result(60) == [1.0]
+        close_backends(types.SimpleNamespace(async_loop=loop), backends)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+    assert server.stats.roles == ["speaker"] and backends.meter.by_role["speaker"].requests == 1
+    trace = (tmp_path / "out" / "rollout_call_trace.jsonl").read_text().splitlines()
+    assert len(trace) == 1 and '"role": "speaker"' in trace[0]
+    assert backends.clients["speaker"].inner._session is None  # closed on the loop it was opened on
 
 
 def test_every_rollout_failing_stops_training_with_a_clear_error():
@@ -173,11 +204,11 @@ def test_every_rollout_failing_stops_training_with_a_clear_error():
 
 def test_rollout_model_defaults_to_the_policy_and_reward_models_to_their_trainer_layout(tmp_path, monkeypatch):
     from mascot.train import artefact
-    from mascot.train.director_grpo import build_rollout_clients, resolve_group_reward_model_path
+    from mascot.train.director_grpo import build_rollout_backends, resolve_group_reward_model_path
     from mascot.train.runtime import TrainingSetupError
 
     settings = DirectorGRPOSettings(data_path="x", model_name="Qwen/Qwen3-8B", rollout_server_url="http://a:1/v1")
-    assert build_rollout_clients(settings)["speaker"].model == "Qwen/Qwen3-8B"
+    assert build_rollout_backends(settings)["speaker"].model == "Qwen/Qwen3-8B"
     monkeypatch.chdir(tmp_path)
     with pytest.raises(TrainingSetupError, match="group_reward_ESConv_Qwen3-0.6B.*mascot train group-reward-model"):
         resolve_group_reward_model_path(settings, "ESConv")

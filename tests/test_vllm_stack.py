@@ -90,7 +90,7 @@ def test_serve_prints_the_role_flags(server):
 
 def test_served_aliases_resolve_to_base_model_and_adapter(server, base_model, speaker_adapter):
     """What runs record for a role pointed at the alias, read from the real server's /v1/models."""
-    from mascot.llm.routing import RoleEndpoint
+    from mascot.llm.providers import RoleEndpoint
     from mascot.schema import RoleIdentity
     from mascot.serve import resolve_served_identities
 
@@ -129,19 +129,24 @@ def test_director_grpo_rollout_against_the_server(server):
     from mascot.rosters import load_roster
     from mascot.schema import Context, DialogueLine, Turn
     from mascot.train.config import DirectorGRPOSettings
-    from mascot.train.director_grpo import DecisionPoint, DirectorRolloutReward, build_rollout_clients, close_clients
+    from mascot.train.decision_points import DecisionPoint
+    from mascot.train.director_grpo import DirectorRolloutReward, build_rollout_backends
 
     roster = load_roster("emotional_support")
     context = Context(context_id="c1", dataset="ESConv", situation="Work stress.", emotion="anxiety", opening_turns=[DialogueLine(speaker="user", text="I cannot sleep.")])
     point = DecisionPoint("c1:e0@r1", "c1:e0", context, [Turn(turn_idx=0, round_id=0, agent_name="The Anchor", response="That sounds exhausting.")], roster, "emotional_support", 1)
     settings = DirectorGRPOSettings(data_path="x", model_name=SERVED_BASE, rollout_server_url=server["url"], speaker_adapter="mascot-speaker",
                                     suffix_rounds=1, user_response_probability=0.0, group_reward_weight=0.0)
-    clients = build_rollout_clients(settings)
-    reward = DirectorRolloutReward({point.point_id: point}, clients, None, settings)
+    backends = build_rollout_backends(settings)
+    reward = DirectorRolloutReward({point.point_id: point}, backends.clients, None, settings)
     completions = [[{"role": "assistant", "content": "agent: The Catalyst\naction: ask one question\ntone: direct"}],
                    [{"role": "assistant", "content": "agent: The Beacon\naction: offer hope\ntone: warm"}]]
-    try:
-        rewards = asyncio.run(reward(prompts=[[], []], completions=completions, point_id=[point.point_id] * 2))
-    finally:
-        close_clients(None, clients)
+
+    async def rewards_then_close():  # the clients close on the loop their sessions were opened on
+        try:
+            return await reward(prompts=[[], []], completions=completions, point_id=[point.point_id] * 2)
+        finally:
+            await backends.aclose()
+
+    rewards = asyncio.run(rewards_then_close())
     assert reward.stats.rollout_failures == 0 and len(rewards) == 2 and rewards == [1.0 * settings.diversity_weight] * 2

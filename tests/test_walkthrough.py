@@ -23,9 +23,8 @@ from train_helpers import single_thread, tiny_model
 from typer.testing import CliRunner
 
 from mascot.cli import app
-from mascot.dialogue.testing import as_structured, group_reply, role_of
-from mascot.judge.testing import is_judge_prompt, judge_reply
-from mascot.llm.stub_server import start_stub_server
+from mascot.testing.players import as_structured, group_reply, judge_reply
+from mascot.testing.stub_server import start_stub_server
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 MARKER = "<!-- walkthrough -->"
@@ -89,14 +88,15 @@ def scripted_responder():
 
     def respond(messages: list[dict], request: dict) -> str:
         n = next(counter)
-        if is_judge_prompt(messages):  # scores cycle through the scale: two judged items never tie
+        role = request["role"]  # the role tag the client sends with each request
+        if role == "judge":  # scores cycle through the scale: two judged items never tie
             score = next(judgments) % 5 + 1
             return json.dumps({k: {**v, "score": score} for k, v in json.loads(judge_reply(messages)).items()})
-        if role_of(messages) == "director":
+        if role == "director":
             names = re.findall(r"^- (.+?): ", messages[0]["content"], re.MULTILINE)
             name = names[n % len(names)]
             return as_structured(f"<directive>\nagent: {name}\naction: add what only {name} would add ({n})\ntone: warm\n</directive>", request)
-        return group_reply(messages, request.get("seed")) + f" ({n})"
+        return group_reply(messages, request.get("seed"), role) + f" ({n})"
 
     return respond
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from mascot.dialogue.testing import group_client, stub_responder
+from mascot.testing.players import group_client, stub_responder
 from mascot.llm.base import LLMError
-from mascot.llm.scripted import ScriptedClient
-from mascot.llm.stub_server import start_stub_server
+from mascot.testing.scripted import ScriptedClient
+from mascot.testing.stub_server import start_stub_server
 from mascot.rosters import load_roster
 from mascot.schema import Episode
 from mascot.store import read_jsonl

@@ -120,7 +120,7 @@ async def opened_backends(backends: Any, console: Console | None = None, notice:
 
 @asynccontextmanager
 async def open_run(spec: RunSpec, console: Console | None = None) -> AsyncIterator[OpenRun]:
-    from mascot.llm.routing import build_backends
+    from mascot.llm.providers import build_backends
     from mascot.store import check_resume_settings, flush_summary_periodically, log_meter_usage
 
     if spec.resume:  # before the store opens: a refused resume leaves the saved run as it was

@@ -224,7 +224,7 @@ class JudgePanelSettings(ClientSettings):
     def judge_specs(self) -> list:
         """One JudgeSpec per judge (from --judges-file, or --judge ids on --judge-server-url)."""
         from mascot.judge.panel import JudgeSpec, load_judges_file
-        from mascot.llm.routing import DEFAULT_LOCAL_MODEL
+        from mascot.llm.base import DEFAULT_LOCAL_MODEL
 
         if self.judges_file:
             return load_judges_file(self.judges_file)

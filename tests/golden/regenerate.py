@@ -61,17 +61,17 @@ _DURATION_KEY = re.compile(r"^(duration|elapsed|latency|wall)")
 
 def _responder(kind: str):
     if kind == "group":
-        from mascot.dialogue.testing import stub_responder
+        from mascot.testing.players import stub_responder
 
         return stub_responder
-    from mascot.judge.testing import candidate_reply, is_judge_prompt, judge_reply
+    from mascot.testing.players import candidate_reply, judge_reply
 
     asked: dict[str, int] = {}
 
     def judge_or_candidate(messages: list[dict], request: dict) -> str:
         """The scripted judge; Speaker prompts get one numbered variant per choice of the request
         (the plain stub repeats one reply for all `n`, which would leave no pair to make)."""
-        if is_judge_prompt(messages):
+        if request.get("role") == "judge":
             return judge_reply(messages)
         key = json.dumps([messages, request.get("seed")], sort_keys=True)
         asked[key] = asked.get(key, 0) + 1
@@ -112,7 +112,7 @@ def run_case(case: str, workdir: Path) -> dict[str, str]:
     import os
 
     from mascot.cli.invoke import run_command
-    from mascot.llm.stub_server import start_stub_server
+    from mascot.testing.stub_server import start_stub_server
 
     folder, responder, extra = CASES[case]
     out = workdir / "out"

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from mascot.dialogue.testing import group_reply
-from mascot.llm.scripted import ScriptedClient
+from mascot.testing.players import group_reply
+from mascot.testing.scripted import ScriptedClient
 from mascot.rosters import load_roster
 from mascot.web.app import create_app
 from mascot.web.settings import WebSettings
@@ -57,7 +57,7 @@ def free_port() -> int:
 def server(tmp_path):
     import uvicorn
 
-    clients = {"director": alternating_director(), "speaker": TokenStreamClient(fn=lambda r: group_reply(r.messages, r.seed))}
+    clients = {"director": alternating_director(), "speaker": TokenStreamClient(fn=lambda r: group_reply(r.messages, r.seed, r.role))}
     settings = WebSettings(session_dir=tmp_path / "chat", rounds_per_message=2, port=free_port())
     web = uvicorn.Server(uvicorn.Config(create_app(settings, clients), host="127.0.0.1", port=settings.port, log_level="warning"))
     thread = threading.Thread(target=web.run, daemon=True)

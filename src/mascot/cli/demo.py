@@ -99,7 +99,7 @@ def free_cores() -> int:
 
 def shared_local_client(endpoints):
     from mascot.llm.local import LocalClient
-    from mascot.llm.routing import DEFAULT_LOCAL_MODEL
+    from mascot.llm.base import DEFAULT_LOCAL_MODEL
 
     return LocalClient(endpoints.model_name or DEFAULT_LOCAL_MODEL, max_batch_size=endpoints.local_batch_size)
 

@@ -44,7 +44,7 @@ def check_model(model: str | None, label: str = "model") -> str:
     if not model:
         return "default"
     from mascot.llm.local import _in_hf_cache, hub_online
-    from mascot.llm.routing import DEFAULT_LOCAL_MODEL
+    from mascot.llm.base import DEFAULT_LOCAL_MODEL
 
     path = Path(model).expanduser()
     if path.exists():
@@ -159,7 +159,7 @@ def dry_run_generation(
 
 def check_judges(specs: list, rubric_version: str) -> dict[str, str]:
     """Rubric version, and each judge's endpoint (listing its model), API key or local model."""
-    from mascot.llm.routing import RoleEndpoint
+    from mascot.llm.providers import RoleEndpoint
     from mascot.rubrics import load_rubric_set
 
     load_rubric_set(rubric_version)

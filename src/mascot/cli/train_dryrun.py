@@ -48,7 +48,7 @@ def dry_run_training(command: str, settings: Any) -> None:
 
 
 def _director_rollouts(settings: cfg.DirectorGRPOSettings, dataset: str) -> dict[str, Any]:
-    from mascot.llm.routing import RoleEndpoint
+    from mascot.llm.providers import RoleEndpoint
     from mascot.train.director_grpo import resolve_group_reward_model_path, rollout_model
 
     resolve_group_reward_model_path(settings, dataset)

@@ -23,7 +23,8 @@ def dry_run_web(command: str, settings: WebSettings) -> None:
     without credentials); starts nothing."""
     from mascot.cli.dryrun import check_endpoints, print_settings
     from mascot.dialogue.chat import CHAT_ROLES
-    from mascot.llm.routing import redact_url, resolve_roles
+    from mascot.llm.base import redact_url
+    from mascot.llm.routing import resolve_roles
     from mascot.settings import as_dict
     from mascot.web.security import scrub
 

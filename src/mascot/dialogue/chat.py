@@ -134,7 +134,8 @@ def chat_backends(settings: EndpointFields, trace: Path | None = None) -> tuple:
     """The Director's and the Speakers' backends (the caller closes them with `aclose()`), and
     who answers for each role."""
     from mascot.dialogue.run import role_identities
-    from mascot.llm.routing import build_backends, resolve_roles
+    from mascot.llm.providers import build_backends
+    from mascot.llm.routing import resolve_roles
     from mascot.serve import resolve_served_identities
 
     if trace:

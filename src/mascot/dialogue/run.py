@@ -18,7 +18,9 @@ from mascot.dialogue.batch import RunProgress, run_all
 from mascot.dialogue.engine import EngineSettings, EpisodeEngine
 from mascot.dialogue.tally import Tally
 from mascot.llm.base import ChatClient
-from mascot.llm.routing import DEFAULT_LOCAL_MODEL, Backends, EndpointOptions, resolve_roles
+from mascot.llm.base import DEFAULT_LOCAL_MODEL
+from mascot.llm.providers import Backends
+from mascot.llm.routing import EndpointOptions, resolve_roles
 from mascot.rosters import load_roster, roster_for_dataset
 from mascot.runs import GenerationFailed, OpenRun, RunSpec, announce_local_roles, failure_line, merged_usage, model_basename, open_run  # noqa: F401  (re-exported)
 from mascot.schema import Context, Episode, RoleIdentity, Roster

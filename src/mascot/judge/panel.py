@@ -21,7 +21,8 @@ from mascot.judge.cache import JudgmentCache
 from mascot.judge.prompt import DEFAULT_TEMPLATE_VERSION, JudgeItem
 from mascot.judge.rubric_judge import RubricJudge
 from mascot.llm.base import ChatClient
-from mascot.llm.routing import Backends, EndpointOptions, RoleEndpoint, build_backends
+from mascot.llm.providers import Backends, RoleEndpoint, build_backends
+from mascot.llm.routing import EndpointOptions
 from mascot.schema import Counters, Judgment
 
 OPENAI_URL = "https://api.openai.com/v1"
@@ -64,36 +65,26 @@ def load_judges_file(path: Path) -> list[JudgeSpec]:
     return specs
 
 
-def _api_client(spec: JudgeSpec, opts: EndpointOptions) -> ChatClient:
-    if spec.provider == "anthropic":
-        from mascot.judge.api_clients import AnthropicClient
-
-        return AnthropicClient(spec.model, api_key_env=spec.api_key_env or "ANTHROPIC_API_KEY", max_in_flight=opts.max_in_flight)
-    from mascot.judge.api_clients import GeminiClient
-
-    return GeminiClient(spec.model, api_key_env=spec.api_key_env or "GOOGLE_API_KEY", max_in_flight=opts.max_in_flight)
+def judge_endpoint(spec: JudgeSpec, opts: EndpointOptions) -> RoleEndpoint:
+    """The endpoint the registry builds a judge's client from; every judge's requests play "judge"."""
+    if spec.provider in ("anthropic", "gemini"):
+        key_env = spec.api_key_env or ("ANTHROPIC_API_KEY" if spec.provider == "anthropic" else "GOOGLE_API_KEY")
+        return RoleEndpoint(spec.label, spec.model, spec.url or API_URLS[spec.provider], api_key_env=key_env,
+                            kind=spec.provider, role_tag="judge")
+    url = spec.url or (OPENAI_URL if spec.provider == "openai" else None)
+    if spec.provider == "local":
+        url = None
+    key_env = spec.api_key_env or ("OPENAI_API_KEY" if spec.provider == "openai" else "JUDGE_API_KEY")
+    hosted = spec.provider == "openai"  # OpenAI's API refuses chat_template_kwargs
+    return RoleEndpoint(spec.label, spec.model, url, api_key_env=key_env, template_kwargs=not hosted, role_tag="judge",
+                        thinking=opts.judge_thinking, extra_body=opts.role_extra_body("judge"))  # --judge-thinking, --extra-body
 
 
 def build_judge_backends(specs: list[JudgeSpec], opts: EndpointOptions, *, trace_path: Path | None = None, overrides: dict[str, ChatClient] | None = None) -> Backends:
     """One metered client per judge, keyed by the judge's label. Judges on the same endpoint share
     its in-flight bound; judges without a URL share the one local model."""
-    endpoints: dict[str, RoleEndpoint] = {}
-    api: dict[str, ChatClient] = dict(overrides or {})
-    for spec in specs:
-        client_flags = dict(thinking=opts.judge_thinking, extra_body=opts.role_extra_body("judge"))  # --judge-thinking, --extra-body
-        if spec.label in api:
-            endpoints[spec.label] = RoleEndpoint(spec.label, spec.model, spec.url, **client_flags)
-        elif spec.provider in ("anthropic", "gemini"):
-            api[spec.label] = _api_client(spec, opts)
-            endpoints[spec.label] = RoleEndpoint(spec.label, spec.model, spec.url or API_URLS[spec.provider], api_key_env=spec.api_key_env or "")
-        else:
-            url = spec.url or (OPENAI_URL if spec.provider == "openai" else None)
-            if spec.provider == "local":
-                url = None
-            key_env = spec.api_key_env or ("OPENAI_API_KEY" if spec.provider == "openai" else "JUDGE_API_KEY")
-            hosted = spec.provider == "openai"  # OpenAI's API refuses chat_template_kwargs
-            endpoints[spec.label] = RoleEndpoint(spec.label, spec.model, url, api_key_env=key_env, template_kwargs=not hosted, **client_flags)
-    return build_backends(endpoints, opts, trace_path=trace_path, overrides=api)
+    endpoints = {spec.label: judge_endpoint(spec, opts) for spec in specs}
+    return build_backends(endpoints, opts, trace_path=trace_path, overrides=overrides)
 
 
 @dataclass

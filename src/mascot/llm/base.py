@@ -11,10 +11,51 @@ import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
+from urllib.parse import urlsplit, urlunsplit
 
 from mascot.errors import MascotError
 
 Message = dict[str, str]
+
+# The model a role runs on when no server and no model are named: small enough for any laptop, and
+# shipped inside the package (`mascot.llm.local` converts it once).
+DEFAULT_LOCAL_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+# The header the HTTP client carries a request's role tag in: servers ignore headers they do not
+# know, and the test stub server (`mascot.testing`) answers by it.
+ROLE_HEADER = "X-Mascot-Role"
+
+# The kinds of backend the provider registry (`mascot.llm.providers`) builds for a role.
+BACKEND_KINDS = ("openai-compatible", "local", "scripted", "anthropic", "gemini")
+
+
+def split_urls(urls: str | list[str] | tuple[str, ...] | None) -> list[str]:
+    """URLs from repeated flags and/or comma-separated lists, without trailing slashes or repeats."""
+    if not urls:
+        return []
+    items = [urls] if isinstance(urls, str) else list(urls)
+    found: list[str] = []
+    for item in items:
+        for url in str(item).split(","):
+            url = url.strip().rstrip("/")
+            if url and url not in found:
+                found.append(url)
+    return found
+
+
+def redact_url(url: str | None) -> str | None:
+    """Drops credentials and query strings so that a URL can be written to disk or shown."""
+    if not url:
+        return url
+    if "," in url:
+        return ",".join(redact_url(u) or "" for u in split_urls(url))
+    parts = urlsplit(url)
+    netloc = parts.hostname or ""
+    if ":" in netloc:  # IPv6 literal: keep its brackets
+        netloc = f"[{netloc}]"
+    if parts.port:
+        netloc += f":{parts.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 class LLMError(MascotError, RuntimeError):
@@ -40,7 +81,10 @@ class ChatRequest:
     seed: int | None = None
     stop: tuple[str, ...] | None = None
     top_p: float = 1.0
-    role: str = "default"  # which role asks: for usage accounting and the call trace
+    # The role tag: which part the caller plays ("director", "speaker", "user", "judge"). Callers
+    # set it and the role's metered wrapper stamps it; the HTTP client sends it as a header that
+    # servers ignore, so that test servers can answer by role.
+    role: str = "default"
     # Reasoning mode: None leaves the server's / chat template's default; True/False is sent as
     # chat_template_kwargs.enable_thinking and applied to local chat templates.
     thinking: bool | None = None

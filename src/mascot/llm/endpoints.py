@@ -14,25 +14,13 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from mascot.llm.base import redact_url
+
 log = logging.getLogger("mascot.llm.endpoints")
 
 TAKE_OUT_FIRST_S = 1.0
 TAKE_OUT_MAX_S = 30.0
 CONNECTION_FAILURES_TO_TAKE_OUT = 2
-
-
-def split_urls(urls: str | list[str] | tuple[str, ...] | None) -> list[str]:
-    """URLs from repeated flags and/or comma-separated lists, without trailing slashes or repeats."""
-    if not urls:
-        return []
-    items = [urls] if isinstance(urls, str) else list(urls)
-    found: list[str] = []
-    for item in items:
-        for url in str(item).split(","):
-            url = url.strip().rstrip("/")
-            if url and url not in found:
-                found.append(url)
-    return found
 
 
 def request_url(base: str, path: str) -> str:
@@ -117,8 +105,6 @@ class EndpointRegistry:
         self.states: dict[str, EndpointState] = {}
 
     def get(self, url: str) -> EndpointState:
-        from mascot.llm.routing import redact_url
-
         url = url.rstrip("/")
         if url not in self.states:
             self.states[url] = EndpointState(url, redact_url(url) or url, self.max_in_flight)

@@ -17,8 +17,11 @@ import random
 import time
 from collections.abc import AsyncIterator, Sequence
 
-from mascot.llm.base import BaseClient, ChatRequest, ChatResponse, LLMError, StopCutter, cut_at_stop, split_reasoning
-from mascot.llm.endpoints import EndpointState, pick, request_url, split_urls
+from mascot.llm.base import (
+    ROLE_HEADER, BaseClient, ChatRequest, ChatResponse, LLMError, StopCutter, cut_at_stop, redact_url, split_reasoning,
+    split_urls,
+)
+from mascot.llm.endpoints import EndpointState, pick, request_url
 from mascot.llm.http_errors import RequestFailure, connection_failure, one_line, status_failure
 
 log = logging.getLogger(__name__)
@@ -46,6 +49,21 @@ async def _gather_or_cancel(coros: list) -> list:
         raise
 
 
+class Clock:
+    """Time as the retry logic sees it: the monotonic clock and asyncio's sleep."""
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+def role_headers(request: ChatRequest) -> dict[str, str] | None:
+    """The request's role tag as a header: servers ignore it; test servers answer by it."""
+    return {ROLE_HEADER: request.role} if request.role != "default" else None
+
+
 class HTTPClient(BaseClient):
     backend = "http"
 
@@ -66,9 +84,8 @@ class HTTPClient(BaseClient):
         max_stop_strings: int = DEFAULT_MAX_STOP_STRINGS,
         endpoints: list[EndpointState] | None = None,
         template_kwargs: bool = True,
+        clock: Clock | None = None,
     ) -> None:
-        from mascot.llm.routing import redact_url
-
         urls = split_urls(base_url)
         if not urls:
             raise LLMError("no server URL given")
@@ -77,6 +94,7 @@ class HTTPClient(BaseClient):
         self.max_retries = max_retries
         self.retry_budget_s = retry_budget_s
         self.timeout_s = timeout_s
+        self.clock = clock or Clock()  # retry budgets and backoff pauses: tests pass a fake one
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
         self.extra_body = extra_body or {}
@@ -143,7 +161,8 @@ class HTTPClient(BaseClient):
 
     # ------------------------------------------------------------------ one attempt
 
-    async def _attempt(self, endpoint: EndpointState, payload: bytes, timeout_s: float, path: str = "/chat/completions") -> dict:
+    async def _attempt(self, endpoint: EndpointState, payload: bytes, timeout_s: float, path: str = "/chat/completions",
+                       role_header: dict | None = None) -> dict:
         import aiohttp
 
         endpoint.outstanding += 1
@@ -155,7 +174,7 @@ class HTTPClient(BaseClient):
                     kwargs = {"data": payload} if payload else {}
                     method = session.post if payload else session.get
                     timeout = aiohttp.ClientTimeout(total=timeout_s)
-                    async with method(request_url(endpoint.url, path), timeout=timeout, **kwargs) as response:
+                    async with method(request_url(endpoint.url, path), timeout=timeout, headers=role_header, **kwargs) as response:
                         raw = await response.read()
                         status, headers = response.status, response.headers
                 except (ValueError, aiohttp.InvalidURL) as exc:
@@ -196,16 +215,17 @@ class HTTPClient(BaseClient):
         log.log(level, "%s timed out after %.0fs; retrying with a %.0fs timeout", self._label, timeout_s, longer)
         return longer
 
-    async def _send(self, payload: bytes, *, path: str = "/chat/completions", max_retries: int | None = None) -> dict:
+    async def _send(self, payload: bytes, *, path: str = "/chat/completions", max_retries: int | None = None,
+                    role_header: dict | None = None) -> dict:
         """One request with retries; raises LLMError (with the server's whole reason) when none is left."""
         max_retries = self.max_retries if max_retries is None else max_retries
         timeout_s, spent_s, attempt, timeouts = self.timeout_s, 0.0, 0, 0
         while True:
             endpoint = pick(self._endpoints, self._turn)
             self._turn += 1
-            started = time.monotonic()
+            started = self.clock.now()
             try:
-                data = await self._attempt(endpoint, payload, timeout_s, path)
+                data = await self._attempt(endpoint, payload, timeout_s, path, role_header)
             except RequestFailure as failure:
                 endpoint.failed(connection=failure.connection, refused=failure.refused)
                 where = f"{endpoint.label}: " if len(self._endpoints) > 1 else ""
@@ -218,7 +238,7 @@ class HTTPClient(BaseClient):
                     timeout_s = self._longer_timeout(timeout_s)
                     delay = 0.0
                 else:
-                    spent_s += time.monotonic() - started
+                    spent_s += self.clock.now() - started
                     if attempt >= max_retries or spent_s >= self.retry_budget_s:
                         raise self._error(
                             f"{where}{failure} (gave up after {attempt + 1} attempts in {spent_s:.0f}s)", failure.cause
@@ -232,7 +252,7 @@ class HTTPClient(BaseClient):
             attempt += 1
             spent_s += delay
             if delay:
-                await asyncio.sleep(delay)
+                await self.clock.sleep(delay)
 
     # ------------------------------------------------------------------ chat
 
@@ -257,7 +277,7 @@ class HTTPClient(BaseClient):
     async def _one_call(self, request: ChatRequest, n: int, seed: int | None) -> ChatResponse:
         started = time.perf_counter()
         body = self._body(request, n, seed)
-        completion = await self._send(json.dumps(body).encode())
+        completion = await self._send(json.dumps(body).encode(), role_header=role_headers(request))
         return self._response(request, completion, started, "response_format" in body)
 
     async def chat(self, request: ChatRequest) -> ChatResponse:
@@ -297,7 +317,7 @@ class HTTPClient(BaseClient):
 
         body = self._body(request, 1, request.seed)
         body["stream"] = True
-        endpoint, response = await open_stream(self, json.dumps(body).encode())
+        endpoint, response = await open_stream(self, json.dumps(body).encode(), role_headers(request))
         cutter = StopCutter(self._unsent_stops(request))
         try:
             async for piece in read_stream(response):

@@ -44,8 +44,7 @@ from urllib.parse import urlsplit
 import torch
 
 from mascot.errors import MascotError
-from mascot.llm.base import BaseClient, ChatRequest, ChatResponse, LLMError, Message, cut_at_stop, split_reasoning
-from mascot.llm.routing import DEFAULT_LOCAL_MODEL
+from mascot.llm.base import DEFAULT_LOCAL_MODEL, BaseClient, ChatRequest, ChatResponse, LLMError, Message, cut_at_stop, split_reasoning
 
 log = logging.getLogger(__name__)
 

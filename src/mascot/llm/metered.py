@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from pathlib import Path
 
-from mascot.llm.base import BaseClient, ChatClient, ChatRequest, ChatResponse, failure_cause
+from mascot.llm.base import BaseClient, ChatClient, ChatRequest, ChatResponse, failure_cause, redact_url
 from mascot.schema import RoleUsage, utc_now
 
 log = logging.getLogger("mascot.llm")
@@ -86,7 +86,7 @@ class CallTracer:
 
 
 class MeteredClient(BaseClient):
-    """Wraps a backend for one role: stamps the role on requests, counts usage, traces calls."""
+    """Wraps a backend for one role: stamps the role tag on requests, counts usage, traces calls."""
 
     def __init__(
         self,
@@ -96,13 +96,13 @@ class MeteredClient(BaseClient):
         tracer: CallTracer | None = None,
         endpoint: str | None = None,
         thinking: bool | None = None,
+        role_tag: str | None = None,
     ) -> None:
         self.inner = inner
-        self.role = role
+        self.role = role  # the name usage and the trace are kept under
+        self.role_tag = role_tag or role  # the part its requests play (judges of a panel: "judge")
         self.thinking = thinking  # the role's reasoning mode, for requests that leave it unset
         self.meter = meter
-        from mascot.llm.routing import redact_url  # routing imports this module: import at call time
-
         self.tracer = tracer
         # The trace is written to disk: an endpoint never carries credentials or query strings.
         self.endpoint = redact_url(endpoint or getattr(inner, "base_url", None)) or inner.backend
@@ -113,7 +113,7 @@ class MeteredClient(BaseClient):
         from dataclasses import replace
 
         thinking = self.thinking if request.thinking is None else request.thinking
-        return replace(request, role=self.role, thinking=thinking)
+        return replace(request, role=self.role_tag, thinking=thinking)
 
     async def chat(self, request: ChatRequest) -> ChatResponse:
         started = time.perf_counter()

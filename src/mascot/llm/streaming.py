@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -13,7 +12,7 @@ from mascot.llm.http_errors import RequestFailure, connection_failure, status_fa
 log = logging.getLogger("mascot.llm.http")
 
 
-async def _open_once(client, endpoint: EndpointState, payload: bytes):
+async def _open_once(client, endpoint: EndpointState, payload: bytes, headers: dict | None):
     """Posts the stream request holding a slot of the server; on success the caller releases it."""
     import aiohttp
 
@@ -26,7 +25,7 @@ async def _open_once(client, endpoint: EndpointState, payload: bytes):
         # by the read timeout between pieces.
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=client.timeout_s, sock_read=client.timeout_s)
         try:
-            response = await session.post(request_url(endpoint.url, "/chat/completions"), data=payload, timeout=timeout)
+            response = await session.post(request_url(endpoint.url, "/chat/completions"), data=payload, timeout=timeout, headers=headers)
         except TimeoutError:
             raise RequestFailure("timeout", f"no reply within {client.timeout_s:.0f}s", retryable=True) from None
         except aiohttp.ClientConnectionError as exc:
@@ -42,14 +41,14 @@ async def _open_once(client, endpoint: EndpointState, payload: bytes):
         raise
 
 
-async def open_stream(client, payload: bytes):
+async def open_stream(client, payload: bytes, headers: dict | None = None):
     """(endpoint, response) of an opened stream; retried like a chat request."""
     attempt = 0
     while True:
         endpoint = pick(client.endpoints, client._turn)
         client._turn += 1
         try:
-            response = await _open_once(client, endpoint, payload)
+            response = await _open_once(client, endpoint, payload, headers)
         except RequestFailure as failure:
             endpoint.failed(connection=failure.connection, refused=failure.refused)
             if not failure.retryable or attempt >= client.max_retries:
@@ -61,7 +60,7 @@ async def open_stream(client, payload: bytes):
             endpoint.succeeded()
             return endpoint, response
         attempt += 1
-        await asyncio.sleep(delay)
+        await client.clock.sleep(delay)
 
 
 async def read_stream(response) -> AsyncIterator[str]:

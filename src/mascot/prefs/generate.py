@@ -52,7 +52,8 @@ def _endpoints(cfg: IndividualGenerationConfig):
 
 def individual_run_dir(cfg: IndividualGenerationConfig) -> Path:
     """`individual_<dataset>_<model>`, plus `_speaker-<adapter>` when the Speaker runs an adapter."""
-    from mascot.llm.routing import DEFAULT_LOCAL_MODEL, resolve_roles
+    from mascot.llm.base import DEFAULT_LOCAL_MODEL
+    from mascot.llm.routing import resolve_roles
 
     speaker = resolve_roles(_endpoints(cfg), ("speaker",))["speaker"]
     name = f"individual_{cfg.dataset}_{model_basename(speaker.model or DEFAULT_LOCAL_MODEL)}"

@@ -156,7 +156,7 @@ class DirectorGRPOSettings(GRPOSettings):
     rollout_model: Optional[str] = setting(
         None, "Base model the rollouts call: served model id, or hub id / folder locally. Default: the policy being trained (--model)."
     )
-    rollout_endpoints: Optional[str] = setting(None, "Comma-separated extra rollout endpoints; requests are spread over them round-robin.")
+    rollout_endpoints: Optional[str] = setting(None, "Comma-separated extra rollout endpoints; requests go to the one with the fewest outstanding.")
     speaker_adapter: Optional[str] = setting(None, "The trained Speaker for rollouts: its served LoRA alias (with a rollout URL) or its adapter folder (local).")
     suffix_rounds: int = setting(2, "Rounds rolled out after the Director's directive.")
     decision_points_per_episode: int = setting(2, "Decision points sampled from each recorded episode.")

@@ -6,7 +6,8 @@
 3. The reward function parses each directive (`parse_directive`; a failure earns
    `--parse-failure-reward` and is counted), continues the episode from the prefix with it for
    `--suffix-rounds` rounds with the frozen Speaker and simulated user (`EpisodeEngine.continue_from`
-   on the rollout backend: a vLLM server, several endpoints round-robin, or the local model), and
+   on the rollout backend the provider registry builds: a vLLM server, several spread by least
+   outstanding requests, or the local model), and
    scores the (directive, trajectory) with the group reward model plus the diversity term
    (+1 when the block - the last Speaker before the decision and the rolled-out Speakers - has
    distinct personas, -1 otherwise).
@@ -16,109 +17,27 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
-from mascot.llm.base import BaseClient, ChatClient, ChatRequest, ChatResponse, LLMError, Message, strip_think
-from mascot.schema import Context, Directive, Episode, Roster, Turn
+from mascot.llm.base import ChatClient, LLMError, Message, split_urls, strip_think
+from mascot.llm.providers import Backends, ClientOptions, RoleEndpoint, build_backends
+from mascot.schema import Directive, Roster, Turn
 from mascot.train import artefact, data
 from mascot.train.artefact import TrainingMetadata
 from mascot.train.common import TrainOutcome, finish, first_last, grpo_config, open_output, run_training, save_model, validate_grpo
 from mascot.train.config import DirectorGRPOSettings
+from mascot.train.decision_points import DecisionInputs, DecisionPoint, load_decision_inputs
 from mascot.train.models import count_parameters, load_causal_lm, load_tokenizer, lora_config, model_ref
 from mascot.train.rewards import completion_text, diversity_score
 from mascot.train.runtime import TrainingSetupError, derive_batch, world_size
 
 log = logging.getLogger(__name__)
 
-
-# --------------------------------------------------------------------------- decision points
-
-
-@dataclass
-class DecisionPoint:
-    point_id: str
-    episode_id: str
-    context: Context
-    prefix: list[Turn]
-    roster: Roster
-    domain: str
-    decision_round: int
-
-    def prompt(self) -> list[Message]:
-        from mascot.dialogue.prompts import director_messages
-
-        return director_messages(self.roster, self.context, self.prefix)
-
-
-def decision_rounds(episode: Episode) -> list[int]:
-    """Rounds in which a Speaker spoke: the Director decided there."""
-    return sorted({t.round_id for t in episode.turns if not t.is_user})
-
-
-def source_episodes(episodes: list[Episode]) -> list[Episode]:
-    """Whole episodes; branch records repeat their spine's prefix, so they are used only alone."""
-    whole = [e for e in episodes if e.metadata.branch is None]
-    return whole or episodes
-
-
-def sample_decision_points(
-    episodes: list[Episode],
-    per_episode: int,
-    seed: int,
-    *,
-    contexts: dict[str, Context] | None = None,
-    roster: Roster | None = None,
-) -> tuple[list[DecisionPoint], int]:
-    """Seeded decision points, and how many episodes had no recorded context (a bare one is used)."""
-    from mascot.judge.episodes import episode_context, episode_domain, episode_roster
-    from mascot.rosters import roster_for_dataset
-
-    rng = random.Random(seed)
-    points, bare_contexts = [], 0
-    for episode in source_episodes(episodes):
-        rounds = decision_rounds(episode)
-        if not rounds:
-            continue
-        context = episode_context(episode, contexts)
-        if context is None:
-            bare_contexts += 1
-            context = Context(context_id=episode.context_id or episode.episode_id, dataset=episode.metadata.dataset)
-        team = roster or episode_roster(episode) or roster_for_dataset(episode.metadata.dataset)
-        for round_id in sorted(rng.sample(rounds, min(per_episode, len(rounds)))):
-            prefix = [t for t in episode.turns if t.round_id < round_id]
-            points.append(
-                DecisionPoint(
-                    point_id=f"{episode.episode_id}@r{round_id}",
-                    episode_id=episode.episode_id,
-                    context=context,
-                    prefix=prefix,
-                    roster=team,
-                    domain=episode_domain(episode),
-                    decision_round=round_id,
-                )
-            )
-    return points, bare_contexts
-
-
-def context_index(data_file, settings: dict[str, Any]) -> dict[str, Context] | None:
-    """The dataset items the episodes started from, when the generating run names a local file."""
-    source = settings.get("data_file")
-    if not source:
-        return None
-    from mascot.data import load_contexts
-    from mascot.errors import MascotError
-
-    try:
-        loaded = load_contexts(settings["dataset"], split=settings.get("split", "test"), data_file=source)
-    except (MascotError, OSError, KeyError) as exc:
-        log.warning("cannot reload the run's contexts from %s (%s): prompts use bare contexts", source, exc)
-        return None
-    return {c.context_id: c for c in loaded}
+ROLLOUT_TRACE = "rollout_call_trace.jsonl"  # one line per rollout request, in the output folder
 
 
 # --------------------------------------------------------------------------- rollouts and scores
@@ -162,23 +81,6 @@ class GroupRewardModelScorer:
 
     def score(self, rollouts: Sequence[Rollout]) -> list[float]:
         return self.scorer.score([self.conversation(r) for r in rollouts])
-
-
-class RoundRobinClient(BaseClient):
-    """Spreads rollout requests over several endpoints serving the same model."""
-
-    def __init__(self, clients: Sequence[ChatClient]) -> None:
-        self.clients = list(clients)
-        self.model = self.clients[0].model
-        self.backend = self.clients[0].backend
-        self._next = itertools.cycle(range(len(self.clients)))
-
-    async def chat(self, request: ChatRequest) -> ChatResponse:
-        return await self.clients[next(self._next)].chat(request)
-
-    async def aclose(self) -> None:
-        for client in self.clients:
-            await client.aclose()
 
 
 class RolloutFailure(TrainingSetupError):
@@ -307,47 +209,45 @@ class DirectorRolloutReward:
 # --------------------------------------------------------------------------- clients
 
 
-def build_rollout_clients(settings: DirectorGRPOSettings) -> dict[str, ChatClient]:
-    """Clients of the frozen roles during rollouts: the Speaker (the trained one when
-    --speaker-adapter is given), the simulated user and, for later suffix rounds, the base Director.
+def rollout_endpoints(settings: DirectorGRPOSettings) -> dict[str, RoleEndpoint]:
+    """The frozen roles during rollouts: the Speaker (the trained one when --speaker-adapter is
+    given), the simulated user and, for later suffix rounds, the base Director.
 
     With rollout URLs, --rollout-model is the served base model and --speaker-adapter the served
     LoRA alias of the Speaker; without, both run in-process and --speaker-adapter is a folder.
     --rollout-model defaults to the policy being trained (the id a server for it serves)."""
     model = rollout_model(settings)
-    urls = [u.strip() for u in [settings.rollout_server_url or "", *(settings.rollout_endpoints or "").split(",")] if u.strip()]
-    if urls:
-        base = _http_client(urls, model, settings.rollout_concurrency)
-        speaker = _http_client(urls, settings.speaker_adapter, settings.rollout_concurrency) if settings.speaker_adapter else base
+    url = ",".join(split_urls([settings.rollout_server_url or "", settings.rollout_endpoints or ""])) or None
+    if url:
+        speaker = RoleEndpoint("speaker", settings.speaker_adapter or model, url, base_model=model)
     else:
-        from mascot.llm.local import LocalClient
-
-        base = LocalClient(model, max_batch_size=settings.rollout_concurrency)
-        speaker = LocalClient(model, adapter=settings.speaker_adapter, max_batch_size=settings.rollout_concurrency) if settings.speaker_adapter else base
-    return {"director": base, "speaker": speaker, "user": base}
+        speaker = RoleEndpoint("speaker", model, adapter=settings.speaker_adapter)
+    return {"director": RoleEndpoint("director", model, url), "speaker": speaker, "user": RoleEndpoint("user", model, url)}
 
 
-def _http_client(urls: list[str], model: str, max_in_flight: int) -> ChatClient:
-    import os
+def build_rollout_backends(settings: DirectorGRPOSettings, trace_path: Path | None = None) -> Backends:
+    """The rollout clients from the provider registry: keys from the environment or `.env`, usage
+    per role, an optional call trace, requests spread over every rollout server by least
+    outstanding requests, one client (and one local model) shared by the roles that call the same
+    model."""
+    concurrency = max(1, settings.rollout_concurrency)
+    options = ClientOptions(max_in_flight=concurrency, local_batch_size=concurrency)
+    if trace_path is not None:
+        trace_path.parent.mkdir(parents=True, exist_ok=True)
+    return build_backends(rollout_endpoints(settings), options, trace_path=trace_path)
 
-    from mascot.llm.http import HTTPClient
 
-    key = os.environ.get("OPENAI_API_KEY")
-    clients = [HTTPClient(url, model, api_key=key, max_in_flight=max_in_flight) for url in urls]
-    return clients[0] if len(clients) == 1 else RoundRobinClient(clients)
-
-
-def close_clients(trainer, clients: dict[str, ChatClient]) -> None:
-    """Closes the rollout clients on the event loop TRL ran the reward function on."""
+def close_backends(trainer, backends: Backends) -> None:
+    """Closes the rollout clients on the event loop their sessions were opened on (TRL's loop for
+    asynchronous reward functions, when the trainer got that far)."""
     loop = getattr(trainer, "async_loop", None)
-    for client in {id(c): c for c in clients.values()}.values():
-        try:
-            if loop is not None and loop.is_running():
-                asyncio.run_coroutine_threadsafe(client.aclose(), loop).result(timeout=30)
-            else:
-                asyncio.run(client.aclose())
-        except Exception as exc:  # noqa: BLE001 - closing must never hide the training result
-            log.warning("closing a rollout client failed: %s", exc)
+    try:
+        if loop is not None and loop.is_running():
+            asyncio.run_coroutine_threadsafe(backends.aclose(), loop).result(timeout=30)
+        else:
+            asyncio.run(backends.aclose())
+    except Exception as exc:  # noqa: BLE001 - closing must never hide the training result
+        log.warning("closing the rollout clients failed: %s", exc)
 
 
 def rollout_model(settings: DirectorGRPOSettings) -> str:
@@ -392,69 +292,56 @@ def train_director_grpo(
     trajectory_scorer: TrajectoryScorer | None = None,
 ) -> TrainOutcome:
     """`rollout_clients` and `trajectory_scorer` replace the rollout backend and the group reward
-    model (tests, custom rewards)."""
-    data_file, episodes = data.load_episodes(settings.data_path)
-    run = data.run_settings(data_file)
-    dataset = data.resolve_dataset(settings.dataset, run)
-    roster = _roster(settings)
-    points, bare = sample_decision_points(episodes, settings.decision_points_per_episode, settings.seed, contexts=context_index(data_file, run), roster=roster)
-    if bare:
-        log.warning("%d episodes carry no context and their run names no local data file: their prompts show only the transcript", bare)
-    points = data.limit_records(points, settings.limit, settings.seed)
-    if not points:
-        raise data.TrainingDataError(f"{data_file}: no decision points (no episode has a Speaker turn)")
+    model (tests, custom rewards); clients passed in are left open for their owner to close."""
+    inputs = load_decision_inputs(settings)
     plan = derive_batch(settings.batch_size, world_size(), settings.max_per_device_batch, settings.per_device_batch_size)
     validate_grpo(settings)
     if trajectory_scorer is None:
-        resolve_group_reward_model_path(settings, dataset)
-    output, checkpoint = open_output(settings, artefact.default_output_dir("director_grpo", dataset, settings.model_name))
+        resolve_group_reward_model_path(settings, inputs.dataset)
+    output, checkpoint = open_output(settings, artefact.default_output_dir("director_grpo", inputs.dataset, settings.model_name))
 
     from trl import GRPOTrainer  # heavy: imported once the inputs are known to be usable
 
     scorer = trajectory_scorer if trajectory_scorer is not None else load_group_scorer(settings)
-    clients = rollout_clients or build_rollout_clients(settings)
-    reward = DirectorRolloutReward({p.point_id: p for p in points}, clients, scorer, settings)
-    config = grpo_config(settings, output, plan, [1.0])  # before the model: see reward_model.py
-    trainer = GRPOTrainer(
-        model=load_causal_lm(settings.model_name),
-        reward_funcs=[reward],
-        args=config,
-        train_dataset=data.to_dataset([{"prompt": p.prompt(), "point_id": p.point_id} for p in points]),
-        processing_class=load_tokenizer(settings.model_name),
-        peft_config=lora_config(settings, "CAUSAL_LM") if settings.lora else None,
-    )
+    backends = None if rollout_clients is not None else build_rollout_backends(settings, output / ROLLOUT_TRACE)
+    reward = DirectorRolloutReward({p.point_id: p for p in inputs.points}, rollout_clients or backends.clients, scorer, settings)
+    trainer = None
     try:
+        config = grpo_config(settings, output, plan, [1.0])  # before the model: see reward_model.py
+        trainer = GRPOTrainer(
+            model=load_causal_lm(settings.model_name),
+            reward_funcs=[reward],
+            args=config,
+            train_dataset=data.to_dataset([{"prompt": p.prompt(), "point_id": p.point_id} for p in inputs.points]),
+            processing_class=load_tokenizer(settings.model_name),
+            peft_config=lora_config(settings, "CAUSAL_LM") if settings.lora else None,
+        )
         figures = run_training(trainer, checkpoint)
     finally:
-        if rollout_clients is None:
-            close_clients(trainer, clients)
+        if backends is not None:
+            close_backends(trainer, backends)
     figures.update(count_parameters(trainer.model))
-    weights = save_model(trainer, output)
-    meta = TrainingMetadata(
-        role="director",
-        trainer="grpo",
-        weights=weights,
-        base_model=model_ref(settings.model_name),
-        dataset=dataset,
-        roster=(roster.ident if roster else run.get("roster")),
-        personas=sorted({n for p in points for n in p.roster.names}),
-        rubric_version=settings.rubric_version or run.get("rubric_version"),
-        data_files=[artefact.data_file_entry(data_file, len(episodes))],
-        num_train_records=len(points),
-        evaluation=_evaluation(trainer, reward.stats),
-        train_metrics=figures,
-        source_artefacts=_sources(settings),
-    )
+    meta = _metadata(settings, inputs, save_model(trainer, output), _evaluation(trainer, reward.stats), figures)
     finish(trainer, output, meta, settings, plan)
     return TrainOutcome(output, meta, extra={"rollout_stats": reward.stats})
 
 
-def _roster(settings: DirectorGRPOSettings) -> Roster | None:
-    if not settings.roster:
-        return None
-    from mascot.rosters import load_roster
-
-    return load_roster(settings.roster)
+def _metadata(settings: DirectorGRPOSettings, inputs: DecisionInputs, weights, evaluation: dict, figures: dict) -> TrainingMetadata:
+    return TrainingMetadata(
+        role="director",
+        trainer="grpo",
+        weights=weights,
+        base_model=model_ref(settings.model_name),
+        dataset=inputs.dataset,
+        roster=(inputs.roster.ident if inputs.roster else inputs.run.get("roster")),
+        personas=sorted({n for p in inputs.points for n in p.roster.names}),
+        rubric_version=settings.rubric_version or inputs.run.get("rubric_version"),
+        data_files=[artefact.data_file_entry(inputs.data_file, len(inputs.episodes))],
+        num_train_records=len(inputs.points),
+        evaluation=evaluation,
+        train_metrics=figures,
+        source_artefacts=_sources(settings),
+    )
 
 
 def _evaluation(trainer, stats: RolloutStats) -> dict:

@@ -27,7 +27,7 @@ def model_ref(name: str) -> str:
     path = Path(name).expanduser()
     if path.exists():
         return str(path.resolve())
-    from mascot.llm.routing import DEFAULT_LOCAL_MODEL
+    from mascot.llm.base import DEFAULT_LOCAL_MODEL
 
     if name == DEFAULT_LOCAL_MODEL:
         from mascot.llm.local import resolve_local_model

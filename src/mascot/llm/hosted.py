@@ -1,7 +1,9 @@
-"""Anthropic and Gemini judges as chat clients (the `api-judges` extra; imported only when used).
+"""Anthropic and Gemini as chat clients (the `api-judges` extra; imported only when used).
 
 Both speak the ChatClient protocol, so the rubric judge, its cache and its retry logic are the same
-for every provider. Keys come from the environment (ANTHROPIC_API_KEY, GOOGLE_API_KEY / GEMINI_API_KEY).
+for every provider. The provider registry (`mascot.llm.providers`) builds them for endpoints of kind
+"anthropic" and "gemini"; keys come from the environment (ANTHROPIC_API_KEY, GOOGLE_API_KEY /
+GEMINI_API_KEY, or the endpoint's own variable).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from mascot.llm.base import BaseClient, ChatRequest, ChatResponse, LLMError, Mes
 
 
 def _missing_extra(package: str, provider: str) -> MascotError:
-    return MascotError(f"the {provider} judge needs the '{package}' package: pip install 'mascot[api-judges]'")
+    return MascotError(f"the {provider} client needs the '{package}' package: pip install 'mascot[api-judges]'")
 
 
 def split_system(messages: list[Message]) -> tuple[str, list[Message]]:

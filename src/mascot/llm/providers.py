@@ -1,0 +1,276 @@
+"""The provider registry: every chat client is built here, from a role endpoint description.
+
+A `RoleEndpoint` says what one role talks to: its backend kind (`BACKEND_KINDS`: an
+"openai-compatible" HTTP server, the in-process "local" model, the "scripted" role players of
+`mascot.testing`, "anthropic" or "gemini"), the model, the server URL(s), a LoRA adapter, the
+variable its key is read from and extra request fields. `build_client` turns one description into a
+client through the factory registered for its kind (`register_provider` adds one).
+`build_backends` builds the clients of a run, one per role, and is the one place that reads API keys
+from `.env`, shares clients and server load figures between roles, wraps each role in its metered
+client (usage, call trace, role tag on every request) and redacts URLs before they are recorded.
+
+Dependency direction, for imports at module level and inside functions alike (nothing points back):
+
+    base  <-  clients (endpoints, http, streaming, local, hosted, metered, mascot.testing)
+          <-  providers (this module)  <-  routing (which endpoint each role gets, from the flags)
+
+Client modules import `base` and their own helpers only; this module imports the clients (heavy
+ones, which pull in torch or a vendor SDK, when first built); `routing` imports this module.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mascot.errors import MascotError
+from mascot.llm.base import BACKEND_KINDS, ChatClient, LLMError, redact_url, split_urls
+from mascot.llm.endpoints import EndpointRegistry
+from mascot.llm.metered import CallTracer, MeteredClient, UsageMeter
+
+log = logging.getLogger("mascot.llm")
+
+# Backend kinds whose clients run without a server URL.
+_IN_PROCESS = ("local", "scripted")
+
+
+@dataclass
+class ClientOptions:
+    """Limits shared by the clients of a run (`routing.EndpointOptions` carries the same fields,
+    and either may be passed wherever these are asked for)."""
+
+    max_in_flight: int = 64
+    timeout_s: float = 120.0
+    max_retries: int = 10
+    retry_budget_s: float = 60.0
+    max_stop_strings: int = 4
+    local_batch_size: int = 8
+
+
+@dataclass
+class RoleEndpoint:
+    """One role's backend. `kind` defaults to "openai-compatible" with a URL, "local" without;
+    `role_tag` is the part its requests are tagged with (the role's name unless set: judges of a
+    panel are named by label but play "judge")."""
+
+    role: str
+    model: str
+    url: str | None = None
+    base_model: str | None = None
+    adapter: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    thinking: bool | None = None  # None: the server's / template's default
+    extra_body: dict = field(default_factory=dict)
+    template_kwargs: bool = True  # the server takes chat_template_kwargs (False for hosted APIs)
+    kind: str = ""
+    role_tag: str = ""
+
+    def __post_init__(self) -> None:
+        self.kind = self.kind or ("openai-compatible" if self.url else "local")
+        self.role_tag = self.role_tag or self.role
+        if self.kind not in BACKEND_KINDS:
+            raise MascotError(f"{self.role}: unknown backend kind {self.kind!r} (known: {', '.join(BACKEND_KINDS)})")
+
+    @property
+    def backend(self) -> str:
+        """What records say the role ran on: "http", "local" or "scripted"."""
+        return self.kind if self.kind in _IN_PROCESS else "http"
+
+    @property
+    def urls(self) -> list[str]:
+        return split_urls(self.url)
+
+    def describe(self) -> dict:
+        """What run_config.json records: never a key, only the variable it came from."""
+        return {
+            "backend": self.backend,
+            "model": self.model,
+            "endpoint": redact_url(self.url),
+            "thinking": self.thinking,
+            "base_model": self.base_model or self.model,
+            "adapter": self.adapter,
+            "api_key_env": self.api_key_env if self.url else None,
+        }
+
+
+def load_env_file() -> None:
+    """Reads API keys from a `.env` in the working directory, never overriding the environment."""
+    try:
+        from dotenv import load_dotenv
+    except ImportError:  # pragma: no cover - python-dotenv is a core dependency
+        return
+    load_dotenv(Path.cwd() / ".env", override=False)
+
+
+def api_key(endpoint: RoleEndpoint) -> str | None:
+    return os.environ.get(endpoint.api_key_env) or os.environ.get("OPENAI_API_KEY")
+
+
+# --------------------------------------------------------------------------- the registry
+
+Factory = Callable[[RoleEndpoint, ClientOptions, EndpointRegistry], ChatClient]
+_FACTORIES: dict[str, Factory] = {}
+
+
+def register_provider(kind: str, factory: Factory) -> None:
+    """Sets the factory that builds clients for endpoints of `kind`."""
+    _FACTORIES[kind] = factory
+
+
+def build_client(endpoint: RoleEndpoint, opts: ClientOptions | None = None, registry: EndpointRegistry | None = None) -> ChatClient:
+    """The bare client for one endpoint (not metered: `build_backends` wraps it for its role)."""
+    opts = opts or ClientOptions()
+    factory = _FACTORIES.get(endpoint.kind)
+    if factory is None:
+        raise MascotError(f"no provider registered for backend kind {endpoint.kind!r}")
+    return factory(endpoint, opts, registry or EndpointRegistry(opts.max_in_flight))
+
+
+def _openai_compatible(ep: RoleEndpoint, opts: ClientOptions, registry: EndpointRegistry) -> ChatClient:
+    from mascot.llm.http import HTTPClient
+
+    if not ep.urls:
+        raise MascotError(f"{ep.role}: an openai-compatible endpoint needs a server URL")
+    # One in-flight bound and one load figure per server, shared by every client calling it.
+    return HTTPClient(
+        ep.urls, ep.model, api_key=api_key(ep), max_in_flight=opts.max_in_flight, timeout_s=opts.timeout_s,
+        max_retries=opts.max_retries, retry_budget_s=opts.retry_budget_s, extra_body=ep.extra_body,
+        max_stop_strings=opts.max_stop_strings, endpoints=[registry.get(url) for url in ep.urls],
+        template_kwargs=ep.template_kwargs,
+    )
+
+
+def _local(ep: RoleEndpoint, opts: ClientOptions, registry: EndpointRegistry) -> ChatClient:
+    from mascot.llm.local import LocalClient  # imports torch: only when a local role is built
+
+    return LocalClient(ep.model, adapter=ep.adapter, max_batch_size=opts.local_batch_size)
+
+
+def _scripted(ep: RoleEndpoint, opts: ClientOptions, registry: EndpointRegistry) -> ChatClient:
+    from mascot.testing.players import role_player_client
+
+    return role_player_client(model=ep.model)
+
+
+def _anthropic(ep: RoleEndpoint, opts: ClientOptions, registry: EndpointRegistry) -> ChatClient:
+    from mascot.llm.hosted import AnthropicClient
+
+    return AnthropicClient(ep.model, api_key_env=ep.api_key_env or "ANTHROPIC_API_KEY", max_in_flight=opts.max_in_flight, timeout_s=opts.timeout_s)
+
+
+def _gemini(ep: RoleEndpoint, opts: ClientOptions, registry: EndpointRegistry) -> ChatClient:
+    from mascot.llm.hosted import GeminiClient
+
+    return GeminiClient(ep.model, api_key_env=ep.api_key_env or "GOOGLE_API_KEY", max_in_flight=opts.max_in_flight)
+
+
+for _kind, _factory in (("openai-compatible", _openai_compatible), ("local", _local), ("scripted", _scripted),
+                        ("anthropic", _anthropic), ("gemini", _gemini)):
+    register_provider(_kind, _factory)
+
+
+# --------------------------------------------------------------------------- a run's clients
+
+
+@dataclass
+class Backends:
+    """The clients of one run, one per role, plus shared usage and trace."""
+
+    endpoints: dict[str, RoleEndpoint]
+    clients: dict[str, MeteredClient]
+    meter: UsageMeter
+    tracer: CallTracer | None = None
+    _owned: list[ChatClient] = field(default_factory=list)
+    registry: EndpointRegistry = field(default_factory=EndpointRegistry)
+
+    def __getitem__(self, role: str) -> MeteredClient:
+        return self.clients[role]
+
+    def describe(self) -> dict[str, dict]:
+        return {role: ep.describe() for role, ep in self.endpoints.items()}
+
+    @property
+    def local_roles(self) -> list[str]:
+        return [r for r, ep in self.endpoints.items() if ep.backend == "local"]
+
+    async def preflight(self, probe_structured: bool = True) -> None:
+        """Asks each HTTP server once for its models, so that a wrong URL is one clear error before
+        any work starts rather than a retry storm per item (a role with several servers goes on
+        without those that do not answer, which are taken out and tried again later); warns when a
+        requested model id is not among those served; probes structured-output support."""
+        checked: set[int] = set()
+        for role, ep in self.endpoints.items():
+            client = self.clients[role].inner
+            if ep.url is None or id(client) in checked or not hasattr(client, "endpoints"):
+                continue
+            checked.add(id(client))
+            await self._check_servers(role, client)
+            if probe_structured and hasattr(client, "probe_structured_outputs"):
+                supported = await client.probe_structured_outputs()
+                log.info("%s: structured outputs %s for %s", redact_url(ep.url), "supported" if supported else "not supported", client.model)
+
+    async def _check_servers(self, role: str, client) -> None:
+        answering = 0
+        problems = []
+        for state in client.endpoints:
+            try:
+                served = await client.list_models(endpoint=state)
+            except Exception as exc:  # noqa: BLE001 - reported below, one line per server
+                problems.append(str(exc))  # names the server
+                state.take_out("no answer at preflight")
+                continue
+            answering += 1
+            if served and client.model not in served:
+                log.warning("%s does not list %s (it serves %s)", state.label, client.model, ", ".join(served[:5]))
+        if not answering:
+            raise LLMError(f"cannot reach the {role} endpoint: {'; '.join(problems)}", cause="connection")
+        for problem in problems:
+            log.warning("%s server not answering, going on without it for now: %s", role, problem)
+
+    async def aclose(self) -> None:
+        for client in self._owned:
+            await client.aclose()
+        if self.tracer:
+            self.tracer.close()
+
+
+def _sharing_key(ep: RoleEndpoint) -> tuple:
+    """Roles with equal keys share one client. The key variable is part of it: a judge on the
+    Speaker's server may use another key and must not borrow the Speaker's credentials; extra body
+    fields are sent by the client, so roles with different ones need their own."""
+    remote = ep.kind not in _IN_PROCESS
+    extra = json.dumps(ep.extra_body, sort_keys=True) if remote else None
+    return ep.kind, ",".join(ep.urls) or None, ep.model, ep.adapter, ep.api_key_env if remote else None, extra
+
+
+def build_backends(
+    endpoints: dict[str, RoleEndpoint],
+    opts: ClientOptions | None = None,
+    *,
+    trace_path: Path | None = None,
+    overrides: dict[str, ChatClient] | None = None,
+) -> Backends:
+    """One metered client per role. Clients of the same endpoint (`_sharing_key`) are shared, so
+    the in-flight bound holds per server and a local model is loaded once. `overrides` injects
+    ready clients for some roles (tests)."""
+    opts = opts or ClientOptions()
+    load_env_file()
+    meter = UsageMeter()
+    tracer = CallTracer(trace_path) if trace_path else None
+    registry = EndpointRegistry(opts.max_in_flight)
+    shared: dict[tuple, ChatClient] = {}
+    clients: dict[str, MeteredClient] = {}
+    for role, ep in endpoints.items():
+        inner = (overrides or {}).get(role)
+        if inner is None:
+            key = _sharing_key(ep)
+            if key not in shared:
+                shared[key] = build_client(ep, opts, registry)
+            inner = shared[key]
+        clients[role] = MeteredClient(inner, role, meter, tracer, endpoint=redact_url(ep.url) or inner.backend,
+                                      thinking=ep.thinking, role_tag=ep.role_tag)
+    return Backends(endpoints, clients, meter, tracer, list(shared.values()), registry)

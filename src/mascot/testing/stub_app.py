@@ -1,0 +1,285 @@
+"""The stub OpenAI-compatible server itself: HTTP/1.1 keep-alive over asyncio streams, chat
+completions (with `n` and `stream`), scripted latency and failures. See `stub_server` for what it
+does and how to run it; `stub_shapes` shapes what it sends back."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import time
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from mascot.llm.base import ROLE_HEADER
+from mascot.testing.stub_shapes import (
+    REASONS, Responder, completion, count_words, echo_responder, error_body, refusal, shape,
+)
+
+Action = int | str  # an HTTP status, "ok", "hang" or "drop"
+DEFAULT_ROLE = "default"
+
+
+@dataclass
+class StubStats:
+    requests: int = 0  # every HTTP request
+    chat_requests: int = 0
+    in_flight: int = 0
+    max_in_flight: int = 0
+    statuses: Counter = field(default_factory=Counter)
+    bodies: list[dict] = field(default_factory=list)  # chat request bodies, in arrival order
+    authorizations: list[str] = field(default_factory=list)
+    roles: list[str] = field(default_factory=list)  # the role tag of each chat request answered
+
+    def as_dict(self) -> dict:
+        return {
+            "requests": self.requests,
+            "chat_requests": self.chat_requests,
+            "in_flight": self.in_flight,
+            "max_in_flight": self.max_in_flight,
+            "statuses": {str(k): v for k, v in self.statuses.items()},
+        }
+
+
+class _Drop(Exception):
+    """Close the connection without an answer."""
+
+
+class StubServer:
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        latency_s: float = 0.05,
+        responder: Responder | None = None,
+        model: str = "stub-model",
+        fail_first: int = 0,
+        fail_status: int = 500,
+        schedule: Sequence[Action] | None = None,
+        max_choices: int | None = None,
+        hang_s: float = 300.0,
+        chunk_delay_s: float = 0.0,
+        keep_bodies: bool = True,
+        vllm_limits: bool = False,
+        reject: tuple[int, str] | None = None,
+        reasoning: str | None = None,
+        structured_outputs: str = "honour",
+        max_concurrency: int | None = None,
+        gather: int | None = None,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.latency_s = latency_s
+        self.responder = responder or echo_responder
+        self.model = model
+        self.fail_first = fail_first
+        self.fail_status = fail_status
+        self.schedule = list(schedule or [])
+        self.max_choices = max_choices  # answer fewer choices than `n` asks, like `transformers serve`
+        self.hang_s = hang_s
+        self.chunk_delay_s = chunk_delay_s  # pause between streamed pieces, like a server generating
+        self.keep_bodies = keep_bodies
+        self.vllm_limits = vllm_limits
+        self.reject = reject
+        self.reasoning = reasoning
+        self.structured_outputs = structured_outputs
+        # a server's batch limit: at most this many requests are worked on at once, the rest wait
+        self._slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+        # Requests wait until this many are in flight at once: tests show concurrency by counting
+        # at the server rather than by timing (after `hang_s` without it they go on, and the
+        # count shows what happened).
+        self.gather = gather
+        self._gathered = asyncio.Event()
+        self.stats = StubStats()
+        self._server: asyncio.base_events.Server | None = None
+        self._connections: set[asyncio.Task] = set()
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve_connection, self.host, self.port, backlog=2048, limit=1 << 24)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        if self._connections:
+            await asyncio.gather(*self._connections, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    # ------------------------------------------------------------------ HTTP
+
+    async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        self._connections.add(task)
+        try:
+            while True:
+                request = await self._read_request(reader)
+                if request is None:
+                    break
+                method, path, headers, body = request
+                self.stats.requests += 1
+                keep_alive = await self._dispatch(method, path, headers, body, writer)
+                if not keep_alive or headers.get("connection", "").lower() == "close":
+                    break
+        except (_Drop, ConnectionError, ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            pass
+        finally:
+            self._connections.discard(task)
+            writer.close()
+
+    async def _read_request(self, reader: asyncio.StreamReader) -> tuple[str, str, dict, bytes] | None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except asyncio.IncompleteReadError:
+            return None  # the client closed a kept-alive connection
+        lines = head.decode("latin-1").split("\r\n")
+        method, path, _ = (lines[0].split(" ", 2) + ["", ""])[:3]
+        headers = {}
+        for line in lines[1:]:
+            if ":" in line:
+                name, value = line.split(":", 1)
+                headers[name.strip().lower()] = value.strip()
+        body = await reader.readexactly(int(headers.get("content-length", "0") or 0))
+        return method, path.split("?", 1)[0], headers, body
+
+    async def _send(self, writer: asyncio.StreamWriter, status: int, payload: Any, extra: dict | None = None) -> None:
+        body = json.dumps(payload).encode()
+        head = [f"HTTP/1.1 {status} {REASONS.get(status, 'Status')}", "Content-Type: application/json",
+                f"Content-Length: {len(body)}", "Connection: keep-alive"]
+        head += [f"{k}: {v}" for k, v in (extra or {}).items()]
+        writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + body)
+        await writer.drain()
+        self.stats.statuses[status] += 1
+
+    async def _dispatch(self, method: str, path: str, headers: dict, body: bytes, writer: asyncio.StreamWriter) -> bool:
+        if method == "GET" and path.rstrip("/") in ("/v1/models", "/models"):
+            await self._send(writer, 200, {"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "stub"}]})
+        elif method == "GET" and path.rstrip("/") == "/stats":
+            await self._send(writer, 200, self.stats.as_dict())
+        elif method == "POST" and path.rstrip("/") in ("/v1/chat/completions", "/chat/completions"):
+            await self._chat(headers, body, writer)
+        else:
+            await self._send(writer, 404, {"error": {"message": f"no route {method} {path}", "type": "not_found"}})
+        return True
+
+    # ------------------------------------------------------------------ chat completions
+
+    def _next_action(self) -> Action:
+        index = self.stats.chat_requests - 1
+        if index < len(self.schedule):
+            return self.schedule[index]
+        if index < self.fail_first:
+            return self.fail_status
+        return "ok"
+
+    async def _chat(self, headers: dict, body: bytes, writer: asyncio.StreamWriter) -> None:
+        self.stats.chat_requests += 1
+        self.stats.in_flight += 1
+        self.stats.max_in_flight = max(self.stats.max_in_flight, self.stats.in_flight)
+        if self.gather and self.stats.in_flight >= self.gather:
+            self._gathered.set()
+        try:
+            try:
+                request = json.loads(body or b"{}")
+            except json.JSONDecodeError:
+                await self._send(writer, 400, {"error": {"message": "body is not JSON", "type": "invalid_request_error"}})
+                return
+            if self.keep_bodies:
+                self.stats.bodies.append(request)
+                self.stats.authorizations.append(headers.get("authorization", ""))
+            action = self._next_action()
+            if self.gather:
+                await self._wait_gathered()
+            if self._slots is not None:
+                async with self._slots:
+                    await asyncio.sleep(self.latency_s)
+            else:
+                await asyncio.sleep(self.latency_s)
+            if action == "hang":
+                await asyncio.sleep(self.hang_s)
+                action = "ok"
+            if action == "drop":
+                raise _Drop
+            if action not in ("ok", 200):
+                extra = {"Retry-After": "0"} if action == 429 else None
+                await self._send(writer, int(action), {"error": {"message": f"scripted failure {action}", "type": "stub_error"}}, extra)
+                return
+            if refused := refusal(request, reject=self.reject, vllm_limits=self.vllm_limits, structured_outputs=self.structured_outputs):
+                await self._send(writer, refused[0], error_body(*refused))
+                return
+            try:
+                texts = await self._replies(request, headers.get(ROLE_HEADER.lower(), DEFAULT_ROLE))
+            except Exception as exc:  # noqa: BLE001 - a broken responder is the caller's bug: say so
+                await self._send(writer, 500, {"error": {"message": f"responder failed: {exc!r}", "type": "stub_error"}})
+                return
+            if request.get("stream"):
+                await self._stream(writer, request, self._shaped(request, texts[0])[0])
+            else:
+                reply = completion(request, texts, model=self.model, structured_outputs=self.structured_outputs, reasoning=self.reasoning)
+                await self._send(writer, 200, reply)
+        finally:
+            self.stats.in_flight -= 1
+
+    async def _wait_gathered(self) -> None:
+        try:
+            await asyncio.wait_for(self._gathered.wait(), self.hang_s)
+        except TimeoutError:
+            pass  # never as many in flight: the test's count of max_in_flight says so
+
+    def _shaped(self, request: dict, text: str) -> tuple[str, str]:
+        return shape(request, text, structured_outputs=self.structured_outputs, reasoning=self.reasoning)
+
+    async def _replies(self, request: dict, role: str) -> list[str]:
+        """The responder's replies; it gets the body with the request's role tag as "role"."""
+        self.stats.roles.append(role)
+        tagged = {**request, "role": role}
+        wanted = max(1, int(request.get("n") or 1))
+        if self.max_choices is not None:
+            wanted = min(wanted, self.max_choices)
+        texts = []
+        for _ in range(wanted):
+            reply = self.responder(request.get("messages") or [], tagged)
+            if inspect.isawaitable(reply):
+                reply = await reply
+            texts.append(str(reply))
+        return texts
+
+    async def _stream(self, writer: asyncio.StreamWriter, request: dict, text: str) -> None:
+        """Server-sent events in chunked transfer encoding, so that the connection stays open."""
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+                     b"Connection: keep-alive\r\n\r\n")
+        base = {"id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion.chunk",
+                "created": int(time.time()), "model": request.get("model") or self.model}
+        words = text.split(" ")
+        deltas = [{"role": "assistant", "content": ""}] + [{"content": w if i == 0 else " " + w} for i, w in enumerate(words)]
+        for delta in deltas:
+            self._write_event(writer, {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+            if self.chunk_delay_s:
+                await writer.drain()
+                await asyncio.sleep(self.chunk_delay_s)
+        self._write_event(writer, {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+        if (request.get("stream_options") or {}).get("include_usage"):
+            usage = {"prompt_tokens": count_words(request.get("messages") or []), "completion_tokens": len(words)}
+            usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+            self._write_event(writer, {**base, "choices": [], "usage": usage})
+        self._write_chunk(writer, b"data: [DONE]\n\n")
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        self.stats.statuses[200] += 1
+
+    def _write_event(self, writer: asyncio.StreamWriter, event: dict) -> None:
+        self._write_chunk(writer, b"data: " + json.dumps(event).encode() + b"\n\n")
+
+    @staticmethod
+    def _write_chunk(writer: asyncio.StreamWriter, data: bytes) -> None:
+        writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")

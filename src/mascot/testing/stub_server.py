@@ -1,0 +1,204 @@
+"""A small OpenAI-compatible server for tests and benchmarks: fixed latency, scripted failures.
+
+Standard library only (asyncio streams, HTTP/1.1 keep-alive), so it serves hundreds of concurrent
+requests from one thread. Endpoints: POST /v1/chat/completions (with `n` and `stream`),
+GET /v1/models, GET /stats (request counts and the most requests ever in flight).
+
+    python -m mascot.testing.stub_server --port 8011 --latency-ms 50 --responder pkg.module:function
+
+A responder is `(messages: list[dict], request: dict) -> str` (or a coroutine function); `request`
+is the body with the request's role tag (the `X-Mascot-Role` header the HTTP client sends, or
+"default") as `request["role"]`, so that role players answer by role
+(`mascot.testing.players:stub_responder`). The default echoes the last message briefly. Failures are scripted per chat request: `fail_first=K`
+answers the first K with `fail_status`, or `schedule` lists one action per request (an HTTP status,
+"ok", "hang" to trigger client timeouts, "drop" to close the connection without answering);
+`reject=(status, message)` answers every chat request with that error.
+`gather=N` holds chat requests until N are in flight at once, so that a test can show a client's
+concurrency (or its bound) by counting at the server instead of relying on latency.
+
+Like real servers it cuts replies at the request's `stop` strings. `vllm_limits=True` enforces
+stock vLLM's request limits (at most 4 stop strings: more is a 400 in vLLM's error shape), so tests
+cannot pass with requests a stock vLLM rejects. `reasoning="inline"` puts `<think>...</think>`
+before replies and `reasoning="field"` sends it as `reasoning_content`, unless the request's
+`chat_template_kwargs.enable_thinking` is false. `structured_outputs` says what happens to a
+`response_format` json_schema: "honour" (the reply follows the schema), "ignore" or "reject" (400).
+
+The server itself is `stub_app.StubServer`; this module runs it. From Python, `start_stub_server(...)` runs it on a background thread and returns a handle with its
+`url`, `stats` and `stop()`; `start_stub_server_process(...)` runs it in its own process so that a
+benchmark's client does not share the server's CPU time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from typing import Any
+from urllib.request import urlopen
+
+from mascot.testing.stub_app import StubServer, StubStats
+from mascot.testing.stub_shapes import load_responder
+
+
+class StubServerHandle:
+    """A server on a background thread with its own event loop; `stop()` (or `with`) ends it."""
+
+    def __init__(self, server: StubServer) -> None:
+        self.server = server
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="stub-server", daemon=True)
+        self._thread.start()
+        self._ready.wait(10)
+        if self._error is not None:
+            raise self._error
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(self.server.start())
+        except BaseException as exc:  # noqa: BLE001 - reported to the starting thread
+            self._error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        self._loop.run_forever()
+        self._loop.close()
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    @property
+    def stats(self) -> StubStats:
+        return self.server.stats
+
+    def stop(self) -> None:
+        if not self._loop.is_running():
+            return
+        asyncio.run_coroutine_threadsafe(self.server.stop(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    def __enter__(self) -> StubServerHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_stub_server(**kwargs: Any) -> StubServerHandle:
+    """Starts a StubServer (same keyword arguments) on a background thread; port 0 picks a free one."""
+    return StubServerHandle(StubServer(**kwargs))
+
+
+class StubServerProcess:
+    """A stub server in its own Python process (for benchmarks)."""
+
+    def __init__(self, proc: subprocess.Popen, url: str) -> None:
+        self.proc = proc
+        self.url = url
+
+    def stats(self) -> dict:
+        root = self.url.rsplit("/v1", 1)[0]
+        with urlopen(f"{root}/stats", timeout=10) as response:
+            return json.loads(response.read())
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def __enter__(self) -> StubServerProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_stub_server_process(
+    *, port: int = 0, latency_ms: float = 50.0, responder: str | None = None, model: str = "stub-model",
+    fail_first: int = 0, fail_status: int = 500, vllm_limits: bool = False, max_in_flight: int | None = None,
+) -> StubServerProcess:
+    """Runs `python -m mascot.testing.stub_server` and waits for the URL it prints."""
+    cmd = [sys.executable, "-m", "mascot.testing.stub_server", "--port", str(port), "--latency-ms", str(latency_ms),
+           "--model", model, "--fail-first", str(fail_first), "--fail-status", str(fail_status), "--no-keep-bodies"]
+    if responder:
+        cmd += ["--responder", responder]
+    if vllm_limits:
+        cmd += ["--vllm-limits"]
+    if max_in_flight:
+        cmd += ["--max-in-flight", str(max_in_flight)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline() if proc.stdout else ""
+    if not line.startswith("http"):
+        proc.kill()
+        raise RuntimeError(f"stub server did not start (printed {line!r})")
+    return StubServerProcess(proc, line.strip())
+
+
+def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m mascot.testing.stub_server", description=__doc__.split("\n")[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8011, help="0 picks a free port (printed on start)")
+    parser.add_argument("--latency-ms", type=float, default=50.0)
+    parser.add_argument("--model", default="stub-model")
+    parser.add_argument("--responder", help="module:function answering (messages, request) -> str")
+    parser.add_argument("--fail-first", type=int, default=0, help="answer the first K chat requests with --fail-status")
+    parser.add_argument("--fail-status", type=int, default=500)
+    parser.add_argument("--max-choices", type=int, default=None, help="answer at most this many choices per request")
+    parser.add_argument("--no-keep-bodies", action="store_true", help="do not keep request bodies (long runs)")
+    parser.add_argument("--vllm-limits", action="store_true", help="refuse requests stock vLLM refuses (more than 4 stop strings)")
+    parser.add_argument("--reject", nargs=2, metavar=("STATUS", "MESSAGE"), help="answer every chat request with this error")
+    parser.add_argument("--reasoning", choices=("inline", "field"), help="emit reasoning before replies")
+    parser.add_argument("--max-in-flight", type=int, default=None, help="work on at most this many requests at once (a server's batch limit)")
+    return parser.parse_args(argv)
+
+
+async def _serve_forever(server: StubServer) -> None:
+    await server.start()
+    print(server.url, flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await server.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = _parse_args(argv)
+    server = StubServer(
+        host=args.host,
+        port=args.port,
+        latency_s=args.latency_ms / 1000.0,
+        responder=load_responder(args.responder) if args.responder else None,
+        model=args.model,
+        fail_first=args.fail_first,
+        fail_status=args.fail_status,
+        max_choices=args.max_choices,
+        keep_bodies=not args.no_keep_bodies,
+        vllm_limits=args.vllm_limits,
+        reject=(int(args.reject[0]), args.reject[1]) if args.reject else None,
+        reasoning=args.reasoning,
+        max_concurrency=args.max_in_flight,
+    )
+    try:
+        asyncio.run(_serve_forever(server))
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

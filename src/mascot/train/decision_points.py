@@ -1,0 +1,126 @@
+"""Decision points of Director GRPO: where in recorded episodes the Director decided, with the
+recorded prefix its prompt is rebuilt from."""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from mascot.llm.base import Message
+from mascot.schema import Context, Episode, Roster, Turn
+from mascot.train import data
+from mascot.train.config import DirectorGRPOSettings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DecisionPoint:
+    point_id: str
+    episode_id: str
+    context: Context
+    prefix: list[Turn]
+    roster: Roster
+    domain: str
+    decision_round: int
+
+    def prompt(self) -> list[Message]:
+        from mascot.dialogue.prompts import director_messages
+
+        return director_messages(self.roster, self.context, self.prefix)
+
+
+def decision_rounds(episode: Episode) -> list[int]:
+    """Rounds in which a Speaker spoke: the Director decided there."""
+    return sorted({t.round_id for t in episode.turns if not t.is_user})
+
+
+def source_episodes(episodes: list[Episode]) -> list[Episode]:
+    """Whole episodes; branch records repeat their spine's prefix, so they are used only alone."""
+    whole = [e for e in episodes if e.metadata.branch is None]
+    return whole or episodes
+
+
+def sample_decision_points(
+    episodes: list[Episode],
+    per_episode: int,
+    seed: int,
+    *,
+    contexts: dict[str, Context] | None = None,
+    roster: Roster | None = None,
+) -> tuple[list[DecisionPoint], int]:
+    """Seeded decision points, and how many episodes had no recorded context (a bare one is used)."""
+    from mascot.judge.episodes import episode_context, episode_domain, episode_roster
+    from mascot.rosters import roster_for_dataset
+
+    rng = random.Random(seed)
+    points, bare_contexts = [], 0
+    for episode in source_episodes(episodes):
+        rounds = decision_rounds(episode)
+        if not rounds:
+            continue
+        context = episode_context(episode, contexts)
+        if context is None:
+            bare_contexts += 1
+            context = Context(context_id=episode.context_id or episode.episode_id, dataset=episode.metadata.dataset)
+        team = roster or episode_roster(episode) or roster_for_dataset(episode.metadata.dataset)
+        for round_id in sorted(rng.sample(rounds, min(per_episode, len(rounds)))):
+            prefix = [t for t in episode.turns if t.round_id < round_id]
+            points.append(
+                DecisionPoint(
+                    point_id=f"{episode.episode_id}@r{round_id}",
+                    episode_id=episode.episode_id,
+                    context=context,
+                    prefix=prefix,
+                    roster=team,
+                    domain=episode_domain(episode),
+                    decision_round=round_id,
+                )
+            )
+    return points, bare_contexts
+
+
+def context_index(data_file, settings: dict[str, Any]) -> dict[str, Context] | None:
+    """The dataset items the episodes started from, when the generating run names a local file."""
+    source = settings.get("data_file")
+    if not source:
+        return None
+    from mascot.data import load_contexts
+    from mascot.errors import MascotError
+
+    try:
+        loaded = load_contexts(settings["dataset"], split=settings.get("split", "test"), data_file=source)
+    except (MascotError, OSError, KeyError) as exc:
+        log.warning("cannot reload the run's contexts from %s (%s): prompts use bare contexts", source, exc)
+        return None
+    return {c.context_id: c for c in loaded}
+
+
+@dataclass
+class DecisionInputs:
+    """What Director GRPO reads before any model is loaded."""
+
+    data_file: Any
+    episodes: list
+    run: dict
+    dataset: str
+    roster: Roster | None
+    points: list[DecisionPoint]
+
+
+def load_decision_inputs(settings: DirectorGRPOSettings) -> DecisionInputs:
+    """The episodes, their run's settings and the sampled decision points (at most --limit)."""
+    data_file, episodes = data.load_episodes(settings.data_path)
+    run = data.run_settings(data_file)
+    from mascot.rosters import load_roster
+
+    roster = load_roster(settings.roster) if settings.roster else None
+    points, bare = sample_decision_points(episodes, settings.decision_points_per_episode, settings.seed, contexts=context_index(data_file, run), roster=roster)
+    if bare:
+        log.warning("%d episodes carry no context and their run names no local data file: their prompts show only the transcript", bare)
+    points = data.limit_records(points, settings.limit, settings.seed)
+    if not points:
+        raise data.TrainingDataError(f"{data_file}: no decision points (no episode has a Speaker turn)")
+    return DecisionInputs(data_file, episodes, run, data.resolve_dataset(settings.dataset, run), roster, points)
