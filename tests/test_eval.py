@@ -1,0 +1,168 @@
+"""`mascot eval` end to end at toy scale: two systems x two ED valence splits on a stub server that
+plays every dialogue role and a deterministic judge. The report's numbers are recomputed here from
+the saved judgments with plain Python."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import re
+import statistics
+from pathlib import Path
+
+import pytest
+
+from mascot.cli.invoke import run_command
+from mascot.dialogue.testing import stub_responder
+from mascot.errors import MascotError
+
+ED_ROWS = [
+    ("hit:1_conv:1", "proud", "I got the job I wanted after months of trying."),
+    ("hit:2_conv:2", "grateful", "My neighbour fixed my fence while I was away."),
+    ("hit:3_conv:3", "sad", "My old dog died last week."),
+    ("hit:4_conv:4", "furious", "The landlord kept my whole deposit for no reason."),
+    ("hit:5_conv:5", "lonely", "I moved to a new city and know nobody."),
+]
+SYSTEMS_YAML = """\
+systems_version: 1
+systems:
+  toy-director:
+    turn_policy: director
+  toy-round-robin:
+    turn_policy: round-robin
+    baseline: true
+"""
+
+
+def write_ed(path: Path) -> Path:
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["conv_id", "utterance_idx", "context", "prompt", "speaker_idx", "utterance", "selfeval", "tags"])
+        for conv_id, emotion, situation in ED_ROWS:
+            writer.writerow([conv_id, 1, emotion, situation, 1, situation.replace(",", "_comma_"), "", ""])
+            writer.writerow([conv_id, 2, emotion, situation, 2, "That sounds like a lot.", "", ""])
+    return path
+
+
+class Judge:
+    """A deterministic judge: each criterion's score is a hash of the judged prompt and the key."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, messages: list[dict], request: dict) -> str:
+        keys = re.findall(r"^\[([a-z_0-9]+)\] ", messages[0]["content"], flags=re.MULTILINE) if messages else []
+        if not keys:
+            return stub_responder(messages, request)
+        self.calls += 1
+        text = messages[-1]["content"]
+        scores = {k: 1 + hashlib.sha256(f"{k}|{text}".encode()).digest()[0] % 5 for k in keys}
+        return json.dumps({k: {"score": s, "reason": f"{k} scored"} for k, s in scores.items()})
+
+
+@pytest.fixture
+def toy(tmp_path, stub):
+    judge = Judge()
+    server = stub(responder=judge)
+    (tmp_path / "systems.yaml").write_text(SYSTEMS_YAML)
+    return {"judge": judge, "url": server.url, "data": write_ed(tmp_path / "test.csv"), "out": tmp_path / "eval", "systems": tmp_path / "systems.yaml"}
+
+
+def eval_args(toy, *extra) -> list[str]:
+    return ["eval", "--systems", "toy-director,toy-round-robin", "--systems-file", toy["systems"], "--dataset", "ED", "--split", "positive,negative",
+            "--data-file", toy["data"], "--model-name", "stub-model", "--vllm-server-url", toy["url"], "--judge", "stub-model",
+            "--judge-server-url", toy["url"], "--num-turns", "2", "--no-nli", "--bootstrap-samples", "200", "--output-dir", toy["out"], *extra]
+
+
+def saved_items(run_dir: Path) -> list[tuple[str, str, float]]:
+    """(context id, scope, Overall on 0-100) per judged item, recomputed from the saved files."""
+    context_of = {}
+    for line in (run_dir / "episodes.jsonl").read_text().splitlines():
+        episode = json.loads(line)
+        context_of[episode["episode_id"]] = episode["context_id"]
+    out = []
+    for line in (run_dir / "judgments_episodes.jsonl").read_text().splitlines():
+        j = json.loads(line)
+        if not j.get("failed"):
+            mean = sum(j["scores"].values()) / len(j["scores"])
+            out.append((context_of[j["item_id"].split("#")[0]], j["scope"], (mean - 1) / 4 * 100))
+    return out
+
+
+def run_dir_of(out: Path, split: str, system: str) -> Path:
+    [config] = (out / "EmpatheticDialogues" / split / system).glob("*/run_config.json")
+    return config.parent
+
+
+def test_eval_two_systems_two_splits_and_rerun(toy):
+    run_command(eval_args(toy))
+    top = toy["out"] / "EmpatheticDialogues"
+    results = json.loads((top / "results.json").read_text())
+    assert results["provenance"]["rubric_version"] == "paper_v2" and results["provenance"]["judges"] == ["stub-model"]
+    rows = {(r["split"], r["system"], r["criterion"]): r for r in results["tables"]["agent_criteria"]}
+    contexts = {"positive": {"hit:1_conv:1", "hit:2_conv:2"}, "negative": {"hit:3_conv:3", "hit:4_conv:4", "hit:5_conv:5"}}
+    for split in ("positive", "negative"):
+        for system in ("toy-director", "toy-round-robin"):
+            items = saved_items(run_dir_of(toy["out"], split, system))
+            assert {c for c, _, _ in items} == contexts[split]  # same contexts for both systems, only the split's
+            agent = [v for _, scope, v in items if scope == "agent"]
+            row = rows[(split, system, "Overall")]
+            assert row["n"] == len(agent) and row["mean"] == pytest.approx(statistics.fmean(agent), abs=0.01)
+            assert row["std"] == pytest.approx(statistics.pstdev(agent), abs=0.01)
+    check_delta(results, toy["out"])
+    report = (top / "report.md").read_text()
+    assert "Judges: stub-model; rubric version paper_v2" in report and "agent_criteria_negative.png" in report
+    assert (top / "agent_criteria_negative.png").stat().st_size > 1000 and (top / "delta_vs_baseline.csv").is_file()
+    calls = toy["judge"].calls
+    run_command(eval_args(toy))  # a rerun judges nothing again and keeps every episode
+    assert toy["judge"].calls == calls
+    assert json.loads((top / "results.json").read_text())["tables"] == results["tables"]
+
+
+def check_delta(results: dict, out: Path) -> None:
+    """The delta of toy-director to the baseline: mean over contexts of the per-context difference."""
+    [row] = [r for r in results["tables"]["delta_vs_baseline"] if r["split"] == "negative" and r["scope"] == "agent" and r["criterion"] == "Overall"]
+    assert row["reference"] == "toy-round-robin" and row["test"].startswith("Wilcoxon")
+
+    def per_context(system):
+        values: dict[str, list[float]] = {}
+        for context, scope, value in saved_items(run_dir_of(out, "negative", system)):
+            if scope == "agent":
+                values.setdefault(context, []).append(value)
+        return {c: statistics.fmean(v) for c, v in values.items()}
+
+    a, b = per_context("toy-director"), per_context("toy-round-robin")
+    assert row["delta"] == pytest.approx(statistics.fmean(a[c] - b[c] for c in a), abs=0.01)
+    assert row["ci_low"] <= row["delta"] <= row["ci_high"] and row["n_contexts"] == 3
+
+
+def test_unknown_system_is_one_clear_error(toy):
+    with pytest.raises(MascotError, match="unknown system 'nope'"):
+        run_command(["eval", "--systems", "nope", "--dataset", "ED", "--output-dir", toy["out"]])
+
+
+def test_split_the_dataset_lacks_is_one_clear_error(toy):
+    with pytest.raises(MascotError, match="EmpatheticDialogues has no split 'product'"):
+        run_command(["eval", "--systems", "round-robin", "--dataset", "ED", "--split", "product", "--output-dir", toy["out"]])
+
+
+def test_unknown_field_in_a_systems_file_names_file_and_system(tmp_path, toy):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("systems:\n  mine:\n    turn_policy: director\n    temprature: 0.3\n")
+    with pytest.raises(MascotError, match=r"bad.yaml: system 'mine', field temprature: unknown field"):
+        run_command(["eval", "--systems", "mine", "--systems-file", bad, "--output-dir", toy["out"]])
+
+
+def test_unsupported_setting_is_one_clear_error(toy):
+    from mascot.dialogue.policies import TURN_POLICIES
+
+    if "multiagentesc" in TURN_POLICIES:
+        pytest.skip("this installation runs the multiagentesc turn policy")
+    with pytest.raises(MascotError, match="system 'multiagentesc': turn policy 'multiagentesc' is not available"):
+        run_command(["eval", "--systems", "multiagentesc", "--dataset", "ED", "--output-dir", toy["out"]])
+
+
+def test_missing_adapter_names_where_it_was_looked_for(toy):
+    with pytest.raises(MascotError, match=r"system 'mascot': director adapter 'director_grpo' not found at outputs/llm/grpo_Director_EmpatheticDialogues_"):
+        run_command(["eval", "--systems", "mascot", "--dataset", "ED", "--output-dir", toy["out"]])
