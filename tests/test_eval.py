@@ -166,3 +166,70 @@ def test_unsupported_setting_is_one_clear_error(toy):
 def test_missing_adapter_names_where_it_was_looked_for(toy):
     with pytest.raises(MascotError, match=r"system 'mascot': director adapter 'director_grpo' not found at outputs/llm/grpo_Director_EmpatheticDialogues_"):
         run_command(["eval", "--systems", "mascot", "--dataset", "ED", "--output-dir", toy["out"]])
+
+
+class FailingAfter(Judge):
+    """Judges `good` items, then answers garbage (an interrupted run); `valid` collects every
+    prompt answered with a judgment, to check that no item is judged twice."""
+
+    def __init__(self, good: int) -> None:
+        super().__init__()
+        self.good = good
+        self.valid: list[str] = []
+
+    def __call__(self, messages, request):
+        reply = super().__call__(messages, request)
+        if reply.startswith("{") and '"reason"' in reply:
+            if len(self.valid) >= self.good:
+                return "the judge went away"
+            self.valid.append(hashlib.sha256(json.dumps(messages).encode()).hexdigest())
+        return reply
+
+
+def test_an_interrupted_eval_rerun_does_only_the_missing_work(toy, stub):
+    judge = FailingAfter(good=11)  # the first split; the next one fails whole
+    server = stub(responder=judge, structured_outputs="ignore")  # garbage reaches the judge as it is
+    args = eval_args({**toy, "url": server.url})
+    with pytest.raises(MascotError, match="every judgment failed"):
+        run_command(args)  # the judge stops answering part way: the eval stops with one line
+    first = run_dir_of(toy["out"], "positive", "toy-director")
+    kept = (first / "episodes.jsonl").read_text()
+    judge.good = 10**6
+    run_command(args)
+    assert len(judge.valid) == len(set(judge.valid))  # nothing judged twice
+    assert (first / "episodes.jsonl").read_text() == kept  # nothing lost or regenerated
+    results = json.loads((toy["out"] / "EmpatheticDialogues" / "results.json").read_text())
+    collective = {(r["split"], r["system"]): r["n"] for r in results["tables"]["collective_criteria"] if r["criterion"] == "Overall"}
+    assert collective == {("positive", "toy-director"): 2, ("positive", "toy-round-robin"): 2, ("negative", "toy-director"): 3, ("negative", "toy-round-robin"): 3}
+
+
+def test_judges_on_different_rubric_versions_are_one_clear_error(toy):
+    run_command(eval_args(toy, "--split", "positive"))
+    run_dir = run_dir_of(toy["out"], "positive", "toy-round-robin")
+    path = run_dir / "judgments_episodes.jsonl"
+    lines = path.read_text().splitlines()
+    first = json.loads(lines[0])
+    first.update(rubric_version="paper_v1", judge_model="other-judge")
+    path.write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+    with pytest.raises(MascotError, match=r"judges disagree on rubric versions: paper_v1 \(judge other-judge in .*\); paper_v2"):
+        run_command(eval_args(toy, "--split", "positive", "--report-only"))
+
+
+def test_big_five_profile_gets_its_own_runs_and_table(toy):
+    run_command(eval_args(toy, "--split", "negative", "--big-five", "High Openness", "--limit", "1"))
+    top = toy["out"] / "EmpatheticDialogues"
+    rows = json.loads((top / "results.json").read_text())["tables"]["big_five"]
+    assert {(r["system"], r["profile"]) for r in rows} == {("toy-director", "High Openness"), ("toy-round-robin", "High Openness")}
+    [config] = (top / "negative" / "toy-director" / "big5" / "High-Openness").glob("*/run_config.json")
+    assert "High Openness" in config.read_text()
+    assert any(p.name.startswith("big_five_negative") for p in top.glob("*.png"))
+
+
+def test_study_points_expand_all_profiles_and_sweep_combinations():
+    from mascot.eval.plan import study_points
+    from mascot.eval.settings import EvalSettings
+
+    assert len(study_points(EvalSettings(systems="mascot", big_five="all"))) == 10
+    sweep = study_points(EvalSettings(systems="mascot", sweep=["director=a/m-8B,a/m-1.7B", "speaker=a/m-8B"]))
+    assert [p for _, p, _ in sweep] == ["director-m-8B_speaker-m-8B", "director-m-1.7B_speaker-m-8B"]
+    assert sweep[1][2] == {"director": "a/m-1.7B", "speaker": "a/m-8B"}
