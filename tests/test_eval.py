@@ -143,7 +143,7 @@ def test_unknown_system_is_one_clear_error(toy):
 
 
 def test_split_the_dataset_lacks_is_one_clear_error(toy):
-    with pytest.raises(MascotError, match="EmpatheticDialogues has no split 'product'"):
+    with pytest.raises(MascotError, match="unknown split 'product' for EmpatheticDialogues"):
         run_command(["eval", "--systems", "round-robin", "--dataset", "ED", "--split", "product", "--output-dir", toy["out"]])
 
 

@@ -47,8 +47,8 @@ def parse_split(dataset: str, split: str) -> tuple[str, str | None]:
     base, _, subset = key.rpartition(":")
     subsets = SUBSETS.get(dataset, ())
     if subset not in subsets:
-        names = ", ".join(["train", "valid", "test", *subsets])
-        raise DatasetError(f"{dataset} has no split {split!r}: choose one of {names}")
+        names = ", ".join(["train", "valid (validation, val)", "test", *subsets])
+        raise DatasetError(f"unknown split {split!r} for {dataset}: choose one of {names}")
     return canonical_split(base or "test"), subset
 
 
