@@ -26,7 +26,12 @@ def _dry_run(command: str, settings: EvalSettings) -> None:
     from mascot.eval.run import prepare
 
     dataset, _, cells = prepare(settings)
-    print_settings("eval", {"resolved": {"dataset": dataset, "runs": [c.label for c in cells]}, "settings": asdict(settings)})
+    resolved = {"dataset": dataset, "runs": [c.label for c in cells]}
+    if settings.data_file:  # each split's contexts are there (and the split is not empty)
+        from mascot.data import load_contexts
+
+        resolved["contexts"] = {s: len(load_contexts(dataset, split=s, data_file=settings.data_file, limit=settings.limit)) for s in settings.split_names}
+    print_settings("eval", {"resolved": resolved, "settings": asdict(settings)})
 
 
 _command = settings_command(EvalSettings, _run, dry_run=_dry_run)
