@@ -114,6 +114,8 @@ def test_eval_two_systems_two_splits_and_rerun(toy):
     report = (top / "report.md").read_text()
     assert "Judges: stub-model; rubric version paper_v2" in report and "agent_criteria_negative.png" in report
     assert (top / "agent_criteria_negative.png").stat().st_size > 1000 and (top / "delta_vs_baseline.csv").is_file()
+    with open(top / "agent_criteria.csv", newline="") as fh:
+        assert {(r["judges"], r["rubric_version"], r["prompt_version"]) for r in csv.DictReader(fh)} == {("stub-model", "paper_v2", "judge_v1")}
     calls = toy["judge"].calls
     run_command(eval_args(toy))  # a rerun judges nothing again and keeps every episode
     assert toy["judge"].calls == calls
@@ -233,3 +235,13 @@ def test_study_points_expand_all_profiles_and_sweep_combinations():
     sweep = study_points(EvalSettings(systems="mascot", sweep=["director=a/m-8B,a/m-1.7B", "speaker=a/m-8B"]))
     assert [p for _, p, _ in sweep] == ["director-m-8B_speaker-m-8B", "director-m-1.7B_speaker-m-8B"]
     assert sweep[1][2] == {"director": "a/m-1.7B", "speaker": "a/m-8B"}
+
+
+def test_model_scale_sweep_tables_agent_and_collective_per_point(toy):
+    run_command(eval_args(toy, "--split", "negative", "--limit", "1", "--systems", "toy-director", "--sweep", "speaker=stub-model,stub-small"))
+    top = toy["out"] / "EmpatheticDialogues"
+    rows = json.loads((top / "results.json").read_text())["tables"]["model_scale_sweep"]
+    assert {(r["point"], r["scores"]) for r in rows} == {(p, s) for p in ("speaker-stub-model", "speaker-stub-small") for s in ("agent-specific", "collective")}
+    assert {r["speaker_model"] for r in rows} == {"stub-model", "stub-small"} and all(r["n"] >= 1 for r in rows)
+    [config] = (top / "negative" / "toy-director" / "sweep" / "speaker-stub-small").glob("*/run_config.json")
+    assert json.loads(config.read_text())["roles"]["speaker"]["model"] == "stub-small"

@@ -42,6 +42,7 @@ class CellResult:
     judges: list[str] = field(default_factory=list)
     rubric_versions: dict[str, set[str]] = field(default_factory=dict)  # judge -> versions seen
     prompt_version: str | None = None
+    num_unscored: int = 0  # items every judge failed on: left out of the tables, asked again on a rerun
 
 
 def find_run_dir(folder: Path) -> Path:
@@ -83,7 +84,9 @@ def read_cell(cell: Cell, rubric_version: str) -> CellResult:
         domain = (first.model_extra or {}).get("domain", "")
         scores = _average(judgments, names.get((domain, first.scope), {}))
         episode_id = item_id.split("#", 1)[0]
-        if scores is not None and episode_id in context_of:
+        if scores is None:
+            result.num_unscored += 1
+        elif episode_id in context_of:
             result.items.append(Item(cell, context_of[episode_id], first.scope, first.persona, scores))
     _read_reports(result, context_of)
     return result

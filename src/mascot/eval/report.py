@@ -18,7 +18,10 @@ TITLES = {
 }
 
 
-def write_csv(path: Path, rows: list[dict]) -> None:
+def write_csv(path: Path, rows: list[dict], provenance: dict | None = None) -> None:
+    """The table's rows; each row also names the judges, rubric and prompt versions behind it."""
+    stamp = {"judges": ";".join(provenance["judges"]), "rubric_version": provenance["rubric_version"], "prompt_version": provenance["prompt_version"]} if provenance else {}
+    rows = [{**row, **stamp} for row in rows]
     columns: list[str] = []
     for row in rows:
         columns.extend(k for k in row if k not in columns)
@@ -84,8 +87,12 @@ def write_report(folder: Path, tables: dict[str, list[dict]], provenance: dict, 
     folder.mkdir(parents=True, exist_ok=True)
     write_json_atomic(folder / "results.json", {"provenance": provenance, "tables": tables, "plots": {k: str(v.name) for k, v in plots.items()}})
     lines = [f"# Evaluation: {provenance['dataset']} ({', '.join(provenance['splits'])})", "", provenance_line(provenance), ""]
+    unscored = provenance.get("unscored_items") or {}
+    if unscored:
+        shown = ", ".join(f"{label}: {n}" for label, n in unscored.items())
+        lines += [f"Items no judge could score (left out of the tables; rerun to ask again): {shown}.", ""]
     for name, rows in tables.items():
-        write_csv(folder / f"{name}.csv", rows)
+        write_csv(folder / f"{name}.csv", rows, provenance)
         lines += [f"## {TITLES[name]}", "", provenance_line(provenance), "", *table_lines(name, rows), "", f"CSV: [{name}.csv]({name}.csv)", ""]
         lines += [f"![{title}]({path.name})" for key, path in plots.items() if key.startswith(name) for title in [key]]
         lines.append("")

@@ -111,5 +111,6 @@ def provenance(results: list[CellResult], rubric_version: str, dataset: str, set
         "seed": settings.seed,
         "limit": settings.limit,
         "runs": {r.cell.label: str(r.run_dir) for r in results},
+        "unscored_items": {r.cell.label: r.num_unscored for r in results if r.num_unscored},
         "score_mapping": "0-100 = (s - 1) / 4 * 100 for a 1-5 judge score; an item's score is the mean of its judges",
     }
