@@ -245,3 +245,11 @@ def test_model_scale_sweep_tables_agent_and_collective_per_point(toy):
     assert {r["speaker_model"] for r in rows} == {"stub-model", "stub-small"} and all(r["n"] >= 1 for r in rows)
     [config] = (top / "negative" / "toy-director" / "sweep" / "speaker-stub-small").glob("*/run_config.json")
     assert json.loads(config.read_text())["roles"]["speaker"]["model"] == "stub-small"
+
+
+def test_settings_come_from_a_config_file_and_flags_win(tmp_path, capsys):
+    config = tmp_path / "eval.yaml"
+    config.write_text("systems: round-robin\ndataset: ED\nsplit: negative\nlimit: 7\nadapter: [speaker_grpo=/tmp]\n")
+    run_command(["eval", "--config", config, "--limit", "3", "--dry-run", "--output-dir", tmp_path / "out"])
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["resolved"]["runs"] == ["negative/round-robin"] and printed["settings"]["limit"] == 3

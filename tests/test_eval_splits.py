@@ -82,3 +82,15 @@ def test_real_esconv_is_the_out_of_domain_set():
     if not (SHARED / "esconv").is_dir():
         pytest.skip("no ../shared/data/esconv")
     assert len(load_contexts("ESConv", split="ood", data_file=SHARED / "esconv")) == 195
+
+
+def test_paper_v2_names_the_meetings_columns_as_the_paper_and_keeps_paper_v1():
+    from mascot.rubrics import load_rubric_set
+
+    v1, v2 = load_rubric_set("paper_v1"), load_rubric_set("paper_v2")
+    meetings_v2 = v2.rubric("meetings", "agent").names
+    assert meetings_v2["role_consistency"] == "Consistency" and meetings_v2["contribution"] == "Social Contribution"
+    assert v1.rubric("meetings", "agent").names["role_consistency"] == "Role Consistency"
+    for domain in ("emotional_support", "meetings"):
+        for scope in ("agent", "collective"):
+            assert v1.rubric(domain, scope).keys == v2.rubric(domain, scope).keys  # the judge answers with the same keys

@@ -51,6 +51,8 @@ def prepare(settings: EvalSettings) -> tuple[str, Catalogue, list[Cell]]:
     files = [settings.systems_file] if settings.systems_file else []
     names = system_names(settings.systems, files)
     catalogue = Catalogue(files, parse_adapter_overrides(settings.adapters))
+    if settings.baseline and settings.baseline not in names:
+        raise MascotError(f"--baseline {settings.baseline!r} is not one of the evaluated systems ({', '.join(names)})")
     cells = plan_cells(settings, names, catalogue, dataset)
     if not settings.report_only:
         for cell in cells:
