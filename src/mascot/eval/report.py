@@ -86,7 +86,8 @@ def provenance_line(provenance: dict) -> str:
 def write_report(folder: Path, tables: dict[str, list[dict]], provenance: dict, plots: dict[str, Path]) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     write_json_atomic(folder / "results.json", {"provenance": provenance, "tables": tables, "plots": {k: str(v.name) for k, v in plots.items()}})
-    lines = [f"# Evaluation: {provenance['dataset']} ({', '.join(provenance['splits'])})", "", provenance_line(provenance), ""]
+    domain = ", out-of-domain" if provenance.get("out_of_domain") else ""
+    lines = [f"# Evaluation: {provenance['dataset']} ({', '.join(provenance['splits'])}{domain})", "", provenance_line(provenance), ""]
     unscored = provenance.get("unscored_items") or {}
     if unscored:
         shown = ", ".join(f"{label}: {n}" for label, n in unscored.items())

@@ -103,8 +103,11 @@ def run_eval(settings: EvalSettings) -> Path:
 def provenance(results: list[CellResult], rubric_version: str, dataset: str, settings: EvalSettings) -> dict:
     judges = sorted({j for r in results for j in r.judges})
     prompts = sorted({r.prompt_version for r in results if r.prompt_version})
+    from mascot.data.subsets import OUT_OF_DOMAIN
+
     return {
         "dataset": dataset,
+        "out_of_domain": dataset in OUT_OF_DOMAIN,
         "splits": settings.split_names,
         "systems": list(dict.fromkeys(r.cell.system for r in results)),
         "judges": judges,
