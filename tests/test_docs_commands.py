@@ -143,6 +143,8 @@ def materialise(option: str, value: str, workdir: Path) -> str:
         write_jsonl(target, fixture_episodes(dataset, "branching" in str(path)))
     elif option in ("--reward-model-path", "--group-reward-model-path"):
         artefact(target, "group_reward_model" if "group" in option else "persona_reward_model", "Qwen/Qwen3-0.6B")
+    elif option == "--adapter" and "=" in value:  # `mascot eval --adapter NAME=PATH`
+        artefact(workdir / value.split("=", 1)[1], "speaker", "Qwen/Qwen3-8B")
     elif option == "--adapter":
         artefact(target, "speaker", "Qwen/Qwen3-8B")
     elif option in ("--speaker-adapter", "--director-adapter") and ("/" in value or value.startswith(".")):

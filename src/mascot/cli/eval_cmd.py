@@ -1,10 +1,54 @@
-"""`mascot eval`: systems against each other (`mascot eval --systems ...`) and head to head (`mascot eval compare A B`)."""
+"""`mascot eval`: systems against each other (`mascot eval --systems ...`) and head to head (`mascot eval compare A B`).
+
+The run is the group's callback (`invoke_without_command`), so `mascot eval --systems ...` runs an
+evaluation while subcommands (`mascot eval compare`) stay available.
+"""
 
 from __future__ import annotations
 
 import typer
 
 from mascot.cli.app import app
+from mascot.cli.settings_cli import settings_command
+from mascot.eval.settings import EvalSettings
 
-eval_app = typer.Typer(help="Evaluate systems against their baselines, per split; compare two systems head to head.")
+
+def _run(settings: EvalSettings) -> None:
+    from mascot.eval.run import run_eval
+
+    typer.echo(str(run_eval(settings)))
+
+
+def _dry_run(command: str, settings: EvalSettings) -> None:
+    from dataclasses import asdict
+
+    from mascot.cli.dryrun import print_settings
+    from mascot.eval.run import prepare
+
+    dataset, _, cells = prepare(settings)
+    resolved = {"dataset": dataset, "runs": [c.label for c in cells]}
+    if settings.data_file:  # each split's contexts are there (and the split is not empty)
+        from mascot.data import load_contexts
+
+        resolved["contexts"] = {s: len(load_contexts(dataset, split=s, data_file=settings.data_file, limit=settings.limit)) for s in settings.split_names}
+    print_settings("eval", {"resolved": resolved, "settings": asdict(settings)})
+
+
+_command = settings_command(EvalSettings, _run, dry_run=_dry_run)
+
+
+def _callback(ctx: typer.Context, **values) -> None:
+    if ctx.invoked_subcommand is not None:  # `mascot eval compare ...`: the subcommand runs alone
+        return
+    _command(ctx, **values)
+
+
+_callback.__signature__ = _command.__signature__  # type: ignore[attr-defined]
+_callback.__doc__ = _command.__doc__
+
+eval_app = typer.Typer(
+    help="Evaluate systems against their baselines, per split; compare two systems head to head.",
+    invoke_without_command=True,
+)
+eval_app.callback(invoke_without_command=True)(_callback)
 app.add_typer(eval_app, name="eval")

@@ -17,6 +17,7 @@ from types import ModuleType
 from mascot.data.names import DatasetError, canonical_dataset_name
 from mascot.data import empathetic, esconv, qmsum  # submodules: no package import cycle
 from mascot.data.sources import SPLIT_ALIASES, canonical_split, resolve_split_file
+from mascot.data.subsets import filter_contexts, loader_hooks, parse_split
 from mascot.schema import Context
 
 _MODULES: dict[str, ModuleType] = {
@@ -27,8 +28,10 @@ _MODULES: dict[str, ModuleType] = {
 
 
 def split_name(dataset: str, split: str) -> str:
-    """The split as the dataset names it in files and ids (ESConv `valid`, QMSum `val`)."""
-    return _MODULES[canonical_dataset_name(dataset)].SPLIT_NAMES[canonical_split(split)]
+    """The split as the dataset names it in files and ids (ESConv `valid`, QMSum `val`); an
+    evaluation subset (`negative`, `product`) names its base split."""
+    dataset = canonical_dataset_name(dataset)
+    return _MODULES[dataset].SPLIT_NAMES[parse_split(dataset, split)[0]]
 
 
 def iter_contexts(
@@ -38,18 +41,22 @@ def iter_contexts(
     data_file: Path | str | None = None,
     token_budget: int = qmsum.DEFAULT_TOKEN_BUDGET,
 ) -> Iterator[Context]:
-    """Contexts in file order, read as they are needed (a QMSum meeting at a time)."""
-    module = _MODULES[canonical_dataset_name(dataset)]
-    name = module.SPLIT_NAMES[canonical_split(split)]
+    """Contexts in file order, read as they are needed (a QMSum meeting at a time). `split` may be
+    an evaluation subset (`mascot.data.subsets`): its base split, filtered."""
+    dataset = canonical_dataset_name(dataset)
+    module = _MODULES[dataset]
+    base, subset = parse_split(dataset, split)
+    name = module.SPLIT_NAMES[base]
     if token_budget < 1:
         raise DatasetError(f"token budget must be positive (got {token_budget})")
+    hooks = loader_hooks(dataset, subset)
     if data_file is None:
-        return module.iter_hub(name, token_budget=token_budget)
+        return filter_contexts(module.iter_hub(name, token_budget=token_budget, **hooks), dataset, split, subset)
     given = Path(data_file).expanduser()
     path = resolve_split_file(given, module.file_candidates(name))
     if not given.is_dir():
-        check_split_matches_file(path, canonical_split(split))
-    return module.iter_file(path, name, token_budget=token_budget)
+        check_split_matches_file(path, base)
+    return filter_contexts(module.iter_file(path, name, token_budget=token_budget, **hooks), dataset, split, subset)
 
 
 def split_named_by(path: Path) -> str | None:

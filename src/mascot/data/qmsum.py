@@ -13,7 +13,7 @@ to keep a window within a prompt budget without loading a tokenizer.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ SOURCE_URL = "https://raw.githubusercontent.com/Yale-LILY/QMSum/main/data/ALL/js
 SPLIT_NAMES = {"train": "train", "valid": "val", "test": "test"}
 HUB_SPLITS = SPLIT_NAMES
 DEFAULT_TOKEN_BUDGET = 1500
+MeetingFilter = Callable[[dict[str, Any]], bool]
 
 _MARKER = re.compile(r"\{(?:disfmarker|vocalsound|nonvocalsound|pause|gap|comment)\}", re.IGNORECASE)
 _SPACE_BEFORE = re.compile(r"\s+(?=[.,!?;:%)\]]|n't\b|'(?:s|re|ve|ll|d|m|t)\b)", re.IGNORECASE)
@@ -146,24 +147,31 @@ def meeting_contexts(
         )
 
 
-def iter_file(path: Path, split: str, *, token_budget: int = DEFAULT_TOKEN_BUDGET, **_: Any) -> Iterator[Context]:
-    count = 0
+def iter_file(path: Path, split: str, *, token_budget: int = DEFAULT_TOKEN_BUDGET, keep_meeting: MeetingFilter | None = None, **_: Any) -> Iterator[Context]:
+    """`keep_meeting`: a filter on whole meeting records (the evaluation splits by domain)."""
+    count = skipped = 0
     for number, record in iter_json_lines(path):
+        if keep_meeting is not None and not keep_meeting(record):
+            skipped += 1
+            continue
         for context in meeting_contexts(record, split=split, number=number, where=f"{path}:{number}", token_budget=token_budget):
             count += 1
             yield context
-    if not count:
+    if not count and not skipped:
         raise no_contexts_error(NAME, str(path), split)
 
 
-def iter_hub(split: str, *, token_budget: int = DEFAULT_TOKEN_BUDGET, **_: Any) -> Iterator[Context]:
+def iter_hub(split: str, *, token_budget: int = DEFAULT_TOKEN_BUDGET, keep_meeting: MeetingFilter | None = None, **_: Any) -> Iterator[Context]:
     url = SOURCE_URL.format(split=split)
     rows = load_hub_split(NAME, "json", "train", source=url, data_files=url)
-    count = 0
+    count = skipped = 0
     for number, row in enumerate(rows, start=1):
+        if keep_meeting is not None and not keep_meeting(dict(row)):
+            skipped += 1
+            continue
         where = f"{url} line {number}"
         for context in meeting_contexts(dict(row), split=split, number=number, where=where, token_budget=token_budget):
             count += 1
             yield context
-    if not count:
+    if not count and not skipped:
         raise no_contexts_error(NAME, url, split)

@@ -1,0 +1,153 @@
+"""What an evaluation runs: one cell per (split, system, study point), each the argument lists of
+the `mascot generate`, `mascot judge` and `mascot metrics` calls a user would type.
+
+Folders: OUTPUT_DIR/<dataset>/<split>/<system>/ holds the system's run; a Big Five profile or a
+sweep point gets its own folder below it (`big5/<profile>`, `sweep/<label>`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mascot.errors import MascotError
+from mascot.eval.settings import EvalSettings
+from mascot.eval.systems import Catalogue, SystemSpec
+
+ROLE_FLAGS = {"model": "--{role}-model", "adapter": "--{role}-adapter", "endpoint": "--{role}-server-url"}
+
+
+@dataclass
+class Cell:
+    split: str
+    system: str
+    spec: SystemSpec
+    folder: Path
+    study: str = "main"  # main | big5 | sweep
+    point: str = ""  # the profile name or the sweep label
+    role_models: dict[str, str] = field(default_factory=dict)  # sweep overrides
+
+    @property
+    def label(self) -> str:
+        return f"{self.split}/{self.system}" + (f" [{self.point}]" if self.point else "")
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.+-]+", "-", text).strip("-") or "x"
+
+
+def sweep_points(items: list[str]) -> list[dict[str, str]]:
+    """`director=A,B speaker=C` -> every combination as {role: model}."""
+    axes = []
+    for item in items:
+        role, _, models = item.partition("=")
+        axes.append([(role, m.strip()) for m in models.split(",") if m.strip()])
+    return [dict(combo) for combo in itertools.product(*axes)] if axes else []
+
+
+def study_points(settings: EvalSettings) -> list[tuple[str, str, dict[str, str]]]:
+    """(study, point label, role-model overrides) for each run of one system on one split."""
+    if settings.sweep:
+        return [("sweep", "_".join(f"{r}-{slug(Path(m).name)}" for r, m in p.items()), p) for p in sweep_points(settings.sweep)]
+    if settings.big_five:
+        from mascot.rosters import big_five_profile, load_big_five
+
+        names = list(load_big_five()) if settings.big_five.strip().lower() == "all" else [big_five_profile(settings.big_five).name]
+        return [("big5", name, {}) for name in names]
+    return [("main", "", {})]
+
+
+def plan_cells(settings: EvalSettings, systems: list[str], catalogue: Catalogue, dataset: str) -> list[Cell]:
+    root = Path(settings.output_dir) / dataset
+    cells = []
+    for split in settings.split_names:
+        for name in systems:
+            spec = catalogue.get(name)
+            for study, point, models in study_points(settings):
+                folder = root / split / name
+                if study != "main":
+                    folder = folder / study / slug(point)
+                cells.append(Cell(split, name, spec, folder, study, point, models))
+    return cells
+
+
+def check_supported(cell: Cell) -> None:
+    """Settings that this installation's `mascot generate` cannot run are one clear error up front."""
+    from dataclasses import fields
+
+    from mascot.dialogue.engine import EngineSettings
+    from mascot.dialogue.policies import TURN_POLICIES
+
+    spec = cell.spec
+    if spec.turn_policy not in TURN_POLICIES:
+        raise MascotError(f"system {cell.system!r}: turn policy {spec.turn_policy!r} is not available in mascot generate (it offers {', '.join(TURN_POLICIES)})")
+    if spec.prompt_family != "persona" and "prompt_family" not in {f.name for f in fields(EngineSettings)}:
+        raise MascotError(f"system {cell.system!r}: prompt family {spec.prompt_family!r} is not available in mascot generate (only persona)")
+    if spec.role("user").adapter:
+        raise MascotError(f"system {cell.system!r}: the user role takes no adapter (give it a model or an endpoint)")
+
+
+def role_flags(cell: Cell, settings: EvalSettings, catalogue: Catalogue, dataset: str) -> list[str]:
+    args: list[str] = []
+    for role in ("director", "speaker", "user"):
+        spec = cell.spec.role(role)
+        model = cell.role_models.get(role) or spec.model
+        if model:
+            args += [f"--{role}-model", model]
+        if spec.endpoint:
+            args += [f"--{role}-server-url", spec.endpoint]
+        if spec.adapter:
+            base = model or settings.model_name or default_model()
+            path = catalogue.adapter_path(spec.adapter, dataset=dataset, model=base)
+            if not path.exists():
+                raise MascotError(
+                    f"system {cell.system!r}: {role} adapter {spec.adapter!r} not found at {path} "
+                    f"(train it, or point it elsewhere with --adapter {spec.adapter}=PATH or --systems-file)"
+                )
+            args += [f"--{role}-adapter", str(path)]
+    return args
+
+
+def default_model() -> str:
+    from mascot.llm.routing import DEFAULT_LOCAL_MODEL
+
+    return DEFAULT_LOCAL_MODEL
+
+
+def generate_args(cell: Cell, settings: EvalSettings, catalogue: Catalogue, dataset: str) -> list[str]:
+    s = settings
+    args = ["generate", "--mode", "group", "--dataset", dataset, "--split", cell.split, "--seed", s.seed, "--num-turns", s.num_turns,
+            "--user-response-probability", s.user_response_probability, "--temperature", s.temperature, "--max-tokens", s.max_tokens,
+            "--turn-policy", cell.spec.turn_policy, "--system", cell.system, "--max-in-flight", s.max_in_flight,
+            "--output-dir", cell.folder, "--resume"]
+    if cell.spec.prompt_family != "persona":
+        args += ["--prompt-family", cell.spec.prompt_family]
+    for flag, value in (("--data-file", s.data_file), ("--limit", s.limit), ("--model-name", s.model_name), ("--vllm-server-url", s.vllm_server_url)):
+        if value is not None:
+            args += [flag, value]
+    if cell.study == "big5":
+        args += ["--user-big-five-profile", cell.point]
+    return [str(a) for a in args + role_flags(cell, settings, catalogue, dataset)]
+
+
+def judge_args(episodes: Path, cell: Cell, settings: EvalSettings, dataset: str) -> list[str]:
+    s = settings
+    cache = s.cache_dir or str(Path(s.output_dir) / "judge_cache")
+    args = ["judge", "--input-file", episodes, "--output-dir", episodes.parent, "--rubric-version", s.rubric_version, "--cache-dir", cache,
+            "--dataset", dataset, "--max-in-flight", s.max_in_flight]
+    for judge in s.judges:
+        args += ["--judge", judge]
+    if s.judges_file:
+        args += ["--judges-file", s.judges_file]
+    if s.judge_server_url:
+        args += ["--judge-server-url", s.judge_server_url]
+    if s.data_file:  # the judge sees each episode's dataset context
+        args += ["--data-file", s.data_file, "--split", cell.split]
+    return [str(a) for a in args]
+
+
+def metrics_args(episodes: Path, settings: EvalSettings) -> list[str]:
+    args = ["metrics", "--input-file", str(episodes), "--output-file", str(episodes.parent / "metrics_auto.json"), "--skip-embeddings"]
+    return args + (["--nli-model", settings.nli_model] if settings.nli else ["--skip-nli"])

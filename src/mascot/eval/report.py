@@ -1,0 +1,102 @@
+"""Writing an evaluation's results: results.json, one CSV per table, report.md (tables and plots)."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from mascot.store import write_json_atomic
+
+TITLES = {
+    "agent_criteria": "Per-agent criteria (0-100, judged per Speaker turn)",
+    "collective_criteria": "Collective criteria (0-100, judged per episode)",
+    "per_persona": "Per persona (0-100, per-agent criteria)",
+    "automatic_metrics": "Automatic metrics (NLI over adjacent agent turns, Self-BLEU on 0-1, distinct-n)",
+    "delta_vs_baseline": "Difference to the reference baseline (0-100 points, bootstrap 95% interval over contexts)",
+    "big_five": "Big Five user profiles (0-100)",
+    "model_scale_sweep": "Model-scale sweep: agent-specific vs collective Overall (0-100)",
+}
+
+
+def write_csv(path: Path, rows: list[dict], provenance: dict | None = None) -> None:
+    """The table's rows; each row also names the judges, rubric and prompt versions behind it."""
+    stamp = {"judges": ";".join(provenance["judges"]), "rubric_version": provenance["rubric_version"], "prompt_version": provenance["prompt_version"]} if provenance else {}
+    rows = [{**row, **stamp} for row in rows]
+    columns: list[str] = []
+    for row in rows:
+        columns.extend(k for k in row if k not in columns)
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def cell_text(row: dict) -> str:
+    if row.get("mean") is None:
+        return "-"
+    return f"{row['mean']} ± {row['std']}"
+
+
+def pivot(rows: list[dict], row_keys: tuple[str, ...], column_key: str) -> list[str]:
+    """Markdown: one line per row-key combination, one column per value of `column_key`, plus n."""
+    columns = list(dict.fromkeys(r[column_key] for r in rows))
+    lines = ["| " + " | ".join([*row_keys, *columns, "n"]) + " |", "|" + "---|" * (len(row_keys) + len(columns) + 1)]
+    groups: dict[tuple, dict[str, dict]] = {}
+    for r in rows:
+        groups.setdefault(tuple(r.get(k, "") for k in row_keys), {})[r[column_key]] = r
+    for key, by_column in groups.items():
+        ns = sorted({str(r["n"]) for r in by_column.values()})
+        cells = [cell_text(by_column[c]) if c in by_column else "-" for c in columns]
+        lines.append("| " + " | ".join([*map(str, key), *cells, "/".join(ns)]) + " |")
+    return lines
+
+
+def delta_lines(rows: list[dict]) -> list[str]:
+    lines = ["| split | system | reference | scope | criterion | delta | 95% CI | p | n contexts |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ci = "-" if r["ci_low"] is None else f"[{r['ci_low']}, {r['ci_high']}]"
+        lines.append(f"| {r['split']} | {r['system']} | {r['reference']} | {r['scope']} | {r['criterion']} | {r['delta']} | {ci} | {r['p_value']} | {r['n_contexts']} |")
+    tests = sorted({r["test"] for r in rows if r["test"]})
+    return lines + ["", f"Significance test: {'; '.join(tests)}." if tests else ""]
+
+
+LAYOUT = {
+    "agent_criteria": (("split", "system"), "criterion"),
+    "collective_criteria": (("split", "system"), "criterion"),
+    "per_persona": (("split", "system", "persona"), "criterion"),
+    "automatic_metrics": (("split", "system"), "metric"),
+    "big_five": (("split", "system", "scope", "profile"), "criterion"),
+}
+
+
+def table_lines(name: str, rows: list[dict]) -> list[str]:
+    if name == "delta_vs_baseline":
+        return delta_lines(rows)
+    if name == "model_scale_sweep":
+        return pivot(rows, ("split", "system", "point"), "scores")
+    keys, column = LAYOUT[name]
+    return pivot(rows, keys, column)
+
+
+def provenance_line(provenance: dict) -> str:
+    return (f"Judges: {', '.join(provenance['judges']) or '-'}; rubric version {provenance['rubric_version']}; "
+            f"judge prompt version {provenance['prompt_version'] or '-'}; dataset {provenance['dataset']}.")
+
+
+def write_report(folder: Path, tables: dict[str, list[dict]], provenance: dict, plots: dict[str, Path]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(folder / "results.json", {"provenance": provenance, "tables": tables, "plots": {k: str(v.name) for k, v in plots.items()}})
+    domain = ", out-of-domain" if provenance.get("out_of_domain") else ""
+    lines = [f"# Evaluation: {provenance['dataset']} ({', '.join(provenance['splits'])}{domain})", "", provenance_line(provenance), ""]
+    unscored = provenance.get("unscored_items") or {}
+    if unscored:
+        shown = ", ".join(f"{label}: {n}" for label, n in unscored.items())
+        lines += [f"Items no judge could score (left out of the tables; rerun to ask again): {shown}.", ""]
+    for name, rows in tables.items():
+        write_csv(folder / f"{name}.csv", rows, provenance)
+        lines += [f"## {TITLES[name]}", "", provenance_line(provenance), "", *table_lines(name, rows), "", f"CSV: [{name}.csv]({name}.csv)", ""]
+        lines += [f"![{title}]({path.name})" for key, path in plots.items() if key.startswith(name) for title in [key]]
+        lines.append("")
+    path = folder / "report.md"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path

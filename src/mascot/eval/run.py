@@ -1,0 +1,121 @@
+"""`mascot eval` as a library call: each system generated, judged and measured with the same
+commands a user runs (in-process, with their resume rules), then the tables, plots and report.
+
+Rerunning an evaluation reuses everything finished: `mascot generate --resume` skips the episodes
+already written, `mascot judge` answers from its cache (OUTPUT_DIR/judge_cache by default), and
+automatic metrics newer than their episodes are kept.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from mascot.cli.invoke import run_command
+from mascot.errors import MascotError
+from mascot.eval.collect import AUTO_REPORT, EPISODES, CellResult, check_one_rubric, find_run_dir, read_cell
+from mascot.eval.plan import Cell, check_supported, generate_args, judge_args, metrics_args, plan_cells
+from mascot.eval.settings import EvalSettings
+from mascot.eval.systems import Catalogue, parse_adapter_overrides
+
+log = logging.getLogger(__name__)
+
+
+def system_names(value: str, catalogue_files: list[str]) -> list[str]:
+    """`--systems a,b` -> names; an entry that is a YAML file adds that file and all its systems."""
+    from mascot.eval.systems import read_systems_file
+
+    names: list[str] = []
+    for entry in (e.strip() for e in value.split(",") if e.strip()):
+        if entry.endswith((".yaml", ".yml")):
+            catalogue_files.append(entry)
+            names.extend(n for n in read_systems_file(entry).systems if n not in names)
+        elif entry not in names:
+            names.append(entry)
+    return names
+
+
+def prepare(settings: EvalSettings) -> tuple[str, Catalogue, list[Cell]]:
+    """Everything checked before any model is asked: dataset, splits, systems, adapters, support."""
+    from mascot.data.names import canonical_dataset_name
+    from mascot.data.subsets import parse_split
+    from mascot.rubrics import load_rubric_set
+
+    dataset = canonical_dataset_name(settings.dataset)
+    load_rubric_set(settings.rubric_version)  # an unknown version fails before any generation
+    if not settings.split_names:
+        raise MascotError("--split: name at least one split")
+    for split in settings.split_names:
+        parse_split(dataset, split)
+    files = [settings.systems_file] if settings.systems_file else []
+    names = system_names(settings.systems, files)
+    catalogue = Catalogue(files, parse_adapter_overrides(settings.adapters))
+    if settings.baseline and settings.baseline not in names:
+        raise MascotError(f"--baseline {settings.baseline!r} is not one of the evaluated systems ({', '.join(names)})")
+    cells = plan_cells(settings, names, catalogue, dataset)
+    if not settings.report_only:
+        for cell in cells:
+            check_supported(cell)
+            generate_args(cell, settings, catalogue, dataset)  # adapters exist
+    return dataset, catalogue, cells
+
+
+def metrics_are_current(run_dir: Path, settings: EvalSettings) -> bool:
+    report, episodes = run_dir / AUTO_REPORT, run_dir / EPISODES
+    if not report.is_file() or report.stat().st_mtime < episodes.stat().st_mtime:
+        return False
+    try:
+        overall = json.loads(report.read_text(encoding="utf-8")).get("overall", {})
+    except (OSError, ValueError):
+        return False
+    return ("nli_entailment" in overall) == settings.nli or not overall
+
+
+def run_cell(cell: Cell, settings: EvalSettings, catalogue: Catalogue, dataset: str) -> None:
+    run_command(generate_args(cell, settings, catalogue, dataset))
+    run_dir = find_run_dir(cell.folder)
+    run_command(judge_args(run_dir / EPISODES, cell, settings, dataset))
+    if not metrics_are_current(run_dir, settings):
+        run_command(metrics_args(run_dir / EPISODES, settings))
+
+
+def run_eval(settings: EvalSettings) -> Path:
+    """Runs (or, with --report-only, only reports) an evaluation; returns report.md's path."""
+    from mascot.eval.plots import write_plots
+    from mascot.eval.report import write_report
+    from mascot.eval.tables import build_tables
+
+    dataset, catalogue, cells = prepare(settings)
+    if not settings.report_only:
+        for number, cell in enumerate(cells, start=1):
+            log.info("eval %d/%d: %s", number, len(cells), cell.label)
+            run_cell(cell, settings, catalogue, dataset)
+    results = [read_cell(cell, settings.rubric_version) for cell in cells]
+    rubric_version = check_one_rubric(results)
+    tables = build_tables(results, baseline=settings.baseline, samples=settings.bootstrap_samples)
+    folder = Path(settings.output_dir) / dataset
+    folder.mkdir(parents=True, exist_ok=True)
+    plots = write_plots(folder, tables)
+    return write_report(folder, tables, provenance(results, rubric_version, dataset, settings), plots)
+
+
+def provenance(results: list[CellResult], rubric_version: str, dataset: str, settings: EvalSettings) -> dict:
+    judges = sorted({j for r in results for j in r.judges})
+    prompts = sorted({r.prompt_version for r in results if r.prompt_version})
+    from mascot.data.subsets import OUT_OF_DOMAIN
+
+    return {
+        "dataset": dataset,
+        "out_of_domain": dataset in OUT_OF_DOMAIN,
+        "splits": settings.split_names,
+        "systems": list(dict.fromkeys(r.cell.system for r in results)),
+        "judges": judges,
+        "rubric_version": rubric_version,
+        "prompt_version": ", ".join(prompts) or None,
+        "seed": settings.seed,
+        "limit": settings.limit,
+        "runs": {r.cell.label: str(r.run_dir) for r in results},
+        "unscored_items": {r.cell.label: r.num_unscored for r in results if r.num_unscored},
+        "score_mapping": "0-100 = (s - 1) / 4 * 100 for a 1-5 judge score; an item's score is the mean of its judges",
+    }

@@ -1,0 +1,70 @@
+"""The settings of `mascot eval` (one dataclass; the command's flags are generated from it).
+
+This module imports nothing heavy: `mascot --help` reads it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from mascot.settings import require, setting
+
+DEFAULT_OUTPUT_ROOT = "outputs/mascot_eval"
+DEFAULT_RUBRIC = "paper_v2"
+
+
+@dataclass
+class EvalSettings:
+    """Generate, judge and measure each system on the same contexts and seeds; write the paper's tables.
+
+    Writes OUTPUT_DIR/<dataset>/<split>/<system>/ (the episodes, judgments and metrics of each
+    system) and, in OUTPUT_DIR/<dataset>/, results.json, one CSV per table, plots and report.md.
+    Rerunning reuses every finished episode and cached judgment."""
+
+    systems: str = setting(None, "Comma-separated systems (names from systems_v1.yaml or --systems-file), or a systems YAML file.", required=True)
+    systems_file: Optional[str] = setting(None, "YAML file of extra systems and adapter locations (same layout as systems_v1.yaml; same names replace).")
+    dataset: str = setting("EmpatheticDialogues", "ESConv, EmpatheticDialogues (ED) or QMSum.")
+    split: str = setting(
+        "test", "Comma-separated splits: train/valid/test or an evaluation split (ED: positive, neutral, negative; QMSum: product, academic, committee; ESConv: ood)."
+    )
+    data_file: Optional[str] = setting(None, "Local dataset file or folder (otherwise the Hugging Face hub).")
+    limit: Optional[int] = setting(None, "Contexts per split (the first N in file order).")
+    seed: int = setting(42, "Seed of every system's generation (same contexts, same seeds).")
+    num_turns: int = setting(5, "Rounds per episode.")
+    user_response_probability: float = setting(0.5, "Chance the simulated user speaks after a round.")
+    temperature: float = setting(0.7, "Sampling temperature of Speakers and User.")
+    max_tokens: int = setting(160, "Longest reply in tokens.")
+    model_name: Optional[str] = setting(None, "Default model of every role a system leaves null.")
+    vllm_server_url: Optional[str] = setting(None, "Default OpenAI-compatible endpoint of every role a system leaves null.")
+    judges: list[str] = setting([], "Judge model id; repeat for a panel.", flags=("--judge",))
+    judges_file: Optional[str] = setting(None, "YAML list of judges: name, model, url, provider, api_key_env.")
+    judge_server_url: Optional[str] = setting(None, "OpenAI-compatible endpoint of the --judge models.")
+    rubric_version: str = setting(DEFAULT_RUBRIC, "Rubric version (built-in name or a rubric YAML file).")
+    cache_dir: Optional[str] = setting(None, "Judgment cache folder (default: OUTPUT_DIR/judge_cache, shared by reruns).")
+    nli: bool = setting(True, "Run the NLI model for the entailment/neutral/contradiction table.", flags=("--nli/--no-nli",))
+    nli_model: str = setting("FacebookAI/roberta-large-mnli", "NLI model of the automatic metrics.")
+    big_five: Optional[str] = setting(None, '"all": every context under each of the ten Big Five user profiles (or one profile name).')
+    sweep: list[str] = setting([], "Model-scale sweep, repeatable: director=MODEL,MODEL or speaker=MODEL,MODEL (every combination is run).")
+    adapters: list[str] = setting([], "Where a named adapter lives: NAME=PATH (repeatable), e.g. speaker_grpo=outputs/llm/my_speaker.", flags=("--adapter",))
+    baseline: Optional[str] = setting(None, "Reference system of the delta table (default: the best-scoring baseline of each split).")
+    bootstrap_samples: int = setting(2000, "Bootstrap resamples of contexts for the 95% intervals.")
+    max_in_flight: int = setting(64, "Requests in flight per endpoint.")
+    output_dir: str = setting(DEFAULT_OUTPUT_ROOT, "Root folder of the evaluation.")
+    report_only: bool = setting(False, "Rebuild the tables, plots and report from what is saved; generate and judge nothing.")
+
+    def __post_init__(self) -> None:
+        require(bool(self.systems and self.systems.strip()), "--systems: name at least one system")
+        require(self.limit is None or self.limit >= 1, "--limit must be at least 1")
+        require(self.num_turns >= 1, "--num-turns must be at least 1")
+        require(0.0 <= self.user_response_probability <= 1.0, "--user-response-probability must lie between 0 and 1")
+        require(self.bootstrap_samples >= 100, "--bootstrap-samples must be at least 100")
+        require(not (self.judges and self.judges_file), "use either --judge or --judges-file, not both")
+        require(not (self.big_five and self.sweep), "--big-five and --sweep are separate studies: run one at a time")
+        for item in self.sweep:
+            role, sep, models = item.partition("=")
+            require(bool(sep) and role in ("director", "speaker", "user") and bool(models.strip(",")), f"--sweep {item!r}: expected ROLE=MODEL,MODEL with ROLE director, speaker or user")
+
+    @property
+    def split_names(self) -> list[str]:
+        return [s.strip() for s in self.split.split(",") if s.strip()]
