@@ -11,7 +11,6 @@ from mascot.pipeline.settings import STEP_NAMES
 
 REPORT_FILE = "report.md"
 CURVES_FILE = "grpo_rewards.png"
-TIME_FILE = "wall_time.png"
 
 
 def write_report(root: Path, state: dict[str, Any]) -> Path:
@@ -65,9 +64,15 @@ def _prompt_version(root: Path) -> str:
 
 
 def _steps_table(state: dict[str, Any]) -> str:
-    records = state.get("steps") or {}
+    records = {k: v for k, v in (state.get("steps") or {}).items() if k != "report"}
     total = sum(float(r.get("wall_s") or 0.0) for r in records.values()) or 1.0
-    lines = ["## Steps", "| step | status | wall time (s) | share | tokens | attempts | artefact |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "## Steps",
+        "Tokens: prompt + completion tokens of a step's model calls (generation), or the tokens a trainer trained on (TRL's count).",
+        "",
+        "| step | status | wall time (s) | share | tokens | attempts | artefact |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name in STEP_NAMES:
         r = records.get(name)
         if r is None:
