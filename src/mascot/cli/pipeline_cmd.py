@@ -9,7 +9,7 @@ import typer
 
 from mascot.cli import app
 from mascot.cli.settings_cli import merge_config, settings_command
-from mascot.pipeline.settings import PipelineSettings, preset_values
+from mascot.pipeline.settings import PipelineSettings, merge_step_flags, preset_values
 from mascot.settings import read_config_file
 
 
@@ -35,7 +35,12 @@ def pipeline(ctx: typer.Context, **values: Any) -> None:
     wants_dry_run = values.pop("dry_run", False)
     from_file = read_config_file(config)
     preset = values.get("preset") or from_file.get("preset")
-    settings = PipelineSettings(**merge_config(PipelineSettings, ctx, values, {**preset_values(preset), **from_file, "preset": preset}))
+    below = preset_values(preset)
+    # Step flags merge per step: a config entry or --steps changes one flag, not the preset's whole step.
+    steps = merge_step_flags(below.get("steps"), from_file.get("steps"), values.get("steps"))
+    if values.get("steps"):
+        values["steps"] = steps
+    settings = PipelineSettings(**merge_config(PipelineSettings, ctx, values, {**below, **from_file, "preset": preset, "steps": steps}))
     (_dry_run("pipeline", settings) if wants_dry_run else _run(settings))
 
 

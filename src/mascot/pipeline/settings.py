@@ -99,6 +99,15 @@ def parse_step_flags(value: Any) -> dict[str, dict[str, Any]]:
     return {str(k): dict(v or {}) for k, v in value.items()}
 
 
+def merge_step_flags(*layers: Any) -> dict[str, dict[str, Any]]:
+    """Step flags of several layers (lowest first), merged step by step, flag by flag."""
+    merged: dict[str, dict[str, Any]] = {}
+    for layer in layers:
+        for name, flags in parse_step_flags(layer).items():
+            merged.setdefault(name, {}).update(flags)
+    return merged
+
+
 def preset_path(name: str) -> Path:
     return PRESETS_DIR / f"pipeline_{name}.yaml"
 
