@@ -7,7 +7,7 @@ TORCH ?= torch==2.13.0
 # The benchmark scripts that need no GPU (benchmarks/gpu_train_profile.py needs CUDA); each prints its figures.
 CPU_BENCHMARKS := client_concurrency multi_endpoint local_batching episode_throughput judge_throughput metrics_speed train_speed
 
-.PHONY: install demo test test-slow test-server test-realdata test-vllm bench bench-client clean
+.PHONY: install demo test test-slow test-server test-realdata test-vllm test-pipeline bench bench-client clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -36,6 +36,10 @@ test-server: $(STAMP)
 bench-client: $(STAMP)
 	$(PY) benchmarks/client_concurrency.py
 	$(PY) benchmarks/multi_endpoint.py
+
+# `mascot pipeline --preset toy` end to end on the embedded model, offline (minutes on a CPU).
+test-pipeline: $(STAMP)
+	$(VENV)/bin/python -m pytest -q -m pipeline
 
 test-realdata: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -m realdata
