@@ -30,7 +30,9 @@ def dry_run_pipeline(settings: PipelineSettings) -> dict[str, Any]:
 
             check_path(data_file, "--data-file", kind="file")
         plan = Plan(settings, data_file)
-        steps = [check_step(plan.step(name)) for name in settings.selected()]
+        # The plan shows where the real run writes the shipped samples; the checks read the scratch copy.
+        shown = Plan(settings, Path(settings.output_dir) / "contexts" / data_file.name) if shipped and data_file else plan
+        steps = [check_step(plan.step(name), shown.step(name)) for name in settings.selected()]
     report = {"resolved": resolved, "plan": steps, "settings": as_dict(settings)}
     print_settings("pipeline", report)
     return report
@@ -58,15 +60,15 @@ def check_models(settings: PipelineSettings) -> dict[str, str]:
     return found
 
 
-def check_step(step: Step) -> dict[str, Any]:
-    """The step's command line, its state, and how it was checked."""
+def check_step(step: Step, shown: Step | None = None) -> dict[str, Any]:
+    """The step's command line (as `shown`), its state, and how it was checked."""
     status = st.step_status(step)
     entry: dict[str, Any] = {"step": step.name, "status": status}
     if step.kind == "report":
         entry["command"] = "(writes report.md and plots from the other steps' files)"
         return entry
     resume = status == st.PARTIAL and step.kind in ("generation", "training")
-    entry["command"] = step.command_line(resume=resume)
+    entry["command"] = (shown or step).command_line(resume=resume)
     parse_flags(step, resume)
     if status == st.COMPLETE:
         entry["check"] = "complete: would be skipped"
