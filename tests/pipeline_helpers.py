@@ -62,6 +62,7 @@ def scripted_config(folder: Path, url: str, tiny: Path, *, speaker_steps: int = 
             "director": {**TINY_TRAINING, "max_steps": 2, "batch_size": 2, "num_generations": 2, "max_completion_length": 12, "suffix_rounds": 1,
                          "decision_points_per_episode": 1, "rollout_concurrency": 2, "group_reward_max_length": 512},
             "evaluation": {"num_turns": 2, "max_tokens": 32},
+            "metrics": {"skip_embeddings": True},
         },
     }
     path = folder / "pipeline.yaml"

@@ -84,6 +84,11 @@ def test_step_flags_are_checked_and_rendered():
         "--max-steps", "4", "--no-lora", "--keep-checkpoints", "--judge", "a", "--judge", "b"]
     plan = Plan(PipelineSettings(steps={"judging": {"scope": "agent"}, "eval_base": {"num_turns": None}}), None)
     assert "--scope agent" in plan.step("judge_base").command_line() and "--scope agent" in plan.step("judge_trained").command_line()
+    # false: the command's --no-x where it has one, else the flag is left out
+    plan = Plan(PipelineSettings(steps={"speaker": {"thinking": False}, "metrics": {"skip_nli": False}}), None)
+    assert "--no-thinking" in plan.step("speaker").command_line()
+    assert "skip-nli" not in plan.step("metrics_base").command_line()
+    assert "--skip-nli" in Plan(PipelineSettings(), None).step("metrics_trained").command_line()
 
 
 def test_a_flag_the_step_command_does_not_take_fails_the_dry_run(offline, tmp_path):

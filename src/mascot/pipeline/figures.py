@@ -79,3 +79,10 @@ def evaluation_table(base_report: Path, trained_report: Path) -> list[tuple[str,
         for criterion in [*b, *[c for c in t if c not in b]]:
             rows.append((scope, criterion, (b.get(criterion) or {}).get("mean"), (t.get(criterion) or {}).get("mean")))
     return rows
+
+
+def auto_metrics_table(base_report: Path, trained_report: Path) -> list[tuple[str, float | None, float | None]]:
+    """(metric, base mean, trained mean) from the two `mascot metrics` reports."""
+    base, trained = (read_json(base_report) or {}).get("overall") or {}, (read_json(trained_report) or {}).get("overall") or {}
+    names = [*base, *[m for m in trained if m not in base]]
+    return [(m, (base.get(m) or {}).get("mean"), (trained.get(m) or {}).get("mean")) for m in names]

@@ -122,12 +122,22 @@ def _curves(root: Path) -> str:
     return "\n".join(lines)
 
 
+def _difference(base: float | None, trained: float | None, digits: int) -> str:
+    if base is None or trained is None:
+        return "–"
+    return f"{trained - base:+.{digits}f}"
+
+
 def _evaluation(root: Path) -> str:
     rows = fig.evaluation_table(root / "judge_base" / "metrics_episodes.json", root / "judge_trained" / "metrics_episodes.json")
-    if not rows:
-        return ""
-    lines = ["## Evaluation: trained vs base (LLM judge, 0-100)", "| scope | criterion | base | trained | difference |", "|---|---|---|---|---|"]
-    for scope, criterion, base, trained in rows:
-        diff = trained - base if base is not None and trained is not None else None
-        lines.append(f"| {scope} | {criterion} | {_fmt(base, 1)} | {_fmt(trained, 1)} | {_fmt(diff, 1) if diff is None else f'{diff:+.1f}'} |")
-    return "\n".join(lines)
+    lines = []
+    if rows:
+        lines += ["## Evaluation: trained vs base (LLM judge, 0-100)", "| scope | criterion | base | trained | difference |", "|---|---|---|---|---|"]
+        for scope, criterion, base, trained in rows:
+            lines.append(f"| {scope} | {criterion} | {_fmt(base, 1)} | {_fmt(trained, 1)} | {_difference(base, trained, 1)} |")
+    auto = fig.auto_metrics_table(root / "metrics_base" / "metrics_auto.json", root / "metrics_trained" / "metrics_auto.json")
+    if auto:
+        lines += ["", "### Automatic metrics (mean over episodes)", "| metric | base | trained | difference |", "|---|---|---|---|"]
+        for metric, base, trained in auto:
+            lines.append(f"| {metric} | {_fmt(base)} | {_fmt(trained)} | {_difference(base, trained, 3)} |")
+    return "\n".join(lines).strip()

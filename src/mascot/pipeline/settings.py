@@ -24,10 +24,10 @@ PRESETS = ("toy", "paper")
 EMBEDDED_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"  # mascot.llm.routing.DEFAULT_LOCAL_MODEL, kept cheap here
 STAGE_1 = ("candidates", "reward_model", "speaker")
 STAGE_2 = ("episodes", "group_pairs", "group_reward_model", "director")
-EVALUATION = ("eval_base", "eval_trained", "judge_base", "judge_trained")
+EVALUATION = ("eval_base", "eval_trained", "judge_base", "judge_trained", "metrics_base", "metrics_trained")
 STEP_NAMES = (*STAGE_1, *STAGE_2, *EVALUATION, "report")
 # Keys of `steps` that apply to several steps at once.
-STEP_GROUPS = {"evaluation": ("eval_base", "eval_trained"), "judging": ("judge_base", "judge_trained")}
+STEP_GROUPS = {"evaluation": ("eval_base", "eval_trained"), "judging": ("judge_base", "judge_trained"), "metrics": ("metrics_base", "metrics_trained")}
 
 
 @dataclass

@@ -43,6 +43,8 @@ def artefact(step: Step) -> Path:
         return find_run_dir(step.folder) or step.folder
     if step.kind == "judging":
         return judging_report(step)
+    if step.kind == "metrics":
+        return Path(step.flags["output_file"])
     if step.kind == "report":
         return step.folder / "report.md"
     return step.folder
@@ -59,8 +61,8 @@ def step_status(step: Step) -> str:
         if (step.folder / "mascot_metadata.json").exists():
             return COMPLETE
         return PARTIAL if step.folder.is_dir() and any(step.folder.iterdir()) else ABSENT
-    if step.kind == "judging":
-        report = read_json(judging_report(step))
+    if step.kind in ("judging", "metrics"):
+        report = read_json(artefact(step))
         return COMPLETE if report is not None and report.get("status") != "failed" else ABSENT
     return ABSENT  # the report is written again every time (it reads everything else)
 

@@ -1,5 +1,9 @@
 """The plan: each step's `mascot` command line, its folder and how its output is found.
 
+The evaluation is `Plan._evaluation`: directed episodes of the base and the trained system on the
+same contexts and seeds, then `mascot judge` and `mascot metrics` on each; a dedicated evaluation
+command replaces those steps there.
+
 A step's flags are the pipeline's (models, endpoints, data, inputs from earlier steps) with the
 config's `steps` entries on top. Flags are kept as an ordered mapping until the end, so a config
 entry replaces a flag (or removes it, with null) instead of repeating it.
@@ -8,6 +12,7 @@ entry replaces a flag (or removes it, with null) instead of repeating it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +26,15 @@ class Step:
     """One step: the command it runs and where its output goes."""
 
     name: str
-    kind: str  # generation | training | judging | report
+    kind: str  # generation | training | judging | metrics | report
     command: list[str]  # the subcommand words, e.g. ["train", "speaker"]
     flags: Flags
     folder: Path  # everything the step writes is under it
     inputs: list[Path] = field(default_factory=list)  # outputs of earlier steps it reads
 
     def argv(self, *, resume: bool = False) -> list[str]:
-        return [*self.command, *render_flags(self.flags), *(["--resume"] if resume else [])]
+        negatives = negative_flags(tuple(self.command)) if self.command else frozenset()
+        return [*self.command, *render_flags(self.flags, negatives), *(["--resume"] if resume else [])]
 
     def command_line(self, *, resume: bool = False) -> str:
         import shlex
@@ -36,8 +42,24 @@ class Step:
         return "mascot " + " ".join(shlex.quote(a) for a in self.argv(resume=resume))
 
 
-def render_flags(flags: Flags) -> list[str]:
-    """{"max_steps": 4, "lora": False, "judge": ["a", "b"]} -> --max-steps 4 --no-lora --judge a --judge b."""
+@lru_cache(maxsize=None)
+def negative_flags(command: tuple[str, ...]) -> frozenset[str]:
+    """The `--no-x` spellings a mascot subcommand takes (a false boolean is passed as one of them)."""
+    from typer.main import get_command
+
+    from mascot.cli import app
+
+    click_command = get_command(app)
+    for word in command:
+        click_command = click_command.commands[word]  # type: ignore[attr-defined]
+    return frozenset(opt for param in click_command.params for opt in getattr(param, "secondary_opts", ()))
+
+
+def render_flags(flags: Flags, negatives: frozenset[str] | None = None) -> list[str]:
+    """{"max_steps": 4, "lora": False, "judge": ["a", "b"]} -> --max-steps 4 --no-lora --judge a --judge b.
+
+    A false boolean becomes `--no-x` when the command takes it (`negatives`; all when None), and is
+    left out otherwise: a flag without a negative spelling is off unless given."""
     out: list[str] = []
     for name, value in flags.items():
         flag = "--" + name.replace("_", "-").lstrip("-")
@@ -46,7 +68,8 @@ def render_flags(flags: Flags) -> list[str]:
         if value is True:
             out.append(flag)
         elif value is False:
-            out.append("--no-" + flag[2:])
+            if negatives is None or "--no-" + flag[2:] in negatives:
+                out.append("--no-" + flag[2:])
         elif isinstance(value, (list, tuple)):
             for item in value:
                 out += [flag, str(item)]
@@ -175,4 +198,9 @@ class Plan:
             episodes = self.episodes_file(f"eval_{system}")
             flags = {"input_file": episodes, **self._judge("judge"), "output_dir": self.folder(f"judge_{system}")}
             steps.append(Step(f"judge_{system}", "judging", ["judge"], flags, self.folder(f"judge_{system}"), [episodes]))
+        for system in ("base", "trained"):
+            episodes = self.episodes_file(f"eval_{system}")
+            # No NLI model loads offline: NLI is opt-in (metrics: {skip_nli: false}).
+            flags = {"input_file": episodes, "output_file": self.folder(f"metrics_{system}") / "metrics_auto.json", "skip_nli": True}
+            steps.append(Step(f"metrics_{system}", "metrics", ["metrics"], flags, self.folder(f"metrics_{system}"), [episodes]))
         return steps
