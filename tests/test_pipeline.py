@@ -33,7 +33,7 @@ def test_scripted_pipeline_runs_every_step_and_reports(server, base, tmp_path):
     assert {"candidates", "speaker", "director", "judge_trained", "metrics_trained", "report"} <= set(steps)
     assert steps["speaker"]["tokens"] and steps["candidates"]["tokens"] > 0
     report = (out / "report.md").read_text()
-    for heading in ("## Steps", "## Preference pairs", "## Reward models", "## GRPO reward", "## Evaluation: trained vs base", "### Automatic metrics"):
+    for heading in ("## Steps", "## Preference pairs", "## Reward models", "## GRPO reward", "## Evaluation: trained vs base", "### Automatic metrics", "## Commands"):
         assert heading in report
     assert (out / "grpo_rewards.png").stat().st_size > 1000
     # a second run skips every finished step and runs nothing again

@@ -15,7 +15,7 @@ CURVES_FILE = "grpo_rewards.png"
 
 def write_report(root: Path, state: dict[str, Any]) -> Path:
     root = Path(root)
-    sections = [_header(root, state), _steps_table(state), _pairs(root), _reward_models(root), _curves(root), _evaluation(root)]
+    sections = [_header(root, state), _steps_table(state), _pairs(root), _reward_models(root), _curves(root), _evaluation(root), _commands(state)]
     path = root / REPORT_FILE
     tmp = path.with_suffix(".tmp")
     tmp.write_text("\n\n".join(s for s in sections if s) + "\n", encoding="utf-8")
@@ -141,3 +141,10 @@ def _evaluation(root: Path) -> str:
         for metric, base, trained in auto:
             lines.append(f"| {metric} | {_fmt(base)} | {_fmt(trained)} | {_difference(base, trained, 3)} |")
     return "\n".join(lines).strip()
+
+
+def _commands(state: dict[str, Any]) -> str:
+    """The command line each step last ran (to rerun one by hand)."""
+    records = state.get("steps") or {}
+    lines = [f"- `{name}`: `{records[name]['command']}`" for name in STEP_NAMES if name != "report" and (records.get(name) or {}).get("command")]
+    return "## Commands\n" + "\n".join(lines) if lines else ""
