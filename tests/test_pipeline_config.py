@@ -108,3 +108,28 @@ def test_presets_are_versioned_data_files():
 def test_other_datasets_need_a_data_file(offline, tmp_path):
     result = CliRunner().invoke(app, ["pipeline", "--preset", "toy", "--dataset", "QMSum", "--output-dir", str(tmp_path), "--dry-run"])
     assert result.exit_code != 0 and "--data-file is needed for QMSum" in str(result.exception)
+
+
+def test_each_step_kind_tells_complete_partial_and_absent_from_its_files(tmp_path):
+    from mascot.pipeline import status as st
+
+    plan = Plan(PipelineSettings(output_dir=str(tmp_path)), None)
+    generation, training, judging = plan.step("episodes"), plan.step("speaker"), plan.step("group_pairs")
+    assert [st.step_status(s) for s in (generation, training, judging)] == [st.ABSENT] * 3
+    run = tmp_path / "episodes" / "group_ESConv_x"
+    run.mkdir(parents=True)
+    (run / "run_summary.json").write_text(json.dumps({"status": "running"}))
+    (tmp_path / "speaker" / "checkpoint-1").mkdir(parents=True)
+    (tmp_path / "group_pairs").mkdir()
+    (tmp_path / "group_pairs" / "group_pairs_stats.json").write_text(json.dumps({"status": "failed"}))
+    assert [st.step_status(s) for s in (generation, training, judging)] == [st.PARTIAL, st.PARTIAL, st.ABSENT]
+    assert Plan(PipelineSettings(output_dir=str(tmp_path)), None).step("episodes").argv(resume=True)[-1] == "--resume"
+    (run / "run_summary.json").write_text(json.dumps({"status": "completed"}))
+    (tmp_path / "speaker" / "mascot_metadata.json").write_text("{}")
+    (tmp_path / "group_pairs" / "group_pairs_stats.json").write_text(json.dumps({"num_pairs": 0}))
+    assert [st.step_status(s) for s in (generation, training, judging)] == [st.COMPLETE] * 3
+    assert st.artefact(generation) == run
+    # complete but empty: the pipeline stops with one line naming the step and the file
+    assert st.empty_output(judging).startswith(f"group_pairs: 0 group preference pairs in {tmp_path / 'group_pairs' / 'group_pairs.jsonl'}")
+    assert "director" in [s.name for s in plan.steps] and plan.step("director").flags["data_path"] == tmp_path / "episodes"
+    assert Plan(PipelineSettings(output_dir=str(tmp_path)), None).step("director").flags["data_path"] == run
