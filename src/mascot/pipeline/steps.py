@@ -147,6 +147,11 @@ class Plan:
         s = self.settings
         return {key: s.judge_model, "judge_server_url": s.judge_url}
 
+    def _contexts(self) -> Flags:
+        """For judging episodes: where each episode's context is looked up by its id."""
+        s = self.settings
+        return {"dataset": s.dataset, "data_file": self.data_file, "split": s.split}
+
     def _training(self, name: str, model: str) -> Flags:
         return {"model": model, "dataset": self.settings.dataset, "seed": self.settings.seed, "output_dir": self.folder(name)}
 
@@ -165,7 +170,7 @@ class Plan:
             Step("episodes", "generation", ["generate"], {"mode": "group", "generation_mode": "independent", **self._data(),
                  **self._generation_roles(trained_speaker=True, trained_director=False), "output_dir": self.folder("episodes")}, self.folder("episodes"),
                  [] if s.generation_url else [self.folder("speaker")]),
-            Step("group_pairs", "judging", ["prefs", "group"], {"episodes": episodes, "mode": "episode", **self._judge("judge"), "dataset": s.dataset,
+            Step("group_pairs", "judging", ["prefs", "group"], {"episodes": episodes, "mode": "episode", **self._judge("judge"), **self._contexts(),
                  "output_dir": self.folder("group_pairs")}, self.folder("group_pairs"), [episodes]),
             Step("group_reward_model", "training", ["train", "group-reward-model"], {"data_path": self.folder("group_pairs") / "group_pairs.jsonl",
                  **self._training("group_reward_model", s.reward_model)}, self.folder("group_reward_model"), [self.folder("group_pairs") / "group_pairs.jsonl"]),
@@ -196,7 +201,7 @@ class Plan:
             steps.append(Step(name, "generation", ["generate"], flags, self.folder(name), inputs))
         for system in ("base", "trained"):
             episodes = self.episodes_file(f"eval_{system}")
-            flags = {"input_file": episodes, **self._judge("judge"), "output_dir": self.folder(f"judge_{system}")}
+            flags = {"input_file": episodes, **self._judge("judge"), **self._contexts(), "output_dir": self.folder(f"judge_{system}")}
             steps.append(Step(f"judge_{system}", "judging", ["judge"], flags, self.folder(f"judge_{system}"), [episodes]))
         for system in ("base", "trained"):
             episodes = self.episodes_file(f"eval_{system}")
