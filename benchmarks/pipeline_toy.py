@@ -42,13 +42,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.read:
         print_shares(args.read)
         return 0
+    from mascot.errors import MascotError
+
     folder = args.output_dir or Path(tempfile.mkdtemp(prefix="mascot-toy-pipeline-"))
+    status = 0
     try:
         run_toy(folder, extra)
-    finally:  # a step that stopped the pipeline still has its time recorded
-        if (folder / "pipeline.json").exists():
-            print_shares(folder)
-    return 0
+    except MascotError as exc:  # a step that stopped the pipeline still has its time recorded
+        print(f"error: {exc}", file=sys.stderr)
+        status = 2
+    except KeyboardInterrupt:
+        print("interrupted: rerun the same command to continue", file=sys.stderr)
+        status = 130
+    if (folder / "pipeline.json").exists():
+        print_shares(folder)
+    return status
 
 
 if __name__ == "__main__":

@@ -133,3 +133,17 @@ def test_each_step_kind_tells_complete_partial_and_absent_from_its_files(tmp_pat
     assert st.empty_output(judging).startswith(f"group_pairs: 0 group preference pairs in {tmp_path / 'group_pairs' / 'group_pairs.jsonl'}")
     assert "director" in [s.name for s in plan.steps] and plan.step("director").flags["data_path"] == tmp_path / "episodes"
     assert Plan(PipelineSettings(output_dir=str(tmp_path)), None).step("director").flags["data_path"] == run
+
+
+def test_a_step_interrupted_by_ctrl_c_is_recorded_as_interrupted(tmp_path, monkeypatch):
+    import mascot.cli.invoke as invoke
+    from mascot.pipeline.runner import run_pipeline
+
+    def interrupted(argv):  # what run_command reports for a command that caught Ctrl-C and exited 130
+        raise MascotError(f"mascot {' '.join(argv[:2])} exited with status 130")
+
+    monkeypatch.setattr(invoke, "run_command", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_pipeline(PipelineSettings(output_dir=str(tmp_path), until="candidates"))
+    record = json.loads((tmp_path / "pipeline.json").read_text())["steps"]["candidates"]
+    assert record["status"] == "interrupted" and record["attempts"] == 1

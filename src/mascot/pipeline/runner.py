@@ -16,6 +16,9 @@ from mascot.pipeline.steps import Plan, Step
 from mascot.settings import as_dict
 
 
+INTERRUPTED_STATUS = 130  # what a mascot command exits with after Ctrl-C
+
+
 class PipelineStopped(MascotError):
     """A step failed or made nothing the next step can use: one line naming the step."""
 
@@ -58,6 +61,9 @@ def _run_step(step: Step, state: PipelineState) -> None:
         state.finished(step.name, "interrupted", time.monotonic() - started)
         raise
     except MascotError as exc:
+        if str(exc).endswith(f"exited with status {INTERRUPTED_STATUS}"):  # the command caught Ctrl-C and saved its work
+            state.finished(step.name, "interrupted", time.monotonic() - started)
+            raise KeyboardInterrupt from None
         state.finished(step.name, "failed", time.monotonic() - started, error=str(exc))
         raise PipelineStopped(f"pipeline step {step.name} failed: {exc}") from None
     wall = time.monotonic() - started
