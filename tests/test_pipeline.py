@@ -35,7 +35,7 @@ def test_scripted_pipeline_runs_every_step_and_reports(server, base, tmp_path):
     report = (out / "report.md").read_text()
     for heading in ("## Steps", "## Preference pairs", "## Reward models", "## GRPO reward", "## Evaluation: trained vs base", "### Automatic metrics", "## Commands"):
         assert heading in report
-    assert (out / "grpo_rewards.png").stat().st_size > 1000
+    assert (out / "grpo_rewards.png").stat().st_size > 1000 and (out / "wall_time.png").stat().st_size > 1000
     # a second run skips every finished step and runs nothing again
     run_command(["pipeline", "--config", str(config)])
     again = state_of(out)

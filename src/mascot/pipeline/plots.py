@@ -22,3 +22,20 @@ def plot_curves(curves: dict[str, list[tuple[int, float]]], path: Path) -> Path:
     figure.savefig(path, dpi=100)
     plt.close(figure)
     return path
+
+
+def plot_wall_time(walls: dict[str, float], path: Path) -> Path:
+    """Horizontal bars: each step's wall time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(walls)[::-1]  # the first step on top
+    figure, ax = plt.subplots(figsize=(6, 0.35 * len(names) + 1))
+    ax.barh(names, [walls[n] for n in names])
+    ax.set_xlabel("wall time (s)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path

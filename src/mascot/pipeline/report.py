@@ -11,11 +11,12 @@ from mascot.pipeline.settings import STEP_NAMES
 
 REPORT_FILE = "report.md"
 CURVES_FILE = "grpo_rewards.png"
+TIME_FILE = "wall_time.png"
 
 
 def write_report(root: Path, state: dict[str, Any]) -> Path:
     root = Path(root)
-    sections = [_header(root, state), _steps_table(state), _pairs(root), _reward_models(root), _curves(root), _evaluation(root), _commands(state)]
+    sections = [_header(root, state), _steps_table(root, state), _pairs(root), _reward_models(root), _curves(root), _evaluation(root), _commands(state)]
     path = root / REPORT_FILE
     tmp = path.with_suffix(".tmp")
     tmp.write_text("\n\n".join(s for s in sections if s) + "\n", encoding="utf-8")
@@ -63,7 +64,7 @@ def _prompt_version(root: Path) -> str:
         return "–"
 
 
-def _steps_table(state: dict[str, Any]) -> str:
+def _steps_table(root: Path, state: dict[str, Any]) -> str:
     records = {k: v for k, v in (state.get("steps") or {}).items() if k != "report"}
     total = sum(float(r.get("wall_s") or 0.0) for r in records.values()) or 1.0
     lines = [
@@ -79,6 +80,11 @@ def _steps_table(state: dict[str, Any]) -> str:
             continue
         wall = float(r.get("wall_s") or 0.0)
         lines.append(f"| {name} | {r.get('status')} | {wall:.1f} | {wall / total:.0%} | {_fmt(r.get('tokens'))} | {r.get('attempts', 0)} | `{r.get('artefact', '–')}` |")
+    if records:
+        from mascot.pipeline.plots import plot_wall_time
+
+        plot_wall_time({n: float(records[n].get("wall_s") or 0.0) for n in STEP_NAMES if n in records}, root / TIME_FILE)
+        lines += ["", f"![wall time per step]({TIME_FILE})"]
     return "\n".join(lines)
 
 
