@@ -9,8 +9,8 @@ import pytest
 from mascot.cli.invoke import run_command
 from mascot.errors import MascotError
 from mascot.llm.stub_server import start_stub_server
-from tests.pipeline_helpers import scripted_config, scripted_responder
-from tests.train_helpers import base, one_thread_per_module  # noqa: F401  (fixtures)
+from pipeline_helpers import scripted_config, scripted_responder
+from train_helpers import base, one_thread_per_module  # noqa: F401  (fixtures)
 
 
 @pytest.fixture(scope="module")
