@@ -5,9 +5,9 @@ STAMP := $(VENV)/.mascot-installed
 # torch first, pinned to the CPU build, so that trl/peft never pull a CUDA build of several GB.
 TORCH ?= torch==2.13.0
 # The benchmark scripts that need no GPU (benchmarks/gpu_train_profile.py needs CUDA); each prints its figures.
-CPU_BENCHMARKS := client_concurrency multi_endpoint local_batching episode_throughput judge_throughput metrics_speed train_speed safety_screen
+CPU_BENCHMARKS := client_concurrency multi_endpoint local_batching episode_throughput judge_throughput metrics_speed train_speed safety_screen pipeline_toy
 
-.PHONY: install demo test test-slow test-server test-realdata test-vllm test-web bench bench-client clean
+.PHONY: install demo test test-slow test-server test-realdata test-vllm test-web test-pipeline bench bench-client clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -43,6 +43,10 @@ CHROMIUM ?= /usr/bin/chromium
 test-web: $(STAMP)
 	@test -x $(CHROMIUM) || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium; }
 	MASCOT_CHROMIUM=$(CHROMIUM) $(VENV)/bin/python -m pytest -q -m web tests/web
+
+# `mascot pipeline --preset toy` end to end on the embedded model, offline (minutes on a CPU).
+test-pipeline: $(STAMP)
+	$(VENV)/bin/python -m pytest -q -m pipeline
 
 test-realdata: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -m realdata

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mascot.cli.invoke import run_command
-from mascot.dialogue.testing import stub_responder
+from mascot.testing.players import stub_responder
 from mascot.errors import MascotError
 
 ED_ROWS = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from mascot.cli import app
+from mascot.cli.app import app
 from mascot.cli.settings_cli import settings_command
 from mascot.study.settings import StudyCreateSettings, StudyResultsSettings
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mascot.cli import app
+from mascot.cli.app import app
 from mascot.cli.settings_cli import settings_command
 from mascot.web.settings import WebSettings
 

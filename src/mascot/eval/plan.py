@@ -111,7 +111,7 @@ def role_flags(cell: Cell, settings: EvalSettings, catalogue: Catalogue, dataset
 
 
 def default_model() -> str:
-    from mascot.llm.routing import DEFAULT_LOCAL_MODEL
+    from mascot.llm.base import DEFAULT_LOCAL_MODEL
 
     return DEFAULT_LOCAL_MODEL
 

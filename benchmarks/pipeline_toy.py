@@ -1,0 +1,63 @@
+"""Each step's share of the toy pipeline's wall time.
+
+    python benchmarks/pipeline_toy.py                 # runs `mascot pipeline --preset toy` (offline, minutes)
+    python benchmarks/pipeline_toy.py --read DIR      # reads a finished pipeline's DIR/pipeline.json
+
+The times are those `mascot pipeline` records per step in pipeline.json (every attempt summed, so a
+resumed step counts its killed attempt too); the model loading each step does is part of its time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+
+def run_toy(folder: Path, extra: list[str]) -> None:
+    from mascot.cli.invoke import run_command
+
+    run_command(["pipeline", "--preset", "toy", "--output-dir", str(folder), *extra])
+
+
+def print_shares(folder: Path) -> None:
+    state = json.loads((folder / "pipeline.json").read_text(encoding="utf-8"))
+    steps = {name: r for name, r in state["steps"].items()}
+    total = sum(float(r.get("wall_s") or 0.0) for r in steps.values()) or 1.0
+    print(f"{'step':<20}{'status':<12}{'wall s':>9}{'share':>8}{'tokens':>10}")
+    for name, r in steps.items():
+        wall = float(r.get("wall_s") or 0.0)
+        tokens = r.get("tokens")
+        print(f"{name:<20}{r.get('status', ''):<12}{wall:>9.1f}{wall / total:>8.1%}{tokens if tokens is not None else '-':>10}")
+    print(f"{'total':<32}{total:>9.1f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--read", type=Path, help="A finished pipeline folder to read instead of running one.")
+    parser.add_argument("--output-dir", type=Path, help="Where to run the toy pipeline (default: a temporary folder).")
+    args, extra = parser.parse_known_args(argv)
+    if args.read:
+        print_shares(args.read)
+        return 0
+    from mascot.errors import MascotError
+
+    folder = args.output_dir or Path(tempfile.mkdtemp(prefix="mascot-toy-pipeline-"))
+    status = 0
+    try:
+        run_toy(folder, extra)
+    except MascotError as exc:  # a step that stopped the pipeline still has its time recorded
+        print(f"error: {exc}", file=sys.stderr)
+        status = 2
+    except KeyboardInterrupt:
+        print("interrupted: rerun the same command to continue", file=sys.stderr)
+        status = 130
+    if (folder / "pipeline.json").exists():
+        print_shares(folder)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""The figures the report reads from the steps' files: pairs and margins, reward-model accuracy,
+GRPO reward curves (the trainers' log history) and the evaluation scores."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from mascot.pipeline.status import read_json
+from mascot.pipeline.steps import find_run_dir
+
+
+def run_config(folder: Path) -> dict[str, Any]:
+    run = find_run_dir(folder)
+    return (read_json(run / "run_config.json") or {}) if run else {}
+
+
+def pair_figures(pairs_file: Path, stats_file: Path) -> dict[str, Any] | None:
+    """Pair count and margins (mean, min, max) from a pairs file, with its stats file's drop counts."""
+    if not pairs_file.is_file():
+        return None
+    margins = []
+    with open(pairs_file, encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                try:
+                    margins.append(float(json.loads(line).get("margin") or 0.0))
+                except (ValueError, AttributeError):
+                    continue
+    stats = read_json(stats_file) or {}
+    return {
+        "num_pairs": len(margins),
+        "mean_margin": round(sum(margins) / len(margins), 3) if margins else None,
+        "min_margin": round(min(margins), 3) if margins else None,
+        "max_margin": round(max(margins), 3) if margins else None,
+        "score_margin": stats.get("score_margin"),
+        "num_queries": stats.get("num_queries"),
+        "num_dropped_by_margin": stats.get("num_dropped_by_margin"),
+    }
+
+
+def artefact_metadata(folder: Path) -> dict[str, Any]:
+    return read_json(folder / "mascot_metadata.json") or {}
+
+
+def log_history(folder: Path) -> list[dict[str, Any]]:
+    """The trainer's logged entries, from its newest checkpoint's trainer_state.json (kept with
+    --keep-checkpoints); [] when none is left."""
+    steps = []
+    for child in folder.glob("checkpoint-*"):
+        suffix = child.name.split("-", 1)[1]
+        if suffix.isdigit() and (child / "trainer_state.json").exists():
+            steps.append((int(suffix), child))
+    for _, child in sorted(steps, reverse=True):
+        state = read_json(child / "trainer_state.json")
+        if state and isinstance(state.get("log_history"), list):
+            return state["log_history"]
+    return []
+
+
+def reward_curve(folder: Path, key: str = "reward") -> list[tuple[int, float]]:
+    """(step, mean reward) per logged step; without a log history, the first and last values the
+    artefact's metadata kept."""
+    curve = [(int(e.get("step", i)), float(e[key])) for i, e in enumerate(log_history(folder)) if isinstance(e.get(key), (int, float))]
+    if curve:
+        return curve
+    ends = (artefact_metadata(folder).get("evaluation") or {}).get(key) or {}
+    steps = int((artefact_metadata(folder).get("train_metrics") or {}).get("global_steps") or 1)
+    return [(0, float(ends["first"])), (steps, float(ends["last"]))] if "first" in ends and "last" in ends else []
+
+
+def evaluation_table(base_report: Path, trained_report: Path) -> list[tuple[str, str, float | None, float | None]]:
+    """(scope, criterion, base, trained) means on 0-100 from the two judge reports."""
+    base, trained = read_json(base_report) or {}, read_json(trained_report) or {}
+    rows = []
+    for scope in ("agent", "collective"):
+        b, t = (base.get(scope) or {}).get("overall") or {}, (trained.get(scope) or {}).get("overall") or {}
+        for criterion in [*b, *[c for c in t if c not in b]]:
+            rows.append((scope, criterion, (b.get(criterion) or {}).get("mean"), (t.get(criterion) or {}).get("mean")))
+    return rows
+
+
+def auto_metrics_table(base_report: Path, trained_report: Path) -> list[tuple[str, float | None, float | None]]:
+    """(metric, base mean, trained mean) from the two `mascot metrics` reports."""
+    base, trained = (read_json(base_report) or {}).get("overall") or {}, (read_json(trained_report) or {}).get("overall") or {}
+    names = [*base, *[m for m in trained if m not in base]]
+    return [(m, (base.get(m) or {}).get("mean"), (trained.get(m) or {}).get("mean")) for m in names]

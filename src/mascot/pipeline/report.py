@@ -1,0 +1,156 @@
+"""`<output>/report.md` and its plots: what ran with which models and versions, pairs and
+margins, reward-model accuracy, GRPO reward curves, the evaluation table, wall time and tokens."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from mascot.pipeline import figures as fig
+from mascot.pipeline.settings import STEP_NAMES
+
+REPORT_FILE = "report.md"
+CURVES_FILE = "grpo_rewards.png"
+TIME_FILE = "wall_time.png"
+
+
+def write_report(root: Path, state: dict[str, Any]) -> Path:
+    root = Path(root)
+    sections = [_header(root, state), _steps_table(root, state), _pairs(root), _reward_models(root), _curves(root), _evaluation(root), _commands(state)]
+    path = root / REPORT_FILE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("\n\n".join(s for s in sections if s) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def _header(root: Path, state: dict[str, Any]) -> str:
+    from mascot import __version__
+
+    s = state.get("settings") or {}
+    config = fig.run_config(root / "candidates")
+    episodes = fig.run_config(root / "episodes")
+    libraries = next((fig.artefact_metadata(root / n).get("library_versions") for n in ("reward_model", "speaker", "director")
+                      if fig.artefact_metadata(root / n)), None) or {}
+    lines = [
+        "# MASCOT pipeline report",
+        f"- mascot {__version__}; preset {s.get('preset') or 'none'}; dataset {s.get('dataset')} ({s.get('data_file') or 'shipped samples'}, split {s.get('split')}); seed {s.get('seed')}",
+        f"- models: policy (Speaker, Director, user) `{s.get('policy_model')}`, reward models `{s.get('reward_model')}`, judge `{s.get('judge_model')}`",
+        f"- rubric version {(config.get('settings') or {}).get('rubric_version', '–')}; prompt version {_prompt_version(root)}; "
+        f"episodes made with {episodes.get('mascot_version', config.get('mascot_version', '–'))}",
+    ]
+    if libraries:
+        lines.append("- libraries: " + ", ".join(f"{k} {v}" for k, v in sorted(libraries.items())))
+    return "\n".join(lines)
+
+
+def _prompt_version(root: Path) -> str:
+    import json
+
+    run = fig.find_run_dir(root / "episodes")
+    if run is None or not (run / "episodes.jsonl").is_file():
+        return "–"
+    with open(run / "episodes.jsonl", encoding="utf-8") as fh:
+        first = fh.readline()
+    try:
+        return str((json.loads(first).get("metadata") or {}).get("prompt_version") or "–")
+    except ValueError:
+        return "–"
+
+
+def _steps_table(root: Path, state: dict[str, Any]) -> str:
+    records = {k: v for k, v in (state.get("steps") or {}).items() if k != "report"}
+    total = sum(float(r.get("wall_s") or 0.0) for r in records.values()) or 1.0
+    lines = [
+        "## Steps",
+        "Tokens: prompt + completion tokens of a step's model calls (generation), or the tokens a trainer trained on (TRL's count).",
+        "",
+        "| step | status | wall time (s) | share | tokens | attempts | artefact |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name in STEP_NAMES:
+        r = records.get(name)
+        if r is None:
+            continue
+        wall = float(r.get("wall_s") or 0.0)
+        lines.append(f"| {name} | {r.get('status')} | {wall:.1f} | {wall / total:.0%} | {_fmt(r.get('tokens'))} | {r.get('attempts', 0)} | `{r.get('artefact', '–')}` |")
+    if records:
+        from mascot.pipeline.plots import plot_wall_time
+
+        plot_wall_time({n: float(records[n].get("wall_s") or 0.0) for n in STEP_NAMES if n in records}, root / TIME_FILE)
+        lines += ["", f"![wall time per step]({TIME_FILE})"]
+    return "\n".join(lines)
+
+
+def _pairs(root: Path) -> str:
+    run = fig.find_run_dir(root / "candidates")
+    rows = [
+        ("Stage 1 (persona)", fig.pair_figures(run / "pairs.jsonl", run / "pairs_stats.json") if run else None),
+        ("Stage 2 (group)", fig.pair_figures(root / "group_pairs" / "group_pairs.jsonl", root / "group_pairs" / "group_pairs_stats.json")),
+    ]
+    lines = ["## Preference pairs", "| stage | pairs | queries | margin filter | mean margin | min | max | dropped by margin |", "|---|---|---|---|---|---|---|---|"]
+    for label, f in rows:
+        if f:
+            lines.append(f"| {label} | {f['num_pairs']} | {_fmt(f['num_queries'])} | {_fmt(f['score_margin'])} | {_fmt(f['mean_margin'])} | "
+                         f"{_fmt(f['min_margin'])} | {_fmt(f['max_margin'])} | {_fmt(f['num_dropped_by_margin'])} |")
+    return "\n".join(lines) if len(lines) > 3 else ""
+
+
+def _reward_models(root: Path) -> str:
+    lines = ["## Reward models", "| model | base | train pairs | held-out pairs | held-out accuracy | train accuracy | steps |", "|---|---|---|---|---|---|---|"]
+    for name in ("reward_model", "group_reward_model"):
+        meta = fig.artefact_metadata(root / name)
+        if not meta:
+            continue
+        ev, tm = meta.get("evaluation") or {}, meta.get("train_metrics") or {}
+        lines.append(f"| {name} | `{meta.get('base_model')}` | {_fmt(meta.get('num_train_records'))} | {_fmt(ev.get('heldout_pairs'))} | "
+                     f"{_fmt(ev.get('heldout_pairwise_accuracy'))} | {_fmt(ev.get('train_pairwise_accuracy'))} | {_fmt(tm.get('global_steps'))} |")
+    return "\n".join(lines) if len(lines) > 3 else ""
+
+
+def _curves(root: Path) -> str:
+    curves = {label: fig.reward_curve(root / name) for label, name in (("Speaker GRPO (Stage 1)", "speaker"), ("Director GRPO (Stage 2)", "director"))}
+    curves = {k: v for k, v in curves.items() if v}
+    if not curves:
+        return ""
+    from mascot.pipeline.plots import plot_curves
+
+    plot_curves(curves, root / CURVES_FILE)
+    lines = ["## GRPO reward", f"![mean reward per step]({CURVES_FILE})", "", "| policy | first logged reward | last logged reward | logged steps |", "|---|---|---|---|"]
+    for label, points in curves.items():
+        lines.append(f"| {label} | {points[0][1]:.3f} | {points[-1][1]:.3f} | {len(points)} |")
+    return "\n".join(lines)
+
+
+def _difference(base: float | None, trained: float | None, digits: int) -> str:
+    if base is None or trained is None:
+        return "–"
+    return f"{trained - base:+.{digits}f}"
+
+
+def _evaluation(root: Path) -> str:
+    rows = fig.evaluation_table(root / "judge_base" / "metrics_episodes.json", root / "judge_trained" / "metrics_episodes.json")
+    lines = []
+    if rows:
+        lines += ["## Evaluation: trained vs base (LLM judge, 0-100)", "| scope | criterion | base | trained | difference |", "|---|---|---|---|---|"]
+        for scope, criterion, base, trained in rows:
+            lines.append(f"| {scope} | {criterion} | {_fmt(base, 1)} | {_fmt(trained, 1)} | {_difference(base, trained, 1)} |")
+    auto = fig.auto_metrics_table(root / "metrics_base" / "metrics_auto.json", root / "metrics_trained" / "metrics_auto.json")
+    if auto:
+        lines += ["", "### Automatic metrics (mean over episodes)", "| metric | base | trained | difference |", "|---|---|---|---|"]
+        for metric, base, trained in auto:
+            lines.append(f"| {metric} | {_fmt(base)} | {_fmt(trained)} | {_difference(base, trained, 3)} |")
+    return "\n".join(lines).strip()
+
+
+def _commands(state: dict[str, Any]) -> str:
+    """The command line each step last ran (to rerun one by hand)."""
+    records = state.get("steps") or {}
+    lines = [f"- `{name}`: `{records[name]['command']}`" for name in STEP_NAMES if name != "report" and (records.get(name) or {}).get("command")]
+    return "## Commands\n" + "\n".join(lines) if lines else ""

@@ -1,0 +1,98 @@
+"""Runs the plan: each selected step is skipped (complete), resumed (partial) or run (absent), with
+a progress line per step and the state in pipeline.json."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+
+from mascot.errors import MascotError
+from mascot.pipeline import status as st
+from mascot.pipeline.settings import PipelineSettings
+from mascot.pipeline.state import PipelineState
+from mascot.pipeline.steps import Plan, Step
+from mascot.settings import as_dict
+
+
+INTERRUPTED_STATUS = 130  # what a mascot command exits with after Ctrl-C
+
+
+class PipelineStopped(MascotError):
+    """A step failed or made nothing the next step can use: one line naming the step."""
+
+
+def run_pipeline(settings: PipelineSettings) -> Path:
+    """Runs the selected steps; returns the pipeline folder."""
+    from mascot.pipeline.samples import pipeline_data_file
+
+    root = Path(settings.output_dir)
+    data_file = pipeline_data_file(settings.dataset, settings.data_file, root / "contexts")
+    state = PipelineState(root, as_dict(settings))
+    state.save()
+    for name in settings.selected():
+        step = Plan(settings, data_file).step(name)  # rebuilt: earlier steps' run folders now exist
+        if step.kind == "report":
+            _write_report(step, state, settings)
+            continue
+        _run_step(step, state)
+    return root
+
+
+def _run_step(step: Step, state: PipelineState) -> None:
+    status = st.step_status(step)
+    if status == st.COMPLETE:
+        _require_output(step)
+        state.skipped(step.name, artefact=str(st.artefact(step)))
+        _progress(step.name, f"complete, skipped ({st.artefact(step)})", "cyan")
+        return
+    _require_inputs(step)
+    resume = status == st.PARTIAL and step.kind in ("generation", "training")
+    line = step.command_line(resume=resume)
+    _progress(step.name, ("resuming: " if resume else "running: ") + line, "yellow")
+    state.started(step.name, line)
+    started = time.monotonic()
+    try:
+        from mascot.cli.invoke import run_command
+
+        run_command(step.argv(resume=resume))
+    except KeyboardInterrupt:
+        state.finished(step.name, "interrupted", time.monotonic() - started)
+        raise
+    except MascotError as exc:
+        if str(exc).endswith(f"exited with status {INTERRUPTED_STATUS}"):  # the command caught Ctrl-C and saved its work
+            state.finished(step.name, "interrupted", time.monotonic() - started)
+            raise KeyboardInterrupt from None
+        state.finished(step.name, "failed", time.monotonic() - started, error=str(exc))
+        raise PipelineStopped(f"pipeline step {step.name} failed: {exc}") from None
+    wall = time.monotonic() - started
+    state.finished(step.name, "completed", wall, artefact=str(st.artefact(step)), tokens=st.tokens_used(step))
+    _require_output(step)
+    _progress(step.name, f"done in {wall:.0f} s: {st.artefact(step)}", "green")
+
+
+def _require_inputs(step: Step) -> None:
+    missing = [p for p in step.inputs if not Path(p).exists()]
+    if missing:
+        raise PipelineStopped(f"pipeline step {step.name} needs {missing[0]}, which does not exist: run the earlier steps (drop --from)")
+
+
+def _require_output(step: Step) -> None:
+    message = st.empty_output(step)
+    if message:
+        raise PipelineStopped(message)
+
+
+def _progress(name: str, text: str, colour: str) -> None:
+    typer.secho(f"[pipeline] {name}: {text}", fg=colour, err=True)
+
+
+def _write_report(step: Step, state: PipelineState, settings: PipelineSettings) -> None:
+    from mascot.pipeline.report import write_report
+
+    started = time.monotonic()
+    state.started(step.name, "(report)")
+    path = write_report(Path(settings.output_dir), state.data)
+    state.finished(step.name, "completed", time.monotonic() - started, artefact=str(path))
+    _progress(step.name, f"written: {path}", "green")

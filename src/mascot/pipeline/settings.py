@@ -1,0 +1,123 @@
+"""The settings of `mascot pipeline`: one YAML config (or a shipped preset) and a few flags.
+
+Precedence: command-line flags, then `--config FILE.yaml`, then the preset (`--preset toy|paper`,
+or `preset:` inside the config file), then the defaults below. `steps` maps a step name to extra
+flags of that step's command (`{speaker: {max_steps: 4}}` adds `--max-steps 4`); a value of null
+removes a flag the pipeline would pass.
+
+This module imports nothing heavy: `mascot --help` reads it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from mascot.errors import MascotError
+from mascot.settings import require, setting
+
+CONFIG_VERSION = 1
+PRESETS_DIR = Path(__file__).resolve().parent.parent / "configs"
+PRESETS = ("toy", "paper")
+EMBEDDED_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"  # mascot.llm.routing.DEFAULT_LOCAL_MODEL, kept cheap here
+STAGE_1 = ("candidates", "reward_model", "speaker")
+STAGE_2 = ("episodes", "group_pairs", "group_reward_model", "director")
+EVALUATION = ("eval_base", "eval_trained", "judge_base", "judge_trained", "metrics_base", "metrics_trained")
+STEP_NAMES = (*STAGE_1, *STAGE_2, *EVALUATION, "report")
+# Keys of `steps` that apply to several steps at once.
+STEP_GROUPS = {"evaluation": ("eval_base", "eval_trained"), "judging": ("judge_base", "judge_trained"), "metrics": ("metrics_base", "metrics_trained")}
+
+
+@dataclass
+class PipelineSettings:
+    """Run the whole two-stage pipeline: Stage 1 (candidates, judge, pairs, persona reward model,
+    Speaker GRPO), Stage 2 (episodes with the aligned Speakers, group pairs, group reward model,
+    Director GRPO), the evaluation of the trained system against the base one, and a report.
+    Finished steps are skipped, interrupted ones resumed."""
+
+    preset: Optional[str] = setting(None, "Shipped config to start from: toy (embedded model, minutes on a CPU) or paper (Qwen3-8B / Qwen3-0.6B on vLLM).")
+    version: int = setting(CONFIG_VERSION, "Version of the pipeline config format.")
+    output_dir: str = setting("outputs/pipeline", "Folder of the whole run: one sub-folder per step, pipeline.json and report.md.")
+    dataset: str = setting("ESConv", "ESConv, EmpatheticDialogues (ED) or QMSum.")
+    data_file: Optional[str] = setting(None, "Dataset file in its hub export format; `hub`: the split from the Hugging Face hub. Default (ESConv only): the contexts shipped with mascot.")
+    split: str = setting("test", "Dataset split.")
+    limit: Optional[int] = setting(None, "Contexts per generation step (Stage 1, Stage 2 and evaluation).")
+    seed: int = setting(42, "Seed of every step (the evaluation runs base and trained systems on the same contexts and seeds).")
+    policy_model: str = setting(EMBEDDED_MODEL, "Base model of the Speaker, Director and simulated user (hub id or folder; the served id with a URL).")
+    reward_model: str = setting(EMBEDDED_MODEL, "Base model of both reward models (hub id or folder).")
+    judge_model: str = setting(EMBEDDED_MODEL, "Judge model (hub id or folder; the served id with --judge-url).")
+    generation_url: Optional[str] = setting(None, "OpenAI-compatible endpoint (vLLM) for Director, Speakers and user; none: in-process local model.")
+    judge_url: Optional[str] = setting(None, "OpenAI-compatible endpoint of the judge; none: in-process local model.")
+    rollout_url: Optional[str] = setting(None, "Endpoint for the Director GRPO rollouts (default: --generation-url, or in-process).")
+    speaker_served_name: str = setting("mascot-speaker", "With a URL: the name under which the server serves the trained Speaker adapter.")
+    director_served_name: str = setting("mascot-director", "With a URL: the name under which the server serves the trained Director adapter.")
+    until: Optional[str] = setting(None, f"Stop after this step ({', '.join(STEP_NAMES)}).")
+    from_step: Optional[str] = setting(None, "Start at this step; earlier steps must be complete (their outputs are read).", flags=("--from",))
+    steps: Optional[str] = setting(
+        None,
+        "Extra flags per step: in YAML a mapping step -> {flag: value}; on the command line the same as JSON. "
+        f"Keys: the step names, plus {', '.join(STEP_GROUPS)} for both steps of a kind.",
+    )
+
+    def __post_init__(self) -> None:
+        require(self.version == CONFIG_VERSION, f"--version {self.version}: this mascot reads pipeline configs of version {CONFIG_VERSION}")
+        require(self.preset is None or self.preset in PRESETS, f"--preset {self.preset!r}: choose one of {', '.join(PRESETS)}")
+        for flag, name in (("--until", self.until), ("--from", self.from_step)):
+            require(name is None or name in STEP_NAMES, f"{flag} {name!r}: not a step (steps: {', '.join(STEP_NAMES)})")
+        if self.until and self.from_step:
+            require(STEP_NAMES.index(self.from_step) <= STEP_NAMES.index(self.until), f"--from {self.from_step} comes after --until {self.until}")
+        require(self.limit is None or self.limit >= 1, "--limit must be at least 1")
+        self.steps = parse_step_flags(self.steps)  # type: ignore[assignment]
+
+    @property
+    def step_flags(self) -> dict[str, dict[str, Any]]:
+        return self.steps or {}  # type: ignore[return-value]
+
+    def selected(self) -> list[str]:
+        """The steps this invocation runs, in order (--from .. --until)."""
+        first = STEP_NAMES.index(self.from_step) if self.from_step else 0
+        last = STEP_NAMES.index(self.until) if self.until else len(STEP_NAMES) - 1
+        return list(STEP_NAMES[first : last + 1])
+
+
+def parse_step_flags(value: Any) -> dict[str, dict[str, Any]]:
+    """`steps` from YAML (a mapping) or the command line (JSON), checked against the step names."""
+    if value is None or value == "":
+        return {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise MascotError(f"--steps is not valid JSON ({exc.msg} at column {exc.colno})") from None
+    require(isinstance(value, dict), "--steps must map step names to {flag: value} mappings")
+    known = (*STEP_NAMES, *STEP_GROUPS)
+    for name, flags in value.items():
+        require(name in known, f"--steps: unknown step {name!r} (steps: {', '.join(known)})")
+        require(flags is None or isinstance(flags, dict), f"--steps: {name} must map flag names to values")
+    return {str(k): dict(v or {}) for k, v in value.items()}
+
+
+def merge_step_flags(*layers: Any) -> dict[str, dict[str, Any]]:
+    """Step flags of several layers (lowest first), merged step by step, flag by flag."""
+    merged: dict[str, dict[str, Any]] = {}
+    for layer in layers:
+        for name, flags in parse_step_flags(layer).items():
+            merged.setdefault(name, {}).update(flags)
+    return merged
+
+
+def preset_path(name: str) -> Path:
+    return PRESETS_DIR / f"pipeline_{name}.yaml"
+
+
+def preset_values(name: str | None) -> dict[str, Any]:
+    """A shipped preset's settings ({} for none)."""
+    if not name:
+        return {}
+    if name not in PRESETS:
+        raise MascotError(f"--preset {name!r}: choose one of {', '.join(PRESETS)}")
+    from mascot.settings import read_config_file
+
+    return read_config_file(preset_path(name))

@@ -1,0 +1,97 @@
+"""`mascot pipeline` end to end on scripted backends (one stub server) and tiny models."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mascot.cli.invoke import run_command
+from mascot.errors import MascotError
+from mascot.testing.stub_server import start_stub_server
+from pipeline_helpers import scripted_config, scripted_responder
+from train_helpers import base, one_thread_per_module  # noqa: F401  (fixtures)
+
+
+@pytest.fixture(scope="module")
+def server():
+    handle = start_stub_server(port=0, latency_s=0.0, responder=scripted_responder)
+    yield handle
+    handle.stop()
+
+
+def state_of(out):
+    return json.loads((out / "pipeline.json").read_text())["steps"]
+
+
+def test_scripted_pipeline_runs_every_step_and_reports(server, base, tmp_path):
+    config = scripted_config(tmp_path, server.url, base)
+    run_command(["pipeline", "--config", str(config)])
+    out = tmp_path / "out"
+    steps = state_of(out)
+    assert [n for n, r in steps.items() if r["status"] != "completed"] == []
+    assert {"candidates", "speaker", "director", "judge_trained", "metrics_trained", "report"} <= set(steps)
+    assert steps["speaker"]["tokens"] and steps["candidates"]["tokens"] > 0
+    report = (out / "report.md").read_text()
+    for heading in ("## Steps", "## Preference pairs", "## Reward models", "## GRPO reward", "## Evaluation: trained vs base", "### Automatic metrics", "## Commands"):
+        assert heading in report
+    assert (out / "grpo_rewards.png").stat().st_size > 1000 and (out / "wall_time.png").stat().st_size > 1000
+    # a second run skips every finished step and runs nothing again
+    run_command(["pipeline", "--config", str(config)])
+    again = state_of(out)
+    assert all(again[n]["attempts"] == steps[n]["attempts"] for n in steps if n != "report")
+    assert again["director"]["skipped"] == 1
+
+
+def test_empty_step_output_stops_the_pipeline_with_one_line(server, base, tmp_path):
+    config = scripted_config(tmp_path, server.url, base)
+    with pytest.raises(MascotError, match=r"^candidates: 0 preference pairs in .*pairs\.jsonl; .*stops here"):
+        run_command(["pipeline", "--config", str(config), "--steps", '{"candidates": {"score_margin": 99}}', "--until", "speaker"])
+    assert not (tmp_path / "out" / "reward_model").exists()
+
+
+def test_from_a_step_whose_inputs_are_missing_is_refused(server, base, tmp_path):
+    config = scripted_config(tmp_path, server.url, base)
+    with pytest.raises(MascotError, match="pipeline step speaker needs .*candidates.*run the earlier steps"):
+        run_command(["pipeline", "--config", str(config), "--from", "speaker"])
+
+
+def test_killed_in_a_training_step_the_rerun_resumes_it_and_redoes_nothing(server, base, tmp_path):
+    """SIGKILL as soon as the Speaker's first checkpoint appears; the rerun skips the finished steps,
+    resumes the Speaker from its checkpoint and completes."""
+    import os
+    import select
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    config = scripted_config(tmp_path, server.url, base, speaker_steps=6)
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1] / "src"), os.environ.get("PYTHONPATH", "")]),
+           "OMP_NUM_THREADS": "1"}
+    log = tmp_path / "killed.log"  # a file, not a pipe: a full pipe would stall the child
+    with open(log, "wb") as sink:
+        proc = subprocess.Popen([sys.executable, "-m", "mascot", "pipeline", "--config", str(config), "--until", "group_pairs"], env=env,
+                                stdout=sink, stderr=sink)
+    checkpoint = out / "speaker" / "checkpoint-1" / "trainer_state.json"
+    try:
+        while not checkpoint.exists():
+            assert proc.poll() is None, log.read_text(errors="replace")[-2000:]
+            select.select([], [], [], 0.05)  # poll the folder: the checkpoint, not a delay, decides when to kill
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    before = state_of(out)
+    assert before["speaker"]["status"] == "running" and not (out / "speaker" / "mascot_metadata.json").exists()
+    candidates_mtime = (out / "candidates").stat().st_mtime_ns
+
+    run_command(["pipeline", "--config", str(config), "--until", "group_pairs"])
+    after = state_of(out)
+    assert after["candidates"]["attempts"] == 1 and after["reward_model"]["attempts"] == 1
+    assert after["candidates"]["skipped"] == 1 and after["reward_model"]["skipped"] == 1
+    assert after["speaker"]["attempts"] == 2 and "--resume" in after["speaker"]["command"]
+    assert json.loads((out / "speaker" / "mascot_metadata.json").read_text())["train_metrics"]["resumed_from"].startswith("checkpoint-")
+    assert all(after[n]["status"] == "completed" for n in ("speaker", "episodes", "group_pairs"))
+    assert (out / "candidates").stat().st_mtime_ns == candidates_mtime

@@ -1,0 +1,149 @@
+"""`mascot pipeline` settings, presets and --dry-run (nothing trains, nothing is written)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from mascot.cli import app
+from mascot.errors import MascotError
+from mascot.pipeline.settings import STEP_NAMES, PipelineSettings, preset_path, preset_values
+from mascot.pipeline.steps import Plan, render_flags
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    """A stand-in hub that knows every id and endpoints that answer /models (as in the docs test)."""
+    import mascot.cli.dryrun as dryrun
+    import mascot.llm.local as local
+    import mascot.serve as serve
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(local, "hub_online", lambda: True)
+    monkeypatch.setattr(dryrun, "_check_on_hub", lambda model, label: "hub")
+    monkeypatch.setattr(serve, "list_served_models", lambda url, **kw: [])
+
+
+def dry_run(*args):
+    result = CliRunner().invoke(app, ["pipeline", *args, "--dry-run"])
+    assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
+    return json.loads(result.stdout[result.stdout.index("{"):])
+
+
+@pytest.mark.parametrize("preset", ["toy", "paper"])
+def test_each_preset_passes_its_dry_run_and_plans_every_step(preset, offline, tmp_path):
+    report = dry_run("--preset", preset, "--output-dir", str(tmp_path / "out"))
+    assert [s["step"] for s in report["plan"]] == list(STEP_NAMES)
+    assert all(s["status"] == "absent" for s in report["plan"])
+    assert report["plan"][0]["check"] == "its own --dry-run passed"
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_paper_preset_holds_the_papers_figures():
+    values = preset_values("paper")
+    steps = values["steps"]
+    assert values["policy_model"] == "Qwen/Qwen3-8B" and values["reward_model"] == "Qwen/Qwen3-0.6B"
+    assert steps["candidates"] == {"num_candidates": 8, "score_margin": 0.5, "temperature": 0.7}
+    for name, batch in (("reward_model", 32), ("speaker", 16), ("group_reward_model", 32), ("director", 16)):
+        assert steps[name]["batch_size"] == batch and steps[name]["num_train_epochs"] == 1
+        assert (steps[name]["lora_r"], steps[name]["lora_alpha"], steps[name]["lora_dropout"]) == (16, 32, 0.1)
+    plan = Plan(PipelineSettings(**values), None)
+    assert "--num-candidates 8" in plan.step("candidates").command_line()
+    assert "--vllm-server-url http://localhost:8008/v1" in plan.step("episodes").command_line()
+    assert "--speaker-model mascot-speaker" in plan.step("eval_trained").command_line()
+
+
+def test_flags_win_over_the_config_file_which_wins_over_the_preset(offline, tmp_path):
+    config = tmp_path / "mine.yaml"
+    config.write_text(yaml.safe_dump({"preset": "toy", "limit": 1, "seed": 5, "steps": {"speaker": {"max_steps": 9}}}))
+    report = dry_run("--config", str(config), "--seed", "7", "--output-dir", str(tmp_path / "o"), "--until", "speaker")
+    settings = report["settings"]
+    assert (settings["limit"], settings["seed"], settings["preset"]) == (1, 7, "toy")
+    speaker = report["plan"][-1]["command"]
+    assert "--max-steps 9" in speaker and "--seed 7" in speaker and "--num-generations 4" in speaker  # the rest from the preset
+
+
+def test_until_and_from_select_the_steps():
+    settings = PipelineSettings(from_step="speaker", until="group_pairs")
+    assert settings.selected() == ["speaker", "episodes", "group_pairs"]
+    with pytest.raises(MascotError, match="--from director comes after --until speaker"):
+        PipelineSettings(from_step="director", until="speaker")
+    with pytest.raises(MascotError, match="--until 'nope': not a step"):
+        PipelineSettings(until="nope")
+
+
+def test_step_flags_are_checked_and_rendered():
+    with pytest.raises(MascotError, match="unknown step 'speakers'"):
+        PipelineSettings(steps={"speakers": {"max_steps": 1}})
+    with pytest.raises(MascotError, match="--steps is not valid JSON"):
+        PipelineSettings(steps="{max_steps")
+    assert render_flags({"max_steps": 4, "lora": False, "keep_checkpoints": True, "judge": ["a", "b"], "limit": None}) == [
+        "--max-steps", "4", "--no-lora", "--keep-checkpoints", "--judge", "a", "--judge", "b"]
+    plan = Plan(PipelineSettings(steps={"judging": {"scope": "agent"}, "eval_base": {"num_turns": None}}), None)
+    assert "--scope agent" in plan.step("judge_base").command_line() and "--scope agent" in plan.step("judge_trained").command_line()
+    # false: the command's --no-x where it has one, else the flag is left out
+    plan = Plan(PipelineSettings(steps={"speaker": {"thinking": False}, "metrics": {"skip_nli": False}}), None)
+    assert "--no-thinking" in plan.step("speaker").command_line()
+    assert "skip-nli" not in plan.step("metrics_base").command_line()
+    assert "--skip-nli" in Plan(PipelineSettings(), None).step("metrics_trained").command_line()
+
+
+def test_a_flag_the_step_command_does_not_take_fails_the_dry_run(offline, tmp_path):
+    result = CliRunner().invoke(app, ["pipeline", "--preset", "toy", "--output-dir", str(tmp_path), "--steps", '{"speaker": {"no_such_flag": 1}}', "--dry-run"])
+    assert result.exit_code != 0
+    assert "pipeline step speaker" in str(result.exception) and "--no-such-flag" in str(result.exception)
+
+
+def test_presets_are_versioned_data_files():
+    for name in ("toy", "paper"):
+        data = yaml.safe_load(preset_path(name).read_text())
+        assert data["version"] == 1 and data["preset"] == name
+    with pytest.raises(MascotError, match="reads pipeline configs of version 1"):
+        PipelineSettings(version=2)
+
+
+def test_other_datasets_need_a_data_file(offline, tmp_path):
+    result = CliRunner().invoke(app, ["pipeline", "--preset", "toy", "--dataset", "QMSum", "--output-dir", str(tmp_path), "--dry-run"])
+    assert result.exit_code != 0 and "--data-file is needed for QMSum" in str(result.exception)
+
+
+def test_each_step_kind_tells_complete_partial_and_absent_from_its_files(tmp_path):
+    from mascot.pipeline import status as st
+
+    plan = Plan(PipelineSettings(output_dir=str(tmp_path)), None)
+    generation, training, judging = plan.step("episodes"), plan.step("speaker"), plan.step("group_pairs")
+    assert [st.step_status(s) for s in (generation, training, judging)] == [st.ABSENT] * 3
+    run = tmp_path / "episodes" / "group_ESConv_x"
+    run.mkdir(parents=True)
+    (run / "run_summary.json").write_text(json.dumps({"status": "running"}))
+    (tmp_path / "speaker" / "checkpoint-1").mkdir(parents=True)
+    (tmp_path / "group_pairs").mkdir()
+    (tmp_path / "group_pairs" / "group_pairs_stats.json").write_text(json.dumps({"status": "failed"}))
+    assert [st.step_status(s) for s in (generation, training, judging)] == [st.PARTIAL, st.PARTIAL, st.ABSENT]
+    assert Plan(PipelineSettings(output_dir=str(tmp_path)), None).step("episodes").argv(resume=True)[-1] == "--resume"
+    (run / "run_summary.json").write_text(json.dumps({"status": "completed"}))
+    (tmp_path / "speaker" / "mascot_metadata.json").write_text("{}")
+    (tmp_path / "group_pairs" / "group_pairs_stats.json").write_text(json.dumps({"num_pairs": 0}))
+    assert [st.step_status(s) for s in (generation, training, judging)] == [st.COMPLETE] * 3
+    assert st.artefact(generation) == run
+    # complete but empty: the pipeline stops with one line naming the step and the file
+    assert st.empty_output(judging).startswith(f"group_pairs: 0 group preference pairs in {tmp_path / 'group_pairs' / 'group_pairs.jsonl'}")
+    assert "director" in [s.name for s in plan.steps] and plan.step("director").flags["data_path"] == tmp_path / "episodes"
+    assert Plan(PipelineSettings(output_dir=str(tmp_path)), None).step("director").flags["data_path"] == run
+
+
+def test_a_step_interrupted_by_ctrl_c_is_recorded_as_interrupted(tmp_path, monkeypatch):
+    import mascot.cli.invoke as invoke
+    from mascot.pipeline.runner import run_pipeline
+
+    def interrupted(argv):  # what run_command reports for a command that caught Ctrl-C and exited 130
+        raise MascotError(f"mascot {' '.join(argv[:2])} exited with status 130")
+
+    monkeypatch.setattr(invoke, "run_command", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_pipeline(PipelineSettings(output_dir=str(tmp_path), until="candidates"))
+    record = json.loads((tmp_path / "pipeline.json").read_text())["steps"]["candidates"]
+    assert record["status"] == "interrupted" and record["attempts"] == 1
