@@ -17,7 +17,7 @@ from mascot.train import artefact, data
 from mascot.train.artefact import TrainingMetadata
 from mascot.train.common import TrainOutcome, finish, open_output, run_training, save_model
 from mascot.train.config import RewardModelSettings
-from mascot.train.models import count_parameters, load_sequence_classifier, load_tokenizer, lora_config, model_ref
+from mascot.train.models import base_model_id, count_parameters, load_sequence_classifier, load_tokenizer, lora_config
 from mascot.train.runtime import derive_batch, trainer_arguments, world_size
 from mascot.train.scoring import RewardModelScorer, pairwise_accuracy
 
@@ -74,7 +74,7 @@ def train_pairwise_reward_model(settings: RewardModelSettings, *, kind: str, rol
         trainer="reward",
         weights=weights,
         task="sequence_classification",
-        base_model=model_ref(settings.model_name),
+        base_model=base_model_id(settings.model_name),
         dataset=dataset,
         roster=run.get("roster"),
         personas=sorted({p.persona for p in pairs if p.persona}),
