@@ -50,6 +50,7 @@ def run_individual_command(
     cache_dir: Path | None = None,
     no_cache: bool = False,
     judge_max_tokens: int = 512,
+    judge_scoring: str = "auto",
     clients: dict | None = None,
     reasoning_allowance: int | None = None,
     **_ignored,
@@ -64,6 +65,9 @@ def run_individual_command(
         raise MascotError("--score-margin must not be negative")
     if token_budget < 1:
         raise MascotError("--token-budget must be at least 1")
+    from mascot.judge.logprob import check_scoring
+
+    check_scoring(judge_scoring)
     from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE, thinking_for
 
     endpoints = endpoints or EndpointOptions()
@@ -95,12 +99,13 @@ def run_individual_command(
             cache_dir=cache_dir,
             no_cache=no_cache,
             judge_max_tokens=judge_max_tokens,
+            judge_scoring=judge_scoring,
             clients=clients,
         )
     )
 
 
-async def _run(*, dataset, data_file, split, limit, token_budget, roster_name, settings_kwargs, endpoints, output_dir, resume, overwrite, trace_role_calls, rubric_version, cache_dir, no_cache, judge_max_tokens, clients) -> Path:
+async def _run(*, dataset, data_file, split, limit, token_budget, roster_name, settings_kwargs, endpoints, output_dir, resume, overwrite, trace_role_calls, rubric_version, cache_dir, no_cache, judge_max_tokens, judge_scoring, clients) -> Path:
     from rich.console import Console
 
     from mascot import __version__
@@ -134,6 +139,7 @@ async def _run(*, dataset, data_file, split, limit, token_budget, roster_name, s
         "rubric_version": rubric_version,
         "num_contexts": len(contexts),
         "judge_cache": str(cache.path) if cache else None,
+        "judge_scoring": judge_scoring,
         "models": {role: {"model": ep.model, "adapter": ep.adapter} for role, ep in roles.items()},
         **{k: v for k, v in asdict(settings).items()},
     }
@@ -171,6 +177,7 @@ async def _run(*, dataset, data_file, split, limit, token_budget, roster_name, s
                 strict=settings.strict,
                 thinking=thinking_for(endpoints, "judge"),
                 reasoning_allowance=settings.reasoning_allowance,
+                scoring=judge_scoring,
             )
             total = len(contexts) * len(settings.personas or roster.names)
             stats = await run_individual(

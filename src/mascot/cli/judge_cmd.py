@@ -83,7 +83,7 @@ async def open_panel(specs, **options):
             cache.close()
 
 
-def build_panel(specs, *, rubric_version: str, cache_dir: Path | None, no_cache: bool, max_in_flight: int, strict: bool, max_tokens: int, trace_path: Path | None = None, client_settings: dict | None = None):
+def build_panel(specs, *, rubric_version: str, cache_dir: Path | None, no_cache: bool, max_in_flight: int, strict: bool, max_tokens: int, trace_path: Path | None = None, client_settings: dict | None = None, scoring: str = "auto"):
     from mascot.judge.cache import JudgmentCache
     from mascot.judge.panel import JudgePanel, build_judge_backends
     from mascot.llm.routing import EndpointOptions
@@ -92,7 +92,7 @@ def build_panel(specs, *, rubric_version: str, cache_dir: Path | None, no_cache:
     load_rubric_set(rubric_version)  # fail early on an unknown version
     backends = build_judge_backends(specs, EndpointOptions(max_in_flight=max_in_flight, **(client_settings or {})), trace_path=trace_path)
     cache = None if no_cache else JudgmentCache(cache_dir)
-    panel = JudgePanel.from_backends(backends, rubric_version=rubric_version, cache=cache, strict=strict, max_tokens=max_tokens)
+    panel = JudgePanel.from_backends(backends, rubric_version=rubric_version, cache=cache, strict=strict, max_tokens=max_tokens, scoring=scoring)
     return panel, backends, cache
 
 
@@ -114,6 +114,7 @@ def judge(
     cache_dir: CacheDir = None,
     no_cache: NoCache = False,
     judge_max_tokens: JudgeMaxTokens = 512,
+    judge_scoring: o.JudgeScoring = "auto",
     request_timeout: o.RequestTimeout = 120.0,
     retry_budget: o.RetryBudget = 60.0,
     extra_body: o.ExtraBody = None,
@@ -148,7 +149,7 @@ def judge(
 
     async def run():
         options = dict(rubric_version=rubric_version, cache_dir=cache_dir, no_cache=no_cache, max_in_flight=max_in_flight, strict=strict,
-                       max_tokens=judge_max_tokens, client_settings=settings)
+                       max_tokens=judge_max_tokens, client_settings=settings, scoring=judge_scoring)
         async with open_panel(specs, **options) as (panel, backends):
             if backends.local_roles:
                 console.print(f"[yellow]judges {', '.join(backends.local_roles)} run in-process on the local backend (no --judge-server-url).[/yellow]")

@@ -75,6 +75,14 @@ DirectorThinking = Annotated[str, typer.Option("--director-thinking", help="Dire
 SpeakerThinking = Annotated[str, typer.Option("--speaker-thinking", help="Speakers: " + _THINKING)]
 UserThinking = Annotated[str, typer.Option("--user-thinking", help="Simulated user: " + _THINKING)]
 JudgeThinking = Annotated[str, typer.Option("--judge-thinking", help="Judge: " + _THINKING)]
+JudgeScoring = Annotated[
+    str,
+    typer.Option(
+        "--judge-scoring",
+        help="auto | logprobs | json: score each criterion by the judge's probabilities of the answers 1-5 (logprobs; "
+        "falls back to JSON where a server returns none) or by JSON verdicts; auto: logprobs on the local backend, JSON on servers.",
+    ),
+]
 TraceRoleCalls = Annotated[bool, typer.Option("--trace-role-calls", help="Write role_call_trace.jsonl (role, model id, endpoint, tokens, latency).")]
 
 # ---- run store

@@ -37,6 +37,7 @@ def group(
     cache_dir: CacheDir = None,
     no_cache: NoCache = False,
     judge_max_tokens: JudgeMaxTokens = 512,
+    judge_scoring: o.JudgeScoring = "auto",
     request_timeout: o.RequestTimeout = 120.0,
     retry_budget: o.RetryBudget = 60.0,
     extra_body: o.ExtraBody = None,
@@ -77,7 +78,7 @@ def group(
 
     async def run():
         options = dict(rubric_version=rubric_version, cache_dir=cache_dir, no_cache=no_cache, max_in_flight=max_in_flight, strict=strict,
-                       max_tokens=judge_max_tokens, client_settings=settings)
+                       max_tokens=judge_max_tokens, client_settings=settings, scoring=judge_scoring)
         async with open_panel(specs, **options) as (panel, _):
             result = await group_preferences(loaded.episodes, panel, mode=resolved, margin=score_margin, contexts=contexts)
             return result, panel.judges[0].counters

@@ -88,7 +88,7 @@ async def judge_episode_file(
         "input_file": str(input_file),
         "rubric_version": rubric_version,
         "prompt_version": panel.judges[0].template_version if panel.judges else None,
-        "judges": [{"name": j.label, "model": j.client.model} for j in panel.judges],
+        "judges": [{"name": j.label, "model": j.client.model, "scoring": j.scoring} for j in panel.judges],
         "num_episodes": len(episodes.episodes),
         "num_legacy_records": episodes.legacy_records,
         "num_episodes_without_context": missing_context,
@@ -103,6 +103,8 @@ async def judge_episode_file(
             "num_corrective_retries": sum(j.stats.retries for j in panel.judges),
             "num_structured_replies": sum(j.stats.structured for j in panel.judges),
             "num_free_text_replies": sum(j.stats.free for j in panel.judges),
+            "num_logprob_scored_items": sum(j.stats.logprob_items for j in panel.judges),
+            "num_logprob_fallbacks": sum(j.stats.logprob_fallbacks for j in panel.judges),
         },
     }
     if len(per_judge) > 1:

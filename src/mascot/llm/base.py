@@ -133,6 +133,9 @@ class BaseClient:
 
     model: str = ""
     backend: str = ""
+    # Whether answer_distribution works: True (it does), False (it does not), None (not known yet:
+    # a server tells with its first answer).
+    answer_logprobs: bool | None = None
 
     async def chat(self, request: ChatRequest) -> ChatResponse:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -96,6 +96,7 @@ class LocalClient(BaseClient):
     counts the `generate` calls made (for tests and benchmarks)."""
 
     backend = "local"
+    answer_logprobs = True
 
     def __init__(
         self,
