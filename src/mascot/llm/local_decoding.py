@@ -39,25 +39,21 @@ class PerRowSampling:
 
 class ChoiceTrie:
     """The token sequences of a slot's choices as a prefix tree: which tokens may come next after
-    the tokens written so far, and whether the slot is over (a choice is complete and none extends
-    it). A complete choice that another one extends may also end with a newline."""
+    the tokens written so far. A complete choice ends its line (the newline is forced after it, so
+    free text can never run on into the name); from there on the text is free."""
 
     def __init__(self, tokenizer: Any, choices: tuple[str, ...]) -> None:
         self.next: dict[tuple[int, ...], set[int]] = {}
-        self.complete: set[tuple[int, ...]] = set()
         newline = tokenizer("\n", add_special_tokens=False)["input_ids"]
         for choice in choices:
             ids = tuple(tokenizer(choice, add_special_tokens=False)["input_ids"])
             for i in range(len(ids)):
                 self.next.setdefault(ids[:i], set()).add(ids[i])
-            self.complete.add(ids)
-        for ids in self.complete & set(self.next):
-            if len(newline) == 1:
-                self.next[ids].add(newline[0])
+            if len(newline) == 1:  # tokenizers without a newline token: free right after the name
+                self.next.setdefault(ids, set()).add(newline[0])
 
     def allowed(self, written: tuple[int, ...]) -> set[int] | None:
-        """Tokens allowed next; None once the slot is filled (free text from there): a complete
-        choice that none extends, or one ended by the newline."""
+        """Tokens allowed next; None once the slot is filled (free text from there)."""
         return self.next.get(written)
 
 

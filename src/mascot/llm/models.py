@@ -179,14 +179,20 @@ def adapter_base_name(folder: str | Path) -> str:
 
 def record_hub_base(folder: str | Path, base_model: str) -> None:
     """Writes the hub id into an adapter config saved by peft (which names the folder the base was
-    loaded from, a machine's cache path when offline), so the adapter reloads anywhere."""
+    loaded from, a machine's cache path when offline), and into peft's model card, so the adapter
+    reloads anywhere and no file names this machine's cache."""
     config_path = Path(folder) / ADAPTER_CONFIG
     if not config_path.is_file():
         return
     config = _read_json(config_path)
-    if config.get("base_model_name_or_path") != base_model:
-        config["base_model_name_or_path"] = base_model
-        config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    loaded_from = config.get("base_model_name_or_path")
+    if not loaded_from or loaded_from == base_model:
+        return
+    config["base_model_name_or_path"] = base_model
+    config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    card = Path(folder) / "README.md"
+    if card.is_file():
+        card.write_text(card.read_text(encoding="utf-8").replace(str(loaded_from), base_model), encoding="utf-8")
 
 
 def _read_json(path: Path) -> dict:
