@@ -1,6 +1,6 @@
 """How the probability judge's rankings agree with the JSON judge's, on one shared set of items.
 
-Twelve agent replies: four emotional-support situations, each answered well (validates, then
+Twelve agent replies (`--situations 4`): four emotional-support situations, each answered well (validates, then
 invites), passably (generic comfort) and badly (dismissive or off-topic), so that the intended
 order is known. The same judge scores every item twice, with `--judge-scoring logprobs` (expected
 score over the answers 1-5, one criterion at a time) and `json` (integer verdicts in one JSON
@@ -39,10 +39,10 @@ REPLIES = [  # (intended quality 3 > 2 > 1, text with {feeling} filled per situa
 FEELINGS = ["useless", "lonely", "discouraged", "guilty"]
 
 
-def shared_items() -> list[tuple[JudgeItem, int]]:
+def shared_items(num_situations: int = len(SITUATIONS)) -> list[tuple[JudgeItem, int]]:
     anchor = load_roster("emotional_support").personas[0]
     items = []
-    for s, ((situation, opening), feeling) in enumerate(zip(SITUATIONS, FEELINGS)):
+    for s, ((situation, opening), feeling) in enumerate(zip(SITUATIONS[:num_situations], FEELINGS)):
         for quality, text in REPLIES:
             item = JudgeItem(f"s{s}-q{quality}", "agent", "emotional_support", context=situation,
                              history=[("Person", opening)], response=text.format(feeling=feeling), persona=anchor)
@@ -80,7 +80,7 @@ def fmt(value: float | None) -> str:
 
 
 async def main(args) -> None:
-    items, quality = zip(*shared_items())
+    items, quality = zip(*shared_items(args.situations))
     client = judge_client(args)
     results = {}
     for mode in ("logprobs", "json"):
@@ -104,4 +104,5 @@ if __name__ == "__main__":
     parser.add_argument("--judge-server-url", default=None, help="OpenAI-compatible endpoint (default: the local backend)")
     parser.add_argument("--judge-model", default=None, help="judge model id (default: the embedded SmolLM2-135M-Instruct)")
     parser.add_argument("--json-max-tokens", type=int, default=384, help="longest JSON verdict in tokens")
+    parser.add_argument("--situations", type=int, default=len(SITUATIONS), help="situations to judge (3 replies each)")
     asyncio.run(main(parser.parse_args()))
