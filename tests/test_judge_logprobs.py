@@ -172,3 +172,13 @@ async def test_many_items_score_concurrently_without_failures():
     judge = RubricJudge(client, scoring="logprobs")
     judgments = await asyncio.gather(*(judge.judge(item(f"text {i}", f"i{i}")) for i in range(5)))
     assert all(not j.failed and j.scoring == "logprobs" for j in judgments) and judge.counters.num_annotation_failures == 0
+
+
+@pytest.mark.parametrize("command", [["judge"], ["prefs", "group"], ["generate"]])
+def test_every_judging_command_takes_the_scoring_mode(command):
+    from typer.testing import CliRunner
+
+    from mascot.cli import app
+
+    result = CliRunner().invoke(app, [*command, "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0 and "--judge-scoring" in result.output
