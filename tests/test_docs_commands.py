@@ -191,7 +191,7 @@ def prepare(argv: list[str], workdir: Path) -> list[str]:
 def workdir(tmp_path, monkeypatch):
     """A scratch project folder, and no network."""
     import mascot.cli.dryrun as dryrun
-    import mascot.llm.local as local
+    import mascot.llm.models as local
     import mascot.serve as serve
 
     work = tmp_path / "work"

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from mascot.errors import MascotError
-from mascot.llm import local
+from mascot.llm import local, models
 from mascot.llm.base import ChatRequest, LLMError
 from mascot.llm.local import LocalClient, PerRowSampling, StreamTrimmer, embedded_model_dir, resolve_local_model
 from mascot.llm.base import DEFAULT_LOCAL_MODEL
@@ -222,14 +222,14 @@ def test_hub_probe_fails_fast_without_network(monkeypatch):
     for proxy in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.delenv(proxy, raising=False)
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the discard port: nothing listens
-    monkeypatch.setattr(local, "_hub_reachable", None)
-    assert local.hub_online() is False
-    assert local._hub_reachable is False  # probed once, remembered
+    monkeypatch.setattr(models, "_hub_reachable", None)
+    assert models.hub_online() is False
+    assert models._hub_reachable is False  # probed once, remembered
 
 
 def test_default_model_offline_resolves_to_the_embedded_checkpoint(monkeypatch, embedded_dir):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(local, "_in_hf_cache", lambda model_id: False)
+    monkeypatch.setattr(models, "in_hf_cache", lambda model_id: False)
     assert resolve_local_model(DEFAULT_LOCAL_MODEL) == embedded_dir
     assert (embedded_dir / "model.safetensors").is_file()
 
@@ -310,7 +310,7 @@ async def test_missing_adapter_is_a_one_line_error(tiny_lora, tmp_path):
 
 def test_adapter_trained_on_another_embedded_copy_uses_this_one(tmp_path):
     (tmp_path / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "/elsewhere/SmolLM2-135M-Instruct"}))
-    assert local._adapter_base(tmp_path) == DEFAULT_LOCAL_MODEL
+    assert models.adapter_base_name(tmp_path) == DEFAULT_LOCAL_MODEL
 
 
 # -- first conversion (about 40 s) --------------------------------------------------------------
@@ -320,13 +320,13 @@ def test_adapter_trained_on_another_embedded_copy_uses_this_one(tmp_path):
 def test_embedded_conversion_runs_once_across_concurrent_callers(tmp_path, monkeypatch):
     monkeypatch.setenv("MASCOT_CACHE_DIR", str(tmp_path))
     conversions: list[int] = []
-    convert = local._convert_embedded_gguf
+    convert = models.convert_embedded_gguf
 
     def counting(target):
         conversions.append(1)
         convert(target)
 
-    monkeypatch.setattr(local, "_convert_embedded_gguf", counting)
+    monkeypatch.setattr(models, "convert_embedded_gguf", counting)
     results: list = []
     threads = [threading.Thread(target=lambda: results.append(embedded_model_dir())) for _ in range(2)]
     for thread in threads:
@@ -336,4 +336,4 @@ def test_embedded_conversion_runs_once_across_concurrent_callers(tmp_path, monke
     assert results == [tmp_path / "models" / "SmolLM2-135M-Instruct"] * 2
     assert conversions == [1]
     assert not [p for p in (tmp_path / "models").iterdir() if p.name.startswith(".SmolLM2-135M-Instruct-")]
-    assert local._is_complete_checkpoint(results[0])
+    assert models.is_complete_checkpoint(results[0])

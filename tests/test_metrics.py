@@ -258,7 +258,7 @@ def test_default_pairing_finds_pairs_in_mascot_episodes(tmp_path):
 
 
 def test_unreachable_nli_model_fails_at_once_and_names_skip_nli(tmp_path, monkeypatch):
-    import mascot.llm.local as local
+    import mascot.llm.models as local
 
     monkeypatch.setattr(local, "hub_online", lambda: False)
     path = tmp_path / "episodes.jsonl"

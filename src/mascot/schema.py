@@ -254,7 +254,7 @@ class Candidate(Record):
     model: str | None = None
     reasoning: str | None = None  # set aside from `response`; absent when the Speaker did not think
     overall: float | None = None
-    scores: dict[str, int] | None = None
+    scores: dict[str, int | float] | None = None  # floats: expected scores of the logprob judge
     roster: str | None = None
     roster_version: str | None = None
     rubric_version: str | None = None
@@ -268,11 +268,15 @@ class Judgment(Record):
     scope: Literal["agent", "collective"] = "agent"
     persona: str | None = None
     system: str | None = None
-    scores: dict[str, int] = Field(default_factory=dict)
+    scores: dict[str, int | float] = Field(default_factory=dict)  # float: an expected score (logprobs)
     reasons: dict[str, str] = Field(default_factory=dict)
     overall: float | None = None
     failed: bool = False
     error: str | None = None
+    # json: integer verdicts parsed from a JSON reply; logprobs: per criterion, the probabilities
+    # of the answers on the scale (`distributions`) and their expected value (`scores`).
+    scoring: Literal["json", "logprobs"] = "json"
+    distributions: dict[str, dict[str, float]] | None = None
 
 
 class PreferencePair(Record):

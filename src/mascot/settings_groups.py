@@ -70,6 +70,13 @@ def joined_urls(urls: list[str] | str | None) -> str | None:
 # ---- groups
 
 
+# mascot.judge.logprob.SCORING_MODES, kept here so that --help stays cheap
+JUDGE_SCORING_MODES = ("auto", "logprobs", "json")
+JUDGE_SCORING_HELP = (
+    "auto | logprobs | json: score each criterion by the judge's probabilities of the answers 1-5 (logprobs; falls back "
+    "to JSON where a server returns none) or by JSON verdicts; auto: logprobs on the local backend, JSON on servers."
+)
+
 @dataclass
 class DataSettings:
     """Which contexts seed the run."""
@@ -215,6 +222,7 @@ class JudgePanelSettings(ClientSettings):
     cache_dir: Optional[Path] = setting(None, "Judgment cache folder (default $MASCOT_JUDGE_CACHE_DIR, $MASCOT_CACHE_DIR or ~/.cache/mascot).")
     no_cache: bool = setting(False, "Judge everything again instead of reusing cached judgments.")
     judge_max_tokens: int = setting(512, "Longest judge reply in tokens.")
+    judge_scoring: str = setting("auto", JUDGE_SCORING_HELP)
     judge_thinking: str = setting("default", "Judge: " + THINKING_HELP)
     strict: bool = setting(False, "Stop at the first failure instead of counting and continuing.")
 
@@ -241,4 +249,5 @@ def check_judge_panel(s: Any) -> None:
     require(not (s.judges_file and s.judges), "use either --judge or --judges-file, not both")
     require(s.provider in PROVIDERS, f"unknown --provider {s.provider!r}: use openai-compatible, vllm, openai, anthropic or gemini")
     require(s.judge_max_tokens >= 1, "--judge-max-tokens must be at least 1")
+    require(s.judge_scoring in JUDGE_SCORING_MODES, f"--judge-scoring must be one of {', '.join(JUDGE_SCORING_MODES)} (got {s.judge_scoring!r})")
     parse_thinking(s.judge_thinking, "--judge-thinking")

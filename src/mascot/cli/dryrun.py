@@ -43,7 +43,7 @@ def check_model(model: str | None, label: str = "model") -> str:
     With an endpoint the id is checked against the server instead (`check_endpoints`)."""
     if not model:
         return "default"
-    from mascot.llm.local import _in_hf_cache, hub_online
+    from mascot.llm.models import hub_online, in_hf_cache
     from mascot.llm.base import DEFAULT_LOCAL_MODEL
 
     path = Path(model).expanduser()
@@ -53,7 +53,7 @@ def check_model(model: str | None, label: str = "model") -> str:
         return "folder"
     if model.startswith((".", "/", "~")) or not _HUB_ID.match(model):
         raise DryRunError(f"{label} folder {model} does not exist")
-    if _in_hf_cache(model):
+    if in_hf_cache(model):
         return "cache"
     if model == DEFAULT_LOCAL_MODEL:
         return "embedded"

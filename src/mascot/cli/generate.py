@@ -13,7 +13,7 @@ from mascot.cli.app import app
 from mascot.cli.settings_cli import settings_command
 from mascot.dialogue.settings import EngineSettings, check_engine, engine_part
 from mascot.settings import require, setting
-from mascot.settings_groups import THINKING_HELP, DataSettings, EndpointSettings, OutputSettings, check_data, check_endpoints, check_output
+from mascot.settings_groups import JUDGE_SCORING_HELP, JUDGE_SCORING_MODES, THINKING_HELP, DataSettings, EndpointSettings, OutputSettings, check_data, check_endpoints, check_output
 
 MODES = ("group", "individual")
 
@@ -31,6 +31,7 @@ class GenerateSettings(OutputSettings, EngineSettings, EndpointSettings, DataSet
     num_episodes: int = setting(2, "Episodes per context (independent mode).")
     score_margin: float = setting(0.5, "Minimum judged score gap for a preference pair.")
     judge_max_tokens: int = setting(512, "Longest judge reply in tokens (individual mode).")
+    judge_scoring: str = setting("auto", JUDGE_SCORING_HELP + " (individual mode)")
 
     def __post_init__(self) -> None:
         require(self.mode in MODES, f"unknown --mode {self.mode!r}: choose one of {', '.join(MODES)}")
@@ -39,6 +40,7 @@ class GenerateSettings(OutputSettings, EngineSettings, EndpointSettings, DataSet
         check_endpoints(self)
         check_output(self)
         require(self.score_margin >= 0, "--score-margin must not be negative")
+        require(self.judge_scoring in JUDGE_SCORING_MODES, f"--judge-scoring must be one of {', '.join(JUDGE_SCORING_MODES)} (got {self.judge_scoring!r})")
         if self.mode == "individual":
             require(self.num_candidates >= 2, "--num-candidates must be at least 2 to make preference pairs")
 
@@ -82,7 +84,7 @@ def individual_config(s: GenerateSettings):
     return IndividualGenerationConfig(
         dataset=s.dataset, data_file=s.data_file, split=s.split, limit=s.limit, transcript_window=s.token_budget, roster=s.roster,
         settings=settings, endpoints=endpoints, output_dir=s.output_dir, resume=s.resume, overwrite=s.overwrite,
-        trace_role_calls=s.trace_role_calls, judge_max_tokens=s.judge_max_tokens,
+        trace_role_calls=s.trace_role_calls, judge_max_tokens=s.judge_max_tokens, judge_scoring=s.judge_scoring,
     )  # fmt: skip
 
 

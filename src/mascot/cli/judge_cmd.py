@@ -96,7 +96,9 @@ async def open_panel(s: JudgePanelSettings, console=None):
     cache = None if s.no_cache else JudgmentCache(s.cache_dir)
     try:
         async with opened_backends(backends, console, notice=_local_judges_notice):
-            yield JudgePanel.from_backends(backends, rubric_version=s.rubric_version, cache=cache, strict=s.strict, max_tokens=s.judge_max_tokens)
+            yield JudgePanel.from_backends(
+                backends, rubric_version=s.rubric_version, cache=cache, strict=s.strict, max_tokens=s.judge_max_tokens, scoring=s.judge_scoring
+            )
     finally:
         if cache:
             cache.close()

@@ -7,6 +7,12 @@ Accepted answer formats (after reasoning inside <think>...</think> is set aside)
 Names match forgivingly (case, spacing, underscores, a missing "The") but only names on the roster
 are accepted. A failed parse gets one corrective message; a second failure falls back to a seeded
 random speaker (never the previous one when another remains) with a neutral directive.
+
+Every request carries two constraints, each used where the backend supports it: the roster's JSON
+schema (servers with structured outputs) and a choice slot (the local backend writes
+`<directive>\nagent:` itself and decodes the name under a constraint that allows only roster
+names, so a small model never leaves the roster or the format). Reasoning mode (`thinking`) drops
+the slot: the reply must be free to reason before its directive.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from dataclasses import dataclass
 from mascot.dialogue.prompts import director_correction, director_messages
 from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE, OutputPaths, response_parts, token_budget
 from mascot.dialogue.tally import Tally
-from mascot.llm.base import ChatClient, ChatRequest, ChatResponse, strip_think
+from mascot.llm.base import ChatClient, ChatRequest, ChatResponse, ChoiceSlot, strip_think
 from mascot.schema import Context, Directive, Roster, Turn
 
 NEUTRAL_ACTION = "Respond in your role to the latest message."
@@ -159,6 +165,15 @@ def directive_schema(roster: Roster) -> dict:
     }
 
 
+DIRECTIVE_OPENING = "<directive>\nagent:"
+
+
+def directive_slot(roster: Roster) -> ChoiceSlot:
+    """The point of the directive block where the name is written: the block's opening, then one
+    roster name (after the space the format puts there)."""
+    return ChoiceSlot(prefix=DIRECTIVE_OPENING, choices=tuple(f" {name}" for name in roster.names))
+
+
 def fallback_directive(roster: Roster, previous: str | None, rng: random.Random) -> Directive:
     choices = [n for n in roster.names if n != previous] or roster.names
     return Directive(agent_name=rng.choice(choices), action=NEUTRAL_ACTION, tone=NEUTRAL_TONE)
@@ -199,6 +214,7 @@ class Director:
         self.reasoning_allowance = reasoning_allowance
         self.output_paths = output_paths if output_paths is not None else OutputPaths()
         self.schema = directive_schema(roster)
+        self.slot = None if thinking else directive_slot(roster)
 
     def _request(self, messages, seed: int, n: int = 1) -> ChatRequest:
         return ChatRequest(
@@ -211,6 +227,7 @@ class Director:
             thinking=self.thinking,
             json_schema=self.schema,
             schema_name="directive",
+            choice_slot=self.slot,
         )
 
     async def _ask(self, messages, seed: int, n: int = 1) -> list[tuple[str, str | None]]:

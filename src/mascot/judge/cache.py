@@ -1,4 +1,5 @@
-"""On-disk cache of judgments, keyed by (judge model, rubric version, prompt version, content).
+"""On-disk cache of judgments, keyed by (judge model, rubric version, prompt version, content,
+scoring mode).
 
 A re-run over the same items costs no model call. One small sqlite file (WAL mode, so several
 processes can share it); within a process, concurrent requests for the same key wait for the first
@@ -29,9 +30,10 @@ def default_cache_dir() -> Path:
     return Path(base) / "mascot"
 
 
-def cache_key(judge_model: str, rubric_version: str, template_version: str, content: str) -> str:
-    """`content` is the item's fingerprint (what reaches the prompt), so a cache hit needs no rendering."""
-    payload = "\x1f".join((judge_model, rubric_version, template_version, content))
+def cache_key(judge_model: str, rubric_version: str, template_version: str, content: str, scoring: str = "json") -> str:
+    """`content` is the item's fingerprint (what reaches the prompt), so a cache hit needs no
+    rendering; `scoring` is the judge's mode (json verdicts or answer probabilities)."""
+    payload = "\x1f".join((judge_model, rubric_version, template_version, content, scoring))
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 

@@ -136,10 +136,13 @@ class JudgePanel:
         counters: Counters | None = None,
         strict: bool = False,
         max_tokens: int = 512,
+        scoring: str = "auto",
     ) -> JudgePanel:
         counters = counters if counters is not None else Counters()
         judges = [
-            RubricJudge(client, rubric_version, template_version, cache, name=label, max_tokens=max_tokens, counters=counters, strict=strict)
+            RubricJudge(
+                client, rubric_version, template_version, cache, name=label, max_tokens=max_tokens, counters=counters, strict=strict, scoring=scoring
+            )
             for label, client in backends.clients.items()
         ]
         return cls(judges)

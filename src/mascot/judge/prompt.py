@@ -90,10 +90,32 @@ def system_prompt(rubric: Rubric, template_version: str = DEFAULT_TEMPLATE_VERSI
 
 
 def judge_messages(item: JudgeItem, rubric: Rubric, template_version: str = DEFAULT_TEMPLATE_VERSION) -> list[Message]:
+    """The JSON-verdict prompt: every criterion of the rubric at once."""
+    system = system_prompt(rubric, template_version)
+    return [{"role": "system", "content": system}, {"role": "user", "content": _user_message(item, rubric, template_version)}]
+
+
+@lru_cache(maxsize=256)
+def _criterion_system_prompt(rubric_json: str, key: str, template_version: str) -> str:
+    rubric = Rubric.model_validate_json(rubric_json)
+    criterion = next(c for c in rubric.criteria if c.key == key)
+    return _template(template_version, "score_system").render(rubric=rubric, criterion=criterion).strip()
+
+
+def criterion_messages(item: JudgeItem, rubric: Rubric, key: str, template_version: str = DEFAULT_TEMPLATE_VERSION) -> list[Message]:
+    """The one-criterion prompt of the probability judge: the answer is one digit on the scale."""
+    criterion = next((c for c in rubric.criteria if c.key == key), None)
+    if criterion is None:
+        raise ValueError(f"rubric {rubric.version}/{rubric.domain}/{rubric.scope} has no criterion {key!r}")
+    system = _criterion_system_prompt(rubric.model_dump_json(), key, template_version)
+    user = _user_message(item, rubric, template_version, criterion)
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def _user_message(item: JudgeItem, rubric: Rubric, template_version: str, criterion=None) -> str:
     if item.scope != rubric.scope:
         raise ValueError(f"item {item.item_id} has scope {item.scope} but the rubric is {rubric.scope}")
     nonce = nonce_for(item)
-    system = system_prompt(rubric, template_version)
     user = _template(template_version, "user").render(
         scope=item.scope,
         nonce=nonce,
@@ -103,8 +125,11 @@ def judge_messages(item: JudgeItem, rubric: Rubric, template_version: str = DEFA
         persona=item.persona,
         conversation=render_lines(item.turns),
         roster=item.roster,
+        criterion=criterion,
+        scale_min=rubric.scale_min,
+        scale_max=rubric.scale_max,
     )
-    return [{"role": "system", "content": system}, {"role": "user", "content": user.strip()}]
+    return user.strip()
 
 
 def corrective_message(problem: str, rubric: Rubric) -> Message:

@@ -1,8 +1,16 @@
-"""The rubric judge: asks a chat model for integer scores per criterion and checks the answer.
+"""The rubric judge: scores each item on every criterion of its rubric, in one of two modes.
 
-Temperature 0. A reply that cannot be parsed gets one corrective follow-up; if that fails too (or
-the backend fails), the item gets a failed Judgment and `num_annotation_failures` goes up by one.
-Successful judgments are cached on disk, so re-running over the same items makes no model call.
+- `logprobs` (G-Eval style, `judge/logprob.py`): one criterion at a time, the expected score under
+  the judge's probabilities of the answers on the scale; cannot fail to parse. A backend that gives
+  no probabilities makes the judge fall back to JSON for the rest of the run (logged once, counted
+  in `stats.logprob_fallbacks`). `auto` (the default) uses it where the backend is known to give
+  probabilities (the local backend) and JSON elsewhere.
+- `json`: integer scores per criterion in one JSON reply, at temperature 0. A reply that cannot be
+  parsed gets one corrective follow-up; if that fails too (or the backend fails), the item gets a
+  failed Judgment and `num_annotation_failures` goes up by one.
+
+Every Judgment records the mode that scored it. Successful judgments are cached on disk (the mode
+is part of the key), so re-running over the same items makes no model call.
 """
 
 from __future__ import annotations
@@ -14,9 +22,10 @@ from dataclasses import dataclass, field
 from mascot.errors import MascotError
 from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE, response_parts, token_budget
 from mascot.judge.cache import JudgmentCache, cache_key
+from mascot.judge.logprob import check_scoring, score_by_logprobs, wants_logprobs
 from mascot.judge.parse import JudgeParseError, parse_judgment
 from mascot.judge.prompt import DEFAULT_TEMPLATE_VERSION, JudgeItem, corrective_message, judge_messages
-from mascot.llm.base import ChatClient, ChatRequest, LLMError, Message
+from mascot.llm.base import ChatClient, ChatRequest, LLMError, LogprobsUnavailable, Message
 from mascot.rubrics import DEFAULT_RUBRIC_VERSION, Rubric, rubric_for
 from mascot.schema import Counters, Judgment
 
@@ -35,6 +44,8 @@ class JudgeStats:
     failures: int = 0
     structured: int = 0  # replies the server constrained to the rubric schema
     free: int = 0  # replies parsed from free text (server without structured outputs)
+    logprob_items: int = 0  # items scored by answer probabilities
+    logprob_fallbacks: int = 0  # items scored in JSON because the backend gave no probabilities
 
 
 def rubric_schema(rubric: Rubric) -> dict:
@@ -72,7 +83,17 @@ class RubricJudge:
     # grows by reasoning_allowance.
     thinking: bool = False
     reasoning_allowance: int = DEFAULT_REASONING_ALLOWANCE
+    scoring: str = "auto"  # auto | logprobs | json: see the module docstring
     _rubrics: dict = field(default_factory=dict, repr=False)
+    _no_logprobs: bool = field(default=False, repr=False)  # the backend said it gives none
+
+    def __post_init__(self) -> None:
+        check_scoring(self.scoring)
+
+    @property
+    def effective_scoring(self) -> str:
+        """The mode the next item is scored in."""
+        return "logprobs" if wants_logprobs(self.scoring, self.client) and not self._no_logprobs else "json"
 
     @property
     def label(self) -> str:
@@ -102,7 +123,31 @@ class RubricJudge:
             self.stats.free += 1
         return response_parts(response)[0]  # the parser never sees the reasoning
 
-    async def _score(self, messages: list[Message], rubric: Rubric) -> dict:
+    async def _score(self, item: JudgeItem, rubric: Rubric) -> dict:
+        """Scores by answer probabilities where the mode and backend allow, else by JSON."""
+        if self.effective_scoring == "logprobs":
+            self.stats.calls += len(rubric.keys)  # one request (one forward pass) per criterion
+            try:
+                value = await score_by_logprobs(self.client, item, rubric, self.template_version)
+            except LogprobsUnavailable as exc:
+                self._fall_back_to_json(exc)
+            except LLMError as exc:
+                if exc.cause != "no-choice-logprobs":
+                    return {"failed": True, "error": f"judge backend failed: {exc}", "scoring": "logprobs"}
+                self.stats.logprob_fallbacks += 1  # this item only: the answers were not among the likely tokens
+                log.info("judge %s: %s; item %s scored with a JSON verdict", self.label, exc, item.item_id)
+            else:
+                self.stats.logprob_items += 1
+                return value
+        return await self._score_json(judge_messages(item, rubric, self.template_version), rubric)
+
+    def _fall_back_to_json(self, exc: LLMError) -> None:
+        self.stats.logprob_fallbacks += 1
+        if not self._no_logprobs:
+            log.warning("judge %s gives no answer probabilities (%s): scoring with JSON verdicts instead", self.label, exc)
+        self._no_logprobs = True
+
+    async def _score_json(self, messages: list[Message], rubric: Rubric) -> dict:
         """Scores and reasons, or {"failed": True, "error": ...} after one corrective retry."""
         try:
             reply = await self._ask(messages, rubric)
@@ -113,16 +158,16 @@ class RubricJudge:
                 retry = [*messages, {"role": "assistant", "content": reply}, corrective_message(str(first), rubric)]
                 parsed = parse_judgment(await self._ask(retry, rubric), rubric)
         except JudgeParseError as exc:
-            return {"failed": True, "error": f"unparseable judgment after a corrective retry: {exc}"}
+            return {"failed": True, "error": f"unparseable judgment after a corrective retry: {exc}", "scoring": "json"}
         except LLMError as exc:
-            return {"failed": True, "error": f"judge backend failed: {exc}"}
-        return {"scores": parsed.scores, "reasons": parsed.reasons}
+            return {"failed": True, "error": f"judge backend failed: {exc}", "scoring": "json"}
+        return {"scores": parsed.scores, "reasons": parsed.reasons, "scoring": "json"}
 
     async def judge(self, item: JudgeItem) -> Judgment:
         rubric = self.rubric(item)
 
         async def score() -> dict:
-            return await self._score(judge_messages(item, rubric, self.template_version), rubric)
+            return await self._score(item, rubric)
 
         if self.cache is None:
             value, was_cached = await score(), False
@@ -134,7 +179,7 @@ class RubricJudge:
         return self._judgment(item, rubric, value)
 
     def _key(self, item: JudgeItem) -> str:
-        return cache_key(self.client.model, self.rubric_version, self.template_version, item.fingerprint())
+        return cache_key(self.client.model, self.rubric_version, self.template_version, item.fingerprint(), self.effective_scoring)
 
     def _judgment(self, item: JudgeItem, rubric: Rubric, value: dict) -> Judgment:
         base = dict(
@@ -155,10 +200,15 @@ class RubricJudge:
             log.warning("annotation failed for %s (%s): %s", item.item_id, self.label, value["error"])
             if self.strict:
                 raise AnnotationFailure(f"--strict: judging {item.item_id} failed: {value['error']}")
-            return Judgment(failed=True, error=value["error"], **base)
-        scores = {k: int(v) for k, v in value["scores"].items()}
-        # scores were validated against the rubric when parsed (and before they were cached)
-        return Judgment.model_construct(scores=scores, reasons=value.get("reasons", {}), overall=rubric.overall(scores), failed=False, **base)
+            return Judgment(failed=True, error=value["error"], scoring=value.get("scoring", "json"), **base)
+        scoring = value.get("scoring", "json")
+        # scores were validated against the rubric when parsed (and before they were cached);
+        # expected scores (logprobs) lie on the scale by construction
+        scores = {k: (float(v) if scoring == "logprobs" else int(v)) for k, v in value["scores"].items()}
+        extra = {"distributions": value["distributions"]} if scoring == "logprobs" else {}
+        return Judgment.model_construct(
+            scores=scores, reasons=value.get("reasons", {}), overall=rubric.overall(scores), failed=False, scoring=scoring, **extra, **base
+        )
 
     async def judge_many(self, items: list[JudgeItem]) -> list[Judgment]:
         """All items at once; the client's own in-flight bound limits what reaches the server.

@@ -57,19 +57,6 @@ def _criteria(rubric_version: str, scopes: tuple[str, ...]) -> list[str]:
     return keys
 
 
-def _counters(counters: Counters, panel: JudgePanel, items: list[JudgeItem], per_judge: dict) -> dict:
-    return {
-        **counters.model_dump(),
-        "num_items": len(items),
-        "num_judgments": sum(len(v) for v in per_judge.values()),
-        "num_model_calls": panel.calls,
-        "num_cached": sum(j.stats.cached for j in panel.judges),
-        "num_corrective_retries": sum(j.stats.retries for j in panel.judges),
-        "num_structured_replies": sum(j.stats.structured for j in panel.judges),
-        "num_free_text_replies": sum(j.stats.free for j in panel.judges),
-    }
-
-
 async def judge_episode_file(
     input_file: Path,
     panel: JudgePanel,
@@ -107,10 +94,25 @@ async def judge_episode_file(
         "num_episodes_without_context": missing_context,
         "warnings": episodes.warnings,
         **build_report(per_judge, rubric_version, scopes),
-        "counters": _counters(counters, panel, items, per_judge),
+        "counters": _report_counters(panel, counters, len(items), per_judge),
     }
     if len(per_judge) > 1:
         report["agreement"] = agreement(per_judge, _criteria(rubric_version, scopes))
     write_json_atomic(metrics_path, report)
     return JudgeRunResult(metrics_path, judgments_path, report, counters)
 
+
+def _report_counters(panel, counters: Counters, num_items: int, per_judge: dict) -> dict:
+    judges = panel.judges
+    return {
+        **counters.model_dump(),
+        "num_items": num_items,
+        "num_judgments": sum(len(v) for v in per_judge.values()),
+        "num_model_calls": panel.calls,
+        "num_cached": sum(j.stats.cached for j in judges),
+        "num_corrective_retries": sum(j.stats.retries for j in judges),
+        "num_structured_replies": sum(j.stats.structured for j in judges),
+        "num_free_text_replies": sum(j.stats.free for j in judges),
+        "num_logprob_scored_items": sum(j.stats.logprob_items for j in judges),
+        "num_logprob_fallbacks": sum(j.stats.logprob_fallbacks for j in judges),
+    }

@@ -72,6 +72,48 @@ def failure_cause(exc: BaseException) -> str:
     return getattr(exc, "cause", None) or type(exc).__name__
 
 
+class LogprobsUnavailable(LLMError):
+    """The backend cannot give the probabilities of an answer's tokens (no logprobs)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, cause="no-logprobs")
+
+
+@dataclass(frozen=True)
+class ChoiceSlot:
+    """A reply that opens with `prefix` followed by exactly one of `choices` (then free text).
+    Backends that control decoding (local) write the prefix and allow only the choices' tokens;
+    the others ignore it, and the caller's parser (and `json_schema`) handle their replies."""
+
+    prefix: str
+    choices: tuple[str, ...]
+
+
+@dataclass
+class AnswerDistribution:
+    """Probabilities of the possible answers as the reply's first token: `probs` normalised over
+    the choices; `mass` is the probability the model gave them together before that."""
+
+    probs: dict[str, float]
+    mass: float
+    model: str
+    prompt_tokens: int = 0
+    latency_s: float = 0.0
+
+    def expected(self) -> float:
+        """The mean answer, for numeric choices ("1".."5")."""
+        return sum(float(choice) * p for choice, p in self.probs.items())
+
+
+def normalised_choices(raw: dict[str, float]) -> tuple[dict[str, float], float]:
+    """(probabilities normalised over the choices, their total before normalising); raises
+    LLMError when the choices have no probability at all."""
+    mass = sum(raw.values())
+    if not mass > 0:
+        raise LLMError("none of the answer choices is among the reply's likely first tokens", cause="no-choice-logprobs")
+    return {choice: p / mass for choice, p in raw.items()}, mass
+
+
 @dataclass(frozen=True)
 class ChatRequest:
     messages: list[Message]
@@ -92,6 +134,7 @@ class ChatRequest:
     # where the endpoint supports it; otherwise the caller's parser and fallback handle the reply.
     json_schema: dict | None = None
     schema_name: str = "output"
+    choice_slot: ChoiceSlot | None = None  # decoding constraint where the backend supports one
 
 
 @dataclass
@@ -121,6 +164,11 @@ class ChatClient(Protocol):
 
     def stream(self, request: ChatRequest) -> AsyncIterator[str]: ...
 
+    async def answer_distribution(self, request: ChatRequest, choices: tuple[str, ...]) -> AnswerDistribution:
+        """The probabilities of `choices` as the first token of the reply (no text generated);
+        LogprobsUnavailable where the backend cannot tell."""
+        ...
+
     async def aclose(self) -> None: ...
 
 
@@ -129,6 +177,9 @@ class BaseClient:
 
     model: str = ""
     backend: str = ""
+    # Whether answer_distribution works: True (it does), False (it does not), None (not known yet:
+    # a server tells with its first answer).
+    answer_logprobs: bool | None = None
 
     async def chat(self, request: ChatRequest) -> ChatResponse:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -136,6 +187,9 @@ class BaseClient:
     async def stream(self, request: ChatRequest) -> AsyncIterator[str]:
         response = await self.chat(request)
         yield response.text
+
+    async def answer_distribution(self, request: ChatRequest, choices: tuple[str, ...]) -> AnswerDistribution:
+        raise LogprobsUnavailable(f"{self.backend or 'this'} backend ({self.model}) gives no token probabilities")
 
     async def aclose(self) -> None:
         return None

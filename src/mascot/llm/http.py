@@ -11,6 +11,7 @@ requests (`endpoints.py`). Stock servers limit the stop strings of a request: th
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import random
@@ -18,11 +19,12 @@ import time
 from collections.abc import AsyncIterator, Sequence
 
 from mascot.llm.base import (
-    ROLE_HEADER, BaseClient, ChatRequest, ChatResponse, LLMError, StopCutter, cut_at_stop, redact_url, split_reasoning,
-    split_urls,
+    ROLE_HEADER, AnswerDistribution, BaseClient, ChatRequest, ChatResponse, LLMError, LogprobsUnavailable, StopCutter, cut_at_stop,
+    redact_url, split_reasoning, split_urls,
 )
 from mascot.llm.endpoints import EndpointState, pick, request_url
 from mascot.llm.http_errors import RequestFailure, connection_failure, one_line, status_failure
+from mascot.llm.http_logprobs import TOP_LOGPROBS, answer_from_completion, first_token_alternatives
 
 log = logging.getLogger(__name__)
 
@@ -306,6 +308,27 @@ class HTTPClient(BaseClient):
         del response.texts[request.n :], response.finish_reasons[request.n :], response.reasoning[request.n :]
         response.latency_s = time.perf_counter() - started
         return response
+
+    # ------------------------------------------------------------------ answer probabilities
+
+    async def answer_distribution(self, request: ChatRequest, choices: tuple[str, ...]) -> AnswerDistribution:
+        """One token with `logprobs` and `top_logprobs`: the probabilities of `choices` among the
+        first token's alternatives (vLLM: choices[0].logprobs.content[0].top_logprobs, a list of
+        {token, logprob}). LogprobsUnavailable when the server sends none."""
+        started = time.perf_counter()
+        body = self._body(dataclasses.replace(request, max_tokens=1, temperature=0.0, n=1, stop=None, json_schema=None), 1)
+        body.update(logprobs=True, top_logprobs=TOP_LOGPROBS)
+        try:
+            completion = await self._send(json.dumps(body).encode())
+        except LLMError as exc:
+            if exc.cause not in ("http-400", "http-422"):
+                raise
+            self.answer_logprobs = False  # a server that refuses the logprobs fields
+            raise LogprobsUnavailable(f"{self._label} ({self.model}) refused a logprobs request: {exc}") from None
+        self.answer_logprobs = first_token_alternatives(completion) is not None
+        if not self.answer_logprobs:
+            raise LogprobsUnavailable(f"{self._label} ({self.model}) returned no logprobs")
+        return answer_from_completion(completion, choices, self.model, time.perf_counter() - started)
 
     # ------------------------------------------------------------------ streaming
 

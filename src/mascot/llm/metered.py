@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from pathlib import Path
 
-from mascot.llm.base import BaseClient, ChatClient, ChatRequest, ChatResponse, failure_cause, redact_url
+from mascot.llm.base import AnswerDistribution, BaseClient, ChatClient, ChatRequest, ChatResponse, LogprobsUnavailable, failure_cause, redact_url
 from mascot.schema import RoleUsage, utc_now
 
 log = logging.getLogger("mascot.llm")
@@ -126,6 +126,26 @@ class MeteredClient(BaseClient):
         self.meter.record(self.role, response, request)
         self._trace(started, response)
         return response
+
+    @property
+    def answer_logprobs(self) -> bool | None:
+        return getattr(self.inner, "answer_logprobs", None)
+
+    async def answer_distribution(self, request: ChatRequest, choices: tuple[str, ...]) -> AnswerDistribution:
+        """Metered like a chat call of one completion token."""
+        started = time.perf_counter()
+        try:
+            answer = await self.inner.answer_distribution(self._stamp(request), choices)
+        except LogprobsUnavailable:
+            raise  # a missing capability, not a failed call: the caller falls back and counts it
+        except Exception as exc:
+            self.meter.record(self.role, None, request, exc)
+            self._trace(started, None, error=type(exc).__name__)
+            raise
+        response = ChatResponse(texts=[], model=answer.model, prompt_tokens=answer.prompt_tokens, completion_tokens=1)
+        self.meter.record(self.role, response, request)
+        self._trace(started, response)
+        return answer
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[str]:
         started = time.perf_counter()

@@ -22,7 +22,7 @@ def require_reachable(name: str) -> None:
     (offline, the hub client would otherwise retry for about a minute before failing)."""
     from huggingface_hub import try_to_load_from_cache
 
-    from mascot.llm.local import hub_online
+    from mascot.llm.models import hub_online
 
     if Path(name).expanduser().exists():
         return

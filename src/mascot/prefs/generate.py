@@ -42,6 +42,7 @@ class IndividualGenerationConfig:
     cache_dir: Path | None = None
     no_cache: bool = False
     judge_max_tokens: int = 512
+    judge_scoring: str = "auto"  # mascot.judge.logprob.SCORING_MODES
 
 
 def _endpoints(cfg: IndividualGenerationConfig):
@@ -72,6 +73,7 @@ def _run_settings(cfg: IndividualGenerationConfig, roles: dict, roster_ident: st
         "transcript_window": cfg.transcript_window,
         "roster": roster_ident,
         "rubric_version": cfg.rubric_version,
+        "judge_scoring": cfg.judge_scoring,
         "num_contexts": num_contexts,
         "judge_cache": str(cache.path) if cache else None,
         "models": {role: {"model": ep.model, "adapter": ep.adapter} for role, ep in roles.items()},
@@ -121,6 +123,7 @@ async def _generate(cfg: IndividualGenerationConfig, run: OpenRun, roster, conte
         rubric_version=cfg.rubric_version,
         cache=cache,
         max_tokens=cfg.judge_max_tokens,
+        scoring=cfg.judge_scoring,
         strict=cfg.settings.strict,
         thinking=thinking_for(_endpoints(cfg), "judge"),
         reasoning_allowance=cfg.settings.reasoning_allowance,

@@ -6,10 +6,12 @@ import asyncio
 import re
 from collections.abc import Callable, Sequence
 
-from mascot.llm.base import BaseClient, ChatRequest, ChatResponse, LLMError
+from mascot.llm.base import AnswerDistribution, BaseClient, ChatRequest, ChatResponse, LLMError, normalised_choices
 
 Reply = str | Exception
 ReplyFn = Callable[[ChatRequest], Reply]
+# (request, choices) -> probability per choice (need not sum to 1), or an Exception to raise
+DistributionFn = Callable[[ChatRequest, tuple[str, ...]], "dict[str, float] | Exception"]
 
 
 class ScriptedClient(BaseClient):
@@ -19,6 +21,8 @@ class ScriptedClient(BaseClient):
       ... unless `exhaust_error` is set); an Exception in the list is raised instead of answered.
     - `fn`: a function of the request.
     - `patterns`: (regex, reply) pairs matched against the last message; first match wins.
+    - `distributions`: answers `answer_distribution` (the probability judge); without it the
+      client gives no token probabilities, like a server without logprobs.
     Every request is kept in `calls` so tests can assert on prompts.
     """
 
@@ -34,6 +38,7 @@ class ScriptedClient(BaseClient):
         model: str = "scripted",
         latency_s: float = 0.0,
         cycle: bool = False,
+        distributions: DistributionFn | None = None,
     ) -> None:
         self.replies = list(replies or [])
         self.fn = fn
@@ -44,6 +49,8 @@ class ScriptedClient(BaseClient):
         self.cycle = cycle
         self.calls: list[ChatRequest] = []
         self._cursor = 0
+        self.distributions = distributions
+        self.answer_logprobs = distributions is not None
 
     def _next_reply(self, request: ChatRequest) -> Reply:
         if self.fn is not None:
@@ -82,3 +89,14 @@ class ScriptedClient(BaseClient):
             completion_tokens=sum(len(t.split()) for t in texts),
             finish_reasons=["stop"] * len(texts),
         )
+
+    async def answer_distribution(self, request: ChatRequest, choices: tuple[str, ...]) -> AnswerDistribution:
+        if self.distributions is None:
+            return await super().answer_distribution(request, choices)
+        self.calls.append(request)
+        raw = self.distributions(request, choices)
+        if isinstance(raw, Exception):
+            raise raw
+        probs, mass = normalised_choices({choice: float(raw.get(choice, 0.0)) for choice in choices})
+        prompt_tokens = sum(len(m["content"].split()) for m in request.messages)
+        return AnswerDistribution(probs=probs, mass=mass, model=self.model, prompt_tokens=prompt_tokens)

@@ -115,6 +115,10 @@ def finish(
     meta.library_versions = artefact.library_versions()
     meta.hardware = artefact.hardware_summary()
     if is_main_process():
+        if meta.weights == "lora_adapter":
+            from mascot.llm.models import record_hub_base
+
+            record_hub_base(output, meta.base_model)  # peft wrote the folder the base loaded from
         artefact.write_metadata(output, meta)
         if not settings.keep_checkpoints:
             artefact.remove_checkpoints(output)

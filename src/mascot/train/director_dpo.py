@@ -15,7 +15,7 @@ from mascot.train import artefact, data
 from mascot.train.artefact import TrainingMetadata
 from mascot.train.common import TrainOutcome, finish, first_last, open_output, run_training, save_model
 from mascot.train.config import DirectorDPOSettings
-from mascot.train.models import count_parameters, load_causal_lm, load_tokenizer, lora_config, model_ref
+from mascot.train.models import base_model_id, count_parameters, load_causal_lm, load_tokenizer, lora_config
 from mascot.train.runtime import derive_batch, trainer_arguments, world_size
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ def train_director_dpo(settings: DirectorDPOSettings) -> TrainOutcome:
         role="director",
         trainer="dpo",
         weights=weights,
-        base_model=model_ref(settings.model_name),
+        base_model=base_model_id(settings.model_name),
         dataset=dataset,
         roster=run.get("roster"),
         rubric_version=settings.rubric_version or run.get("rubric_version"),

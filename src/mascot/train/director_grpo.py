@@ -31,7 +31,7 @@ from mascot.train.artefact import TrainingMetadata
 from mascot.train.common import TrainOutcome, finish, first_last, grpo_config, open_output, run_training, save_model, validate_grpo
 from mascot.train.config import DirectorGRPOSettings
 from mascot.train.decision_points import DecisionInputs, DecisionPoint, load_decision_inputs
-from mascot.train.models import count_parameters, load_causal_lm, load_tokenizer, lora_config, model_ref
+from mascot.train.models import base_model_id, count_parameters, load_causal_lm, load_tokenizer, lora_config, model_ref
 from mascot.train.rewards import completion_text, diversity_score
 from mascot.train.runtime import TrainingSetupError, derive_batch, world_size
 
@@ -331,7 +331,7 @@ def _metadata(settings: DirectorGRPOSettings, inputs: DecisionInputs, weights, e
         role="director",
         trainer="grpo",
         weights=weights,
-        base_model=model_ref(settings.model_name),
+        base_model=base_model_id(settings.model_name),
         dataset=inputs.dataset,
         roster=(inputs.roster.ident if inputs.roster else inputs.run.get("roster")),
         personas=sorted({n for p in inputs.points for n in p.roster.names}),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from mascot.train import artefact
 from mascot.train.artefact import ArtefactError
-from mascot.train.models import ADAPTER_CONFIG, adapter_base_model, is_adapter, model_ref
+from mascot.train.models import ADAPTER_CONFIG, adapter_base_model, base_model_id, is_adapter, model_ref
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ def _write_merged_metadata(adapter: Path, output: Path, base: str, task_type: st
     meta = meta.model_copy(deep=True)
     meta.weights = "full"
     meta.task = "sequence_classification" if task_type == "SEQ_CLS" else "causal_lm"
-    meta.base_model = base
+    meta.base_model = base_model_id(base)  # a hub id, not the folder it loaded from here
     meta.source_artefacts = {**meta.source_artefacts, "adapter": str(adapter.resolve())}
     meta.library_versions = artefact.library_versions()
     artefact.write_metadata(output, meta)

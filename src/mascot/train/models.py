@@ -1,13 +1,15 @@
-"""Loading models and tokenizers for training: hub ids or local folders, plain or LoRA artefacts."""
+"""Loading models and tokenizers for training: hub ids or local folders, plain or LoRA artefacts.
+
+Names resolve through `mascot.llm.models.resolve_model`, as on the local generation backend: the
+embedded model's hub id trains offline, and artefacts record hub ids as their base model."""
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
 from mascot.errors import MascotError
-from mascot.train.artefact import read_metadata
+from mascot.llm import models as resolver
 from mascot.train.config import TrainSettings
 
 log = logging.getLogger(__name__)
@@ -20,38 +22,35 @@ class ModelLoadError(MascotError, OSError):
 
 
 def model_ref(name: str) -> str:
-    """A local folder becomes an absolute path, so adapters record a base that reloads anywhere.
+    """What `from_pretrained` loads for `name`: an absolute folder (an adapter folder stays itself,
+    so adapters record a base that reloads anywhere) or a hub id that loads now; the embedded
+    default resolves to its converted checkpoint when the hub cannot give it."""
+    try:
+        resolved = resolver.resolve_model(name)
+    except MascotError as exc:
+        raise ModelLoadError(str(exc)) from None
+    return resolved.adapter or resolved.source
 
-    The embedded default (SmolLM2-135M-Instruct) trains offline too: when the hub cannot give it,
-    it resolves to its converted checkpoint, as on the local generation backend."""
-    path = Path(name).expanduser()
-    if path.exists():
-        return str(path.resolve())
-    from mascot.llm.base import DEFAULT_LOCAL_MODEL
 
-    if name == DEFAULT_LOCAL_MODEL:
-        from mascot.llm.local import resolve_local_model
-
-        return str(resolve_local_model(name))
-    return name
+def base_model_id(name: str) -> str:
+    """What an artefact trained from `name` records as its base model: the hub id when the weights
+    have one (also when they load from the converted embedded checkpoint), else the folder."""
+    try:
+        return resolver.base_model_id(name)
+    except MascotError as exc:
+        raise ModelLoadError(str(exc)) from None
 
 
 def is_adapter(folder: str | Path) -> bool:
-    return (Path(folder) / ADAPTER_CONFIG).is_file()
+    return resolver.is_adapter(folder)
 
 
 def adapter_base_model(folder: str | Path) -> str:
     """The base an adapter was trained on: adapter_config.json, else mascot_metadata.json."""
-    folder = Path(folder)
-    config = folder / ADAPTER_CONFIG
-    if config.is_file():
-        base = json.loads(config.read_text(encoding="utf-8")).get("base_model_name_or_path")
-        if base:
-            return base
-    meta = read_metadata(folder)
-    if meta is not None:
-        return meta.base_model
-    raise ModelLoadError(f"{folder}: cannot tell the base model (no adapter_config.json base or mascot_metadata.json); pass --base-model")
+    try:
+        return resolver.adapter_base_name(folder)
+    except MascotError as exc:
+        raise ModelLoadError(str(exc)) from None
 
 
 def _load(loader, name: str, **kwargs):

@@ -17,7 +17,7 @@ from mascot.train import artefact, data
 from mascot.train.artefact import TrainingMetadata
 from mascot.train.common import TrainOutcome, finish, open_output, run_training, save_model
 from mascot.train.config import RewardModelSettings
-from mascot.train.models import count_parameters, load_sequence_classifier, load_tokenizer, lora_config, model_ref
+from mascot.train.models import base_model_id, count_parameters, load_sequence_classifier, load_tokenizer, lora_config
 from mascot.train.runtime import derive_batch, trainer_arguments, world_size
 from mascot.train.scoring import RewardModelScorer, pairwise_accuracy
 
@@ -40,41 +40,20 @@ def train_pairwise_reward_model(settings: RewardModelSettings, *, kind: str, rol
     train_pairs, held_out = data.split_by_prompt(pairs, settings.eval_fraction, settings.seed)
     train_pairs = data.limit_records(train_pairs, settings.limit, settings.seed)
     data.require_records_left(len(train_pairs), what="preference pairs", source=data_file, read=len(pairs), held_out=len(held_out))
-
-    from trl import RewardConfig, RewardTrainer  # heavy: imported once the inputs are known to be usable
-
-    # The config first: under DeepSpeed ZeRO-3 it must exist before the model loads, so that the
-    # weights are partitioned as they load instead of materialising whole on every process.
-    config = RewardConfig(**trainer_arguments(settings, str(output), plan), max_length=settings.max_length)
-    tokenizer = load_tokenizer(settings.model_name)
-    rows, num_cut = data.tokenized_pair_rows(train_pairs, tokenizer, settings.max_length, settings.margin_scale)
-    if num_cut:
-        log.warning("%d of %d training pairs are longer than --max-length %d: the middle of their prompt was cut", num_cut, len(rows), settings.max_length)
-    model = load_sequence_classifier(settings.model_name, tokenizer.pad_token_id)
-    trainer = RewardTrainer(
-        model=model,
-        args=config,
-        train_dataset=data.to_dataset(rows),
-        processing_class=tokenizer,
-        peft_config=lora_config(settings, "SEQ_CLS") if settings.lora else None,
-    )
+    trainer, tokenizer, num_cut = _reward_trainer(settings, output, plan, train_pairs)
     skipped = len(train_pairs) - len(trainer.train_dataset)
     data.require_records_left(
         len(trainer.train_dataset), what="preference pairs", source=data_file, read=len(pairs), held_out=len(held_out), dropped=skipped, dropped_by="--max-length"
     )
     figures = run_training(trainer, checkpoint)
-    figures.update(count_parameters(trainer.model))
-    figures["num_truncated_pairs"] = num_cut
-    figures["num_skipped_too_long"] = skipped
-
+    figures.update(count_parameters(trainer.model), num_truncated_pairs=num_cut, num_skipped_too_long=skipped)
     evaluation = evaluate_pairs(trainer.model, tokenizer, held_out, train_pairs, settings.max_length)
-    weights = save_model(trainer, output, full_weights=settings.full_weights)
     meta = TrainingMetadata(
         role=role,
         trainer="reward",
-        weights=weights,
+        weights=save_model(trainer, output, full_weights=settings.full_weights),
         task="sequence_classification",
-        base_model=model_ref(settings.model_name),
+        base_model=base_model_id(settings.model_name),
         dataset=dataset,
         roster=run.get("roster"),
         personas=sorted({p.persona for p in pairs if p.persona}),
@@ -87,6 +66,28 @@ def train_pairwise_reward_model(settings: RewardModelSettings, *, kind: str, rol
     )
     finish(trainer, output, meta, settings, plan)
     return TrainOutcome(output, meta)
+
+
+def _reward_trainer(settings: RewardModelSettings, output: Path, plan, train_pairs: list[PreferencePair]):
+    """TRL's RewardTrainer over the tokenized training pairs; also the tokenizer and how many
+    pairs had the middle of their prompt cut to fit --max-length."""
+    from trl import RewardConfig, RewardTrainer  # heavy: imported once the inputs are known to be usable
+
+    # The config first: under DeepSpeed ZeRO-3 it must exist before the model loads, so that the
+    # weights are partitioned as they load instead of materialising whole on every process.
+    config = RewardConfig(**trainer_arguments(settings, str(output), plan), max_length=settings.max_length)
+    tokenizer = load_tokenizer(settings.model_name)
+    rows, num_cut = data.tokenized_pair_rows(train_pairs, tokenizer, settings.max_length, settings.margin_scale)
+    if num_cut:
+        log.warning("%d of %d training pairs are longer than --max-length %d: the middle of their prompt was cut", num_cut, len(rows), settings.max_length)
+    trainer = RewardTrainer(
+        model=load_sequence_classifier(settings.model_name, tokenizer.pad_token_id),
+        args=config,
+        train_dataset=data.to_dataset(rows),
+        processing_class=tokenizer,
+        peft_config=lora_config(settings, "SEQ_CLS") if settings.lora else None,
+    )
+    return trainer, tokenizer, num_cut
 
 
 def per_device_cap(settings: RewardModelSettings) -> int:

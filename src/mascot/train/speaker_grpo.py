@@ -20,7 +20,7 @@ from mascot.train.artefact import TrainingMetadata
 from mascot.train.common import TrainOutcome, finish, first_last, grpo_config, open_output, run_training, save_model, validate_grpo
 from mascot.dialogue.prompts import with_think_instruction
 from mascot.train.config import DEFAULT_REWARD_BASE_MODEL, SpeakerGRPOSettings
-from mascot.train.models import count_parameters, load_causal_lm, load_tokenizer, lora_config, model_ref
+from mascot.train.models import base_model_id, count_parameters, load_causal_lm, load_tokenizer, lora_config, model_ref
 from mascot.train.rewards import PersonaRewardModel, conciseness_reward, format_reward, plain_format_reward
 from mascot.train.runtime import TrainingSetupError, derive_batch, world_size
 from mascot.train.scoring import RewardModelScorer
@@ -103,7 +103,7 @@ def train_speaker(settings: SpeakerGRPOSettings) -> TrainOutcome:
         role="speaker",
         trainer="grpo",
         weights=weights_kind,
-        base_model=model_ref(settings.model_name),
+        base_model=base_model_id(settings.model_name),
         dataset=dataset,
         roster=run.get("roster"),
         personas=sorted({row.persona for row in prompts if row.persona}),
