@@ -19,11 +19,11 @@ import time
 from collections.abc import AsyncIterator, Sequence
 
 from mascot.llm.base import (
-    ROLE_HEADER, AnswerDistribution, BaseClient, ChatRequest, ChatResponse, LLMError, LogprobsUnavailable, StopCutter, cut_at_stop,
+    AnswerDistribution, BaseClient, ChatRequest, ChatResponse, LLMError, LogprobsUnavailable, StopCutter, cut_at_stop,
     redact_url, split_reasoning, split_urls,
 )
 from mascot.llm.endpoints import EndpointState, pick, request_url
-from mascot.llm.http_errors import RequestFailure, connection_failure, one_line, status_failure
+from mascot.llm.http_errors import Clock, RequestFailure, connection_failure, gather_or_cancel, one_line, role_headers, status_failure
 from mascot.llm.http_logprobs import TOP_LOGPROBS, answer_from_completion, first_token_alternatives
 
 log = logging.getLogger(__name__)
@@ -37,33 +37,6 @@ PROBE_SCHEMA = {
     "required": ["answer"],
     "additionalProperties": False,
 }
-
-
-async def _gather_or_cancel(coros: list) -> list:
-    """Like gather, but a failure cancels the siblings instead of leaving them running."""
-    tasks = [asyncio.ensure_future(c) for c in coros]
-    try:
-        return await asyncio.gather(*tasks)
-    except BaseException:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
-
-
-class Clock:
-    """Time as the retry logic sees it: the monotonic clock and asyncio's sleep."""
-
-    def now(self) -> float:
-        return time.monotonic()
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
-
-
-def role_headers(request: ChatRequest) -> dict[str, str] | None:
-    """The request's role tag as a header: servers ignore it; test servers answer by it."""
-    return {ROLE_HEADER: request.role} if request.role != "default" else None
 
 
 class HTTPClient(BaseClient):
@@ -297,7 +270,7 @@ class HTTPClient(BaseClient):
             sizes = [min(per_call, missing - i) for i in range(0, missing, per_call)]
             seeds = [None if request.seed is None else request.seed + calls + i for i in range(len(sizes))]
             calls += len(sizes)
-            extras = await _gather_or_cancel([self._one_call(request, k, s) for k, s in zip(sizes, seeds)])
+            extras = await gather_or_cancel([self._one_call(request, k, s) for k, s in zip(sizes, seeds)])
             for extra in extras:
                 response.texts += extra.texts
                 response.reasoning += extra.reasoning

@@ -1,9 +1,14 @@
 """What a failed HTTP attempt was: its counted cause, whether a retry may help, and the server's
-whole reason on one line (OpenAI, vLLM and FastAPI error bodies)."""
+whole reason on one line (OpenAI, vLLM and FastAPI error bodies); and the small pieces the retry
+loop leans on (its clock, the role header, cancelling sibling attempts)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
+
+from mascot.llm.base import ROLE_HEADER, ChatRequest
 
 RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
@@ -71,3 +76,30 @@ def connection_failure(exc: BaseException) -> RequestFailure:
     because = f" ({type(root).__name__})" if root is not None else ""
     return RequestFailure("connection", f"{type(exc).__name__}: {one_line(exc) or 'connection closed'}{because}",
                           retryable=True, connection=True, refused=refused)
+
+
+async def gather_or_cancel(coros: list) -> list:
+    """Like gather, but a failure cancels the siblings instead of leaving them running."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        return await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+class Clock:
+    """Time as the retry logic sees it: the monotonic clock and asyncio's sleep."""
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+def role_headers(request: ChatRequest) -> dict[str, str] | None:
+    """The request's role tag as a header: servers ignore it; test servers answer by it."""
+    return {ROLE_HEADER: request.role} if request.role != "default" else None
