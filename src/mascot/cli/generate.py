@@ -34,7 +34,8 @@ def generate(
     enable_user_simulation: Annotated[bool, typer.Option("--enable-user-simulation/--no-user-simulation", help="Simulate the user between rounds.")] = True,
     enable_big_five: Annotated[bool, typer.Option("--enable-big-five", help="Give simulated users Big Five profiles (persona_set big5).")] = False,
     user_big_five_profile: Annotated[Optional[str], typer.Option("--user-big-five-profile", help='One profile for every user, e.g. "High Openness".')] = None,
-    turn_policy: Annotated[str, typer.Option("--turn-policy", help="Who speaks next: director | round-robin | random.")] = "director",
+    turn_policy: Annotated[str, typer.Option("--turn-policy", help="Who speaks next: director | round-robin | random | multiagentesc (the MultiAgentESC baseline).")] = "director",
+    prompt_family: Annotated[str, typer.Option("--prompt-family", help="Speaker prompts: persona (MASCOT's) | zero-shot | zero-shot-cot | few-shot-cot (prompting baselines).")] = "persona",
     score_margin: Annotated[float, typer.Option("--score-margin", help="Minimum judged score gap for a preference pair.")] = 0.5,
     system: Annotated[str, typer.Option("--system", help="System label written to metadata (mascot, mascot-g, mascot-i, a baseline name).")] = "mascot",
     temperature: Annotated[float, typer.Option("--temperature", help="Sampling temperature of Speakers and User.")] = 0.7,
@@ -145,6 +146,9 @@ def _generate_group(**flags) -> None:
         raise MascotError(f"unknown --generation-mode {flags['generation_mode']!r}: choose one of {', '.join(GENERATION_MODES)}")
     if flags["turn_policy"] not in TURN_POLICIES:
         raise MascotError(f"unknown --turn-policy {flags['turn_policy']!r}: choose one of {', '.join(TURN_POLICIES)}")
+    from mascot.dialogue.prompt_families import check_prompt_family
+
+    check_prompt_family(flags["prompt_family"])
     if not 0.0 <= flags["user_response_probability"] <= 1.0:
         raise MascotError("--user-response-probability must lie between 0 and 1")
     if flags["token_budget"] < 1:
@@ -163,6 +167,7 @@ def _generate_group(**flags) -> None:
         enable_big_five=flags["enable_big_five"] or bool(flags["user_big_five_profile"]),
         user_big_five_profile=flags["user_big_five_profile"],
         turn_policy=flags["turn_policy"],
+        prompt_family=flags["prompt_family"],
         seed=flags["seed"],
         max_concurrent_episodes=flags["max_concurrent_episodes"],
         system=flags["system"],

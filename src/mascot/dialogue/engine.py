@@ -20,6 +20,7 @@ from typing import Literal
 from mascot.dialogue.agents import SimulatedUser, Speaker
 from mascot.dialogue.director import Director, DirectorDecision
 from mascot.dialogue.policies import TurnPolicy, make_policy
+from mascot.dialogue.prompt_families import check_prompt_family, family_prompt_version, family_thinks
 from mascot.dialogue.prompts import PROMPT_VERSION
 from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE, OutputPaths
 from mascot.dialogue.seeds import derive_seed, derived_rng
@@ -70,6 +71,9 @@ class EngineSettings:
     # A short tag of the run's settings (system, policy, models...) inside every episode id, so
     # that episodes of two systems or runs on the same contexts never share an id.
     run_tag: str = ""
+    # --- baselines: how Speakers are prompted (see prompt_families) and MultiAgentESC's settings
+    prompt_family: str = "persona"
+    mesc_strategists: int = 3  # multiagentesc: agents that each propose a strategy and vote
 
 
 @dataclass
@@ -120,10 +124,12 @@ class EpisodeEngine:
             if "director" in clients
             else None
         )
+        think = s.speaker_think or family_thinks(check_prompt_family(s.prompt_family))
         self.speaker = Speaker(
-            clients["speaker"], roster, self.tally, temperature=s.temperature, max_tokens=s.max_tokens, think=s.speaker_think, reasoning_allowance=s.reasoning_allowance
+            clients["speaker"], roster, self.tally, temperature=s.temperature, max_tokens=s.max_tokens, think=think, reasoning_allowance=s.reasoning_allowance,
+            prompt_family=s.prompt_family,
         )
-        self.policy: TurnPolicy = make_policy(s.turn_policy, roster, self.director)
+        self.policy: TurnPolicy = make_policy(s.turn_policy, roster, self.director, speaker_client=clients["speaker"], settings=s, tally=self.tally)
         self.role_identities = role_identities or {
             role: RoleIdentity(base_model=c.model, served_model=c.model, backend=c.backend) for role, c in clients.items()  # type: ignore[arg-type]
         }
@@ -153,8 +159,14 @@ class EpisodeEngine:
         ctx = state.context
         if decision is None:
             decision = await self.policy.next_turn(ctx, state.turns, round_id, derive_seed(*state.seed_key, round_id, "director"))
-        persona = self.roster.persona(decision.directive.agent_name)
-        reply = await self.speaker.reply(persona, ctx, state.turns, decision.directive, derive_seed(*state.seed_key, round_id, "speaker"))
+        # A policy that writes the reply itself (MultiAgentESC's response agent) hands it over with
+        # its backstage record; every other policy leaves the reply to the persona Speaker.
+        written = getattr(decision, "reply", None)
+        persona = getattr(decision, "persona", None) or self.roster.persona(decision.directive.agent_name)
+        if written is None:
+            reply = await self.speaker.reply(persona, ctx, state.turns, decision.directive, derive_seed(*state.seed_key, round_id, "speaker"))
+        else:
+            reply = written
         state.turns.append(
             Turn(
                 turn_idx=state.next_turn_idx,
@@ -165,6 +177,7 @@ class EpisodeEngine:
                 directive_output=decision.output or None,
                 reasoning=reply.reasoning,
                 directive_reasoning=decision.reasoning,
+                backstage=getattr(decision, "backstage", None),
             )
         )
         if self.simulates_user and derived_rng(*state.seed_key, round_id, "user-turn").random() < self.settings.user_response_probability:
@@ -238,7 +251,8 @@ class EpisodeEngine:
             episode_idx=state.episode_idx,
             branch=branch,
             created_at=utc_now(),
-            prompt_version=PROMPT_VERSION,
+            prompt_version=family_prompt_version(s.prompt_family, PROMPT_VERSION),
+            prompt_family=None if s.prompt_family == "persona" else s.prompt_family,
         )
         episode = Episode(
             episode_id=self.record_id(ctx, f"e{state.episode_idx}{key_suffix}"),
