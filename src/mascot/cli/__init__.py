@@ -24,7 +24,7 @@ app = typer.Typer(
 
 def _register() -> None:
     # Each module adds its own commands to `app`; keep this list in pipeline order.
-    from mascot.cli import demo, data_cmd, generate, judge_cmd, metrics_cmd, prefs_cmd, train_cmd, eval_cmd, serve_cmd, chat  # noqa: F401
+    from mascot.cli import demo, data_cmd, generate, judge_cmd, metrics_cmd, prefs_cmd, train_cmd, eval_cmd, compare_cmd, serve_cmd, chat  # noqa: F401
 
 
 _register()
