@@ -37,7 +37,7 @@ def conversations(request):
     return re.findall(r"^BEGIN CONVERSATION (\d) \w+\n(.*?)\nEND CONVERSATION", text, flags=re.MULTILINE | re.DOTALL)
 
 
-def biased_judge(bias=BIAS, garbage=0):
+def biased_judge(bias=BIAS, garbage=0, model="biased-judge"):
     """Prefers the better conversation (its q=), plus `bias` for position 1; ties on equal score."""
     state = {"garbage": garbage}
 
@@ -50,7 +50,7 @@ def biased_judge(bias=BIAS, garbage=0):
         winner = str(scores.index(top) + 1) if scores.count(top) == 1 else "tie"
         return json.dumps({k: {"winner": winner, "reason": "scripted"} for k in KEYS})
 
-    return ScriptedClient(fn=reply, model="biased-judge")
+    return ScriptedClient(fn=reply, model=model)
 
 
 def settings(tmp_path, files, **kw):
@@ -150,3 +150,18 @@ def test_bad_inputs_are_one_line_errors(tmp_path):
     write_episodes(other, [episode("z:e0", [agent_turn(0, 0, "The Anchor", "hi")], system="B", context_id="z")])
     with pytest.raises(MascotError, match="share no context"):
         run_compare(settings(tmp_path, [a, other]), clients={"biased-judge": biased_judge()})
+
+
+def test_two_judges_report_their_agreement(tmp_path):
+    files = [system_file(tmp_path, s, QUALITY[s]) for s in ("A", "B")]
+    chosen = settings(tmp_path, files)
+    chosen.judge = ["biased-judge", "fair-judge"]
+    result = run_compare(chosen, clients={"biased-judge": biased_judge(), "fair-judge": biased_judge(bias=0, model="fair-judge")})
+    verdicts = [json.loads(line) for line in (result.output_dir / "verdicts.jsonl").read_text().splitlines()]
+    pairs = {}
+    for v in verdicts:
+        pairs.setdefault((v["matchup"], tuple(v["order"])), []).append(v["winners"]["overall"])
+    same = sum(len(set(w)) == 1 for w in pairs.values())
+    overall = result.report["criteria"]["overall"]
+    assert overall["judge_agreement"] == {"rate": round(same / len(pairs), 4), "n": 12} and same < 12
+    assert result.report["judges"] == ["biased-judge", "fair-judge"] and "Agreement between judges" in (result.output_dir / "compare.md").read_text()

@@ -168,6 +168,11 @@ def prepare(argv: list[str], workdir: Path) -> list[str]:
                 break
             if not (workdir / token).exists():
                 artefact(workdir / token, "director" if "director" in token.lower() else "speaker", "Qwen/Qwen3-8B")
+    if out[:2] == ["eval", "compare"]:  # positional episode files of the compared systems
+        for token in out[2:]:
+            if token.startswith("-"):
+                break
+            materialise("--input-file", token, workdir)
     for i, token in enumerate(out[:-1]):
         if token in PATH_OPTIONS:
             out[i + 1] = materialise(token, out[i + 1], workdir)
