@@ -11,7 +11,6 @@ prompt-completion format.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,7 +19,6 @@ from mascot.schema import Candidate, Context, DialogueLine, Roster
 from mascot.store import read_jsonl
 from mascot.train.data import TrainingDataError, resolve_data_file
 
-log = logging.getLogger(__name__)
 
 SFT_SOURCES = ("candidates", "dataset")
 CANDIDATE_FILES = ("candidates.jsonl",)
