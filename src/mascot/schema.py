@@ -156,6 +156,9 @@ class Turn(Record):
     # Reasoning set aside from `response` / `directive_output` (absent when the role did not think)
     reasoning: str | None = None
     directive_reasoning: str | None = None
+    # What a baseline's agents said backstage before this reply (MultiAgentESC: analysis, strategy
+    # proposals and votes); absent for MASCOT's own turns.
+    backstage: dict[str, Any] | None = None
 
     @property
     def is_user(self) -> bool:
@@ -200,6 +203,7 @@ class EpisodeMetadata(Record):
     episode_idx: int = 0
     branch: BranchInfo | None = None
     prompt_version: str | None = None
+    prompt_family: str | None = None  # a prompting baseline's family; absent for MASCOT's persona prompts
     created_at: str | None = None
     updated_at: str | None = None  # chat sessions: when the record was last rewritten
     sampling: dict[str, Any] | None = None  # chat sessions: temperature, max_tokens, rounds per message

@@ -17,7 +17,7 @@ from mascot.errors import MascotError
 
 def _register() -> None:
     # Each module adds its own commands to `app`; keep this list in pipeline order.
-    from mascot.cli import demo, data_cmd, generate, judge_cmd, metrics_cmd, prefs_cmd, train_cmd, eval_cmd, pipeline_cmd, serve_cmd, chat, web_cmd, study_cmd  # noqa: F401
+    from mascot.cli import demo, data_cmd, generate, judge_cmd, metrics_cmd, prefs_cmd, train_cmd, eval_cmd, compare_cmd, pipeline_cmd, serve_cmd, chat, web_cmd, study_cmd  # noqa: F401
 
 
 _register()

@@ -75,12 +75,19 @@ def _run_merge(settings: cfg.MergeSettings) -> None:
     _report("merged", f"full model with tokenizer in {output}")
 
 
+def _run_sft(settings: cfg.SFTSettings) -> None:
+    from mascot.train.sft import describe, train_sft
+
+    _report("speaker (SFT)", describe(train_sft(settings)))
+
+
 COMMANDS = {
     "reward-model": (cfg.RewardModelSettings, _run_reward_model),
     "speaker": (cfg.SpeakerGRPOSettings, _run_speaker),
     "group-reward-model": (cfg.GroupRewardModelSettings, _run_group_reward_model),
     "director-grpo": (cfg.DirectorGRPOSettings, _run_director_grpo),
     "director-dpo": (cfg.DirectorDPOSettings, _run_director_dpo),
+    "sft": (cfg.SFTSettings, _run_sft),
 }
 
 for _name, (_settings_cls, _runner) in COMMANDS.items():

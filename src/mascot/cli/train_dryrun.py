@@ -26,6 +26,14 @@ def dry_run_training(command: str, settings: Any) -> None:
         return
     from mascot.train import artefact, data
 
+    if isinstance(settings, cfg.SFTSettings):
+        from mascot.train.sft import dry_run_summary
+
+        resolved = dry_run_summary(settings)
+        resolved["model"] = f"{settings.model_name} ({check_model(settings.model_name, '--model')})"
+        resolved["output_dir"] = check_new_output(Path(resolved["output_dir"]), resume=settings.resume, overwrite=settings.overwrite)
+        print_settings(f"train {command}", {"resolved": resolved, "settings": cfg.as_dict(settings)})
+        return
     kind, output_kind = _DATA[type(settings)]
     data_file, records = data.load_episodes(settings.data_path) if kind is None else data.load_pairs(settings.data_path, kind)
     dataset = data.resolve_dataset(settings.dataset, data.run_settings(data_file))

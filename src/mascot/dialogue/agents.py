@@ -66,6 +66,7 @@ class Speaker:
         max_tokens: int = 160,
         think: bool = False,
         reasoning_allowance: int = DEFAULT_REASONING_ALLOWANCE,
+        prompt_family: str = "persona",
     ) -> None:
         self.client = client
         self.roster = roster
@@ -74,6 +75,7 @@ class Speaker:
         self.max_tokens = max_tokens
         self.think = think
         self.reasoning_allowance = reasoning_allowance
+        self.prompt_family = prompt_family
 
     async def respond(self, persona: Persona, context: Context, history: list[Turn], directive: Directive | None, seed: int) -> str:
         return (await self.reply(persona, context, history, directive, seed)).text
@@ -83,7 +85,7 @@ class Speaker:
     ) -> SpeakerReply:
         """The visible reply and the reasoning set aside from it. With a `listener` the reply is
         streamed to it as it is generated; either way the saved reply is the same cleaning's."""
-        messages = speaker_messages(persona, self.roster, context, history, directive, think=self.think)
+        messages = speaker_messages(persona, self.roster, context, history, directive, think=self.think, family=self.prompt_family)
         for attempt in range(2):  # an empty reply is retried once with another seed
             request = ChatRequest(
                 messages=messages,

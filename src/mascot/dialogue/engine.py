@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from mascot.dialogue.agents import SimulatedUser, Speaker
 from mascot.dialogue.director import Director, DirectorDecision
 from mascot.dialogue.policies import TurnPolicy, make_policy
+from mascot.dialogue.prompt_families import check_prompt_family, family_prompt_version, family_thinks
 from mascot.dialogue.prompts import PROMPT_VERSION
 from mascot.dialogue.reasoning import OutputPaths
 from mascot.dialogue.reply_stream import RoundListener
@@ -92,10 +93,12 @@ class EpisodeEngine:
             if "director" in clients
             else None
         )
+        think = s.speaker_think or family_thinks(check_prompt_family(s.prompt_family))
         self.speaker = Speaker(
-            clients["speaker"], roster, self.tally, temperature=s.temperature, max_tokens=s.max_tokens, think=s.speaker_think, reasoning_allowance=s.reasoning_allowance
+            clients["speaker"], roster, self.tally, temperature=s.temperature, max_tokens=s.max_tokens, think=think, reasoning_allowance=s.reasoning_allowance,
+            prompt_family=s.prompt_family,
         )
-        self.policy: TurnPolicy = make_policy(s.turn_policy, roster, self.director)
+        self.policy: TurnPolicy = make_policy(s.turn_policy, roster, self.director, speaker_client=clients["speaker"], settings=s, tally=self.tally)
         self.safety = SafetyScreen(locale=s.safety_locale, embeddings=s.safety_embeddings) if screen_applies(s.safety, roster.domain) else None
         self.role_identities = role_identities or {
             role: RoleIdentity(base_model=c.model, served_model=c.model, backend=c.backend) for role, c in clients.items()  # type: ignore[arg-type]
@@ -135,11 +138,19 @@ class EpisodeEngine:
             await self._user_turn(state, round_id)
 
     async def _directed_reply(self, state: EpisodeState, round_id: int, decision: DirectorDecision, listener: RoundListener | None) -> None:
-        persona = self.roster.persona(decision.directive.agent_name)
+        # A policy that writes the reply itself (MultiAgentESC's response agent) hands it over with
+        # its backstage record; every other policy leaves the reply to the persona Speaker.
+        written = getattr(decision, "reply", None)
+        persona = getattr(decision, "persona", None) or self.roster.persona(decision.directive.agent_name)
         if listener is not None:
             listener.directive(decision, round_id)
             listener.reply_start(persona.name)
-        reply = await self.speaker.reply(persona, state.context, state.turns, decision.directive, derive_seed(*state.seed_key, round_id, "speaker"), listener)
+        if written is None:
+            reply = await self.speaker.reply(persona, state.context, state.turns, decision.directive, derive_seed(*state.seed_key, round_id, "speaker"), listener)
+        else:
+            reply = written
+            if listener is not None:
+                listener.reply_text(reply.text)
         turn = Turn(
             turn_idx=state.next_turn_idx,
             round_id=round_id,
@@ -149,10 +160,11 @@ class EpisodeEngine:
             directive_output=decision.output or None,
             reasoning=reply.reasoning,
             directive_reasoning=decision.reasoning,
+            backstage=getattr(decision, "backstage", None),
         )
         state.turns.append(turn)
         if listener is not None:
-            listener.reply_end(turn, reply.revised)
+            listener.reply_end(turn, getattr(reply, "revised", False))
 
     # ---- the one way a user message enters the transcript (BEGIN)
     async def add_user_message(self, state: EpisodeState, text: str, round_id: int, emotion: str | None = None) -> Turn:
@@ -250,7 +262,8 @@ class EpisodeEngine:
             episode_idx=state.episode_idx,
             branch=branch,
             created_at=utc_now(),
-            prompt_version=PROMPT_VERSION,
+            prompt_version=family_prompt_version(s.prompt_family, PROMPT_VERSION),
+            prompt_family=None if s.prompt_family == "persona" else s.prompt_family,
         )
         episode = Episode(
             episode_id=self.record_id(ctx, f"e{state.episode_idx}{key_suffix}"),

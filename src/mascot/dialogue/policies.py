@@ -55,7 +55,8 @@ class RandomPolicy:
 
 
 
-def make_policy(name: str, roster: Roster, director: Director | None) -> TurnPolicy:
+def make_policy(name: str, roster: Roster, director: Director | None, *, speaker_client=None, settings=None, tally=None) -> TurnPolicy:
+    """`multiagentesc` runs its backstage agents on `speaker_client` with the engine `settings`."""
     if name == "director":
         if director is None:
             raise ValueError("the director policy needs a Director")
@@ -64,6 +65,13 @@ def make_policy(name: str, roster: Roster, director: Director | None) -> TurnPol
         return RoundRobinPolicy(roster)
     if name == "random":
         return RandomPolicy(roster)
+    if name == "multiagentesc" and speaker_client is not None:
+        from mascot.dialogue.multiagentesc import MultiAgentESCPolicy
+        from mascot.dialogue.tally import Tally
+
+        s = settings
+        return MultiAgentESCPolicy(speaker_client, roster, tally or Tally(), strategists=getattr(s, "mesc_strategists", 3),
+                                   temperature=getattr(s, "temperature", 0.7), max_tokens=getattr(s, "max_tokens", 160))
     from mascot.errors import MascotError
 
     raise MascotError(f"unknown --turn-policy {name!r}: choose one of {', '.join(TURN_POLICIES)}")

@@ -64,8 +64,14 @@ def speaker_messages(
     *,
     think: bool = False,
     sentences: str = "one to three sentences",
+    family: str = "persona",
 ) -> list[Message]:
-    """The prompt a Speaker answers; also the `prompt` of Stage-1 preference pairs."""
+    """The prompt a Speaker answers; also the `prompt` of Stage-1 preference pairs. `family` other
+    than `persona` writes a prompting baseline's prompt (see `prompt_families`)."""
+    if family != "persona":
+        from mascot.dialogue.prompt_families import baseline_speaker_messages
+
+        return baseline_speaker_messages(family, persona, context, render_transcript(context, history), directive, sentences)
     others = [n for n in roster.names if n != persona.name]
     system = render("speaker_system.j2", persona=persona, others=others, think=think, think_instruction=Trusted(THINK_INSTRUCTION), sentences=sentences)
     user = render(

@@ -61,6 +61,8 @@ def run_variant(cfg: GroupGenerationConfig) -> list[str]:
     parts = []
     if e.turn_policy != "director":
         parts.append(_slug(e.turn_policy))
+    if e.prompt_family != "persona":
+        parts.append(_slug(e.prompt_family))
     if e.system != "mascot" and _slug(e.system) not in parts:
         parts.append(_slug(e.system))
     for role, adapter in (("director", ep.director_adapter), ("speaker", ep.speaker_adapter)):

@@ -17,7 +17,7 @@ from mascot.settings import fixed, part, require, setting
 
 GenerationMode = Literal["directed", "independent", "branching"]
 GENERATION_MODES = ("directed", "independent", "branching")
-TURN_POLICIES = ("director", "round-robin", "random")
+TURN_POLICIES = ("director", "round-robin", "random", "multiagentesc")
 
 
 @dataclass
@@ -32,7 +32,11 @@ class EngineSettings:
     enable_user_simulation: bool = setting(True, "Simulate the user between rounds.", flags=("--enable-user-simulation/--no-user-simulation",))
     enable_big_five: bool = setting(False, "Give simulated users Big Five profiles (persona_set big5).")
     user_big_five_profile: Optional[str] = setting(None, 'One profile for every user, e.g. "High Openness".')
-    turn_policy: str = setting("director", "Who speaks next: director | round-robin | random.")
+    turn_policy: str = setting("director", "Who speaks next: director | round-robin | random | multiagentesc (the MultiAgentESC baseline).")
+    prompt_family: str = setting(
+        "persona", "Speaker prompts: persona (MASCOT's) | zero-shot | zero-shot-cot | few-shot-cot (prompting baselines)."
+    )
+    mesc_strategists: int = setting(3, "multiagentesc: agents that each propose a support strategy and vote.")
     seed: int = setting(42, "Run seed; every episode's seed derives from it.")
     max_concurrent_episodes: int = setting(64, "Contexts in flight at once.")
     system: str = setting("mascot", "System label written to metadata (mascot, mascot-g, mascot-i, a baseline name).")
@@ -70,6 +74,10 @@ def check_engine(s: Any) -> None:
     require(s.generation_mode in GENERATION_MODES, f"unknown --generation-mode {s.generation_mode!r}: choose one of {', '.join(GENERATION_MODES)}")
     require(s.turn_policy in TURN_POLICIES, f"unknown --turn-policy {s.turn_policy!r}: choose one of {', '.join(TURN_POLICIES)}")
     require(s.safety in ("auto", "on", "off"), f"unknown --safety {s.safety!r}: choose auto, on or off")
+    from mascot.dialogue.prompt_families import check_prompt_family
+
+    check_prompt_family(s.prompt_family)
+    require(s.mesc_strategists >= 1, "--mesc-strategists must be at least 1")
     require(0.0 <= s.user_response_probability <= 1.0, "--user-response-probability must lie between 0 and 1")
     require(min(s.num_turns, s.num_candidates, s.num_episodes) >= 1, "--num-turns, --num-candidates and --num-episodes must be at least 1")
     require(s.max_tokens >= 1 and s.max_concurrent_episodes >= 1, "--max-tokens and --max-concurrent-episodes must be at least 1")

@@ -149,6 +149,8 @@ def settings_block(settings: MetricsSettings, nli=None, embedder=None) -> dict:
     if not settings.skip_embeddings:
         block["redundancy"] = {
             "model": settings.embedding_model,
+            "precision": getattr(embedder, "precision", settings.embedding_precision),
+            "max_seq_length": settings.embedding_max_seq_length,
             "definition": "mean cosine similarity of the response pairs selected by the pairing mode (same-round: responses within one round)",
         }
     return block
@@ -164,7 +166,8 @@ def run_metrics_file(input_file: Path, settings: MetricsSettings, *, output_file
     if not settings.skip_embeddings and embedder is None:
         from mascot.metrics.embeddings import Embedder
 
-        embedder = Embedder(settings.embedding_model, batch_size=max(settings.batch_size, 64))
+        embedder = Embedder(settings.embedding_model, batch_size=max(settings.batch_size, 64), precision=settings.embedding_precision,
+                            max_seq_length=settings.embedding_max_seq_length)
     report = compute_metrics(loaded.episodes, settings, infer=infer, nli=nli, embedder=embedder)
     warnings = list(loaded.warnings)
     if settings.pairing_mode == "same-round" and report["num_episodes_without_pairs"]:

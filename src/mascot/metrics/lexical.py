@@ -40,11 +40,38 @@ def _tokenizer():
 
 
 def self_bleu(responses: list[str]) -> float | None:
+    """Equal to the mean of `sentence_score(response, others)` with the settings above, but each
+    response is tokenised and its n-grams counted once (sacrebleu does it again for every
+    hypothesis-references call: n times per response)."""
     if len(responses) < 2:
         return None
+    from sacrebleu.metrics.helpers import extract_all_word_ngrams
+
     bleu = _bleu()
-    scores = [bleu.sentence_score(hyp, responses[:i] + responses[i + 1 :]).score for i, hyp in enumerate(responses)]
+    order = bleu.max_ngram_order
+    counted = [extract_all_word_ngrams(bleu._preprocess_segment(text), 1, order) for text in responses]
+    scores = []
+    for i, (hyp_ngrams, hyp_len) in enumerate(counted):
+        others = counted[:i] + counted[i + 1 :]
+        ref_ngrams = _max_counts([ngrams for ngrams, _ in others])
+        stats = [hyp_len, bleu._get_closest_ref_len(hyp_len, [length for _, length in others])]
+        correct, total = [0] * order, [0] * order
+        for ngram, count in hyp_ngrams.items():
+            total[len(ngram) - 1] += count
+            if ngram in ref_ngrams:
+                correct[len(ngram) - 1] += min(count, ref_ngrams[ngram])
+        scores.append(bleu._compute_score_from_stats(stats + correct + total).score)
     return sum(scores) / len(scores)
+
+
+def _max_counts(counters: list) -> dict:
+    """Per n-gram, its largest count in any reference (BLEU's clipping counts)."""
+    merged = dict(counters[0])
+    for counter in counters[1:]:
+        for ngram, count in counter.items():
+            if count > merged.get(ngram, 0):
+                merged[ngram] = count
+    return merged
 
 
 def tokens(text: str) -> list[str]:

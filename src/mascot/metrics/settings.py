@@ -6,6 +6,7 @@ Imports nothing heavy: `mascot --help` reads it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 from mascot.settings import require, setting
 
@@ -26,6 +27,9 @@ class MetricsSettings:
     skip_nli: bool = setting(False, "Do not run NLI.")
     skip_embeddings: bool = setting(False, "Do not compute semantic redundancy.")
     batch_size: int = setting(32, "NLI batch size (embeddings use at least 64).")
+    # benchmarks/metrics_speed.py measures what int8 and a shorter limit cost in agreement.
+    embedding_precision: str = setting("fp32", "Redundancy embeddings: fp32 or int8 (dynamic quantisation; see benchmarks/README.md).")
+    embedding_max_seq_length: Optional[int] = setting(None, "Token limit of the redundancy embeddings (default: the model's own).")
 
     def __post_init__(self) -> None:
         check_metrics(self)

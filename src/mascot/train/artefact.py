@@ -46,7 +46,7 @@ class TrainingMetadata(Record):
     schema_version: str = SCHEMA_VERSION
     created_at: str = Field(default_factory=utc_now)
     role: Role
-    trainer: str = Field(description="reward | grpo | dpo | merge")
+    trainer: str = Field(description="reward | grpo | dpo | sft | merge")
     weights: Literal["lora_adapter", "full"] = "lora_adapter"
     task: Literal["causal_lm", "sequence_classification"] = "causal_lm"
     base_model: str
@@ -205,6 +205,7 @@ def default_output_dir(kind: str, dataset: str, model_name: str, root: str = DEF
         "persona_reward_model": Path(root, "reward_model", f"Individual_{dataset}_{slug}"),
         "group_reward_model": Path(root, "reward_model", f"group_reward_{dataset}_{slug}"),
         "speaker": Path(root, "llm", f"grpo_Speaker_individual_{dataset}_{slug}"),
+        "speaker_sft": Path(root, "llm", f"sft_Speaker_{dataset}_{slug}"),
         "director_grpo": Path(root, "llm", f"grpo_Director_{dataset}_{slug}"),
         "director_dpo": Path(root, "llm", f"dpo_Director_{dataset}_{slug}"),
     }

@@ -190,6 +190,24 @@ class DirectorDPOSettings(TrainSettings):
 
 
 @dataclass
+class SFTSettings(TrainSettings):
+    """The `sft` baseline (and optional Stage-1 starting policy): Speakers fine-tuned on replies with TRL's SFTTrainer."""
+
+    data_path: str = setting(
+        None, "Stage-1 run directory or candidates.jsonl (--sft-data candidates), or the dataset file (--sft-data dataset).", required=True
+    )
+    sft_data: str = setting(
+        "candidates",
+        "candidates: the best-scored Stage-1 candidate per query (context, persona) | dataset: the dataset's own supporter turns, "
+        "each written with a persona's Speaker prompt (personas in rotation).",
+    )
+    roster: Optional[str] = setting(None, "Roster name or file for --sft-data dataset prompts; default: the dataset's roster.")
+    learning_rate: float = setting(1e-4, "Peak learning rate (linear decay).")
+    max_length: int = setting(1024, "Longest tokenized prompt + reply; a longer example loses the middle of its prompt (the reply stays whole).")
+    eval_fraction: float = setting(0.1, "Share of queries held out (with all their examples) to report the held-out loss.")
+
+
+@dataclass
 class MergeSettings:
     """Merge a LoRA adapter into its base and save a full model with its tokenizer (for vLLM or transformers)."""
 

@@ -1,0 +1,42 @@
+"""`mascot eval compare A B [C]`: head-to-head judging of two or three systems on the same contexts."""
+
+from __future__ import annotations
+
+import typer
+
+from mascot.cli.eval_cmd import eval_app
+from mascot.cli.settings_cli import settings_command
+from mascot.judge.compare_settings import CompareSettings
+
+
+def _run(settings: CompareSettings) -> None:
+    from mascot.judge.compare_run import run_compare
+
+    result = run_compare(settings)
+    overall = result.report["criteria"]["overall"]
+    rates = ", ".join(f"{name} {s['win_rate']}" for name, s in overall["systems"].items())
+    typer.secho(f"overall win rates over {overall['num_contexts']} contexts: {rates}, ties {overall['tie_rate']}", err=True)
+    typer.echo(str(result.output_dir / "compare.md"))
+
+
+def _dry_run(command: str, settings: CompareSettings) -> None:
+    from dataclasses import asdict
+    from pathlib import Path
+
+    from mascot.cli.dryrun import check_judges, print_settings
+    from mascot.judge.compare import load_matchups, orders_for
+    from mascot.judge.compare_run import default_output_dir, judge_specs
+
+    names, matchups, unmatched = load_matchups([Path(p) for p in settings.systems], settings.label_list, settings.limit)
+    resolved = {
+        "systems": names,
+        "num_shared_contexts": len(matchups),
+        "unmatched_episodes": unmatched,
+        "orders_per_context": len(orders_for(len(names), settings.orders)),
+        "judges": check_judges(judge_specs(settings), settings.rubric_version),
+        "output_dir": settings.output_dir or str(default_output_dir(names)),
+    }
+    print_settings("eval compare", {"resolved": resolved, "settings": asdict(settings)})
+
+
+eval_app.command("compare", no_args_is_help=True)(settings_command(CompareSettings, _run, dry_run=_dry_run))

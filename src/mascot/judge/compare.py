@@ -1,0 +1,232 @@
+"""Head-to-head judging: two or three systems' conversations on the same context, blinded.
+
+The judge sees the conversations as "Conversation 1/2(/3)" in every order (`orders`: all
+permutations, or for three systems the three rotations), and answers, per collective criterion of
+the rubric and overall, which conversation is better or "tie". Verdicts are mapped back to systems,
+so a judge's preference for a position cancels across orders.
+
+A reply is parsed strictly (every criterion, a valid label) after forgiving packaging (think
+blocks, fences, prose around the JSON); an unusable reply gets one corrective follow-up, then the
+verdict is recorded as failed and counted. Successful verdicts are cached in the judge cache, keyed
+by the judge model, rubric version, prompt version and the ordered episodes (ids and content).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from dataclasses import dataclass, field
+from itertools import permutations
+from pathlib import Path
+
+from mascot.errors import MascotError
+from mascot.judge.cache import JudgmentCache, cache_key
+from mascot.judge.episodes import episode_context, episode_domain, load_episode_file, opening_lines, render_context, turn_lines
+from mascot.judge.parse import _load_object, json_object_spans, normalize_key
+from mascot.judge.prompt import defuse, render_lines
+from mascot.llm.base import ChatClient, ChatRequest, LLMError, Message, strip_think
+from mascot.prompt_text import prompt_environment
+from mascot.rubrics import rubric_for
+from mascot.schema import Episode
+
+log = logging.getLogger(__name__)
+
+COMPARE_PROMPT_VERSION = "compare_v1"
+TIE = "tie"
+OVERALL = "overall"
+ORDER_MODES = ("all", "rotations")
+
+
+class VerdictParseError(ValueError):
+    """The reply is not a complete verdict; the message says why."""
+
+
+@dataclass
+class Matchup:
+    """The episodes of every system on one context (same context, same episode index)."""
+
+    key: str
+    episodes: dict[str, Episode]  # system label -> episode
+
+
+def episodes_path(path: Path) -> Path:
+    """An episode file, or a run folder's episodes.jsonl."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "episodes.jsonl"
+    if not path.is_file():
+        raise MascotError(f"no episode file at {path} (give an episodes JSONL or a run folder holding episodes.jsonl)")
+    return path
+
+
+def system_label(path: Path, episodes: list[Episode]) -> str:
+    systems = {e.metadata.system for e in episodes if e.metadata.system}
+    return systems.pop() if len(systems) == 1 else Path(path).stem
+
+
+def load_matchups(paths: list[Path], labels: list[str] | None = None, limit: int | None = None) -> tuple[list[str], list[Matchup], dict]:
+    """System labels, the contexts all systems share (directed episodes, matched by context and
+    episode index, in the first file's order) and what could not be matched."""
+    loaded = [load_episode_file(episodes_path(p), fallback_dataset="unknown") for p in paths]
+    names = list(labels or [system_label(p, f.episodes) for p, f in zip(paths, loaded)])
+    if len(set(names)) != len(names):
+        raise MascotError(f"the systems need distinct labels, got {', '.join(names)}: pass --labels")
+    keyed = [{_match_key(e): e for e in f.episodes if e.metadata.branch is None} for f in loaded]
+    shared = [k for k in keyed[0] if all(k in other for other in keyed[1:])]
+    if limit is not None:
+        shared = shared[:limit]
+    if not shared:
+        raise MascotError("the episode files share no context (episodes are matched by context_id and episode index)")
+    domains = {episode_domain(keyed[0][k]) for k in shared}
+    if len(domains) > 1:
+        raise MascotError(f"the episodes mix domains ({', '.join(sorted(domains))}): compare one dataset at a time")
+    unmatched = {name: len(k) - len([x for x in shared if x in k]) for name, k in zip(names, keyed)}
+    return names, [Matchup(k, {n: keyed[i][k] for i, n in enumerate(names)}) for k in shared], unmatched
+
+
+def _match_key(episode: Episode) -> str:
+    return f"{episode.context_id or episode.episode_id}#e{episode.metadata.episode_idx}"
+
+
+def orders_for(count: int, mode: str) -> list[tuple[int, ...]]:
+    """Presentation orders as tuples of system indices."""
+    if mode not in ORDER_MODES:
+        raise MascotError(f"unknown --orders {mode!r}: use all or rotations")
+    if mode == "rotations":
+        return [tuple((start + i) % count for i in range(count)) for start in range(count)]
+    return list(permutations(range(count)))
+
+
+# --------------------------------------------------------------------------- prompt
+
+
+def _render(part: str, **values) -> str:
+    return prompt_environment().get_template(f"{COMPARE_PROMPT_VERSION}_{part}.j2").render(**values).strip()
+
+
+def conversation_text(episode: Episode, domain: str) -> str:
+    return render_lines(turn_lines(episode.turns, domain))
+
+
+def compare_messages(matchup: Matchup, order: list[str], rubric) -> tuple[list[Message], str]:
+    """The judge's messages for `order` (system labels, first shown first) and the content
+    fingerprint that keys the cache."""
+    first = matchup.episodes[order[0]]
+    domain = episode_domain(first)
+    context = episode_context(first)
+    conversations = [conversation_text(matchup.episodes[name], domain) for name in order]
+    opening = render_lines(opening_lines(context, domain))
+    context_text = defuse(render_context(context)).strip()
+    fingerprint = "\x1e".join([context_text, opening, *(f"{matchup.episodes[n].episode_id}\x1f{c}" for n, c in zip(order, conversations))])
+    nonce = hashlib.sha256(fingerprint.encode("utf-8")).hexdigest()[:12]
+    system = _render("system", count=len(order), domain=rubric.domain, criteria=rubric.criteria)
+    user = _render("user", nonce=nonce, context=context_text, opening=opening, conversations=conversations)
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}], fingerprint
+
+
+def verdict_schema(keys: list[str], count: int) -> dict:
+    choice = {"type": "object", "properties": {"winner": {"type": "string", "enum": [*map(str, range(1, count + 1)), TIE]}, "reason": {"type": "string"}},
+              "required": ["winner", "reason"], "additionalProperties": False}
+    return {"type": "object", "properties": {k: choice for k in keys}, "required": keys, "additionalProperties": False}
+
+
+# --------------------------------------------------------------------------- parse
+
+
+def _label(value: object, key: str, count: int) -> str:
+    if isinstance(value, dict):
+        if "winner" not in value:
+            raise VerdictParseError(f'criterion {key!r} has no "winner"')
+        value = value["winner"]
+    text = normalize_key(str(value)).replace("conversation_", "")
+    if text in (TIE, "equal", "none", "neither"):
+        return TIE
+    if text.isdigit() and 1 <= int(text) <= count and not isinstance(value, bool):
+        return text
+    raise VerdictParseError(f"criterion {key!r} names {value!r}, not one of 1-{count} or tie")
+
+
+def parse_verdict(text: str, keys: list[str], names: dict[str, str], count: int) -> dict[str, str]:
+    """criterion key -> "1".."count" or "tie". Accepts criterion names for keys."""
+    visible = strip_think(text or "").replace("```json", "").replace("```", "")
+    aliases = {normalize_key(k): k for k in keys} | {normalize_key(n): k for k, n in names.items()}
+    for span in reversed(json_object_spans(visible)):
+        obj = _load_object(span) or {}
+        found = {aliases[normalize_key(k)]: v for k, v in obj.items() if normalize_key(k) in aliases}
+        if found:
+            missing = [k for k in keys if k not in found]
+            if missing:
+                raise VerdictParseError(f"missing criteria {', '.join(missing)}")
+            return {k: _label(found[k], k, count) for k in keys}
+    raise VerdictParseError("no JSON object with the criteria in the reply")
+
+
+def corrective(problem: str, keys: list[str], count: int) -> Message:
+    labels = ", ".join(f'"{n}"' for n in range(1, count + 1))
+    return {"role": "user", "content": f"Your answer could not be used: {problem}. Reply again with only one JSON object with exactly the keys "
+            f"{', '.join(repr(k) for k in keys)}, each mapped to {{\"winner\": {labels} or \"tie\", \"reason\": \"<one sentence>\"}}."}
+
+
+# --------------------------------------------------------------------------- judge
+
+
+@dataclass
+class CompareJudge:
+    client: ChatClient
+    label: str
+    rubric_version: str
+    cache: JudgmentCache | None = None
+    max_tokens: int = 512
+    stats: dict = field(default_factory=lambda: {"calls": 0, "cached": 0, "retries": 0, "failures": 0})
+
+    async def _ask(self, messages: list[Message], schema: dict) -> str:
+        self.stats["calls"] += 1
+        request = ChatRequest(messages=messages, temperature=0.0, max_tokens=self.max_tokens, role="judge", thinking=False, json_schema=schema, schema_name="verdict")
+        return (await self.client.chat(request)).texts[0]
+
+    async def _verdict(self, messages: list[Message], keys: list[str], names: dict[str, str], count: int) -> dict:
+        schema = verdict_schema(keys, count)
+        try:
+            reply = await self._ask(messages, schema)
+            try:
+                return {"winners": parse_verdict(reply, keys, names, count)}
+            except VerdictParseError as first:
+                self.stats["retries"] += 1
+                retry = [*messages, {"role": "assistant", "content": reply}, corrective(str(first), keys, count)]
+                return {"winners": parse_verdict(await self._ask(retry, schema), keys, names, count)}
+        except VerdictParseError as exc:
+            return {"failed": True, "error": f"unparseable verdict after a corrective retry: {exc}"}
+        except LLMError as exc:
+            return {"failed": True, "error": f"judge backend failed: {exc}"}
+
+    async def judge(self, matchup: Matchup, order: list[str]) -> dict:
+        """One verdict record: per criterion the winning system (or "tie"), in this order."""
+        first = matchup.episodes[order[0]]
+        rubric = rubric_for(episode_domain(first), "collective", self.rubric_version)
+        keys, names = [*rubric.keys, OVERALL], {**rubric.names, OVERALL: "Overall"}
+        messages, fingerprint = compare_messages(matchup, order, rubric)
+
+        async def compute() -> dict:
+            return await self._verdict(messages, keys, names, len(order))
+
+        if self.cache is None:
+            value = await compute()
+        else:
+            key = cache_key(self.client.model, self.rubric_version, COMPARE_PROMPT_VERSION, fingerprint)
+            value, hit = await self.cache.get_or_compute(key, compute, judge_model=self.client.model, rubric_version=self.rubric_version, template_version=COMPARE_PROMPT_VERSION)
+            self.stats["cached"] += int(hit)
+        record = {"matchup": matchup.key, "context_id": first.context_id, "judge": self.label, "order": list(order),
+                  "episodes": {n: matchup.episodes[n].episode_id for n in order}, "prompt_version": COMPARE_PROMPT_VERSION, "rubric_version": self.rubric_version}
+        if value.get("failed"):
+            self.stats["failures"] += 1
+            log.warning("comparison failed for %s (%s, order %s): %s", matchup.key, self.label, "/".join(order), value["error"])
+            return {**record, "failed": True, "error": value["error"]}
+        positions = {k: (order[int(v) - 1] if v != TIE else TIE) for k, v in value["winners"].items()}
+        return {**record, "failed": False, "positions": value["winners"], "winners": positions}
+
+
+async def judge_matchups(judges: list[CompareJudge], matchups: list[Matchup], names: list[str], order_mode: str) -> list[dict]:
+    orders = [[names[i] for i in order] for order in orders_for(len(names), order_mode)]
+    tasks = [judge.judge(m, order) for m in matchups for order in orders for judge in judges]
+    return list(await asyncio.gather(*tasks))

@@ -1,0 +1,139 @@
+"""Supervised examples for `mascot train sft`: (Speaker prompt, reply) in TRL's conversational
+prompt-completion format.
+
+- `candidates` (default): from a Stage-1 run (candidates.jsonl), the best-scored candidate of each
+  query (one context, one persona); ties go to the earliest candidate. Unjudged or empty
+  candidates are skipped and counted.
+- `dataset`: the dataset's own supporter turns (ESConv's supporter, Empathetic Dialogues' listener),
+  each after the dialogue so far, written with a persona's Speaker prompt: personas take the turns
+  in rotation, so every persona learns from the same share of the data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mascot.errors import MascotError
+from mascot.schema import Candidate, Context, DialogueLine, Roster
+from mascot.store import read_jsonl
+from mascot.train.data import TrainingDataError, resolve_data_file
+
+
+SFT_SOURCES = ("candidates", "dataset")
+CANDIDATE_FILES = ("candidates.jsonl",)
+
+
+@dataclass
+class SFTExample:
+    prompt: list[dict[str, str]]
+    completion: list[dict[str, str]]
+    query: str  # examples of one query stay on one side of the held-out split
+    persona: str
+    score: float | None = None
+
+
+@dataclass
+class SFTData:
+    source: Path
+    examples: list[SFTExample]
+    read: int
+    skipped: dict[str, int] = field(default_factory=dict)
+
+
+def best_candidates(path: str | Path) -> SFTData:
+    file = resolve_data_file(path, CANDIDATE_FILES)
+    candidates = list(read_jsonl(file, Candidate))
+    skipped = {"unjudged": 0, "empty": 0}
+    best: dict[tuple[str, str], Candidate] = {}
+    for c in candidates:
+        if c.overall is None:
+            skipped["unjudged"] += 1
+            continue
+        if not c.response.strip():
+            skipped["empty"] += 1
+            continue
+        key = (c.context_id, c.persona)
+        held = best.get(key)
+        if held is None or (c.overall, -c.candidate_idx) > (held.overall, -held.candidate_idx):
+            best[key] = c
+    examples = [
+        SFTExample(c.prompt, [{"role": "assistant", "content": c.response}], f"{c.context_id}\x1f{c.persona}", c.persona, c.overall) for c in best.values()
+    ]
+    if not examples:
+        raise TrainingDataError(f"{file}: no judged, non-empty candidate to learn from ({len(candidates)} read)")
+    return SFTData(file, examples, len(candidates), skipped)
+
+
+def _esconv_dialogues(path: Path) -> list[tuple[Context, list[DialogueLine]]]:
+    from mascot.data.sources import iter_json_lines
+
+    speakers = {"usr": "user", "seeker": "user", "sys": "supporter", "supporter": "supporter"}
+    out = []
+    for number, record in iter_json_lines(path):
+        lines = [DialogueLine(speaker=speakers.get(str(t.get("speaker", "")).lower(), "other"), text=str(t.get("content", t.get("text", ""))).strip())
+                 for t in record.get("dialog") or [] if isinstance(t, dict)]
+        ctx = Context(context_id=f"esconv-{number}", dataset="ESConv", situation=str(record.get("situation", "")), emotion=record.get("emotion_type"))
+        out.append((ctx, lines))
+    return out
+
+
+def _ed_dialogues(path: Path) -> list[tuple[Context, list[DialogueLine]]]:
+    from mascot.data.empathetic import _csv_rows, decode_text
+
+    conversations: dict[str, list[dict]] = {}
+    for _, row in _csv_rows(path):
+        conversations.setdefault(row["conv_id"], []).append(row)
+    out = []
+    for conv_id, rows in conversations.items():
+        rows.sort(key=lambda r: int(r["utterance_idx"]))
+        # Empathetic Dialogues alternates: the speaker (the person) opens, the listener answers.
+        lines = [DialogueLine(speaker="user" if i % 2 == 0 else "supporter", text=decode_text(r["utterance"])) for i, r in enumerate(rows)]
+        out.append((Context(context_id=conv_id, dataset="EmpatheticDialogues", situation=decode_text(rows[0]["prompt"]), emotion=rows[0]["context"].strip()), lines))
+    return out
+
+
+def dataset_turns(path: str | Path, dataset: str, roster: Roster) -> SFTData:
+    """Every supporter turn that answers something, as a persona's Speaker prompt and reply."""
+    from mascot.dialogue.prompts import speaker_messages
+
+    path = Path(path)
+    if not path.is_file():
+        raise TrainingDataError(f"--sft-data dataset needs the dataset file as --data-path: {path} is not a file")
+    readers = {"ESConv": _esconv_dialogues, "EmpatheticDialogues": _ed_dialogues}
+    if dataset not in readers:
+        raise MascotError(f"--sft-data dataset reads ESConv or EmpatheticDialogues files (supporter turns); {dataset} has none")
+    examples: list[SFTExample] = []
+    dialogues = readers[dataset](path)
+    for ctx, lines in dialogues:
+        for i, line in enumerate(lines):
+            if line.speaker != "supporter" or i == 0 or not line.text or not any(x.speaker == "user" for x in lines[:i]):
+                continue
+            persona = roster.personas[len(examples) % len(roster.personas)]
+            turn_ctx = ctx.model_copy(update={"opening_turns": lines[:i]})
+            prompt = speaker_messages(persona, roster, turn_ctx, [])
+            examples.append(SFTExample(prompt, [{"role": "assistant", "content": line.text}], ctx.context_id, persona.name))
+    if not examples:
+        raise TrainingDataError(f"{path}: no supporter turn that follows a seeker turn ({len(dialogues)} dialogues read)")
+    return SFTData(path, examples, len(dialogues))
+
+
+def split_by_query(examples: list[SFTExample], eval_fraction: float, seed: int) -> tuple[list[SFTExample], list[SFTExample]]:
+    import random
+
+    queries = sorted({e.query for e in examples})
+    random.Random(seed).shuffle(queries)
+    held = set(queries[: int(len(queries) * eval_fraction)]) if len(queries) > 1 else set()
+    return [e for e in examples if e.query not in held], [e for e in examples if e.query in held]
+
+
+def fitted_rows(examples: list[SFTExample], tokenizer, max_length: int) -> tuple[list[dict], int]:
+    """TRL rows; a prompt too long for `max_length` loses its middle (the reply stays whole)."""
+    from mascot.train.data import shorten_prompt
+
+    rows, cut = [], 0
+    for e in examples:
+        prompt, shortened = shorten_prompt(tokenizer, e.prompt, [e.completion], max_length)
+        cut += int(shortened)
+        rows.append({"prompt": prompt, "completion": e.completion})
+    return rows, cut
