@@ -138,51 +138,61 @@ def check_client(s: Any) -> None:
 
 
 @dataclass
-class EndpointSettings(ClientSettings):
-    """Which server and model each role calls."""
+class GroupEndpointSettings(ClientSettings):
+    """Which server and model the Director and the Speakers call (what a live conversation needs)."""
 
     model_name: Optional[str] = setting(None, MODEL_NAME_HELP, flags=("--model",))
     vllm_server_url: Optional[list[str]] = setting(None, SHARED_URL_HELP)
     director_server_url: Optional[list[str]] = setting(None, "Endpoint for the Director (overrides the shared one)." + _SEVERAL)
     speaker_server_url: Optional[list[str]] = setting(None, "Endpoint for the Speakers (overrides the shared one)." + _SEVERAL)
-    user_server_url: Optional[list[str]] = setting(None, "Endpoint for the simulated user (overrides the shared one)." + _SEVERAL)
-    judge_server_url: Optional[list[str]] = setting(None, "Endpoint for the judge; never inherits --vllm-server-url (no URL: local model)." + _SEVERAL)
     director_model: Optional[str] = setting(None, "Model id the Director calls.", flags=("--directive-model",))
     speaker_model: Optional[str] = setting(None, "Model id the Speakers call.", flags=("--agent-model",))
-    user_model: Optional[str] = setting(None, "Model id the simulated user calls.")
-    judge_model: Optional[str] = setting(None, "Model id the judge calls.")
     director_adapter: Optional[str] = setting(None, "LoRA adapter folder for the Director (local backend).")
     speaker_adapter: Optional[str] = setting(None, "LoRA adapter folder for the Speakers (local backend).")
-    share_model: bool = setting(False, "Opt-in: Director and User reuse the Speaker's model and endpoint.")
+    share_model: bool = setting(False, "Opt-in: the other roles reuse the Speaker's model and endpoint.")
     director_extra_body: Optional[str] = setting(None, "JSON object merged into the Director's request bodies (over --extra-body).")
     speaker_extra_body: Optional[str] = setting(None, "JSON object merged into the Speakers' request bodies (over --extra-body).")
-    user_extra_body: Optional[str] = setting(None, "JSON object merged into the simulated user's request bodies (over --extra-body).")
-    judge_extra_body: Optional[str] = setting(None, "JSON object merged into the judge's request bodies (over --extra-body).")
     director_thinking: str = setting("default", "Director: " + THINKING_HELP)
     speaker_thinking: str = setting("default", "Speakers: " + THINKING_HELP)
-    user_thinking: str = setting("default", "Simulated user: " + THINKING_HELP)
-    judge_thinking: str = setting("default", "Judge: " + THINKING_HELP)
 
     def __post_init__(self) -> None:
         check_endpoints(self)
+
+    def roles(self) -> tuple[str, ...]:
+        """The roles these settings name endpoints for."""
+        return tuple(r for r in (*DIALOGUE_ROLES, "judge") if hasattr(self, f"{r}_server_url"))
 
     def endpoint_options(self, **extra: Any):
         """The `mascot.llm.routing.EndpointOptions` these settings describe."""
         from mascot.llm.routing import EndpointOptions
 
-        names = ("model_name", "director_model", "speaker_model", "user_model", "judge_model", "director_adapter", "speaker_adapter", "share_model")
-        urls = {f"{role}_server_url": getattr(self, f"{role}_server_url") for role in (*DIALOGUE_ROLES, "judge")}
+        names = ("model_name", "director_adapter", "speaker_adapter", "share_model", *(f"{r}_model" for r in self.roles()))
+        urls = {f"{role}_server_url": getattr(self, f"{role}_server_url") for role in self.roles()}
         roles = {}
-        for role in (*DIALOGUE_ROLES, "judge"):
+        for role in self.roles():
             roles[f"{role}_extra_body"] = parse_extra_body(getattr(self, f"{role}_extra_body"), f"--{role}-extra-body")
             roles[f"{role}_thinking"] = parse_thinking(getattr(self, f"{role}_thinking"), f"--{role}-thinking")
         values = {n: getattr(self, n) for n in names}
         return EndpointOptions(**values, vllm_server_url=self.vllm_server_url, **urls, **self.client_options(), **roles, **extra)
 
 
+@dataclass
+class EndpointSettings(GroupEndpointSettings):
+    """Which server and model each role calls: the group, the simulated user and the judge."""
+
+    user_server_url: Optional[list[str]] = setting(None, "Endpoint for the simulated user (overrides the shared one)." + _SEVERAL)
+    judge_server_url: Optional[list[str]] = setting(None, "Endpoint for the judge; never inherits --vllm-server-url (no URL: local model)." + _SEVERAL)
+    user_model: Optional[str] = setting(None, "Model id the simulated user calls.")
+    judge_model: Optional[str] = setting(None, "Model id the judge calls.")
+    user_extra_body: Optional[str] = setting(None, "JSON object merged into the simulated user's request bodies (over --extra-body).")
+    judge_extra_body: Optional[str] = setting(None, "JSON object merged into the judge's request bodies (over --extra-body).")
+    user_thinking: str = setting("default", "Simulated user: " + THINKING_HELP)
+    judge_thinking: str = setting("default", "Judge: " + THINKING_HELP)
+
+
 def check_endpoints(s: Any) -> None:
     check_client(s)
-    for role in (*DIALOGUE_ROLES, "judge"):
+    for role in s.roles():
         parse_extra_body(getattr(s, f"{role}_extra_body"), f"--{role}-extra-body")
         parse_thinking(getattr(s, f"{role}_thinking"), f"--{role}-thinking")
 

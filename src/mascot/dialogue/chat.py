@@ -16,6 +16,7 @@ from pathlib import Path
 
 from mascot.dialogue.chat_settings import CHAT_SYSTEM, DEFAULT_SESSION_DIR, ChatSettings, ConversationSettings, EndpointFields
 from mascot.dialogue.engine import EngineSettings, EpisodeEngine, EpisodeState
+from mascot.dialogue.reasoning import role_thinking
 from mascot.dialogue.reply_stream import RoundListener, SilentListener
 from mascot.dialogue.tally import Tally
 from mascot.errors import MascotError
@@ -176,6 +177,9 @@ def engine_settings(settings: ConversationSettings, dataset: str, session_id: st
         max_tokens=settings.max_tokens,
         safety=settings.safety,
         safety_locale=settings.safety_locale,
+        # --speaker-thinking / --director-thinking on (chat and web settings carry the endpoint flags)
+        speaker_think=role_thinking(getattr(settings, "speaker_thinking", None)),
+        director_thinking=role_thinking(getattr(settings, "director_thinking", None)),
     )
 
 

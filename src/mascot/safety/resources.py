@@ -7,9 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from mascot.safety.rules import SafetyConfigError
+from mascot.safety.rules import SafetyConfigError, read_safety_yaml
 
 RESOURCES_FILE = Path(__file__).with_name("resources_v1.yaml")
 
@@ -63,8 +61,4 @@ def parse_resources(data: Any, source: str) -> Resources:
 @lru_cache(maxsize=8)
 def load_resources(path: Path | str = RESOURCES_FILE) -> Resources:
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise SafetyConfigError(f"cannot read crisis resources {path}: {exc}") from None
-    return parse_resources(data, str(path))
+    return parse_resources(read_safety_yaml(path, "crisis resources"), str(path))

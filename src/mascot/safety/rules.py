@@ -91,11 +91,15 @@ def parse_rules(data: Any, source: str) -> Rules:
     )
 
 
+def read_safety_yaml(path: Path, what: str) -> Any:
+    """A safety data file's contents; one clear line when it cannot be read."""
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise SafetyConfigError(f"cannot read {what} {path}: {exc}") from None
+
+
 @lru_cache(maxsize=8)
 def load_rules(path: Path | str = RULES_FILE) -> Rules:
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise SafetyConfigError(f"cannot read safety rules {path}: {exc}") from None
-    return parse_rules(data, str(path))
+    return parse_rules(read_safety_yaml(path, "safety rules"), str(path))

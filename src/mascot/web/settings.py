@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from mascot.dialogue.chat_settings import DEFAULT_SESSION_DIR, ConversationSettings, EndpointFields
+from mascot.dialogue.chat_settings import DEFAULT_SESSION_DIR, ConversationSettings, EndpointFields, check_conversation
+from mascot.settings_groups import check_endpoints
 from mascot.settings import require, setting
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -23,7 +24,8 @@ class WebSettings(EndpointFields, ConversationSettings):
     max_body_bytes: int = setting(262144, "Largest request body accepted (roster uploads included), in bytes.")
 
     def __post_init__(self) -> None:
-        super().__post_init__()
+        check_endpoints(self)
+        check_conversation(self)
         require(0 < self.port < 65536, "--port must be between 1 and 65535")
         require(self.max_message_chars >= 1, "--max-message-chars must be at least 1")
         require(self.max_body_bytes >= 1024, "--max-body-bytes must be at least 1024")
