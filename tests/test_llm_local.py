@@ -209,8 +209,8 @@ def test_hub_id_offline_is_a_one_line_error_without_asking_the_network(monkeypat
     def no_probe():
         raise AssertionError("offline: the hub must not be probed")
 
-    monkeypatch.setattr(local, "_probe_hub", no_probe)
-    monkeypatch.setattr(local, "_hub_reachable", None)
+    monkeypatch.setattr(models, "_probe_hub", no_probe)
+    monkeypatch.setattr(models, "_hub_reachable", None)
     with pytest.raises(MascotError, match="someone/not-a-cached-model") as info:
         resolve_local_model("someone/not-a-cached-model")
     assert "\n" not in str(info.value)

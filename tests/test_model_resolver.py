@@ -14,7 +14,7 @@ from mascot.train.models import ModelLoadError, base_model_id, model_ref
 
 
 @pytest.fixture
-def offline(monkeypatch, tmp_path):
+def no_hub(monkeypatch, tmp_path):
     """No hub, nothing in the HF cache, and a converted embedded model in a scratch mascot cache."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(models, "in_hf_cache", lambda model_id: False)
@@ -32,23 +32,23 @@ def adapter(folder, base: str, **config):
     return folder
 
 
-def test_the_embedded_id_resolves_offline_to_the_converted_folder_and_records_the_id(offline):
+def test_the_embedded_id_resolves_offline_to_the_converted_folder_and_records_the_id(no_hub):
     resolved = models.resolve_model(DEFAULT_LOCAL_MODEL)
-    assert resolved.source == str(offline) and resolved.base_model == DEFAULT_LOCAL_MODEL and resolved.adapter is None
-    assert model_ref(DEFAULT_LOCAL_MODEL) == str(offline) and base_model_id(DEFAULT_LOCAL_MODEL) == DEFAULT_LOCAL_MODEL
+    assert resolved.source == str(no_hub) and resolved.base_model == DEFAULT_LOCAL_MODEL and resolved.adapter is None
+    assert model_ref(DEFAULT_LOCAL_MODEL) == str(no_hub) and base_model_id(DEFAULT_LOCAL_MODEL) == DEFAULT_LOCAL_MODEL
     # given the converted folder itself, artefacts still name the hub id
-    assert base_model_id(str(offline)) == DEFAULT_LOCAL_MODEL
+    assert base_model_id(str(no_hub)) == DEFAULT_LOCAL_MODEL
 
 
-def test_an_adapter_resolves_to_its_base_plus_itself(offline, tmp_path):
+def test_an_adapter_resolves_to_its_base_plus_itself(no_hub, tmp_path):
     folder = adapter(tmp_path / "speaker", "/other/machine/.cache/mascot/models/SmolLM2-135M-Instruct")
     resolved = models.resolve_model(str(folder))
-    assert resolved.adapter == str(folder.resolve()) and resolved.source == str(offline)
+    assert resolved.adapter == str(folder.resolve()) and resolved.source == str(no_hub)
     assert resolved.base_model == DEFAULT_LOCAL_MODEL
     assert model_ref(str(folder)) == str(folder.resolve())  # trainers load adapters as folders
 
 
-def test_an_adapter_without_a_base_names_it_from_the_metadata_or_asks_for_it(offline, tmp_path):
+def test_an_adapter_without_a_base_names_it_from_the_metadata_or_asks_for_it(no_hub, tmp_path):
     folder = tmp_path / "rm"
     folder.mkdir()
     (folder / "adapter_config.json").write_text("{}")
@@ -56,10 +56,10 @@ def test_an_adapter_without_a_base_names_it_from_the_metadata_or_asks_for_it(off
         models.resolve_model(str(folder))
     assert "\n" not in str(info.value)
     (folder / "mascot_metadata.json").write_text(json.dumps({"base_model": DEFAULT_LOCAL_MODEL}))
-    assert models.resolve_model(str(folder)).source == str(offline)
+    assert models.resolve_model(str(folder)).source == str(no_hub)
 
 
-def test_other_folders_and_ids(offline, tmp_path):
+def test_other_folders_and_ids(no_hub, tmp_path):
     plain = tmp_path / "my-model"
     plain.mkdir()
     assert base_model_id(str(plain)) == str(plain.resolve())  # no hub id known: the folder
@@ -69,13 +69,13 @@ def test_other_folders_and_ids(offline, tmp_path):
         model_ref(str(tmp_path / "missing"))
 
 
-def test_saved_adapters_name_the_hub_id_not_the_folder_the_base_loaded_from(tmp_path, offline):
-    folder = adapter(tmp_path / "out", str(offline), task_type="SEQ_CLS")
-    (folder / "README.md").write_text(f"---\nbase_model: {offline}\n---\n")
+def test_saved_adapters_name_the_hub_id_not_the_folder_the_base_loaded_from(tmp_path, no_hub):
+    folder = adapter(tmp_path / "out", str(no_hub), task_type="SEQ_CLS")
+    (folder / "README.md").write_text(f"---\nbase_model: {no_hub}\n---\n")
     models.record_hub_base(folder, DEFAULT_LOCAL_MODEL)
     config = json.loads((folder / "adapter_config.json").read_text())
     assert config["base_model_name_or_path"] == DEFAULT_LOCAL_MODEL and config["task_type"] == "SEQ_CLS"
-    assert str(offline) not in (folder / "README.md").read_text() and DEFAULT_LOCAL_MODEL in (folder / "README.md").read_text()
+    assert str(no_hub) not in (folder / "README.md").read_text() and DEFAULT_LOCAL_MODEL in (folder / "README.md").read_text()
 
 
 @pytest.mark.slow

@@ -15,10 +15,10 @@ from mascot.pipeline.steps import Plan, render_flags
 
 
 @pytest.fixture
-def offline(monkeypatch):
+def stand_in_hub(monkeypatch):
     """A stand-in hub that knows every id and endpoints that answer /models (as in the docs test)."""
     import mascot.cli.dryrun as dryrun
-    import mascot.llm.local as local
+    import mascot.llm.models as local
     import mascot.serve as serve
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -34,7 +34,7 @@ def dry_run(*args):
 
 
 @pytest.mark.parametrize("preset", ["toy", "paper"])
-def test_each_preset_passes_its_dry_run_and_plans_every_step(preset, offline, tmp_path):
+def test_each_preset_passes_its_dry_run_and_plans_every_step(preset, stand_in_hub, tmp_path):
     report = dry_run("--preset", preset, "--output-dir", str(tmp_path / "out"))
     assert [s["step"] for s in report["plan"]] == list(STEP_NAMES)
     assert all(s["status"] == "absent" for s in report["plan"])
@@ -56,7 +56,7 @@ def test_the_paper_preset_holds_the_papers_figures():
     assert "--speaker-model mascot-speaker" in plan.step("eval_trained").command_line()
 
 
-def test_flags_win_over_the_config_file_which_wins_over_the_preset(offline, tmp_path):
+def test_flags_win_over_the_config_file_which_wins_over_the_preset(stand_in_hub, tmp_path):
     config = tmp_path / "mine.yaml"
     config.write_text(yaml.safe_dump({"preset": "toy", "limit": 1, "seed": 5, "steps": {"speaker": {"max_steps": 9}}}))
     report = dry_run("--config", str(config), "--seed", "7", "--output-dir", str(tmp_path / "o"), "--until", "speaker")
@@ -91,7 +91,7 @@ def test_step_flags_are_checked_and_rendered():
     assert "--skip-nli" in Plan(PipelineSettings(), None).step("metrics_trained").command_line()
 
 
-def test_a_flag_the_step_command_does_not_take_fails_the_dry_run(offline, tmp_path):
+def test_a_flag_the_step_command_does_not_take_fails_the_dry_run(stand_in_hub, tmp_path):
     result = CliRunner().invoke(app, ["pipeline", "--preset", "toy", "--output-dir", str(tmp_path), "--steps", '{"speaker": {"no_such_flag": 1}}', "--dry-run"])
     assert result.exit_code != 0
     assert "pipeline step speaker" in str(result.exception) and "--no-such-flag" in str(result.exception)
@@ -105,7 +105,7 @@ def test_presets_are_versioned_data_files():
         PipelineSettings(version=2)
 
 
-def test_other_datasets_need_a_data_file(offline, tmp_path):
+def test_other_datasets_need_a_data_file(stand_in_hub, tmp_path):
     result = CliRunner().invoke(app, ["pipeline", "--preset", "toy", "--dataset", "QMSum", "--output-dir", str(tmp_path), "--dry-run"])
     assert result.exit_code != 0 and "--data-file is needed for QMSum" in str(result.exception)
 

@@ -362,8 +362,9 @@ def _sources(settings: DirectorGRPOSettings) -> dict[str, str]:
     sources = {}
     if settings.group_reward_model_path:
         sources["group_reward_model"] = model_ref(settings.group_reward_model_path)
-    if settings.speaker_adapter:
-        sources["speaker_adapter"] = model_ref(settings.speaker_adapter)
+    if settings.speaker_adapter:  # a folder (local rollouts) or the alias a rollout server serves it under
+        adapter = Path(settings.speaker_adapter).expanduser()
+        sources["speaker_adapter"] = str(adapter.resolve()) if adapter.exists() else settings.speaker_adapter
     sources["rollout_model"] = rollout_model(settings)
     return sources
 
