@@ -186,11 +186,14 @@ def prepare(argv: list[str], workdir: Path) -> list[str]:
     for i, token in enumerate(out[:-1]):
         if token in PATH_OPTIONS:
             out[i + 1] = materialise(token, out[i + 1], workdir)
-    if out[:2] == ["study", "results"] and len(out) > 2 and not (workdir / out[2]).exists():  # a study file to read
+    study_file = out[2] if out[:2] == ["study", "results"] and len(out) > 2 else None
+    if out[0] == "web" and "--study" in out:
+        study_file = out[out.index("--study") + 1]
+    if study_file and not (workdir / study_file).exists():  # a study file to read or serve
         from mascot.study.create import create_study
         from mascot.study.samples import write_sample_systems
 
-        create_study(*write_sample_systems(workdir / "study_inputs"), workdir / out[2], raters=2)
+        create_study(*write_sample_systems(workdir / "study_inputs"), workdir / study_file, raters=2)
     default = DEFAULT_INPUTS.get(tuple(out[:2]))
     if default and default[0] not in out:
         from mascot.data import canonical_dataset_name

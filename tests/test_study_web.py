@@ -152,3 +152,25 @@ def test_no_study_configured_is_a_404_page(tmp_path):
     client = TestClient(mount_study(FastAPI(), tmp_path / "missing.db"))
     assert client.get("/study/r/anything").status_code == 404
     assert client.get("/study/results/anything").status_code == 404
+
+
+def test_mascot_web_serves_the_study_beside_the_chat(study, tmp_path):
+    from mascot.testing.players import group_client
+    from mascot.web.app import create_app
+    from mascot.web.settings import WebSettings
+
+    settings = WebSettings(session_dir=tmp_path / "chat", study=study.path)
+    app = create_app(settings, {"director": group_client(), "speaker": group_client()})
+    with TestClient(app, base_url="http://127.0.0.1", follow_redirects=False) as client:
+        assert client.get("/").status_code == 200  # the group chat
+        home = client.get(f"/study/r/{study.rater_tokens[0]}")
+        assert home.status_code == 200 and "Rated 0 of 3" in home.text
+        assert client.get("/study/r/not-a-token").status_code == 404
+
+
+def test_mascot_web_refuses_a_missing_study_file(tmp_path):
+    from mascot.errors import MascotError
+    from mascot.web.settings import WebSettings
+
+    with pytest.raises(MascotError, match="no such study file"):
+        WebSettings(session_dir=tmp_path / "chat", study=tmp_path / "missing.db")

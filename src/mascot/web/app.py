@@ -70,7 +70,8 @@ def create_app(settings: WebSettings, clients: dict[str, ChatClient] | None = No
     app.add_middleware(GuardMiddleware, max_body_bytes=settings.max_body_bytes)
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
     app.include_router(chat_routes.router)
-    app.include_router(study_routes.router)
+    if settings.study is not None:  # the human-study pages of one study file, beside the chat
+        study_routes.mount_study(app, settings.study)
     return app
 
 

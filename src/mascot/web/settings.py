@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 from mascot.dialogue.chat_settings import DEFAULT_SESSION_DIR, ConversationSettings, EndpointFields, check_conversation
 from mascot.settings_groups import check_endpoints
@@ -22,12 +23,14 @@ class WebSettings(EndpointFields, ConversationSettings):
     session_dir: Path = setting(DEFAULT_SESSION_DIR, "Folder of chat sessions (shared with `mascot chat`); uploaded rosters go to its rosters/ folder.")
     max_message_chars: int = setting(4000, "Longest message a person may send, in characters.")
     max_body_bytes: int = setting(262144, "Largest request body accepted (roster uploads included), in bytes.")
+    study: Optional[Path] = setting(None, "A study file from `mascot study create`: serve its rater pages (/study/r/<token>) and results page too.")
 
     def __post_init__(self) -> None:
         check_endpoints(self)
         check_conversation(self)
         require(0 < self.port < 65536, "--port must be between 1 and 65535")
         require(self.max_message_chars >= 1, "--max-message-chars must be at least 1")
+        require(self.study is None or Path(self.study).is_file(), f"--study {self.study}: no such study file (make one with `mascot study create`)")
         require(self.max_body_bytes >= 1024, "--max-body-bytes must be at least 1024")
 
     @property
