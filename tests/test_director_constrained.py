@@ -6,8 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-import torch
-from train_helpers import tiny_model
+from train_helpers import one_thread_per_module, tiny_model  # noqa: F401 - fixture
 
 from mascot.dialogue.director import DIRECTIVE_OPENING, Director, directive_slot
 from mascot.dialogue.tally import Tally
@@ -16,14 +15,6 @@ from mascot.llm.local import LocalClient
 from mascot.llm.local_decoding import ChoiceTrie
 from mascot.rosters import load_roster
 from mascot.schema import Context, DialogueLine, Turn
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ import threading
 
 import pytest
 import torch
+from train_helpers import one_thread_per_module  # noqa: F401 - fixture
 
 from mascot.errors import MascotError
 from mascot.llm import local, models
@@ -28,15 +29,6 @@ def ask(question: str, **settings) -> ChatRequest:
     settings.setdefault("temperature", 0.0)
     settings.setdefault("max_tokens", 12)
     return ChatRequest([{"role": "user", "content": question}], **settings)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """The test machines are small and shared: one intra-op thread avoids oversubscription."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
