@@ -53,6 +53,30 @@ def timed(fn):
     return value, time.perf_counter() - started
 
 
+def gemm_rate(threads: int) -> float:
+    """This machine's fp32 matrix-multiply rate (GFLOP/s) at MiniLM's shapes: the figure the
+    embedding time scales with, printed so that runs on different days or hosts compare."""
+    import torch
+
+    torch.set_num_threads(threads)
+    a, b = torch.randn(2048, 384), torch.randn(384, 1536)
+    for _ in range(3):
+        a @ b
+    started, n = time.perf_counter(), 50
+    for _ in range(n):
+        a @ b
+    return 2 * 2048 * 384 * 1536 * n / (time.perf_counter() - started) / 1e9
+
+
+def embedding_floor(embedder, texts: list[str], rate_gflops: float) -> tuple[int, float]:
+    """(word pieces, seconds): the encoder's matrix work (2 FLOP per weight outside the embedding
+    table, per piece) at the measured GEMM rate; attention and the rest come on top."""
+    model = embedder.model[0].auto_model
+    weights = sum(p.numel() for name, p in model.named_parameters() if "embeddings" not in name)
+    pieces = sum(len(ids) for ids in embedder.model.tokenizer(texts, truncation=True, max_length=embedder.model.max_seq_length)["input_ids"])
+    return pieces, 2 * weights * pieces / (rate_gflops * 1e9)
+
+
 def load_average() -> str:
     return "/".join(f"{x:.1f}" for x in os.getloadavg())
 
@@ -100,6 +124,10 @@ def main(args: argparse.Namespace) -> None:
     print(f"Self-BLEU + distinct + redundancy:       {full_s:7.2f} s   (redundancy mean {full['overall']['redundancy']['mean']}, {full['num_response_pairs']} pairs)")
     print(f"embedding throughput:                    {responses / max(full_s - lexical_s, 1e-9):7.1f} responses/s (MiniLM-L6, {embedder.precision}, max {embedder.model.max_seq_length} pieces)")
     print(f"total (load + all metrics):              {load_s + full_s:7.2f} s   (target < 30 s on 2 cores; load average now {load_average()})")
+    rate = gemm_rate(args.threads)
+    pieces, floor_s = embedding_floor(embedder, list(dict.fromkeys(t.response for e in episodes for t in e.agent_turns)), rate)
+    print(f"machine: fp32 GEMM {rate:.0f} GFLOP/s at MiniLM's shapes; {pieces} word pieces to encode, whose matrix work alone "
+          f"takes {floor_s:.1f} s at that rate")
     if args.agreement:
         compare_with_unoptimised(episodes, full, args)
 

@@ -205,6 +205,68 @@ def test_an_interrupted_eval_rerun_does_only_the_missing_work(toy, stub):
     assert collective == {("positive", "toy-director"): 2, ("positive", "toy-round-robin"): 2, ("negative", "toy-director"): 3, ("negative", "toy-round-robin"): 3}
 
 
+class KillingJudge(Judge):
+    """SIGKILLs the eval process when it asks for its `kill_at`-th judgment, before answering it;
+    `asked` collects every judged prompt, per process."""
+
+    def __init__(self, kill_at: int) -> None:
+        super().__init__()
+        self.kill_at = kill_at
+        self.victim: int | None = None
+        self.asked: list[str] = []
+
+    def __call__(self, messages, request):
+        import os
+        import signal
+
+        reply = super().__call__(messages, request)
+        if reply.startswith("{") and '"reason"' in reply:
+            self.asked.append(hashlib.sha256(json.dumps(messages).encode()).hexdigest())
+            if len(self.asked) == self.kill_at and self.victim:
+                os.kill(self.victim, signal.SIGKILL)
+                self.victim = None
+        return reply
+
+
+def cached_judgments(out: Path) -> int:
+    import sqlite3
+
+    with sqlite3.connect(out / "judge_cache" / "judge_cache.sqlite") as db:
+        return db.execute("SELECT COUNT(*) FROM judgments").fetchone()[0]
+
+
+def test_an_eval_killed_while_judging_reruns_only_the_missing_work(toy, stub, tmp_path):
+    """A real SIGKILL in the middle of the judging: the rerun keeps every episode written before the
+    kill, asks again only for judgments that were in flight, and completes."""
+    import os
+    import subprocess
+    import sys
+
+    judge = KillingJudge(kill_at=7)  # the second system's judging on the first split
+    server = stub(responder=judge)
+    args = [str(a) for a in eval_args({**toy, "url": server.url})]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1] / "src"), os.environ.get("PYTHONPATH", "")])}
+    with open(tmp_path / "killed.log", "wb") as sink:  # a file, not a pipe: a full pipe would stall the child
+        proc = subprocess.Popen([sys.executable, "-m", "mascot", *args], env=env, stdout=sink, stderr=sink)
+        judge.victim = proc.pid  # the child needs seconds to import before its first request
+        assert proc.wait(timeout=600) == -9, (tmp_path / "killed.log").read_text(errors="replace")[-2000:]
+    first_run = judge.asked[:]
+    saved = cached_judgments(toy["out"])
+    kept = {p: p.read_text() for p in toy["out"].rglob("episodes.jsonl")}
+    assert 0 < saved < len(first_run) <= saved + 8 and kept  # a few requests were in flight, nothing was finished
+
+    judge.asked.clear()
+    run_command(args)
+    asked_again = set(judge.asked) & set(first_run)
+    assert len(asked_again) == len(first_run) - saved  # only the judgments lost in flight are asked again
+    assert len(judge.asked) == len(set(judge.asked))
+    for path, text in kept.items():
+        assert path.read_text().startswith(text)  # nothing written before the kill was lost or rewritten
+    results = json.loads((toy["out"] / "EmpatheticDialogues" / "results.json").read_text())
+    collective = {(r["split"], r["system"]): r["n"] for r in results["tables"]["collective_criteria"] if r["criterion"] == "Overall"}
+    assert collective == {("positive", "toy-director"): 2, ("positive", "toy-round-robin"): 2, ("negative", "toy-director"): 3, ("negative", "toy-round-robin"): 3}
+
+
 def test_judges_on_different_rubric_versions_are_one_clear_error(toy):
     run_command(eval_args(toy, "--split", "positive"))
     run_dir = run_dir_of(toy["out"], "positive", "toy-round-robin")

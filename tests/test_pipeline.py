@@ -32,6 +32,7 @@ def test_scripted_pipeline_runs_every_step_and_reports(server, base, tmp_path):
     assert [n for n, r in steps.items() if r["status"] != "completed"] == []
     assert {"candidates", "speaker", "director", "judge_trained", "metrics_trained", "report"} <= set(steps)
     assert steps["speaker"]["tokens"] and steps["candidates"]["tokens"] > 0
+    assert steps["group_pairs"]["tokens"] > 0 and steps["judge_base"]["tokens"] > 0  # what the judges read and wrote
     report = (out / "report.md").read_text()
     for heading in ("## Steps", "## Preference pairs", "## Reward models", "## GRPO reward", "## Evaluation: trained vs base", "### Automatic metrics", "## Commands"):
         assert heading in report
@@ -95,3 +96,23 @@ def test_killed_in_a_training_step_the_rerun_resumes_it_and_redoes_nothing(serve
     assert json.loads((out / "speaker" / "mascot_metadata.json").read_text())["train_metrics"]["resumed_from"].startswith("checkpoint-")
     assert all(after[n]["status"] == "completed" for n in ("speaker", "episodes", "group_pairs"))
     assert (out / "candidates").stat().st_mtime_ns == candidates_mtime
+
+
+def test_the_report_says_when_training_changed_no_conversation(tmp_path):
+    from mascot.pipeline.report import _evaluation
+
+    def write(system: str, text: str) -> None:
+        run = tmp_path / f"eval_{system}" / "run"
+        run.mkdir(parents=True)
+        (run / "run_config.json").write_text("{}")
+        turns = [{"agent_name": "The Anchor", "response": text}]
+        (run / "episodes.jsonl").write_text(json.dumps({"context_id": "c1", "turns": turns}) + "\n")
+        judge = tmp_path / f"judge_{system}"
+        judge.mkdir()
+        (judge / "metrics_episodes.json").write_text(json.dumps({"agent": {"overall": {"Overall": {"mean": 40.0}}}}))
+
+    write("base", "That sounds heavy.")
+    write("trained", "That sounds heavy.")
+    assert "word for word the base system's" in _evaluation(tmp_path)
+    (tmp_path / "eval_trained" / "run" / "episodes.jsonl").write_text(json.dumps({"context_id": "c1", "turns": [{"agent_name": "The Anchor", "response": "Tell me more."}]}) + "\n")
+    assert "word for word" not in _evaluation(tmp_path)

@@ -255,3 +255,11 @@ def repair_torn_tail(path: Path) -> int:
             pos = start
         fh.truncate(cut)
     return 1
+
+
+def cache_root() -> Path:
+    """MASCOT's cache folder (converted models, exported ONNX graphs, judgments): $MASCOT_CACHE_DIR,
+    else ~/.cache/mascot ($XDG_CACHE_HOME respected)."""
+    if os.environ.get("MASCOT_CACHE_DIR"):
+        return Path(os.environ["MASCOT_CACHE_DIR"]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "mascot"

@@ -73,7 +73,8 @@ def run_prefs_group(s: PrefsGroupSettings) -> None:
     name, folder = OUTPUT_NAMES[resolved], s.folder
     write_jsonl(folder / f"{name}.jsonl", result.pairs)
     write_jsonl(folder / f"{name}_judgments.jsonl", result.judgments)
-    write_json_atomic(folder / f"{name}_stats.json", {"mode": resolved, "input_file": str(s.episodes), **result.stats.to_dict(), "counters": counters.model_dump()})
+    stats = {"mode": resolved, "input_file": str(s.episodes), **result.stats.to_dict(), "counters": counters.model_dump(), "usage": result.usage}
+    write_json_atomic(folder / f"{name}_stats.json", stats)
     Console(stderr=True).print(f"{len(result.pairs)} {resolved} pairs (margin {s.score_margin}); annotation failures {counters.num_annotation_failures}")
     fail_if_nothing_judged(len(result.judgments), sum(1 for j in result.judgments if j.failed), folder / f"{name}_stats.json")
     typer.echo(str(folder / f"{name}.jsonl"))

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from mascot.dialogue.prompts import speaker_messages, user_label, user_messages
 from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE, response_parts, token_budget
+from mascot.dialogue.settings import USER_MAX_TOKENS
 from mascot.dialogue.reply_stream import ReplyStream, RoundListener, clean_reply, first_paragraph
 from mascot.dialogue.tally import Tally
 from mascot.llm.base import ChatClient, ChatRequest, cut_at_stop, split_reasoning
@@ -151,7 +152,7 @@ class SimulatedUser:
         *,
         profile: BigFiveProfile | None = None,
         temperature: float = 0.7,
-        max_tokens: int = 120,
+        max_tokens: int = USER_MAX_TOKENS,
         thinking: bool = False,
         reasoning_allowance: int = DEFAULT_REASONING_ALLOWANCE,
     ) -> None:

@@ -199,7 +199,8 @@ class EpisodeEngine:
     async def _user_turn(self, state: EpisodeState, round_id: int) -> None:
         s = self.settings
         user = SimulatedUser(
-            self.clients["user"], self.roster, self.tally, profile=state.profile, temperature=s.temperature, thinking=s.user_thinking, reasoning_allowance=s.reasoning_allowance
+            self.clients["user"], self.roster, self.tally, profile=state.profile, temperature=s.temperature, max_tokens=s.user_max_tokens, thinking=s.user_thinking,
+            reasoning_allowance=s.reasoning_allowance,
         )
         reply = await user.respond(state.context, state.turns, derive_seed(*state.seed_key, round_id, "user"))
         await self.add_user_message(state, reply.text, round_id, reply.emotion)

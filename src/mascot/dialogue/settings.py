@@ -15,6 +15,8 @@ from typing import Any, Literal, Optional
 from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE
 from mascot.settings import fixed, part, require, setting
 
+USER_MAX_TOKENS = 120
+
 GenerationMode = Literal["directed", "independent", "branching"]
 GENERATION_MODES = ("directed", "independent", "branching")
 TURN_POLICIES = ("director", "round-robin", "random", "multiagentesc")
@@ -43,6 +45,7 @@ class EngineSettings:
     temperature: float = setting(0.7, "Sampling temperature of Speakers and User.")
     max_tokens: int = setting(160, "Longest reply in tokens.")
     director_max_tokens: Optional[int] = setting(None, "Longest Director reply in tokens (default: --max-tokens).")
+    user_max_tokens: int = setting(USER_MAX_TOKENS, "Longest simulated-user reply in tokens.")
     reasoning_allowance: int = setting(
         DEFAULT_REASONING_ALLOWANCE, "Extra tokens a role that thinks (its --thinking flag on) may spend on reasoning before its reply."
     )
@@ -80,7 +83,7 @@ def check_engine(s: Any) -> None:
     require(s.mesc_strategists >= 1, "--mesc-strategists must be at least 1")
     require(0.0 <= s.user_response_probability <= 1.0, "--user-response-probability must lie between 0 and 1")
     require(min(s.num_turns, s.num_candidates, s.num_episodes) >= 1, "--num-turns, --num-candidates and --num-episodes must be at least 1")
-    require(s.max_tokens >= 1 and s.max_concurrent_episodes >= 1, "--max-tokens and --max-concurrent-episodes must be at least 1")
+    require(min(s.max_tokens, s.user_max_tokens, s.max_concurrent_episodes) >= 1, "--max-tokens, --user-max-tokens and --max-concurrent-episodes must be at least 1")
     if s.user_big_five_profile:
         from mascot.rosters import big_five_profile
 

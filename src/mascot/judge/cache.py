@@ -18,16 +18,16 @@ import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from mascot.files import cache_root
+
 CACHE_FILE = "judge_cache.sqlite"
 
 
 def default_cache_dir() -> Path:
-    """$MASCOT_JUDGE_CACHE_DIR, else $MASCOT_CACHE_DIR, else ~/.cache/mascot (XDG_CACHE_HOME respected)."""
-    for variable in ("MASCOT_JUDGE_CACHE_DIR", "MASCOT_CACHE_DIR"):
-        if os.environ.get(variable):
-            return Path(os.environ[variable]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "mascot"
+    """The judgment cache: $MASCOT_JUDGE_CACHE_DIR, else the mascot cache folder."""
+    if os.environ.get("MASCOT_JUDGE_CACHE_DIR"):
+        return Path(os.environ["MASCOT_JUDGE_CACHE_DIR"]).expanduser()
+    return cache_root()
 
 
 def cache_key(judge_model: str, rubric_version: str, template_version: str, content: str, scoring: str = "json") -> str:

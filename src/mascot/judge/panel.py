@@ -158,3 +158,12 @@ class JudgePanel:
     @property
     def calls(self) -> int:
         return sum(j.stats.calls for j in self.judges)
+
+    def usage(self) -> dict[str, dict]:
+        """Requests and tokens per judge (metered clients only; cached judgments cost none)."""
+        out = {}
+        for judge in self.judges:
+            meter, role = getattr(judge.client, "meter", None), getattr(judge.client, "role", None)
+            if meter is not None and role in meter.by_role:
+                out[judge.label] = meter.by_role[role].model_dump(exclude_defaults=True)
+        return out

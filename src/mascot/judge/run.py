@@ -95,6 +95,7 @@ async def judge_episode_file(
         "warnings": episodes.warnings,
         **build_report(per_judge, rubric_version, scopes),
         "counters": _report_counters(panel, counters, len(items), per_judge),
+        "usage": panel.usage(),
     }
     if len(per_judge) > 1:
         report["agreement"] = agreement(per_judge, _criteria(rubric_version, scopes))

@@ -197,7 +197,9 @@ def next_token_probs(loaded: LoadedModel, prompts: list[list[int]]) -> torch.Ten
     input_ids, attention_mask = left_pad(prompts, loaded.pad_id, loaded.device)
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
     with torch.inference_mode():
-        logits = loaded.net(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
+        # logits of the last position only: the whole [rows, length, vocabulary] tensor would cost
+        # the output layer's work at every position and gigabytes for long judge prompts
+        logits = loaded.net(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, logits_to_keep=1).logits
     return logits[:, -1, :].float().softmax(-1).cpu()
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from mascot.errors import MascotError
+from mascot.files import cache_root
 from mascot.llm.base import DEFAULT_LOCAL_MODEL
 
 log = logging.getLogger(__name__)
@@ -40,10 +41,6 @@ ADAPTER_CONFIG = "adapter_config.json"
 METADATA_FILE = "mascot_metadata.json"  # mascot.train.artefact.METADATA_FILE (not imported: cheap module)
 HUB_PROBE_TIMEOUT_S = 3.0
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("MASCOT_CACHE_DIR") or Path.home() / ".cache" / "mascot").expanduser()
 
 
 def _env_flag(name: str) -> bool:

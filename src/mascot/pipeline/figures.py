@@ -86,3 +86,17 @@ def auto_metrics_table(base_report: Path, trained_report: Path) -> list[tuple[st
     base, trained = (read_json(base_report) or {}).get("overall") or {}, (read_json(trained_report) or {}).get("overall") or {}
     names = [*base, *[m for m in trained if m not in base]]
     return [(m, (base.get(m) or {}).get("mean"), (trained.get(m) or {}).get("mean")) for m in names]
+
+
+def conversations(folder: Path) -> dict[str, list[str]] | None:
+    """Each episode's turns (speaker and text) by context, from a generation step's run folder."""
+    run = find_run_dir(folder)
+    path = run / "episodes.jsonl" if run else None
+    if path is None or not path.is_file():
+        return None
+    out: dict[str, list[str]] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            episode = json.loads(line)
+            out[episode["context_id"]] = [f"{t.get('agent_name')}: {t.get('response')}" for t in episode.get("turns", [])]
+    return out

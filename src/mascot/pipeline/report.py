@@ -141,6 +141,10 @@ def _evaluation(root: Path) -> str:
         lines += ["## Evaluation: trained vs base (LLM judge, 0-100)", "| scope | criterion | base | trained | difference |", "|---|---|---|---|---|"]
         for scope, criterion, base, trained in rows:
             lines.append(f"| {scope} | {criterion} | {_fmt(base, 1)} | {_fmt(trained, 1)} | {_difference(base, trained, 1)} |")
+    base_talk, trained_talk = fig.conversations(root / "eval_base"), fig.conversations(root / "eval_trained")
+    if rows and base_talk and base_talk == trained_talk:
+        lines += ["", "> The trained system's conversations are word for word the base system's: training moved the adapters too little "
+                  "to change one sampled token, so the two columns cannot differ. Train longer or at a higher learning rate."]
     auto = fig.auto_metrics_table(root / "metrics_base" / "metrics_auto.json", root / "metrics_trained" / "metrics_auto.json")
     if auto:
         lines += ["", "### Automatic metrics (mean over episodes)", "| metric | base | trained | difference |", "|---|---|---|---|"]

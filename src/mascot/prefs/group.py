@@ -17,7 +17,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from mascot.judge.episodes import episode_context, episode_domain, episode_roster, render_context, user_label
@@ -193,6 +193,7 @@ class GroupPreferences:
     pairs: list[PreferencePair]
     stats: PairStats
     judgments: list[Judgment]
+    usage: dict[str, dict] = field(default_factory=dict)  # requests and tokens per judge
 
 
 def resolve_mode(episodes: list[Episode], mode: str) -> GroupMode:
@@ -220,4 +221,4 @@ async def group_preferences(
     if judgments:  # the pairs were made with the judges' rubric, whatever the episodes intended
         for pair in pairs:
             pair.rubric_version = judgments[0].rubric_version
-    return GroupPreferences(pairs, stats, judgments)
+    return GroupPreferences(pairs, stats, judgments, panel.usage())
