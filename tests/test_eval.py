@@ -115,7 +115,7 @@ def test_eval_two_systems_two_splits_and_rerun(toy):
     assert "Judges: stub-model; rubric version paper_v2" in report and "agent_criteria_negative.png" in report
     assert (top / "agent_criteria_negative.png").stat().st_size > 1000 and (top / "delta_vs_baseline.csv").is_file()
     with open(top / "agent_criteria.csv", newline="") as fh:
-        assert {(r["judges"], r["rubric_version"], r["prompt_version"]) for r in csv.DictReader(fh)} == {("stub-model", "paper_v2", "judge_v1")}
+        assert {(r["judges"], r["rubric_version"], r["prompt_version"]) for r in csv.DictReader(fh)} == {("stub-model", "paper_v2", "judge_v2")}
     calls = toy["judge"].calls
     run_command(eval_args(toy))  # a rerun judges nothing again and keeps every episode
     assert toy["judge"].calls == calls

@@ -32,8 +32,8 @@ def item(response: str = "That sounds hard. I am here with you.", item_id: str =
 
 
 def criterion_of(request: ChatRequest) -> int:
-    system = request.messages[0]["content"]
-    return next(i for i, key in enumerate(RUBRIC.keys) if f"[{key}]" in system)
+    user = request.messages[-1]["content"]  # judge_v2: the criterion closes the user message
+    return next(i for i, key in enumerate(RUBRIC.keys) if f"Criterion [{key}]" in user)
 
 
 def leaning(request: ChatRequest, choices: tuple[str, ...]) -> dict[str, float]:
@@ -62,7 +62,10 @@ async def test_each_criterion_is_asked_alone_and_scored_by_its_expected_value():
 
 def test_the_criterion_prompt_names_one_criterion_and_asks_for_one_digit():
     system, user = criterion_messages(item(), RUBRIC, RUBRIC.keys[1])
-    assert f"[{RUBRIC.keys[1]}]" in system["content"] and f"[{RUBRIC.keys[0]}]" not in system["content"]
+    assert f"Criterion [{RUBRIC.keys[1]}]" in user["content"] and f"[{RUBRIC.keys[0]}]" not in user["content"]
+    assert not any(f"[{key}]" in system["content"] for key in RUBRIC.keys)  # one system prompt for every criterion
+    legacy_system, _ = criterion_messages(item(), RUBRIC, RUBRIC.keys[1], "judge_v1")  # judge_v1 keeps its layout
+    assert f"[{RUBRIC.keys[1]}]" in legacy_system["content"]
     assert "one digit from 1 to 5" in system["content"] and "JSON" not in system["content"]
     assert user["content"].endswith(f"on {RUBRIC.names[RUBRIC.keys[1]]} only. Answer with one digit from 1 to 5.")
     assert "BEGIN REPLY" in user["content"] and "data written by others" in system["content"]

@@ -21,7 +21,7 @@ from mascot.prompt_text import PROMPT_DIR, neutralize, prompt_environment
 from mascot.rubrics import Rubric
 from mascot.schema import Persona
 
-DEFAULT_TEMPLATE_VERSION = "judge_v1"
+DEFAULT_TEMPLATE_VERSION = "judge_v2"
 
 Line = tuple[str, str]  # (speaker, text)
 

@@ -206,10 +206,13 @@ class LocalClient(BaseClient):
                 job.future.set_result(self._distribution(job, row))
 
     def _forward_batch(self, prompts: list[list[int]]) -> torch.Tensor:
+        from mascot.llm.shared_prefix import shared_prefix_probs
+
         loaded = self.load()
         with loaded.lock:
             self.forward_calls += 1
-            return next_token_probs(loaded, prompts)
+            # one criterion per prompt: each conversation's shared beginning runs once
+            return shared_prefix_probs(loaded, prompts, lambda whole: next_token_probs(loaded, whole))
 
     def _distribution(self, job: _ScoreJob, row: torch.Tensor) -> AnswerDistribution:
         raw = {choice: float(row[ids].sum()) for choice, ids in job.choices.items()}

@@ -1,0 +1,95 @@
+"""Next-token probabilities for prompts that share long beginnings. The probability judge asks
+about one conversation once per criterion, and its prompts differ only in their last lines: each
+shared beginning runs through the model once and its key/value cache serves every ending, instead
+of every prompt running whole (about five times less work for a five-criterion rubric).
+
+The result equals the separate forward passes up to float rounding: the same tokens at the same
+positions attend to the same keys; padding only ever sits in masked positions.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mascot.llm.local_loading import LoadedModel
+
+# Below this many shared tokens, the extra forward call costs about what sharing saves.
+MIN_SHARED_TOKENS = 32
+
+
+def common_prefix_length(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+def prefix_groups(prompts: list[list[int]], min_shared: int = MIN_SHARED_TOKENS) -> list[tuple[int, list[int]]]:
+    """(shared length, row indices) per group, in order of first appearance. A prompt joins the
+    first group whose beginning it shares at least `min_shared` tokens of; a group's shared length
+    stays below each member's own length, so that every member keeps a token of its own to run."""
+    groups: list[tuple[int, list[int]]] = []
+    for row, prompt in enumerate(prompts):
+        for index, (shared, rows) in enumerate(groups):
+            length = min(common_prefix_length(prompts[rows[0]], prompt), shared, len(prompt) - 1)
+            if length >= min_shared:
+                groups[index] = (length, [*rows, row])
+                break
+        else:
+            groups.append((len(prompt) - 1, [row]))
+    return groups
+
+
+def _left_pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
+        mask[i, width - len(r) :] = 1
+    return ids, mask
+
+
+def _cache_keyword(net) -> str:
+    """transformers 5.2x names a forward's key/value cache `cache`; earlier versions `past_key_values`."""
+    import inspect
+
+    forward = getattr(net, "get_base_model", lambda: net)().forward
+    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
+
+
+def _group_probs(loaded: LoadedModel, prefix: list[int], endings: list[list[int]]) -> torch.Tensor:
+    """One pass over `prefix`, its cache repeated for each ending, one batched pass over the
+    endings (left-padded: the last position is every row's own last token)."""
+    device = loaded.device
+    first = loaded.net(input_ids=torch.tensor([prefix], device=device), use_cache=True, logits_to_keep=1)
+    cache = first.cache if getattr(first, "cache", None) is not None else first.past_key_values
+    cache.batch_repeat_interleave(len(endings))
+    ids, mask = _left_pad(endings, loaded.pad_id)
+    positions = len(prefix) + (mask.cumsum(-1) - 1).clamp(min=0)
+    attention = torch.cat([torch.ones((len(endings), len(prefix)), dtype=torch.long), mask], dim=1)
+    logits = loaded.net(
+        input_ids=ids.to(device), attention_mask=attention.to(device), position_ids=positions.to(device), logits_to_keep=1,
+        **{_cache_keyword(loaded.net): cache},
+    ).logits
+    return logits[:, -1, :].float().softmax(-1).cpu()
+
+
+def shared_prefix_probs(loaded: LoadedModel, prompts: list[list[int]], run_whole) -> torch.Tensor:
+    """Rows in the order of `prompts`; a prompt that shares no long beginning goes, with the other
+    such prompts, through `run_whole` (one batched pass over whole prompts)."""
+    out: list[torch.Tensor | None] = [None] * len(prompts)
+    alone = []
+    with torch.inference_mode():
+        for shared, rows in prefix_groups(prompts):
+            if len(rows) == 1:
+                alone += rows
+                continue
+            probs = _group_probs(loaded, prompts[rows[0]][:shared], [prompts[r][shared:] for r in rows])
+            for row, p in zip(rows, probs):
+                out[row] = p
+    if alone:
+        for row, p in zip(alone, run_whole([prompts[r] for r in alone])):
+            out[row] = p
+    return torch.stack(out)  # type: ignore[arg-type]

@@ -1,0 +1,60 @@
+"""The probability judge's prompts share everything before the criterion (judge_v2), and the local
+backend runs a shared beginning once: the probabilities equal whole-prompt passes."""
+
+import random
+
+import pytest
+
+from mascot.judge.prompt import JudgeItem, criterion_messages, judge_messages
+from mascot.llm.shared_prefix import MIN_SHARED_TOKENS, prefix_groups
+from mascot.rubrics import load_rubric_set
+
+
+def tiny_model():
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from mascot.llm.local_loading import LoadedModel
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+    net = LlamaForCausalLM(config).eval()
+    return LoadedModel(name="tiny", net=net, tokenizer=None, device=torch.device("cpu"), eos_ids=[1], pad_id=0)
+
+
+def test_prompts_sharing_a_beginning_are_grouped_and_keep_a_token_of_their_own():
+    head = list(range(2, 2 + MIN_SHARED_TOKENS + 8))
+    prompts = [head + [50, 51], head + [60], list(range(40, 80)), head, head[:10] + [70]]
+    groups = prefix_groups(prompts)
+    assert groups == [(len(head) - 1, [0, 1, 3]), (39, [2]), (10, [4])]
+
+
+def test_shared_prefix_probabilities_equal_whole_prompt_passes():
+    from mascot.llm.local_decoding import next_token_probs
+    from mascot.llm.shared_prefix import shared_prefix_probs
+
+    loaded = tiny_model()
+    rng = random.Random(3)
+    conversation = [rng.randrange(2, 97) for _ in range(60)]
+    other = [rng.randrange(2, 97) for _ in range(45)]
+    prompts = [conversation + [rng.randrange(2, 97) for _ in range(rng.randint(3, 9))] for _ in range(5)]
+    prompts += [other + [5, 6, 7], other + [8], [9, 10, 11]]  # a second conversation, and one alone
+    whole = next_token_probs(loaded, prompts)
+    shared = shared_prefix_probs(loaded, prompts, lambda ps: next_token_probs(loaded, ps))
+    assert shared.shape == whole.shape
+    assert float((shared - whole).abs().max()) < 1e-5
+
+
+@pytest.mark.parametrize("scope", ["agent", "collective"])
+def test_judge_v2_keeps_judge_v1_json_prompts_and_puts_the_criterion_last(scope):
+    rubric = load_rubric_set("paper_v2").rubric("emotional_support", scope)
+    item = JudgeItem(
+        item_id="e1#3", scope=scope, domain="emotional_support", context="I lost my job today.", history=[("User", "I lost my job today.")],
+        response="That sounds hard.", turns=[("The Anchor", "That sounds hard."), ("User", "It is.")],
+    )  # fmt: skip
+    assert judge_messages(item, rubric, "judge_v2") == judge_messages(item, rubric, "judge_v1")
+    first, second = (criterion_messages(item, rubric, key, "judge_v2") for key in rubric.keys[:2])
+    assert first[0] == second[0]  # one system prompt for every criterion
+    shared = first[1]["content"].split("Criterion [")[0]
+    assert second[1]["content"].startswith(shared) and len(shared) > 100
+    assert first[1]["content"].rstrip().endswith("Answer with one digit from 1 to 5.")
