@@ -25,8 +25,18 @@ def tiny_model():
 def test_prompts_sharing_a_beginning_are_grouped_and_keep_a_token_of_their_own():
     head = list(range(2, 2 + MIN_SHARED_TOKENS + 8))
     prompts = [head + [50, 51], head + [60], list(range(40, 80)), head, head[:10] + [70]]
-    groups = prefix_groups(prompts)
-    assert groups == [(len(head) - 1, [0, 1, 3]), (39, [2]), (10, [4])]
+    groups = {tuple(sorted(rows)): shared for shared, rows in prefix_groups(prompts)}
+    assert groups == {(0, 1, 3): len(head) - 1, (2,): 39, (4,): 10}
+
+
+def test_items_interleaved_in_a_batch_keep_their_long_shared_beginnings():
+    """Two conversations' criterion prompts, mixed (as concurrent items fill a batch): the common
+    system prompt alone must not pull them into one group with a short shared part."""
+    system = list(range(2, 42))
+    first, second = system + [50] * 300, system + [60] * 300
+    prompts = [base + [k, 90 + k] for k in range(5) for base in (first, second)]
+    groups = sorted((shared, sorted(rows)) for shared, rows in prefix_groups(prompts))
+    assert groups == [(len(first), list(range(0, 10, 2))), (len(second), list(range(1, 10, 2)))]
 
 
 def test_shared_prefix_probabilities_equal_whole_prompt_passes():

@@ -41,6 +41,10 @@ __all__ = [  # also re-exported for callers of the former single module
 ]
 
 
+# Scoring prompts taken from the queue at once, in multiples of max_batch_size (see _run_scoring).
+SCORING_WINDOW = 8
+
+
 @dataclass
 class _Job:
     request: ChatRequest
@@ -189,7 +193,9 @@ class LocalClient(BaseClient):
         return await job.future
 
     async def _run_scoring(self, loop: asyncio.AbstractEventLoop) -> None:
-        batch = [self._scoring.popleft() for _ in range(min(self.max_batch_size, len(self._scoring)))]
+        # Many more prompts than one forward pass holds: an item's criteria land together and share
+        # their beginning; the passes themselves stay within max_batch_size rows.
+        batch = [self._scoring.popleft() for _ in range(min(self.max_batch_size * SCORING_WINDOW, len(self._scoring)))]
         batch = [job for job in batch if not job.future.done() and job.future.get_loop() is loop]
         if not batch:
             return
@@ -212,7 +218,7 @@ class LocalClient(BaseClient):
         with loaded.lock:
             self.forward_calls += 1
             # one criterion per prompt: each conversation's shared beginning runs once
-            return shared_prefix_probs(loaded, prompts, lambda whole: next_token_probs(loaded, whole))
+            return shared_prefix_probs(loaded, prompts, lambda whole: next_token_probs(loaded, whole), rows_per_pass=self.max_batch_size)
 
     def _distribution(self, job: _ScoreJob, row: torch.Tensor) -> AnswerDistribution:
         raw = {choice: float(row[ids].sum()) for choice, ids in job.choices.items()}

@@ -26,18 +26,23 @@ def common_prefix_length(a: list[int], b: list[int]) -> int:
 
 
 def prefix_groups(prompts: list[list[int]], min_shared: int = MIN_SHARED_TOKENS) -> list[tuple[int, list[int]]]:
-    """(shared length, row indices) per group, in order of first appearance. A prompt joins the
-    first group whose beginning it shares at least `min_shared` tokens of; a group's shared length
-    stays below each member's own length, so that every member keeps a token of its own to run."""
+    """(shared length, row indices) per group. The prompts are taken in sorted order, so that those
+    with long common beginnings sit side by side; a prompt joins the group before it when that
+    makes less work than running it whole (the group's shared part may shrink to what the new
+    prompt shares: worth it only if it stays long), and a group's shared length stays below each
+    member's own length, so that every member keeps a token of its own to run."""
     groups: list[tuple[int, list[int]]] = []
-    for row, prompt in enumerate(prompts):
-        for index, (shared, rows) in enumerate(groups):
-            length = min(common_prefix_length(prompts[rows[0]], prompt), shared, len(prompt) - 1)
-            if length >= min_shared:
-                groups[index] = (length, [*rows, row])
-                break
-        else:
-            groups.append((len(prompt) - 1, [row]))
+    for row in sorted(range(len(prompts)), key=lambda i: prompts[i]):
+        prompt = prompts[row]
+        if groups:
+            shared, rows = groups[-1]
+            length = min(common_prefix_length(prompts[rows[-1]], prompt), shared, len(prompt) - 1)
+            # cost with it: length + sum(len - length) over m + 1 members; without it: the group's
+            # cost as it is plus len(prompt); joining is cheaper when length * m > shared * (m - 1)
+            if length >= min_shared and length * len(rows) > shared * (len(rows) - 1):
+                groups[-1] = (length, [*rows, row])
+                continue
+        groups.append((len(prompt) - 1, [row]))
     return groups
 
 
@@ -76,9 +81,10 @@ def _group_probs(loaded: LoadedModel, prefix: list[int], endings: list[list[int]
     return logits[:, -1, :].float().softmax(-1).cpu()
 
 
-def shared_prefix_probs(loaded: LoadedModel, prompts: list[list[int]], run_whole) -> torch.Tensor:
+def shared_prefix_probs(loaded: LoadedModel, prompts: list[list[int]], run_whole, rows_per_pass: int = 8) -> torch.Tensor:
     """Rows in the order of `prompts`; a prompt that shares no long beginning goes, with the other
-    such prompts, through `run_whole` (one batched pass over whole prompts)."""
+    such prompts, through `run_whole` (batched passes over whole prompts). No pass holds more than
+    `rows_per_pass` rows: a larger group runs its shared part once per pass."""
     out: list[torch.Tensor | None] = [None] * len(prompts)
     alone = []
     with torch.inference_mode():
@@ -86,10 +92,13 @@ def shared_prefix_probs(loaded: LoadedModel, prompts: list[list[int]], run_whole
             if len(rows) == 1:
                 alone += rows
                 continue
-            probs = _group_probs(loaded, prompts[rows[0]][:shared], [prompts[r][shared:] for r in rows])
-            for row, p in zip(rows, probs):
-                out[row] = p
-    if alone:
-        for row, p in zip(alone, run_whole([prompts[r] for r in alone])):
+            for start in range(0, len(rows), rows_per_pass):
+                part = rows[start : start + rows_per_pass]
+                probs = _group_probs(loaded, prompts[part[0]][:shared], [prompts[r][shared:] for r in part])
+                for row, p in zip(part, probs):
+                    out[row] = p
+    for start in range(0, len(alone), rows_per_pass):
+        part = alone[start : start + rows_per_pass]
+        for row, p in zip(part, run_whole([prompts[r] for r in part])):
             out[row] = p
     return torch.stack(out)  # type: ignore[arg-type]
