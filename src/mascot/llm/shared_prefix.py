@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from mascot.llm.local_decoding import left_pad
 from mascot.llm.local_loading import LoadedModel
 
 # Below this many shared tokens, the extra forward call costs about what sharing saves.
@@ -46,16 +47,6 @@ def prefix_groups(prompts: list[list[int]], min_shared: int = MIN_SHARED_TOKENS)
     return groups
 
 
-def _left_pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, r in enumerate(rows):
-        ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
-        mask[i, width - len(r) :] = 1
-    return ids, mask
-
-
 def _cache_keyword(net) -> str:
     """transformers 5.2x names a forward's key/value cache `cache`; earlier versions `past_key_values`."""
     import inspect
@@ -71,13 +62,10 @@ def _group_probs(loaded: LoadedModel, prefix: list[int], endings: list[list[int]
     first = loaded.net(input_ids=torch.tensor([prefix], device=device), use_cache=True, logits_to_keep=1)
     cache = first.cache if getattr(first, "cache", None) is not None else first.past_key_values
     cache.batch_repeat_interleave(len(endings))
-    ids, mask = _left_pad(endings, loaded.pad_id)
+    ids, mask = left_pad(endings, loaded.pad_id, device)
     positions = len(prefix) + (mask.cumsum(-1) - 1).clamp(min=0)
-    attention = torch.cat([torch.ones((len(endings), len(prefix)), dtype=torch.long), mask], dim=1)
-    logits = loaded.net(
-        input_ids=ids.to(device), attention_mask=attention.to(device), position_ids=positions.to(device), logits_to_keep=1,
-        **{_cache_keyword(loaded.net): cache},
-    ).logits
+    attention = torch.cat([torch.ones((len(endings), len(prefix)), dtype=torch.long, device=device), mask], dim=1)
+    logits = loaded.net(input_ids=ids, attention_mask=attention, position_ids=positions, logits_to_keep=1, **{_cache_keyword(loaded.net): cache}).logits
     return logits[:, -1, :].float().softmax(-1).cpu()
 
 
