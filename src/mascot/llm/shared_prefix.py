@@ -9,6 +9,8 @@ positions attend to the same keys; padding only ever sits in masked positions.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from mascot.llm.local_decoding import left_pad
@@ -49,10 +51,14 @@ def prefix_groups(prompts: list[list[int]], min_shared: int = MIN_SHARED_TOKENS)
 
 def _cache_keyword(net) -> str:
     """transformers 5.2x names a forward's key/value cache `cache`; earlier versions `past_key_values`."""
+    return _cache_keyword_of(type(getattr(net, "get_base_model", lambda: net)()))
+
+
+@functools.lru_cache(maxsize=None)
+def _cache_keyword_of(model_class: type) -> str:  # read once per class, not on every scoring pass
     import inspect
 
-    forward = getattr(net, "get_base_model", lambda: net)().forward
-    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
+    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
 
 
 def _group_probs(loaded: LoadedModel, prefix: list[int], endings: list[list[int]]) -> torch.Tensor:
