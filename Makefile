@@ -7,7 +7,7 @@ TORCH ?= torch==2.13.0
 # The benchmark scripts that need no GPU (benchmarks/gpu_train_profile.py needs CUDA); each prints its figures.
 CPU_BENCHMARKS := client_concurrency multi_endpoint local_batching episode_throughput judge_throughput metrics_speed train_speed judge_scoring_agreement safety_screen pipeline_toy
 
-.PHONY: install demo test test-slow test-server test-realdata test-vllm test-web test-pipeline bench bench-client clean
+.PHONY: install demo test test-slow test-server test-realdata test-vllm test-web test-pipeline test-walkthrough bench bench-client clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -47,6 +47,11 @@ test-web: $(STAMP)
 # `mascot pipeline --preset toy` end to end on the embedded model, offline (minutes on a CPU).
 test-pipeline: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -m pipeline
+
+# The README walk-through as written, each command its own process, on the embedded model and the
+# real QMSum test file (../shared/data/qmsum/test.jsonl or $$MASCOT_QMSUM_TEST); prints each step's time.
+test-walkthrough: $(STAMP)
+	$(VENV)/bin/python -m pytest -q -s -m walkthrough tests/test_walkthrough_real.py
 
 test-realdata: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -m realdata
