@@ -18,6 +18,9 @@ from mascot.errors import MascotError
 def _register() -> None:
     # Each module adds its own commands to `app`; keep this list in pipeline order.
     from mascot.cli import demo, data_cmd, generate, judge_cmd, metrics_cmd, prefs_cmd, train_cmd, eval_cmd, compare_cmd, pipeline_cmd, serve_cmd, chat, web_cmd, study_cmd  # noqa: F401
+    from mascot.cli.help import use_for_every_command
+
+    use_for_every_command(app)  # help in panels whose flag names are never cut
 
 
 _register()

@@ -27,9 +27,9 @@ class GenerateSettings(OutputSettings, EngineSettings, EndpointSettings, DataSet
     dataset: str = setting("ESConv", "ESConv, EmpatheticDialogues (ED) or QMSum.")
     director_thinking: str = setting("default", "Director: " + THINKING_HELP)
     user_thinking: str = setting("default", "Simulated user: " + THINKING_HELP)
-    roster: Optional[str] = setting(None, "Roster name or file (default: the dataset's roster).")
-    num_episodes: int = setting(2, "Episodes per context (independent mode).")
-    score_margin: float = setting(0.5, "Minimum judged score gap for a preference pair.")
+    roster: Optional[str] = setting(None, "Roster name or file (default: the dataset's roster).", panel="Generation")
+    num_episodes: int = setting(2, "Episodes per context (independent mode).", panel="Generation")
+    score_margin: float = setting(0.5, "Minimum judged score gap for a preference pair.", panel="Judging")
     judge_max_tokens: int = setting(512, "Longest judge reply in tokens (individual mode).")
     judge_scoring: str = setting("auto", JUDGE_SCORING_HELP + " (individual mode)")
 

@@ -20,15 +20,46 @@ import typer
 from mascot.errors import MascotError
 from mascot.settings import cli_fields, flag_name, read_config_file
 
+RUN_PANEL = "Run"
 ConfigFile = Annotated[
-    Optional[Path], typer.Option("--config", help="YAML file of settings (names as the flags, - or _); command-line flags win.")
+    Optional[Path],
+    typer.Option("--config", help="YAML file of settings (names as the flags, - or _); command-line flags win.", rich_help_panel=RUN_PANEL),
 ]
-DryRunFlag = Annotated[bool, typer.Option("--dry-run", help="Check inputs, models and endpoints and print the resolved settings; load and write nothing.")]
+DryRunFlag = Annotated[
+    bool,
+    typer.Option("--dry-run", help="Check inputs, models and endpoints and print the resolved settings; load and write nothing.", rich_help_panel=RUN_PANEL),
+]
 DEPRECATED_PREFIX = "deprecated__"
+# The --help panel of the settings each group declares (by the group's class name: the groups live
+# in several packages). A command's own settings go to "Options".
+GROUP_PANELS = {
+    "DataSettings": "Data",
+    "ClientSettings": "Requests",
+    "GroupEndpointSettings": "Models and endpoints",
+    "EndpointSettings": "Models and endpoints",
+    "OutputSettings": "Output",
+    "EngineSettings": "Generation",
+    "JudgePanelSettings": "Judging",
+}
+ROLE_PANELS = {"director_": "Director", "speaker_": "Speakers", "user_": "Simulated user", "judge_": "Judge"}
 
 
-def _parameter(field: dataclasses.Field, annotation: Any) -> inspect.Parameter:
+def help_panel(settings_cls: type, name: str) -> str:
+    """The --help panel of setting `name`: the group that first declares it (endpoint settings by
+    role); a command's own `judge_*` settings go with the judging ones."""
+    declaring = next((c for c in reversed(settings_cls.__mro__) if name in c.__dict__.get("__annotations__", {})), settings_cls)
+    panel = GROUP_PANELS.get(declaring.__name__)
+    role = next((p for prefix, p in ROLE_PANELS.items() if name.startswith(prefix)), None)
+    if panel == "Models and endpoints" and role:
+        return role
+    if panel is None and role == "Judge":
+        return "Judging"
+    return panel or "Options"
+
+
+def _parameter(settings_cls: type, field: dataclasses.Field, annotation: Any) -> inspect.Parameter:
     meta = field.metadata
+    panel = meta.get("panel") or help_panel(settings_cls, field.name)
     required = meta.get("required", False)
     help_text = meta.get("help", "") + (" (required)" if required else "")
     # Required settings default to None here and are checked after --config is merged in.
@@ -38,7 +69,7 @@ def _parameter(field: dataclasses.Field, annotation: Any) -> inspect.Parameter:
     else:
         flags = meta.get("flags") or ()
         names = [f for f in flags if "/" in f] or [flag_name(field.name), *flags]
-        param = typer.Option(*names, help=help_text, show_default=not required, hidden=meta.get("hidden", False))
+        param = typer.Option(*names, help=help_text, show_default=not required, hidden=meta.get("hidden", False), rich_help_panel=panel)
     return inspect.Parameter(field.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[annotation, param])
 
 
@@ -109,7 +140,7 @@ def build_settings(settings_cls: type, values: dict[str, Any] | None = None, con
 def _signature(settings_cls: type, with_dry_run: bool) -> list[inspect.Parameter]:
     hints = typing.get_type_hints(settings_cls)
     fields = cli_fields(settings_cls)
-    params = [_parameter(f, Optional[hints[f.name]] if f.metadata.get("required") else hints[f.name]) for f in fields]
+    params = [_parameter(settings_cls, f, Optional[hints[f.name]] if f.metadata.get("required") else hints[f.name]) for f in fields]
     params += [p for p in (_deprecated_parameter(f, hints[f.name]) for f in fields) if p is not None]
     params.append(inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=ConfigFile))
     if with_dry_run:
