@@ -27,6 +27,12 @@ class GenerationFailed(MascotError):
     """Every remaining item failed: the run stops with a non-zero status (its records are kept)."""
 
 
+def require_contexts(contexts: list, dataset: str, split: str) -> None:
+    """Checked before the run folder is made: data that gives no context makes nothing."""
+    if not contexts:
+        raise MascotError(f"{dataset} {split} gave no context to generate from: check --dataset, --split, --data-file and --limit")
+
+
 def model_basename(model: str) -> str:
     """The last part of a model id or folder (`Qwen/Qwen3-8B` -> `Qwen3-8B`), for run folder names."""
     return Path(model.rstrip("/")).name or model

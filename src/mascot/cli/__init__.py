@@ -50,5 +50,9 @@ def main() -> None:
         typer.secho(f"error: {exc}", fg="red", err=True)
         sys.exit(2)
     except KeyboardInterrupt:
-        typer.secho("interrupted: partial results are saved; rerun with --resume to continue", fg="yellow", err=True)
+        from mascot.progress import interrupt_announced
+
+        # The first Ctrl-C already said what was saved and how to continue (mascot.progress).
+        message = "interrupted" if interrupt_announced() else "interrupted: partial results are saved; rerun with --resume to continue"
+        typer.secho(message, fg="yellow", err=True)
         sys.exit(130)

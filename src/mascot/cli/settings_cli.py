@@ -29,6 +29,10 @@ DryRunFlag = Annotated[
     bool,
     typer.Option("--dry-run", help="Check inputs, models and endpoints and print the resolved settings; load and write nothing.", rich_help_panel=RUN_PANEL),
 ]
+QuietFlag = Annotated[
+    bool,
+    typer.Option("--quiet", help="No progress lines (for logs and CI; the lines that say what was made stay). Also: MASCOT_QUIET=1.", rich_help_panel=RUN_PANEL),
+]
 DEPRECATED_PREFIX = "deprecated__"
 # The --help panel of the settings each group declares (by the group's class name: the groups live
 # in several packages). A command's own settings go to "Options".
@@ -137,12 +141,27 @@ def build_settings(settings_cls: type, values: dict[str, Any] | None = None, con
     return settings_cls(**merge_config(settings_cls, ctx, dict(values or {}), read_config_file(config)))
 
 
+def rerun_hint(ctx: typer.Context, settings_cls: type) -> str:
+    """How to continue after Ctrl-C: the command line as given, with --resume where it takes one."""
+    import shlex
+    import sys
+
+    path = ctx.command_path.split()[1:] if ctx.command_path else []
+    args = sys.argv[1:]
+    line = "mascot " + shlex.join(args if args[: len(path)] == path else [*path, "..."])
+    names = {f.name for f in cli_fields(settings_cls)}
+    if "resume" in names:
+        return f"resume with `{line}{'' if '--resume' in args else ' --resume'}`"
+    return f"rerun `{line}`" + (" (cached judgments are reused)" if "no_cache" in names else "")
+
+
 def _signature(settings_cls: type, with_dry_run: bool) -> list[inspect.Parameter]:
     hints = typing.get_type_hints(settings_cls)
     fields = cli_fields(settings_cls)
     params = [_parameter(settings_cls, f, Optional[hints[f.name]] if f.metadata.get("required") else hints[f.name]) for f in fields]
     params += [p for p in (_deprecated_parameter(f, hints[f.name]) for f in fields) if p is not None]
     params.append(inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=ConfigFile))
+    params.append(inspect.Parameter("quiet", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=QuietFlag))
     if with_dry_run:
         params.append(inspect.Parameter("dry_run", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=DryRunFlag))
     params.insert(0, inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context))
@@ -160,14 +179,18 @@ def settings_command(
     params = _signature(settings_cls, dry_run is not None)
 
     def command(ctx: typer.Context, **values: Any) -> None:
+        from mascot.progress import interrupt_handling, quiet_mode
+
         config_file = values.pop("config", None)
         wants_dry_run = values.pop("dry_run", False)
+        quiet = values.pop("quiet", False)
         values = _apply_deprecated(settings_cls, values, ctx.command_path.removeprefix("mascot ") if ctx.command_path else "")
         settings = build_settings(settings_cls, values, config_file, ctx)
         if wants_dry_run and dry_run is not None:
             dry_run(ctx.info_name or "", settings)
             return
-        run(settings)
+        with quiet_mode(quiet), interrupt_handling(rerun_hint(ctx, settings_cls)):
+            run(settings)
 
     command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     command.__annotations__ = {p.name: p.annotation for p in params}
