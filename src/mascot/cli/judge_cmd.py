@@ -104,31 +104,47 @@ async def open_panel(s: JudgePanelSettings, console=None):
             cache.close()
 
 
+def judging_progress(panel, num_items: int):
+    """Judgments made so far by every judge of the panel, of `num_items` items each."""
+    from mascot.progress import ProgressLine
+
+    return ProgressLine("judgments", num_items * len(panel.judges), unit="judgments", poll=lambda: sum(j.stats.judged for j in panel.judges))
+
+
 def run_judge(s: JudgeSettings) -> None:
     import asyncio
+    import dataclasses
 
     from rich.console import Console
 
     from mascot.judge.episodes import load_episode_file
-    from mascot.judge.run import judge_episode_file, output_paths
+    from mascot.progress import plural
+    from mascot.judge.run import items_for, judge_episode_file, output_paths
 
     output_paths(s.input_file, s.output_dir)  # an unwritable output folder is refused before any model call
     loaded = load_episode_file(s.input_file, dataset=s.dataset)  # a bad input file is refused before any server is asked
     contexts = load_context_index(s)
     console = Console(stderr=True)
 
+    num_items = len(items_for(dataclasses.replace(loaded, episodes=loaded.episodes[: s.limit]), SCOPES[s.scope], contexts))
+    if num_items == 0:  # before any model loads or server is asked
+        raise MascotError(f"{s.input_file}: nothing to judge (no episode{' within --limit' if s.limit is not None else ''} has a {s.scope} item)")
+
     async def run():
         async with open_panel(s, console) as panel:
-            return await judge_episode_file(
-                s.input_file, panel, rubric_version=s.rubric_version, dataset=s.dataset, contexts=contexts, scopes=SCOPES[s.scope],
-                output_dir=s.output_dir, limit=s.limit, loaded=loaded,
-            )  # fmt: skip
+            with judging_progress(panel, num_items):
+                return await judge_episode_file(
+                    s.input_file, panel, rubric_version=s.rubric_version, dataset=s.dataset, contexts=contexts, scopes=SCOPES[s.scope],
+                    output_dir=s.output_dir, limit=s.limit, loaded=loaded,
+                )  # fmt: skip
 
     result = asyncio.run(run())
     c, num_judges = result.report["counters"], len(result.report["judges"])
     console.print(
-        f"judged {c['num_items']} items with {num_judges} judge(s): {c['num_model_calls']} model calls, {c['num_cached']} cached, "
-        f"{c['num_annotation_failures']} annotation failures"
+        f"judged {plural(c['num_items'], 'item')} with {plural(num_judges, 'judge')}: {plural(c['num_model_calls'], 'model call')}, "
+        f"{c['num_cached']} cached, {plural(c['num_annotation_failures'], 'annotation failure')}; wrote {result.judgments_path} and {result.metrics_path}",
+        soft_wrap=True,
+        markup=False,
     )
     fail_if_nothing_judged(c["num_items"] * num_judges, c["num_annotation_failures"], result.metrics_path)
     typer.echo(str(result.metrics_path))
