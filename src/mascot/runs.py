@@ -86,13 +86,16 @@ def merged_endpoints(previous: dict[str, dict[str, int]], current: dict[str, dic
 
 
 def announce_local_roles(backends: Any, console: Console) -> None:
+    """Says which roles run on the local backend, once per console (runs that share one, as the
+    demo's do, say it once)."""
     local = backends.local_roles
     if local:
         models = sorted({backends.endpoints[r].model for r in local})
-        console.print(
-            f"[yellow]{', '.join(r.capitalize() for r in local)} run in-process on the local backend "
-            f"({', '.join(models)}): no server URL was given for them.[/yellow]"
-        )
+        text = f"{', '.join(r.capitalize() for r in local)} run in-process on the local backend ({', '.join(models)}): no server URL was given for them."
+        said = console.__dict__.setdefault("_mascot_notices", set())
+        if text not in said:
+            said.add(text)
+            console.print(f"[yellow]{text}[/yellow]")
 
 
 def _write_config(spec: RunSpec, run: OpenRun) -> None:
