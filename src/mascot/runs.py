@@ -132,6 +132,7 @@ async def open_run(spec: RunSpec, console: Console | None = None) -> AsyncIterat
     from mascot.llm.providers import build_backends
     from mascot.store import check_resume_settings, flush_summary_periodically, log_meter_usage
 
+    check_local_inputs(spec.roles)  # before the run folder is made: a wrong path leaves nothing behind
     if spec.resume:  # before the store opens: a refused resume leaves the saved run as it was
         check_resume_settings(spec.run_dir, spec.settings)
     with RunStore(spec.run_dir, outputs=spec.outputs, resume=spec.resume, overwrite=spec.overwrite, command=spec.command, key_of=spec.key_of) as store:
@@ -151,6 +152,21 @@ async def open_run(spec: RunSpec, console: Console | None = None) -> AsyncIterat
                     store.summary.endpoints = merged_endpoints(run.previous_endpoints, backends.registry.usage())
         finally:
             flusher.cancel()
+
+
+def check_local_inputs(roles: dict) -> None:
+    """Every role on the local backend names an adapter folder that holds an adapter and, when its
+    model is given as a path, a folder that exists (hub ids are resolved when the model loads)."""
+    for role, ep in roles.items():
+        if getattr(ep, "url", None):
+            continue  # a server's adapters and models are asked of the server (preflight)
+        adapter = getattr(ep, "adapter", None)
+        if adapter and not (Path(adapter).expanduser() / "adapter_config.json").is_file():
+            what = "does not exist" if not Path(adapter).expanduser().exists() else "holds no adapter_config.json"
+            raise MascotError(f"--{role}-adapter {adapter} {what}: give the folder a LoRA training run wrote (or serve the adapter)")
+        model = getattr(ep, "model", None) or ""
+        if model.startswith((".", "/", "~")) and not Path(model).expanduser().exists():
+            raise MascotError(f"the {role} model folder {model} does not exist")
 
 
 def failure_line(store: RunStore) -> str:
