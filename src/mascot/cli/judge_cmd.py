@@ -17,7 +17,7 @@ from mascot.cli.app import app
 from mascot.cli.settings_cli import settings_command
 from mascot.errors import MascotError
 from mascot.settings import require, setting
-from mascot.settings_groups import JudgePanelSettings, check_judge_panel
+from mascot.settings_groups import SPLIT_HELP, JudgePanelSettings, check_judge_panel
 
 SCOPES = {"both": ("agent", "collective"), "agent": ("agent",), "collective": ("collective",)}
 
@@ -28,7 +28,7 @@ class JudgedFileSettings(JudgePanelSettings):
 
     dataset: Optional[str] = setting(None, "Override the dataset (default: each record's metadata.dataset).")
     data_file: Optional[Path] = setting(None, "Dataset file or folder to look up each episode's context by context_id (otherwise judged on the conversation).")
-    split: str = setting("test", "Dataset split (train/valid/test; QMSum: train/val/test).")
+    split: Optional[str] = setting(None, SPLIT_HELP)
     output_dir: Optional[Path] = setting(None, "Where to write (default: next to the input file).")
 
     def __post_init__(self) -> None:
@@ -36,7 +36,10 @@ class JudgedFileSettings(JudgePanelSettings):
 
 
 def check_judged_file(s: JudgedFileSettings) -> None:
+    from mascot.data.loaders import split_for
+
     check_judge_panel(s)
+    s.split = split_for(s.split, s.data_file)
     require(s.data_file is None or s.dataset is not None, "--data-file needs --dataset to know how to read it")
 
 
