@@ -41,14 +41,15 @@ def demo(s: DemoSettings) -> None:
     from mascot.llm.routing import EndpointOptions
 
     started = time.monotonic()
+    console = Console()
+    # Said before torch loads (seconds on a busy machine), so that the screen is never blank.
+    console.print(f"[dim]demo: {sample_count()} sample contexts, {s.num_turns} rounds each; each episode is shown as it finishes[/dim]")
     if not s.vllm_server_url:
         import torch
 
         torch.set_num_threads(s.threads or free_cores())
-    console = Console()
     endpoints = EndpointOptions(model_name=s.model_name, vllm_server_url=s.vllm_server_url, local_batch_size=8)
     run_root = s.output_dir / datetime.now().strftime("%Y%m%d-%H%M%S")
-    console.print(f"[dim]demo: {sample_count()} sample contexts, {s.num_turns} rounds each; each episode is shown as it finishes[/dim]")
     results = asyncio.run(run_demo(endpoints, run_root, num_turns=s.num_turns, seed=s.seed, console=console, show=True))
     console.print()
     for dataset, _contexts, store in results:

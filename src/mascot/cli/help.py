@@ -13,7 +13,7 @@ import inspect
 import os
 from typing import Any
 
-from typer.core import TyperArgument, TyperCommand
+from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 # Panels in the order a reader looks for them; a panel not named here comes after these.
 PANEL_ORDER = (
@@ -28,6 +28,29 @@ class MascotCommand(TyperCommand):
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
         render_help(self, ctx)
+
+
+class MascotGroup(TyperGroup):
+    """A command group with options of its own (`mascot eval`): those as `render_help` shows a
+    command's, then its subcommands."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        render_help(self, ctx)
+        _console().print(_commands_panel(self, ctx))
+
+
+def _commands_panel(group: Any, ctx: Any):
+    from rich.panel import Panel
+    from rich.table import Table
+
+    table = Table(show_header=False, box=None, padding=(0, 1), pad_edge=False, expand=True)
+    table.add_column(no_wrap=True, style="bold cyan")
+    table.add_column(ratio=1)
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        if command is not None and not command.hidden:
+            table.add_row(name, _help_paragraphs(command.short_help or command.help or "")[0])
+    return Panel(table, title="Commands", title_align="left", border_style="dim")
 
 
 def _console():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+from contextlib import nullcontext
 import typing
 from collections.abc import Callable
 from pathlib import Path
@@ -173,9 +174,12 @@ def settings_command(
     run: Callable[[Any], None],
     *,
     dry_run: Callable[[str, Any], None] | None = None,
+    interrupts: bool = True,
 ) -> Callable[..., None]:
-    """A typer callback whose options are the settings' fields (plus --config and, with a
-    `dry_run(command_name, settings)` function, --dry-run)."""
+    """A typer callback whose options are the settings' fields (plus --config, --quiet and, with a
+    `dry_run(command_name, settings)` function, --dry-run). `interrupts`: Ctrl-C as
+    `mascot.progress.interrupt_handling` says (off for interactive and serving commands, which
+    handle it themselves)."""
     params = _signature(settings_cls, dry_run is not None)
 
     def command(ctx: typer.Context, **values: Any) -> None:
@@ -189,7 +193,7 @@ def settings_command(
         if wants_dry_run and dry_run is not None:
             dry_run(ctx.info_name or "", settings)
             return
-        with quiet_mode(quiet), interrupt_handling(rerun_hint(ctx, settings_cls)):
+        with quiet_mode(quiet), (interrupt_handling(rerun_hint(ctx, settings_cls)) if interrupts else nullcontext()):
             run(settings)
 
     command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
