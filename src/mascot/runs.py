@@ -130,28 +130,48 @@ async def opened_backends(backends: Any, console: Console | None = None, notice:
 @asynccontextmanager
 async def open_run(spec: RunSpec, console: Console | None = None) -> AsyncIterator[OpenRun]:
     from mascot.llm.providers import build_backends
-    from mascot.store import check_resume_settings, flush_summary_periodically, log_meter_usage
+    from mascot.store import check_resume_settings
 
     check_local_inputs(spec.roles)  # before the run folder is made: a wrong path leaves nothing behind
     if spec.resume:  # before the store opens: a refused resume leaves the saved run as it was
         check_resume_settings(spec.run_dir, spec.settings)
-    with RunStore(spec.run_dir, outputs=spec.outputs, resume=spec.resume, overwrite=spec.overwrite, command=spec.command, key_of=spec.key_of) as store:
-        trace = spec.run_dir / "role_call_trace.jsonl" if spec.trace_role_calls else None
-        backends = build_backends(spec.roles, spec.endpoints, trace_path=trace, overrides=spec.clients)
-        run = OpenRun(store, backends, dict(store.summary.usage), dict(store.summary.endpoints))  # an interrupted attempt's
-        log_meter_usage(backends.meter, store)
-        store.usage_source = run.usage
-        flusher = asyncio.ensure_future(flush_summary_periodically(store))
-        try:
-            async with opened_backends(backends, console):
-                try:
-                    _write_config(spec, run)
-                    yield run
-                finally:
-                    store.summary.usage = run.usage()
-                    store.summary.endpoints = merged_endpoints(run.previous_endpoints, backends.registry.usage())
-        finally:
-            flusher.cancel()
+    # Servers are asked before the run folder is made too; the call trace, which lives in the
+    # folder, is attached once the store has opened it.
+    backends = build_backends(spec.roles, spec.endpoints, overrides=spec.clients)
+    async with opened_backends(backends, console):
+        with RunStore(spec.run_dir, outputs=spec.outputs, resume=spec.resume, overwrite=spec.overwrite, command=spec.command, key_of=spec.key_of) as store:
+            if spec.trace_role_calls:
+                attach_trace(backends, spec.run_dir / "role_call_trace.jsonl")
+            async with _running(spec, store, backends) as run:
+                yield run
+
+
+@asynccontextmanager
+async def _running(spec: RunSpec, store: RunStore, backends: Any) -> AsyncIterator[OpenRun]:
+    """The run inside its open store: usage logged per call and merged with an interrupted
+    attempt's, the summary flushed every second, run_config.json written."""
+    from mascot.store import flush_summary_periodically, log_meter_usage
+
+    run = OpenRun(store, backends, dict(store.summary.usage), dict(store.summary.endpoints))  # an interrupted attempt's
+    log_meter_usage(backends.meter, store)
+    store.usage_source = run.usage
+    flusher = asyncio.ensure_future(flush_summary_periodically(store))
+    try:
+        _write_config(spec, run)
+        yield run
+    finally:
+        store.summary.usage = run.usage()
+        store.summary.endpoints = merged_endpoints(run.previous_endpoints, backends.registry.usage())
+        flusher.cancel()
+
+
+def attach_trace(backends: Any, path: Path) -> None:
+    """Every role's calls into one trace file (`--trace-role-calls`), from now on."""
+    from mascot.llm.metered import CallTracer
+
+    backends.tracer = CallTracer(path)
+    for client in backends.clients.values():
+        client.tracer = backends.tracer
 
 
 def check_local_inputs(roles: dict) -> None:
