@@ -195,13 +195,16 @@ class _SharedBar:
     @classmethod
     def add(cls, console: Any, label: str, total: int | None):
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
         console = console or Console(stderr=True)
         with cls._lock:
             entry = cls._bars.get(id(console))
             if entry is None:
-                columns = (TextColumn("[bold]{task.description}"), BarColumn(bar_width=24), MofNCompleteColumn(), TimeRemainingColumn(), TextColumn("{task.fields[note]}"))
+                columns = (
+                    TextColumn("[bold]{task.description}"), BarColumn(bar_width=20), MofNCompleteColumn(), TimeElapsedColumn(),
+                    TextColumn("left"), TimeRemainingColumn(), TextColumn("{task.fields[note]}"),
+                )  # fmt: skip
                 entry = cls._bars[id(console)] = [Progress(*columns, console=console, transient=False), 0, id(console)]
                 entry[0].start()
             entry[1] += 1
