@@ -329,3 +329,12 @@ def test_the_resume_hint_is_the_command_as_given_with_resume(monkeypatch):
     assert rerun_hint(ctx, GenerateSettings) == "resume with `mascot generate --mode individual --limit 2 --resume`"
     monkeypatch.setattr("sys.argv", ["mascot", "judge", "--input-file", "e.jsonl"])
     assert rerun_hint(SimpleNamespace(command_path="mascot judge"), JudgeSettings) == "rerun `mascot judge --input-file e.jsonl` (cached judgments are reused)"
+
+
+def test_no_command_help_cuts_a_name_at_80_columns():
+    from test_command_settings import leaf_commands
+
+    for path, _command in leaf_commands():
+        result = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "80"})
+        assert result.exit_code == 0, path
+        assert "…" not in result.output and all(len(line) <= 80 for line in result.output.splitlines()), path

@@ -18,7 +18,7 @@ from typer.core import TyperArgument, TyperCommand, TyperGroup
 # Panels in the order a reader looks for them; a panel not named here comes after these.
 PANEL_ORDER = (
     "Arguments", "Options", "Data", "Models and endpoints", "Director", "Speakers", "Simulated user", "Judge",
-    "Generation", "Judging", "Requests", "Output", "Run",
+    "Conversation", "Generation", "Judging", "Metrics", "Training", "Policy sampling", "Requests", "Output", "Run",
 )  # fmt: skip
 TYPE_NAMES = {"str": "TEXT", "list[str]": "TEXT", "path": "PATH", "int": "INT", "float": "FLOAT"}
 

@@ -45,6 +45,11 @@ GROUP_PANELS = {
     "OutputSettings": "Output",
     "EngineSettings": "Generation",
     "JudgePanelSettings": "Judging",
+    "EndpointFields": "Models and endpoints",
+    "ConversationSettings": "Conversation",
+    "MetricsSettings": "Metrics",
+    "TrainSettings": "Training",
+    "GRPOSettings": "Policy sampling",
 }
 ROLE_PANELS = {"director_": "Director", "speaker_": "Speakers", "user_": "Simulated user", "judge_": "Judge"}
 
