@@ -324,11 +324,18 @@ def test_the_resume_hint_is_the_command_as_given_with_resume(monkeypatch):
     from mascot.cli.settings_cli import rerun_hint
     from mascot.cli.judge_cmd import JudgeSettings
 
-    monkeypatch.setattr("sys.argv", ["mascot", "generate", "--mode", "individual", "--limit", "2"])
-    ctx = SimpleNamespace(command_path="mascot generate")
-    assert rerun_hint(ctx, GenerateSettings) == "resume with `mascot generate --mode individual --limit 2 --resume`"
+    def context(*words: str):
+        ctx = SimpleNamespace(info_name="python -m mascot", parent=None)
+        for word in words:
+            ctx = SimpleNamespace(info_name=word, parent=ctx)
+        return ctx
+
+    monkeypatch.setattr("sys.argv", ["/x/mascot/__main__.py", "generate", "--mode", "individual", "--limit", "2"])
+    assert rerun_hint(context("generate"), GenerateSettings) == "resume with `mascot generate --mode individual --limit 2 --resume`"
     monkeypatch.setattr("sys.argv", ["mascot", "judge", "--input-file", "e.jsonl"])
-    assert rerun_hint(SimpleNamespace(command_path="mascot judge"), JudgeSettings) == "rerun `mascot judge --input-file e.jsonl` (cached judgments are reused)"
+    assert rerun_hint(context("judge"), JudgeSettings) == "rerun `mascot judge --input-file e.jsonl` (cached judgments are reused)"
+    monkeypatch.setattr("sys.argv", ["mascot", "pipeline", "--preset", "toy"])  # a step run by the pipeline: the pipeline's line
+    assert rerun_hint(context("generate"), GenerateSettings) == "resume with `mascot generate ... --resume`"
 
 
 def test_no_command_help_cuts_a_name_at_80_columns():
@@ -338,3 +345,102 @@ def test_no_command_help_cuts_a_name_at_80_columns():
         result = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "80"})
         assert result.exit_code == 0, path
         assert "…" not in result.output and all(len(line) <= 80 for line in result.output.splitlines()), path
+
+
+def test_a_real_sigint_is_answered_and_the_handler_restored_after_the_command(capsys):
+    import os
+    import time
+
+    before = signal.getsignal(signal.SIGINT)
+    with progress.interrupt_handling("resume with `mascot generate --resume`"):
+        with progress.ProgressLine("episodes", 4, unit="episodes", drains=True, console=plain_console()[0]):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+            assert progress.stop_requested()
+    assert signal.getsignal(signal.SIGINT) is before
+    assert not progress.stop_requested() and progress.interrupt_announced()  # a later run starts afresh
+    assert "stopping after the records in flight; 0 episodes saved" in capsys.readouterr().err
+
+
+def _generate_process(server_url: str, data: Path, out: Path, *extra: str):
+    import subprocess
+    import sys
+
+    args = ["generate", "--mode", "group", "--dataset", "ESConv", "--data-file", str(data), "--model-name", "stub-model",
+            "--vllm-server-url", server_url, "--output-dir", str(out), "--num-turns", "2", "--seed", "7", "--max-concurrent-episodes", "2", *extra]
+    env = {**__import__("os").environ, progress.INTERVAL_ENV: "0.2"}
+    return subprocess.Popen([sys.executable, "-m", "mascot", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _contexts_file(tmp_path: Path, count: int) -> Path:
+    record = json.loads((FIXTURES / "esconv_sample.jsonl").read_text().splitlines()[0])
+    path = tmp_path / "esconv.jsonl"
+    path.write_text("".join(json.dumps({**record, "situation": f"{record['situation']} ({i})"}) + "\n" for i in range(count)))
+    return path
+
+
+def _wait_for_records(path: Path, count: int, timeout_s: float = 120) -> None:
+    import time
+
+    deadline = time.time() + timeout_s
+    while time.time() < deadline and (not path.exists() or path.read_text().count("\n") < count):
+        time.sleep(0.05)
+
+
+def test_ctrl_c_in_a_real_process_says_at_once_what_was_saved_and_resume_finishes(tmp_path):
+    import os
+    import threading
+    import time
+
+    from mascot.testing.players import stub_responder
+    from mascot.testing.stub_server import start_stub_server
+
+    server = start_stub_server(port=0, latency_s=0.05, responder=stub_responder)
+    try:
+        data, out = _contexts_file(tmp_path, 40), tmp_path / "out"
+        episodes = out / RUN.replace("SmolLM2-135M-Instruct", "stub-model") / "episodes.jsonl"
+        proc = _generate_process(server.url, data, out)
+        lines: list[tuple[float, str]] = []
+        reader = threading.Thread(target=lambda: lines.extend((time.monotonic(), line) for line in proc.stderr), daemon=True)
+        reader.start()
+        _wait_for_records(episodes, 2)
+        pressed = time.monotonic()
+        os.kill(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=60) == 130
+        reader.join(timeout=5)
+        answer = next((t, line) for t, line in lines if line.startswith("stopping after the records in flight"))
+        assert answer[0] - pressed < 2.0  # answered at once, not when the run ends
+        assert "episodes saved; resume with `mascot generate --mode group" in answer[1] and answer[1].rstrip().endswith("--resume` (Ctrl-C again stops at once)")
+        assert any(line.startswith("episodes: ") for _, line in lines)  # progress lines: stderr is a pipe
+        summary = json.loads((episodes.parent / "run_summary.json").read_text())
+        assert summary["status"] == "interrupted" and 2 <= summary["num_records"] < 40
+        resumed = _generate_process(server.url, data, out, "--resume")
+        assert resumed.wait(timeout=120) == 0
+        ids = [json.loads(line)["episode_id"] for line in episodes.read_text().splitlines()]
+        assert len(ids) == len(set(ids)) == 40
+    finally:
+        server.stop()
+
+
+def test_a_second_ctrl_c_stops_a_real_process_at_once(tmp_path):
+    import os
+    import time
+
+    from mascot.testing.players import stub_responder
+    from mascot.testing.stub_server import start_stub_server
+
+    server = start_stub_server(port=0, latency_s=0.5, responder=stub_responder)  # slow records: a drain would take long
+    try:
+        data, out = _contexts_file(tmp_path, 20), tmp_path / "out"
+        episodes = out / RUN.replace("SmolLM2-135M-Instruct", "stub-model") / "episodes.jsonl"
+        proc = _generate_process(server.url, data, out)
+        _wait_for_records(episodes, 1)
+        os.kill(proc.pid, signal.SIGINT)
+        time.sleep(0.3)
+        os.kill(proc.pid, signal.SIGINT)
+        pressed = time.monotonic()
+        assert proc.wait(timeout=30) == 130 and time.monotonic() - pressed < 1.5
+        assert "stopped at once" in proc.stderr.read()
+        assert all(json.loads(line) for line in episodes.read_text().splitlines())  # whole records only
+    finally:
+        server.stop()

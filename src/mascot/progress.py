@@ -233,7 +233,8 @@ _ACTIVE: list[ProgressLine] = []
 
 
 class _Interrupts:
-    presses = 0
+    presses = 0  # Ctrl-C presses during the running command (0 outside one)
+    announced = False  # the last command's first press was answered on screen
     installed = False
     hint = ""
 
@@ -265,6 +266,7 @@ def _saved_text() -> str:
 def _on_interrupt(_signum: int, _frame: Any) -> None:
     _Interrupts.presses += 1
     if _Interrupts.presses == 1:
+        _Interrupts.announced = True
         drains = any(p.drains for p in _ACTIVE)
         first = "stopping after the records in flight" if drains else "stopping"
         _say(f"{first}; {_saved_text()}; {_Interrupts.hint} (Ctrl-C again stops at once)")
@@ -284,13 +286,14 @@ def interrupt_handling(hint: str) -> Iterator[None]:
         return
     previous = signal.getsignal(signal.SIGINT)
     signal.signal(signal.SIGINT, _on_interrupt)
-    _Interrupts.installed, _Interrupts.hint, _Interrupts.presses = True, hint, 0
+    _Interrupts.installed, _Interrupts.hint, _Interrupts.presses, _Interrupts.announced = True, hint, 0, False
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
-        _Interrupts.installed = False
+        _Interrupts.installed, _Interrupts.presses = False, 0  # a later run in this process starts afresh
 
 
 def interrupt_announced() -> bool:
-    return _Interrupts.presses > 0
+    """The last command's first Ctrl-C already said what was saved and how to continue."""
+    return _Interrupts.announced

@@ -152,7 +152,10 @@ def rerun_hint(ctx: typer.Context, settings_cls: type) -> str:
     import shlex
     import sys
 
-    path = ctx.command_path.split()[1:] if ctx.command_path else []
+    path, level = [], ctx
+    while getattr(level, "parent", None) is not None:  # the subcommand's words, whatever the program is called
+        path.insert(0, level.info_name)
+        level = level.parent
     args = sys.argv[1:]
     line = "mascot " + shlex.join(args if args[: len(path)] == path else [*path, "..."])
     names = {f.name for f in cli_fields(settings_cls)}
