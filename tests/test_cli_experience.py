@@ -444,3 +444,22 @@ def test_a_second_ctrl_c_stops_a_real_process_at_once(tmp_path):
         assert all(json.loads(line) for line in episodes.read_text().splitlines())  # whole records only
     finally:
         server.stop()
+
+
+def test_mascot_judge_shows_its_judgments_and_counts_them_in_words(tmp_path, monkeypatch):
+    from judge_helpers import sample_episode, write_episodes
+    from mascot.testing.players import stub_judge_responder
+    from mascot.testing.stub_server import start_stub_server
+
+    monkeypatch.setenv(progress.INTERVAL_ENV, "0.05")
+    path = tmp_path / "episodes.jsonl"
+    write_episodes(path, [sample_episode("c1:e0", context_id="c1")])
+    with start_stub_server(latency_s=0.0, responder=stub_judge_responder) as server:
+        args = ["judge", "--input-file", str(path), "--judge-server-url", server.url, "--judge", "stub-model", "--cache-dir", str(tmp_path / "cache")]
+        result = CliRunner().invoke(app, args)
+        quiet = CliRunner().invoke(app, [*args, "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert "judgments: 4/4 in " in result.stderr and "judged 4 items with 1 judge: 4 model calls" in " ".join(result.stderr.split())
+    assert quiet.exit_code == 0 and "judgments: " not in quiet.stderr and "judged 4 items with 1 judge" in " ".join(quiet.stderr.split())
+    empty = CliRunner().invoke(app, [*args, "--scope", "collective", "--limit", "0"])
+    assert empty.exit_code != 0 and "nothing to judge" in str(empty.exception)
