@@ -212,6 +212,11 @@ def test_progress_lines_appear_when_stderr_is_not_a_terminal(monkeypatch, capsys
     err = capsys.readouterr().err
     assert "candidates: 8/32 (25%)" in err and "left" in err and "so far" in err
     assert err.strip().splitlines()[-1].startswith("candidates: 8/32 in ")
+    detail = {"calls": 0}
+    with progress.ProgressLine("episodes", 2, unit="episodes", detail=lambda: f"{detail['calls']} model calls", console=plain_console()[0]):
+        detail["calls"] = 7  # within an unfinished episode: the line still moves
+        __import__("time").sleep(0.3)
+    assert "episodes: 0/2 (0%), 0 s so far; 7 model calls" in capsys.readouterr().err
 
 
 def test_quiet_mode_shows_no_progress(monkeypatch, capsys):
@@ -228,7 +233,9 @@ def test_group_generation_reports_progress_and_the_quiet_flag_silences_it(tmp_pa
     monkeypatch.setenv(progress.INTERVAL_ENV, "0.05")
     cfg = GroupGenerationConfig(dataset="ESConv", engine=EngineSettings(num_turns=1, seed=1), endpoints=EndpointOptions(), output_dir=tmp_path)
     asyncio.run(generate_group(cfg, contexts=es_contexts[:2], clients=scripted_clients(), console=plain_console()[0]))
-    assert "episodes: 2/2 in " in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "episodes: 2/2 in " in err
+    assert re.search(r"episodes: 2/2 in \d+ s; \d+ model calls, \d+ tokens, failures 0", err)
     quiet = CliRunner().invoke(app, ["data", "preview", "--dataset", "ESConv", "--data-file", str(FIXTURES / "esconv_sample.jsonl"), "--quiet"])
     assert quiet.exit_code == 0, quiet.output  # every generated command takes --quiet
 

@@ -71,6 +71,12 @@ def duration(seconds: float) -> str:
     return f"{minutes // 60} h {minutes % 60} min"
 
 
+def calls_and_tokens(meter: Any) -> str:
+    """'14 model calls, 3050 tokens' from a usage meter (`mascot.llm.metered.UsageMeter`)."""
+    calls = sum(u.requests for u in meter.by_role.values())
+    return f"{plural(calls, 'model call')}, {plural(meter.total_tokens, 'token')}"
+
+
 def _interval_s() -> float:
     try:
         return max(0.05, float(os.environ.get(INTERVAL_ENV, DEFAULT_INTERVAL_S)))
@@ -80,14 +86,16 @@ def _interval_s() -> float:
 
 class ProgressLine:
     """The progress of one step. `update(done)` or `advance()` as records finish; `poll`: a function
-    that returns `done`, read every refresh instead (for work counted elsewhere). `already`: records
-    an earlier session wrote (counted as saved, not in the rate)."""
+    that returns `done`, read every refresh instead (for work counted elsewhere); `detail`: a
+    function whose text follows the counts, read every refresh (model calls and tokens: they move
+    while a long record is still unfinished). `already`: records an earlier session wrote (counted
+    as saved, not in the rate)."""
 
     def __init__(
         self, label: str, total: int | None, *, unit: str = "records", console: Any = None, poll: Callable[[], int] | None = None,
-        already: int = 0, drains: bool = False,
+        detail: Callable[[], str] | None = None, already: int = 0, drains: bool = False,
     ) -> None:  # fmt: skip
-        self.label, self.total, self.unit, self.poll = label, total, unit, poll
+        self.label, self.total, self.unit, self.poll, self.detail = label, total, unit, poll, detail
         self.already, self.drains, self.done, self.note = already, drains, 0, ""
         self._console, self._started = console, time.monotonic()
         self._mode = "off" if is_quiet() else "bar" if _is_terminal(console) else "lines"
@@ -100,7 +108,7 @@ class ProgressLine:
         _ACTIVE.append(self)
         if self._mode == "bar":
             self._task = _SharedBar.add(self._console, self.label, self.total)
-        if self._mode == "lines" or (self._mode == "bar" and self.poll):
+        if self._mode == "lines" or (self._mode == "bar" and (self.poll or self.detail)):
             self._thread = threading.Thread(target=self._tick, name=f"progress-{self.label}", daemon=True)
             self._thread.start()
         return self
@@ -140,11 +148,13 @@ class ProgressLine:
         return self.already + self.done
 
     def _refresh(self) -> None:
-        if self.poll is not None:
-            try:
+        try:
+            if self.poll is not None:
                 self.done = int(self.poll())
-            except Exception:  # noqa: BLE001 - a progress read must never stop the work
-                return
+            if self.detail is not None:
+                self.note = self.detail()
+        except Exception:  # noqa: BLE001 - a progress read must never stop the work
+            return
         if self._mode == "bar":
             self._show()
 
@@ -173,7 +183,8 @@ class ProgressLine:
         return ", ".join(parts) + (f"; {self.note}" if self.note else "")
 
     def final_line(self) -> str:
-        return f"{self.label}: {self.done}" + (f"/{self.total}" if self.total is not None else "") + f" in {duration(time.monotonic() - self._started)}"
+        counts = f"{self.label}: {self.done}" + (f"/{self.total}" if self.total is not None else "")
+        return f"{counts} in {duration(time.monotonic() - self._started)}" + (f"; {self.note}" if self.note else "")
 
 
 def _is_terminal(console: Any) -> bool:

@@ -211,7 +211,7 @@ async def _engine(cfg: GroupGenerationConfig, run: OpenRun, roster: Roster) -> E
 
 
 async def _run(cfg: GroupGenerationConfig, run: OpenRun, roster: Roster, contexts: list[Context], console: Console, on_episode=None) -> None:
-    from mascot.progress import ProgressLine
+    from mascot.progress import ProgressLine, calls_and_tokens
 
     store, meter = run.store, run.backends.meter
     engine = await _engine(cfg, run, roster)
@@ -219,11 +219,12 @@ async def _run(cfg: GroupGenerationConfig, run: OpenRun, roster: Roster, context
     total = len(contexts) * engine.records_per_context()
     remaining = max(0, total - len(store.done_keys))
     label = f"{cfg.dataset} episodes" if on_episode else "episodes"
-    with ProgressLine(label, remaining, unit="episodes", console=console, already=len(store.done_keys), drains=True) as progress:
+    detail = lambda: f"{calls_and_tokens(meter)}, failures {engine.tally.failures}"  # noqa: E731
+    with ProgressLine(label, remaining, unit="episodes", console=console, detail=detail, already=len(store.done_keys), drains=True) as progress:
         last_refresh = [0.0]
 
         def on_progress(done: RunProgress) -> None:
-            progress.update(done.done, note=f"failures {engine.tally.failures}, tokens {meter.total_tokens}")
+            progress.update(done.done, note=detail())
             now = time.monotonic()
             if now - last_refresh[0] >= 0.5:  # the usage figures twice a second, not per record
                 last_refresh[0] = now

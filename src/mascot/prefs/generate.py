@@ -118,7 +118,7 @@ async def _generate(cfg: IndividualGenerationConfig, run: OpenRun, roster, conte
     from mascot.dialogue.reasoning import thinking_for
     from mascot.judge.rubric_judge import RubricJudge
     from mascot.prefs.individual import run_individual
-    from mascot.progress import raise_if_stopped
+    from mascot.progress import calls_and_tokens, raise_if_stopped
 
     judge = RubricJudge(
         run.backends["judge"],
@@ -134,10 +134,12 @@ async def _generate(cfg: IndividualGenerationConfig, run: OpenRun, roster, conte
     failures_before = store.counters.num_annotation_failures
     num_queries = len(contexts) * len(cfg.settings.personas or roster.names)
     resumed = store.summary.num_resumed_records
-    with candidates_progress(store, num_queries * cfg.settings.num_candidates - resumed, resumed) as progress:
+    queries_done = [0]
+    detail = lambda: f"queries {queries_done[0]}/{num_queries}, {calls_and_tokens(run.backends.meter)}"  # noqa: E731
+    with candidates_progress(store, num_queries * cfg.settings.num_candidates - resumed, resumed, detail):
 
         def on_progress(done: int) -> None:
-            progress.note = f"queries {done}/{num_queries}"
+            queries_done[0] = done
             store.write_summary(usage=run.usage())
 
         stats = await run_individual(contexts, roster, run.backends["speaker"], judge, store, cfg.settings, on_progress=on_progress)
@@ -146,11 +148,12 @@ async def _generate(cfg: IndividualGenerationConfig, run: OpenRun, roster, conte
     return stats
 
 
-def candidates_progress(store: RunStore, remaining: int, resumed: int):
+def candidates_progress(store: RunStore, remaining: int, resumed: int, detail):
     """Candidates written so far (read from the store: a query writes its candidates once judged)."""
     from mascot.progress import ProgressLine
 
-    return ProgressLine("candidates", max(0, remaining), unit="candidates", poll=lambda: store.summary.num_records - resumed, already=resumed, drains=True)
+    poll = lambda: store.summary.num_records - resumed  # noqa: E731
+    return ProgressLine("candidates", max(0, remaining), unit="candidates", poll=poll, detail=detail, already=resumed, drains=True)
 
 
 def _closing_lines(cfg: IndividualGenerationConfig, store: RunStore, stats, total: int, console: Console) -> None:
