@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from mascot.progress import plural
+
 
 def existing_outputs(run_dir: Path, outputs: tuple[str, ...]) -> list[Path]:
     """The run's outputs that hold records (an empty file left by a failed start holds none)."""
@@ -26,12 +28,12 @@ def existing_run_refusal(run_dir: Path, outputs: tuple[str, ...]) -> str | None:
         earlier = {}
     status = earlier.get("status") if isinstance(earlier, dict) else None
     records = earlier.get("num_records") if isinstance(earlier, dict) else None
-    written = f", {records} records written" if isinstance(records, int) else ""
+    written = f", {plural(records, 'record')} written" if isinstance(records, int) else ""
     if status == "failed":
         return f"the earlier run in {run_dir} failed ({earlier.get('error') or 'no error recorded'}{written}): {choice}"
     if status in ("interrupted", "running"):
         how = "was interrupted" if status == "interrupted" else "did not finish (its process was stopped)"
-        return f"the earlier run in {run_dir} {how}{f' ({records} records written)' if written else ''}: {choice}"
+        return f"the earlier run in {run_dir} {how}{f' ({written[2:]})' if written else ''}: {choice}"
     if status == "completed":
-        return f"the earlier run in {run_dir} completed{f' ({records} records written)' if written else ''}: {choice}"
+        return f"the earlier run in {run_dir} completed{f' ({written[2:]})' if written else ''}: {choice}"
     return f"{existing[0]} already exists: {choice}"
