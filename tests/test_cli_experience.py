@@ -348,10 +348,12 @@ def test_the_resume_hint_is_the_command_as_given_with_resume(monkeypatch):
 def test_no_command_help_cuts_a_name_at_80_columns():
     from test_command_settings import leaf_commands
 
-    for path, _command in leaf_commands():
+    groups = [(), ("train",), ("data",), ("prefs",), ("eval",), ("study",)]
+    for path in [*groups, *(p for p, _command in leaf_commands())]:
         result = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "80"})
         assert result.exit_code == 0, path
         assert "…" not in result.output and all(len(line) <= 80 for line in result.output.splitlines()), path
+        assert "<bool>" not in result.output, path
 
 
 def test_a_real_sigint_is_answered_and_the_handler_restored_after_the_command(capsys):

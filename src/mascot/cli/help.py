@@ -31,8 +31,8 @@ class MascotCommand(TyperCommand):
 
 
 class MascotGroup(TyperGroup):
-    """A command group with options of its own (`mascot eval`): those as `render_help` shows a
-    command's, then its subcommands."""
+    """A command group: its options as `render_help` shows a command's (`mascot eval` has many),
+    then its subcommands."""
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
         render_help(self, ctx)
@@ -153,8 +153,13 @@ def _panel(title: str, params: list, ctx: Any, widths: tuple[int, int]):
 
 
 def use_for_every_command(typer_app: Any) -> None:
-    """Every command of `typer_app` and its sub-apps that names no class of its own (typer's
-    default) gets `MascotCommand` (called once, after every command module registered its commands)."""
+    """Every command and group of `typer_app` and its sub-apps that names no class of its own
+    (typer's default) gets `MascotCommand` or `MascotGroup` (called once, after every command module
+    registered its commands)."""
+    from typer.models import DefaultPlaceholder
+
+    if isinstance(typer_app.info.cls, DefaultPlaceholder) or typer_app.info.cls in (None, TyperGroup):
+        typer_app.info.cls = MascotGroup
     for info in typer_app.registered_commands:
         if info.cls in (None, TyperCommand):
             info.cls = MascotCommand
