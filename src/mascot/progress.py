@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 QUIET_ENV = "MASCOT_QUIET"
@@ -197,45 +198,65 @@ def _say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
+@dataclass
+class _Display:
+    progress: Any  # rich.progress.Progress
+    console: Any
+    steps: int = 0
+
+
 class _SharedBar:
-    """One rich display per console for every step shown at once (rich allows one live display)."""
+    """One rich display per console for every step shown at once (rich allows one live display
+    per console); it stops when its last step ends."""
 
-    _bars: dict[int, list] = {}  # id(console) -> [Progress, number of tasks]
+    _displays: dict[int, _Display] = {}  # id(console) -> its display
     _lock = threading.Lock()
+    _stderr: Any = None  # the console of steps that name none
 
     @classmethod
-    def add(cls, console: Any, label: str, total: int | None):
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-        console = console or Console(stderr=True)
+    def add(cls, console: Any, label: str, total: int | None) -> tuple[_Display, Any]:
+        console = console or cls._default_console()
         with cls._lock:
-            entry = cls._bars.get(id(console))
-            if entry is None:
-                columns = (
-                    TextColumn("[bold]{task.description}"), BarColumn(bar_width=20), MofNCompleteColumn(), TimeElapsedColumn(),
-                    TextColumn("left"), TimeRemainingColumn(), TextColumn("{task.fields[note]}"),
-                )  # fmt: skip
-                entry = cls._bars[id(console)] = [Progress(*columns, console=console, transient=False), 0, id(console)]
-                entry[0].start()
-            entry[1] += 1
-            return entry, entry[0].add_task(label, total=total, note="")
+            display = cls._displays.get(id(console))
+            if display is None:
+                display = cls._displays[id(console)] = _Display(_new_progress(console), console)
+                display.progress.start()
+            display.steps += 1
+            return display, display.progress.add_task(label, total=total, note="")
 
     @classmethod
-    def update(cls, task: Any, done: int, note: str) -> None:
+    def _default_console(cls) -> Any:
+        if cls._stderr is None:
+            from rich.console import Console
+
+            cls._stderr = Console(stderr=True)
+        return cls._stderr
+
+    @classmethod
+    def update(cls, task: tuple[_Display, Any] | None, done: int, note: str) -> None:
         if task is not None:
-            task[0][0].update(task[1], completed=done, note=note)
+            task[0].progress.update(task[1], completed=done, note=note)
 
     @classmethod
-    def remove(cls, task: Any) -> None:
+    def remove(cls, task: tuple[_Display, Any] | None) -> None:
         if task is None:
             return
-        entry, _ = task
+        display = task[0]
         with cls._lock:
-            entry[1] -= 1
-            if entry[1] <= 0:
-                entry[0].stop()
-                cls._bars.pop(entry[2], None)
+            display.steps -= 1
+            if display.steps <= 0:
+                display.progress.stop()
+                cls._displays.pop(id(display.console), None)
+
+
+def _new_progress(console: Any) -> Any:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    columns = (
+        TextColumn("[bold]{task.description}"), BarColumn(bar_width=20), MofNCompleteColumn(), TimeElapsedColumn(),
+        TextColumn("left"), TimeRemainingColumn(), TextColumn("{task.fields[note]}"),
+    )  # fmt: skip
+    return Progress(*columns, console=console, transient=False)
 
 
 # ---------------------------------------------------------------------------- Ctrl-C
