@@ -305,10 +305,12 @@ def test_the_first_ctrl_c_drains_and_says_how_to_resume_the_second_stops_at_once
 
 
 def test_ctrl_c_in_a_step_that_cannot_drain_stops_it_where_it_is(capsys):
-    with progress.ProgressLine("NLI pairs", 10, unit="pairs", console=plain_console()[0]):
+    counted = {"n": 0}
+    with progress.ProgressLine("judgments", 10, unit="judgments", poll=lambda: counted["n"], console=plain_console()[0]):
+        counted["n"] = 6  # not yet read by a refresh: the answer reads it now
         with pytest.raises(KeyboardInterrupt):
             progress._on_interrupt(signal.SIGINT, None)
-    assert "stopping; 0 pairs saved" in capsys.readouterr().err
+    assert "stopping; 6 judgments done" in capsys.readouterr().err  # written when the step ends: not "saved"
 
 
 def test_a_drained_generation_keeps_its_episodes_and_ends_interrupted(tmp_path, es_contexts):

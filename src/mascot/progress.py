@@ -146,7 +146,14 @@ class ProgressLine:
 
     @property
     def saved(self) -> int:
-        return self.already + self.done
+        """Records kept so far, an earlier session's included (a polled count read now)."""
+        done = self.done
+        if self.poll is not None:
+            try:
+                done = int(self.poll())
+            except Exception:  # noqa: BLE001 - a progress read must never stop the work
+                pass
+        return self.already + done
 
     def _refresh(self) -> None:
         try:
@@ -290,9 +297,11 @@ def singular(unit: str) -> str:
 
 
 def _saved_text() -> str:
+    """'12 episodes saved' for steps that append records as they go; 'done' for the others (their
+    results are written when the step ends)."""
     if not _ACTIVE:
         return "the records written so far are kept"
-    return "; ".join(f"{plural(p.saved, singular(p.unit), p.unit)} saved" for p in _ACTIVE)
+    return "; ".join(f"{plural(p.saved, singular(p.unit), p.unit)} {'saved' if p.drains else 'done'}" for p in _ACTIVE)
 
 
 def _on_interrupt(_signum: int, _frame: Any) -> None:

@@ -161,7 +161,7 @@ def rerun_hint(ctx: typer.Context, settings_cls: type) -> str:
     names = {f.name for f in cli_fields(settings_cls)}
     if "resume" in names:
         return f"resume with `{line}{'' if '--resume' in args else ' --resume'}`"
-    return f"rerun `{line}`" + (" (cached judgments are reused)" if "no_cache" in names else "")
+    return f"rerun `{line}`" + (" (cached judgments are reused)" if "no_cache" in names and "--no-cache" not in args else "")
 
 
 def _signature(settings_cls: type, with_dry_run: bool) -> list[inspect.Parameter]:
