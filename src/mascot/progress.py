@@ -75,6 +75,8 @@ def duration(seconds: float) -> str:
 def calls_and_tokens(meter: Any) -> str:
     """'14 model calls, 3050 tokens' from a usage meter (`mascot.llm.metered.UsageMeter`)."""
     calls = sum(u.requests for u in meter.by_role.values())
+    if not calls:
+        return "no model call answered yet"  # a local model loads on its first call: minutes on a busy CPU
     return f"{plural(calls, 'model call')}, {plural(meter.total_tokens, 'token')}"
 
 
