@@ -210,7 +210,9 @@ async def _engine(cfg: GroupGenerationConfig, run: OpenRun, roster: Roster) -> E
     return EpisodeEngine(roster, {r: backends[r] for r in backends.endpoints}, cfg.engine, tally, role_identities=identities)
 
 
-async def _run(cfg: GroupGenerationConfig, run: OpenRun, roster: Roster, contexts: list[Context], console: Console, on_episode=None) -> None:
+async def _run(
+    cfg: GroupGenerationConfig, run: OpenRun, roster: Roster, contexts: list[Context], console: Console, on_episode: Callable[[Episode], None] | None = None
+) -> None:
     from mascot.progress import ProgressLine, calls_and_tokens
 
     store, meter = run.store, run.backends.meter
@@ -219,7 +221,10 @@ async def _run(cfg: GroupGenerationConfig, run: OpenRun, roster: Roster, context
     total = len(contexts) * engine.records_per_context()
     remaining = max(0, total - len(store.done_keys))
     label = f"{cfg.dataset} episodes" if on_episode else "episodes"
-    detail = lambda: f"{calls_and_tokens(meter)}, failures {engine.tally.failures}"  # noqa: E731
+
+    def detail() -> str:
+        return f"{calls_and_tokens(meter)}, failures {engine.tally.failures}"
+
     with ProgressLine(label, remaining, unit="episodes", console=console, detail=detail, already=len(store.done_keys), drains=True) as progress:
         last_refresh = [0.0]
 

@@ -135,7 +135,10 @@ async def _generate(cfg: IndividualGenerationConfig, run: OpenRun, roster, conte
     num_queries = len(contexts) * len(cfg.settings.personas or roster.names)
     resumed = store.summary.num_resumed_records
     queries_done = [0]
-    detail = lambda: f"queries {queries_done[0]}/{num_queries}, {calls_and_tokens(run.backends.meter)}"  # noqa: E731
+
+    def detail() -> str:
+        return f"queries {queries_done[0]}/{num_queries}, {calls_and_tokens(run.backends.meter)}"
+
     with candidates_progress(store, num_queries * cfg.settings.num_candidates - resumed, resumed, detail):
 
         def on_progress(done: int) -> None:
@@ -152,8 +155,10 @@ def candidates_progress(store: RunStore, remaining: int, resumed: int, detail):
     """Candidates written so far (read from the store: a query writes its candidates once judged)."""
     from mascot.progress import ProgressLine
 
-    poll = lambda: store.summary.num_records - resumed  # noqa: E731
-    return ProgressLine("candidates", max(0, remaining), unit="candidates", poll=poll, detail=detail, already=resumed, drains=True)
+    def written() -> int:
+        return store.summary.num_records - resumed
+
+    return ProgressLine("candidates", max(0, remaining), unit="candidates", poll=written, detail=detail, already=resumed, drains=True)
 
 
 def _closing_lines(cfg: IndividualGenerationConfig, store: RunStore, stats, total: int, console: Console) -> None:
