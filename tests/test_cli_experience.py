@@ -180,7 +180,8 @@ def test_counts_agree_with_their_nouns():
     assert progress.plural(3, "reply") == "3 replies" and progress.plural(2, "day") == "2 days"
     assert progress.plural(2, "query", "queries") == "2 queries"
     assert progress.singular("queries") == "query" and progress.singular("episodes") == "episode"
-    assert progress.duration(42) == "42 s" and progress.duration(185) == "3 min" and progress.duration(4320) == "1 h 12 min"
+    assert progress.duration(42) == "42 s" and progress.duration(185) == "3 min 5 s" and progress.duration(120) == "2 min"
+    assert progress.duration(1500) == "25 min" and progress.duration(4320) == "1 h 12 min"
 
 
 def test_the_generation_footer_says_one_episode_and_zero_plainly(tmp_path, es_contexts):

@@ -62,11 +62,13 @@ def plural(count: int, singular: str, plural_form: str | None = None) -> str:
 
 
 def duration(seconds: float) -> str:
-    """'40 s', '3 min', '1 h 12 min'."""
+    """'40 s', '3 min 5 s' (seconds shown under 10 minutes), '25 min', '1 h 12 min'."""
     seconds = max(0, int(round(seconds)))
     if seconds < 60:
         return f"{seconds} s"
     minutes = seconds // 60
+    if minutes < 10:
+        return f"{minutes} min" + (f" {seconds % 60} s" if seconds % 60 else "")
     if minutes < 60:
         return f"{minutes} min"
     return f"{minutes // 60} h {minutes % 60} min"
