@@ -53,7 +53,7 @@ def test_generate_dry_run_rejects_an_unreachable_endpoint_and_an_unserved_model(
 
 def test_generate_dry_run_refuses_what_the_run_would_refuse(work):
     (work / "runs" / "directed_ESConv_SmolLM2-135M-Instruct").mkdir(parents=True)
-    (work / "runs" / "directed_ESConv_SmolLM2-135M-Instruct" / "episodes.jsonl").write_text("")
+    (work / "runs" / "directed_ESConv_SmolLM2-135M-Instruct" / "episodes.jsonl").write_text('{"episode_id": "e0"}\n')  # a record: refused
     result = invoke("generate", "--mode", "group", "--dataset", "ESConv", "--output-dir", "runs")
     assert result.exit_code != 0 and "already exists: pass --resume" in str(result.exception)
     missing = invoke("generate", "--mode", "group", "--dataset", "ESConv", "--data-file", "nowhere.jsonl")

@@ -129,8 +129,7 @@ def test_unreachable_server_is_one_clear_error_before_any_work(tmp_path):
     data = many_contexts(tmp_path, 2)
     result = CliRunner().invoke(app, generate_args(f"http://127.0.0.1:{port}/v1", data, tmp_path / "out"))
     assert result.exit_code != 0 and "cannot reach the director endpoint" in str(result.exception)
-    summary = json.loads((tmp_path / "out" / "directed_ESConv_stub-model" / "run_summary.json").read_text())
-    assert summary["status"] == "failed"
+    assert not (tmp_path / "out").exists()  # servers are asked before the run folder is made
 
 
 def test_a_run_where_every_context_fails_exits_non_zero(tmp_path):

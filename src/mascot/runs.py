@@ -27,6 +27,12 @@ class GenerationFailed(MascotError):
     """Every remaining item failed: the run stops with a non-zero status (its records are kept)."""
 
 
+def require_contexts(contexts: list, dataset: str, split: str) -> None:
+    """Checked before the run folder is made: data that gives no context makes nothing."""
+    if not contexts:
+        raise MascotError(f"{dataset} {split} gave no context to generate from: check --dataset, --split, --data-file and --limit")
+
+
 def model_basename(model: str) -> str:
     """The last part of a model id or folder (`Qwen/Qwen3-8B` -> `Qwen3-8B`), for run folder names."""
     return Path(model.rstrip("/")).name or model
@@ -80,13 +86,16 @@ def merged_endpoints(previous: dict[str, dict[str, int]], current: dict[str, dic
 
 
 def announce_local_roles(backends: Any, console: Console) -> None:
+    """Says which roles run on the local backend, once per console (runs that share one, as the
+    demo's do, say it once)."""
     local = backends.local_roles
     if local:
         models = sorted({backends.endpoints[r].model for r in local})
-        console.print(
-            f"[yellow]{', '.join(r.capitalize() for r in local)} run in-process on the local backend "
-            f"({', '.join(models)}): no server URL was given for them.[/yellow]"
-        )
+        text = f"{', '.join(r.capitalize() for r in local)} run in-process on the local backend ({', '.join(models)}): no server URL was given for them."
+        said = console.__dict__.setdefault("_mascot_notices", set())
+        if text not in said:
+            said.add(text)
+            console.print(f"[yellow]{text}[/yellow]")
 
 
 def _write_config(spec: RunSpec, run: OpenRun) -> None:
@@ -121,27 +130,63 @@ async def opened_backends(backends: Any, console: Console | None = None, notice:
 @asynccontextmanager
 async def open_run(spec: RunSpec, console: Console | None = None) -> AsyncIterator[OpenRun]:
     from mascot.llm.providers import build_backends
-    from mascot.store import check_resume_settings, flush_summary_periodically, log_meter_usage
+    from mascot.store import check_resume_settings
 
+    check_local_inputs(spec.roles)  # before the run folder is made: a wrong path leaves nothing behind
     if spec.resume:  # before the store opens: a refused resume leaves the saved run as it was
         check_resume_settings(spec.run_dir, spec.settings)
-    with RunStore(spec.run_dir, outputs=spec.outputs, resume=spec.resume, overwrite=spec.overwrite, command=spec.command, key_of=spec.key_of) as store:
-        trace = spec.run_dir / "role_call_trace.jsonl" if spec.trace_role_calls else None
-        backends = build_backends(spec.roles, spec.endpoints, trace_path=trace, overrides=spec.clients)
-        run = OpenRun(store, backends, dict(store.summary.usage), dict(store.summary.endpoints))  # an interrupted attempt's
-        log_meter_usage(backends.meter, store)
-        store.usage_source = run.usage
-        flusher = asyncio.ensure_future(flush_summary_periodically(store))
-        try:
-            async with opened_backends(backends, console):
-                try:
-                    _write_config(spec, run)
-                    yield run
-                finally:
-                    store.summary.usage = run.usage()
-                    store.summary.endpoints = merged_endpoints(run.previous_endpoints, backends.registry.usage())
-        finally:
-            flusher.cancel()
+    # Servers are asked before the run folder is made too; the call trace, which lives in the
+    # folder, is attached once the store has opened it.
+    backends = build_backends(spec.roles, spec.endpoints, overrides=spec.clients)
+    async with opened_backends(backends, console):
+        with RunStore(spec.run_dir, outputs=spec.outputs, resume=spec.resume, overwrite=spec.overwrite, command=spec.command, key_of=spec.key_of) as store:
+            if spec.trace_role_calls:
+                attach_trace(backends, spec.run_dir / "role_call_trace.jsonl")
+            async with _running(spec, store, backends) as run:
+                yield run
+
+
+@asynccontextmanager
+async def _running(spec: RunSpec, store: RunStore, backends: Any) -> AsyncIterator[OpenRun]:
+    """The run inside its open store: usage logged per call and merged with an interrupted
+    attempt's, the summary flushed every second, run_config.json written."""
+    from mascot.store import flush_summary_periodically, log_meter_usage
+
+    run = OpenRun(store, backends, dict(store.summary.usage), dict(store.summary.endpoints))  # an interrupted attempt's
+    log_meter_usage(backends.meter, store)
+    store.usage_source = run.usage
+    flusher = asyncio.ensure_future(flush_summary_periodically(store))
+    try:
+        _write_config(spec, run)
+        yield run
+    finally:
+        store.summary.usage = run.usage()
+        store.summary.endpoints = merged_endpoints(run.previous_endpoints, backends.registry.usage())
+        flusher.cancel()
+
+
+def attach_trace(backends: Any, path: Path) -> None:
+    """Every role's calls into one trace file (`--trace-role-calls`), from now on."""
+    from mascot.llm.metered import CallTracer
+
+    backends.tracer = CallTracer(path)
+    for client in backends.clients.values():
+        client.tracer = backends.tracer
+
+
+def check_local_inputs(roles: dict) -> None:
+    """Every role on the local backend names an adapter folder that holds an adapter and, when its
+    model is given as a path, a folder that exists (hub ids are resolved when the model loads)."""
+    for role, ep in roles.items():
+        if getattr(ep, "url", None):
+            continue  # a server's adapters and models are asked of the server (preflight)
+        adapter = getattr(ep, "adapter", None)
+        if adapter and not (Path(adapter).expanduser() / "adapter_config.json").is_file():
+            what = "does not exist" if not Path(adapter).expanduser().exists() else "holds no adapter_config.json"
+            raise MascotError(f"--{role}-adapter {adapter} {what}: give the folder a LoRA training run wrote (or serve the adapter)")
+        model = getattr(ep, "model", None) or ""
+        if model.startswith((".", "/", "~")) and not Path(model).expanduser().exists():
+            raise MascotError(f"the {role} model folder {model} does not exist")
 
 
 def failure_line(store: RunStore) -> str:

@@ -27,13 +27,15 @@ def setting(
     deprecated: tuple[str, ...] = (),
     argument: bool = False,
     hidden: bool = False,
+    panel: str | None = None,
 ) -> Any:
     """A dataclass field that becomes a CLI option.
 
     `flags`: extra spellings (or one "--x/--no-x" pair for a boolean); `deprecated`: old spellings
     that still work, hidden from --help, with a warning; `argument`: a positional argument instead
-    of an option; `hidden`: accepted but not shown in --help."""
-    metadata = {"help": help, "flags": flags, "required": required, "deprecated": deprecated, "argument": argument, "hidden": hidden}
+    of an option; `hidden`: accepted but not shown in --help; `panel`: its --help panel (default: the
+    settings group that declares it)."""
+    metadata = {"help": help, "flags": flags, "required": required, "deprecated": deprecated, "argument": argument, "hidden": hidden, "panel": panel}
     if isinstance(default, (list, dict, set)):
         return field(default_factory=lambda: type(default)(default), metadata=metadata)
     return field(default=default, metadata=metadata)

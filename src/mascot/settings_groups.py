@@ -27,6 +27,7 @@ _SEVERAL = " Repeat (or separate with commas) for several servers sharing the lo
 MODEL_NAME_HELP = (
     "Model id for every role without its own (hub id, local folder, or served id). Default: the embedded SmolLM2-135M-Instruct on the local backend."
 )
+SPLIT_HELP = "Dataset split (train/valid/test; QMSum: train/val/test). Default: the split a --data-file's name states (valid.jsonl), else test."
 SHARED_URL_HELP = "Shared OpenAI-compatible endpoint for Director, Speaker and User." + _SEVERAL
 
 
@@ -83,7 +84,7 @@ class DataSettings:
 
     dataset: str = setting("ESConv", "ESConv, EmpatheticDialogues (ED) or QMSum.")
     data_file: Optional[Path] = setting(None, "Read the dataset from a local file in its hub export format instead of the hub.")
-    split: str = setting("test", "Dataset split (train/valid/test; QMSum: train/val/test).")
+    split: Optional[str] = setting(None, SPLIT_HELP)
     limit: Optional[int] = setting(None, "Use at most this many contexts.")
     seed: int = setting(42, "Run seed; every episode's seed derives from it.")
     token_budget: int = setting(
@@ -97,9 +98,11 @@ class DataSettings:
 
 
 def check_data(s: Any) -> None:
+    from mascot.data.loaders import split_for
     from mascot.data.names import canonical_dataset_name
 
     s.dataset = canonical_dataset_name(s.dataset)
+    s.split = split_for(s.split, s.data_file)
     require(s.token_budget >= 1, "--token-budget must be at least 1")
     require(s.limit is None or s.limit >= 0, "--limit must not be negative")
 

@@ -37,6 +37,7 @@ from mascot.files import (  # noqa: F401 - the file helpers are imported from he
     write_json_atomic,
     write_jsonl,
 )
+from mascot.run_folder import existing_run_refusal
 from mascot.schema import Counters, RoleUsage, RunConfig, RunSummary, utc_now
 
 log = logging.getLogger("mascot.run")
@@ -117,9 +118,9 @@ class RunStore:
             raise
 
     def _open_locked(self) -> RunStore:
-        existing = [n for n in self.outputs if self.path(n).exists() and self.path(n).stat().st_size > 0]
-        if existing and not (self.resume or self.overwrite):
-            raise StoreError(f"{self.path(existing[0])} already exists: pass --resume to continue it or --overwrite to start over")
+        refusal = existing_run_refusal(self.run_dir, self.outputs) if not (self.resume or self.overwrite) else None
+        if refusal:
+            raise StoreError(refusal)
         if self.overwrite or not self.resume:
             names = (*self.outputs, "run_summary.json", "run_config.json", "role_call_trace.jsonl") if self.overwrite else ()
             for name in (*names, USAGE_LOG):

@@ -18,6 +18,9 @@ from mascot.errors import MascotError
 def _register() -> None:
     # Each module adds its own commands to `app`; keep this list in pipeline order.
     from mascot.cli import demo, data_cmd, generate, judge_cmd, metrics_cmd, prefs_cmd, train_cmd, eval_cmd, compare_cmd, pipeline_cmd, serve_cmd, chat, web_cmd, study_cmd  # noqa: F401
+    from mascot.cli.help import use_for_every_command
+
+    use_for_every_command(app)  # help in panels whose flag names are never cut
 
 
 _register()
@@ -47,5 +50,9 @@ def main() -> None:
         typer.secho(f"error: {exc}", fg="red", err=True)
         sys.exit(2)
     except KeyboardInterrupt:
-        typer.secho("interrupted: partial results are saved; rerun with --resume to continue", fg="yellow", err=True)
+        from mascot.progress import interrupt_announced
+
+        # The first Ctrl-C already said what was saved and how to continue (mascot.progress).
+        message = "interrupted" if interrupt_announced() else "interrupted: partial results are saved; rerun with --resume to continue"
+        typer.secho(message, fg="yellow", err=True)
         sys.exit(130)

@@ -62,7 +62,7 @@ def run_chat_command(settings: ChatSettings) -> None:
             runner.run(backends.aclose())
 
 
-app.command("chat")(settings_command(ChatSettings, run_chat_command))
+app.command("chat")(settings_command(ChatSettings, run_chat_command, interrupts=False))
 
 
 def preload_local_models(backends, console: Console, run: Callable) -> None:

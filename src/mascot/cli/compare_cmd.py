@@ -11,11 +11,12 @@ from mascot.judge.compare_settings import CompareSettings
 
 def _run(settings: CompareSettings) -> None:
     from mascot.judge.compare_run import run_compare
+    from mascot.progress import plural
 
     result = run_compare(settings)
     overall = result.report["criteria"]["overall"]
     rates = ", ".join(f"{name} {s['win_rate']}" for name, s in overall["systems"].items())
-    typer.secho(f"overall win rates over {overall['num_contexts']} contexts: {rates}, ties {overall['tie_rate']}", err=True)
+    typer.secho(f"overall win rates over {plural(overall['num_contexts'], 'context')}: {rates}, ties {overall['tie_rate']}", err=True)
     typer.echo(str(result.output_dir / "compare.md"))
 
 

@@ -49,10 +49,12 @@ def _print_contexts(contexts) -> None:
     from rich.markup import escape
     from rich.panel import Panel
 
+    from mascot.progress import plural
+
     console = Console()
     for context in contexts:
         console.print(Panel("\n".join(_describe(context, escape)), title=escape(context.context_id), title_align="left"))
-    console.print(f"{len(contexts)} context(s)")
+    console.print(plural(len(contexts), "context"))
 
 
 def _describe(context, escape) -> list[str]:

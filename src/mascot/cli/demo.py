@@ -41,25 +41,43 @@ def demo(s: DemoSettings) -> None:
     from mascot.llm.routing import EndpointOptions
 
     started = time.monotonic()
+    console = Console()
+    # Said before torch loads (seconds on a busy machine), so that the screen is never blank.
+    console.print(f"[dim]demo: {sample_count()} sample contexts, {s.num_turns} rounds each; each episode is shown as it finishes[/dim]")
     if not s.vllm_server_url:
         import torch
 
         torch.set_num_threads(s.threads or free_cores())
-    console = Console()
     endpoints = EndpointOptions(model_name=s.model_name, vllm_server_url=s.vllm_server_url, local_batch_size=8)
     run_root = s.output_dir / datetime.now().strftime("%Y%m%d-%H%M%S")
-    results = asyncio.run(run_demo(endpoints, run_root, num_turns=s.num_turns, seed=s.seed, console=console))
-    for dataset, contexts, store in results:
-        show_run(console, dataset, contexts, store)
+    results = asyncio.run(run_demo(endpoints, run_root, num_turns=s.num_turns, seed=s.seed, console=console, show=True))
+    console.print()
+    for dataset, _contexts, store in results:
+        show_run(console, dataset, store)
     console.print(f"demo finished in {time.monotonic() - started:.0f} s (model loading included)", soft_wrap=True)
 
 
 app.command("demo")(settings_command(DemoSettings, demo))
 
 
-async def run_demo(endpoints, run_root: Path, *, num_turns: int, seed: int, console, clients=None) -> list:
+def sample_count() -> int:
+    return sum(1 for line in SAMPLES.read_text(encoding="utf-8").splitlines() if line.strip())
+
+
+def episode_printer(console, dataset: str, contexts: list):
+    """Shows one finished episode's transcript (called as each is written)."""
+    from mascot.dialogue.show import show_episode
+    from mascot.rosters import roster_for_dataset
+
+    names = roster_for_dataset(dataset).names
+    by_id = {c.context_id: c for c in contexts}
+    return lambda episode: show_episode(console, episode, by_id.get(episode.context_id or ""), names)
+
+
+async def run_demo(endpoints, run_root: Path, *, num_turns: int, seed: int, console, clients=None, show: bool = False) -> list:
     """One run per dataset of the samples, all at once. Without a server every role of every run
-    calls one local client, so the episodes of both datasets share each batched `generate`."""
+    calls one local client, so the episodes of both datasets share each batched `generate`.
+    `show`: each episode's transcript is printed as soon as it is written."""
     from mascot.dialogue.engine import EngineSettings
     from mascot.dialogue.run import GroupGenerationConfig, generate_group
     from mascot.schema import Context
@@ -76,7 +94,8 @@ async def run_demo(endpoints, run_root: Path, *, num_turns: int, seed: int, cons
     async def one(dataset: str, contexts: list[Context]):
         settings = EngineSettings(num_turns=num_turns, seed=seed, user_response_probability=0.5, max_tokens=DEMO_MAX_TOKENS)
         cfg = GroupGenerationConfig(dataset=dataset, engine=settings, endpoints=endpoints, output_dir=run_root)
-        _, store = await generate_group(cfg, contexts=contexts, console=console, command="mascot demo", clients=clients)
+        on_episode = episode_printer(console, dataset, contexts) if show else None
+        _, store = await generate_group(cfg, contexts=contexts, console=console, command="mascot demo", clients=clients, on_episode=on_episode)
         return dataset, contexts, store
 
     try:
@@ -104,18 +123,9 @@ def shared_local_client(endpoints):
     return LocalClient(endpoints.model_name or DEFAULT_LOCAL_MODEL, max_batch_size=endpoints.local_batch_size)
 
 
-def show_run(console, dataset: str, contexts: list, store) -> None:
-    """The run's transcripts, then where its records are and what went wrong, by name."""
-    from mascot.dialogue.show import show_episode, show_path
+def show_run(console, dataset: str, store) -> None:
+    """Where a run's records are and what went wrong, by name (its transcripts were shown as they finished)."""
+    from mascot.dialogue.show import show_path
     from mascot.dialogue.tally import describe_counters
-    from mascot.rosters import roster_for_dataset
-    from mascot.schema import Episode
-    from mascot.store import read_jsonl
 
-    names = roster_for_dataset(dataset).names
-    by_id = {c.context_id: c for c in contexts}
-    for episode in read_jsonl(store.path(), Episode):
-        show_episode(console, episode, by_id.get(episode.context_id or ""), names)
-    console.print()
     show_path(console, "records", store.path(), describe_counters(store.summary.counters))
-    console.print()

@@ -120,6 +120,20 @@ def check_new_output(path: Path, *, resume: bool, overwrite: bool, label: str = 
     raise DryRunError(f"{label} {p} already exists: pass --resume to continue or --overwrite to start over")
 
 
+def check_run_folder(run_dir: Path, outputs: tuple[str, ...], *, resume: bool, overwrite: bool) -> str:
+    """What a generation run would do with its run folder: the run store's own rule (records there
+    need --resume or --overwrite; a folder a failed start left without records does not)."""
+    from mascot.run_folder import existing_outputs, existing_run_refusal
+
+    if not (resume or overwrite):
+        refusal = existing_run_refusal(run_dir, outputs)
+        if refusal:
+            raise DryRunError(refusal)
+    if not existing_outputs(run_dir, outputs):
+        return f"{run_dir} (new)"
+    return f"{run_dir} ({'resumed' if resume else 'replaced'})"
+
+
 def _plain(value: Any) -> Any:
     if isinstance(value, Path):
         return str(value)
@@ -136,7 +150,8 @@ def print_settings(command: str, settings: dict[str, Any]) -> None:
 
 
 def dry_run_generation(
-    mode: str, *, dataset: str, data_file: Path | None, split: str, limit: int | None, roster: str | None, endpoints, roles: tuple[str, ...], run_dir: Path, resume: bool, overwrite: bool, settings: dict
+    mode: str, *, dataset: str, data_file: Path | None, split: str, limit: int | None, roster: str | None, endpoints, roles: tuple[str, ...], run_dir: Path,
+    outputs: tuple[str, ...], resume: bool, overwrite: bool, settings: dict,
 ) -> None:
     """`mascot generate --dry-run`: roster, data, every role's endpoint or local model, run folder."""
     from mascot.llm.routing import resolve_roles
@@ -153,7 +168,7 @@ def dry_run_generation(
     else:
         resolved["data"] = f"{dataset} {split} split from the Hugging Face hub (not read by a dry run)"
     resolved["roles"] = check_endpoints(resolve_roles(endpoints, roles))
-    resolved["run_dir"] = check_new_output(run_dir, resume=resume, overwrite=overwrite, label="run folder")
+    resolved["run_dir"] = check_run_folder(run_dir, outputs, resume=resume, overwrite=overwrite)
     print_settings(f"generate --mode {mode}", {"resolved": resolved, "settings": settings})
 
 

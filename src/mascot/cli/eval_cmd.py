@@ -9,6 +9,7 @@ from __future__ import annotations
 import typer
 
 from mascot.cli.app import app
+from mascot.cli.help import MascotGroup
 from mascot.cli.settings_cli import settings_command
 from mascot.eval.settings import EvalSettings
 
@@ -49,6 +50,7 @@ _callback.__doc__ = _command.__doc__
 eval_app = typer.Typer(
     help="Evaluate systems against their baselines, per split; compare two systems head to head.",
     invoke_without_command=True,
+    cls=MascotGroup,  # its own options in panels, names never cut
 )
 eval_app.callback(invoke_without_command=True)(_callback)
 app.add_typer(eval_app, name="eval")

@@ -27,9 +27,9 @@ class GenerateSettings(OutputSettings, EngineSettings, EndpointSettings, DataSet
     dataset: str = setting("ESConv", "ESConv, EmpatheticDialogues (ED) or QMSum.")
     director_thinking: str = setting("default", "Director: " + THINKING_HELP)
     user_thinking: str = setting("default", "Simulated user: " + THINKING_HELP)
-    roster: Optional[str] = setting(None, "Roster name or file (default: the dataset's roster).")
-    num_episodes: int = setting(2, "Episodes per context (independent mode).")
-    score_margin: float = setting(0.5, "Minimum judged score gap for a preference pair.")
+    roster: Optional[str] = setting(None, "Roster name or file (default: the dataset's roster).", panel="Generation")
+    num_episodes: int = setting(2, "Episodes per context (independent mode).", panel="Generation")
+    score_margin: float = setting(0.5, "Minimum judged score gap for a preference pair.", panel="Judging")
     judge_max_tokens: int = setting(512, "Longest judge reply in tokens (individual mode).")
     judge_scoring: str = setting("auto", JUDGE_SCORING_HELP + " (individual mode)")
 
@@ -106,17 +106,18 @@ def dry_run_generate(_command: str, s: GenerateSettings) -> None:
 
     if s.mode == "individual":
         from mascot.prefs.generate import individual_run_dir
+        from mascot.prefs.individual import OUTPUTS
 
-        roles, run_dir = ("speaker", "judge"), individual_run_dir(individual_config(s))
+        outputs, roles, run_dir = OUTPUTS, ("speaker", "judge"), individual_run_dir(individual_config(s))
         settings: dict[str, Any] = {k: getattr(s, k) for k in ("num_candidates", "score_margin", "temperature", "max_tokens", "seed")}
     else:
         from mascot.dialogue.run import roles_needed, run_dir_for
 
         group = group_config(s)
-        roles, run_dir, settings = roles_needed(group.engine), run_dir_for(group), asdict(group.engine)
+        outputs, roles, run_dir, settings = ("episodes.jsonl",), roles_needed(group.engine), run_dir_for(group), asdict(group.engine)
     dry_run_generation(
         s.mode, dataset=s.dataset, data_file=s.data_file, split=s.split, limit=s.limit, roster=s.roster, endpoints=s.endpoint_options(),
-        roles=roles, run_dir=run_dir, resume=s.resume, overwrite=s.overwrite, settings=settings,
+        roles=roles, run_dir=run_dir, outputs=outputs, resume=s.resume, overwrite=s.overwrite, settings=settings,
     )  # fmt: skip
 
 

@@ -17,7 +17,7 @@ from mascot.cli.app import app
 from mascot.cli.settings_cli import settings_command
 from mascot.errors import MascotError
 from mascot.settings import require, setting
-from mascot.settings_groups import JudgePanelSettings, check_judge_panel
+from mascot.settings_groups import SPLIT_HELP, JudgePanelSettings, check_judge_panel
 
 SCOPES = {"both": ("agent", "collective"), "agent": ("agent",), "collective": ("collective",)}
 
@@ -28,7 +28,7 @@ class JudgedFileSettings(JudgePanelSettings):
 
     dataset: Optional[str] = setting(None, "Override the dataset (default: each record's metadata.dataset).")
     data_file: Optional[Path] = setting(None, "Dataset file or folder to look up each episode's context by context_id (otherwise judged on the conversation).")
-    split: str = setting("test", "Dataset split (train/valid/test; QMSum: train/val/test).")
+    split: Optional[str] = setting(None, SPLIT_HELP)
     output_dir: Optional[Path] = setting(None, "Where to write (default: next to the input file).")
 
     def __post_init__(self) -> None:
@@ -36,7 +36,10 @@ class JudgedFileSettings(JudgePanelSettings):
 
 
 def check_judged_file(s: JudgedFileSettings) -> None:
+    from mascot.data.loaders import split_for
+
     check_judge_panel(s)
+    s.split = split_for(s.split, s.data_file)
     require(s.data_file is None or s.dataset is not None, "--data-file needs --dataset to know how to read it")
 
 
@@ -104,31 +107,47 @@ async def open_panel(s: JudgePanelSettings, console=None):
             cache.close()
 
 
+def judging_progress(panel, num_items: int):
+    """Judgments made so far by every judge of the panel, of `num_items` items each."""
+    from mascot.progress import ProgressLine
+
+    return ProgressLine("judgments", num_items * len(panel.judges), unit="judgments", poll=lambda: sum(j.stats.judged for j in panel.judges))
+
+
 def run_judge(s: JudgeSettings) -> None:
     import asyncio
+    import dataclasses
 
     from rich.console import Console
 
     from mascot.judge.episodes import load_episode_file
-    from mascot.judge.run import judge_episode_file, output_paths
+    from mascot.progress import plural
+    from mascot.judge.run import items_for, judge_episode_file, output_paths
 
     output_paths(s.input_file, s.output_dir)  # an unwritable output folder is refused before any model call
     loaded = load_episode_file(s.input_file, dataset=s.dataset)  # a bad input file is refused before any server is asked
     contexts = load_context_index(s)
     console = Console(stderr=True)
 
+    num_items = len(items_for(dataclasses.replace(loaded, episodes=loaded.episodes[: s.limit]), SCOPES[s.scope], contexts))
+    if num_items == 0:  # before any model loads or server is asked
+        raise MascotError(f"{s.input_file}: nothing to judge (no episode{' within --limit' if s.limit is not None else ''} has a {s.scope} item)")
+
     async def run():
         async with open_panel(s, console) as panel:
-            return await judge_episode_file(
-                s.input_file, panel, rubric_version=s.rubric_version, dataset=s.dataset, contexts=contexts, scopes=SCOPES[s.scope],
-                output_dir=s.output_dir, limit=s.limit, loaded=loaded,
-            )  # fmt: skip
+            with judging_progress(panel, num_items):
+                return await judge_episode_file(
+                    s.input_file, panel, rubric_version=s.rubric_version, dataset=s.dataset, contexts=contexts, scopes=SCOPES[s.scope],
+                    output_dir=s.output_dir, limit=s.limit, loaded=loaded,
+                )  # fmt: skip
 
     result = asyncio.run(run())
     c, num_judges = result.report["counters"], len(result.report["judges"])
     console.print(
-        f"judged {c['num_items']} items with {num_judges} judge(s): {c['num_model_calls']} model calls, {c['num_cached']} cached, "
-        f"{c['num_annotation_failures']} annotation failures"
+        f"judged {plural(c['num_items'], 'item')} with {plural(num_judges, 'judge')}: {plural(c['num_model_calls'], 'model call')}, "
+        f"{c['num_cached']} cached, {plural(c['num_annotation_failures'], 'annotation failure')}; wrote {result.judgments_path} and {result.metrics_path}",
+        soft_wrap=True,
+        markup=False,
     )
     fail_if_nothing_judged(c["num_items"] * num_judges, c["num_annotation_failures"], result.metrics_path)
     typer.echo(str(result.metrics_path))

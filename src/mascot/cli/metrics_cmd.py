@@ -10,6 +10,7 @@ import typer
 
 from mascot.cli.app import app
 from mascot.cli.settings_cli import settings_command
+from mascot.errors import MascotError
 from mascot.metrics.settings import MetricsSettings
 from mascot.settings import part, setting
 
@@ -32,13 +33,51 @@ class MetricsCommandSettings(MetricsSettings):
         return ensure_writable_file(self.output_file or Path(self.input_file).parent / "metrics_auto.json", "--output-file")
 
 
+class CountingNLI:
+    """An NLI scorer whose `predict` shows its progress: the pairs in length order (as the scorer
+    sorts them) in chunks of whole batches, so that every batch is the one the scorer would make."""
+
+    def __init__(self, nli) -> None:
+        self.nli = nli
+
+    def __getattr__(self, name: str):
+        return getattr(self.nli, name)
+
+    def predict(self, pairs: list[tuple[str, str]]) -> list[str]:
+        from mascot.progress import ProgressLine
+
+        order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0]) + len(pairs[i][1]))
+        chunk = max(1, self.nli.batch_size) * 4
+        out = [""] * len(pairs)
+        with ProgressLine("NLI pairs", len(pairs), unit="pairs") as progress:
+            for start in range(0, len(order), chunk):
+                picked = order[start : start + chunk]
+                for i, label in zip(picked, self.nli.predict([pairs[i] for i in picked])):
+                    out[i] = label
+                progress.advance(len(picked))
+        return out
+
+
 def run_metrics(s: MetricsCommandSettings) -> None:
     from mascot.metrics.auto import run_metrics_file
+    from mascot.progress import plural
 
     output_file = s.writable_output()
-    report = run_metrics_file(s.input_file, part(s, MetricsSettings), output_file=output_file, dataset=s.dataset)
+    if not Path(s.input_file).is_file():  # before the NLI model loads
+        raise MascotError(f"--input-file {s.input_file} does not exist")
+    nli = None
+    if not s.skip_nli:
+        from mascot.metrics.nli import NLIScorer
+
+        nli = CountingNLI(NLIScorer.load(s.nli_model, batch_size=s.batch_size))
+    report = run_metrics_file(s.input_file, part(s, MetricsSettings), output_file=output_file, dataset=s.dataset, nli=nli)
+    if not report["num_episodes"]:
+        from mascot.store import mark_failed
+
+        mark_failed(output_file, f"{s.input_file} has no episode")
+        raise MascotError(f"{s.input_file} has no episode: no metric computed (the report at {output_file} says failed)")
     summary = ", ".join(f"{k} {v['mean']}" for k, v in report["overall"].items() if v["mean"] is not None)
-    typer.secho(f"{report['num_episodes']} episodes: {summary}", err=True)
+    typer.secho(f"{plural(report['num_episodes'], 'episode')}: {summary or 'no metric defined'}; wrote {output_file}", err=True)
     typer.echo(str(output_file))
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import typer
 
 from mascot.cli.app import app
-from mascot.cli.settings_cli import merge_config, settings_command
+from mascot.cli.settings_cli import merge_config, rerun_hint, settings_command
 from mascot.pipeline.settings import PipelineSettings, merge_step_flags, preset_values
 from mascot.settings import read_config_file
 
@@ -31,8 +31,11 @@ _generated = settings_command(PipelineSettings, _run, dry_run=_dry_run)
 
 def pipeline(ctx: typer.Context, **values: Any) -> None:
     # As the generated command, with the preset's values beneath the config file's.
+    from mascot.progress import interrupt_handling, quiet_mode
+
     config = values.pop("config", None)
     wants_dry_run = values.pop("dry_run", False)
+    quiet = values.pop("quiet", False)
     from_file = read_config_file(config)
     preset = values.get("preset") or from_file.get("preset")
     below = preset_values(preset)
@@ -41,7 +44,8 @@ def pipeline(ctx: typer.Context, **values: Any) -> None:
     if values.get("steps"):
         values["steps"] = steps
     settings = PipelineSettings(**merge_config(PipelineSettings, ctx, values, {**below, **from_file, "preset": preset, "steps": steps}))
-    (_dry_run("pipeline", settings) if wants_dry_run else _run(settings))
+    with quiet_mode(quiet), interrupt_handling(rerun_hint(ctx, PipelineSettings)):
+        (_dry_run("pipeline", settings) if wants_dry_run else _run(settings))
 
 
 pipeline.__signature__ = inspect.signature(_generated)  # type: ignore[attr-defined]

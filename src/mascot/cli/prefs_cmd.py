@@ -10,6 +10,7 @@ import typer
 from mascot.cli.app import app
 from mascot.cli.judge_cmd import JudgedFileSettings, check_judged_file
 from mascot.cli.settings_cli import settings_command
+from mascot.errors import MascotError
 from mascot.settings import require, setting
 
 prefs_app = typer.Typer(help="Build preference pairs from judged data.", no_args_is_help=True)
@@ -57,16 +58,20 @@ def run_prefs_group(s: PrefsGroupSettings) -> None:
 
     from rich.console import Console
 
-    from mascot.cli.judge_cmd import fail_if_nothing_judged, load_context_index, open_panel
-    from mascot.prefs.group import group_preferences
+    from mascot.cli.judge_cmd import fail_if_nothing_judged, judging_progress, load_context_index, open_panel
+    from mascot.prefs.group import group_preferences, items_for_mode
     from mascot.store import write_json_atomic, write_jsonl
 
     loaded, resolved = _prepare(s)
     contexts = load_context_index(s)
+    num_items = len(items_for_mode(loaded.episodes, resolved, contexts))
+    if num_items == 0:  # before any model loads or server is asked
+        raise MascotError(f"{s.episodes}: nothing to judge in {resolved} mode (no {'episode' if resolved == 'episode' else 'branch'} to compare)")
 
     async def run():
         async with open_panel(s) as panel:
-            result = await group_preferences(loaded.episodes, panel, mode=resolved, margin=s.score_margin, contexts=contexts)
+            with judging_progress(panel, num_items):
+                result = await group_preferences(loaded.episodes, panel, mode=resolved, margin=s.score_margin, contexts=contexts)
             return result, panel.judges[0].counters
 
     result, counters = asyncio.run(run())
@@ -75,9 +80,22 @@ def run_prefs_group(s: PrefsGroupSettings) -> None:
     write_jsonl(folder / f"{name}_judgments.jsonl", result.judgments)
     stats = {"mode": resolved, "input_file": str(s.episodes), **result.stats.to_dict(), "counters": counters.model_dump(), "usage": result.usage}
     write_json_atomic(folder / f"{name}_stats.json", stats)
-    Console(stderr=True).print(f"{len(result.pairs)} {resolved} pairs (margin {s.score_margin}); annotation failures {counters.num_annotation_failures}")
+    _closing_line(Console(stderr=True), result, resolved, s.score_margin, counters, folder / f"{name}.jsonl")
     fail_if_nothing_judged(len(result.judgments), sum(1 for j in result.judgments if j.failed), folder / f"{name}_stats.json")
     typer.echo(str(folder / f"{name}.jsonl"))
+
+
+def _closing_line(console, result, mode: str, margin: float, counters, path: Path) -> None:
+    from mascot.progress import plural
+
+    console.print(
+        f"wrote {plural(len(result.pairs), f'{mode} pair')} (margin {margin}) from {plural(len(result.judgments), 'judgment')} to {path}; "
+        f"{plural(counters.num_annotation_failures, 'annotation failure')}",
+        soft_wrap=True,
+        markup=False,
+    )
+    if not result.pairs and len(result.judgments) > counters.num_annotation_failures:
+        console.print(f"0 pairs: no two {'episodes of a context' if mode == 'episode' else 'branches'} differ by the margin {margin} (lower --score-margin for more)", markup=False)
 
 
 def dry_run_prefs_group(_command: str, s: PrefsGroupSettings) -> None:

@@ -84,7 +84,7 @@ def dry_run_serve(_command: str, s: ServeSettings) -> None:
     print_settings("serve", {"command": shell_line(plan), "aliases": alias_map(plan)["models"], "role flags": " ".join(role_flags(plan))})
 
 
-app.command("serve")(settings_command(ServeSettings, run_serve, dry_run=dry_run_serve))
+app.command("serve")(settings_command(ServeSettings, run_serve, dry_run=dry_run_serve, interrupts=False))
 
 
 def _run(plan, log_path: Path, timeout: float, served_adapters: Path | None) -> None:

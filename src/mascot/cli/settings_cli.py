@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+from contextlib import nullcontext
 import typing
 from collections.abc import Callable
 from pathlib import Path
@@ -20,15 +21,55 @@ import typer
 from mascot.errors import MascotError
 from mascot.settings import cli_fields, flag_name, read_config_file
 
+RUN_PANEL = "Run"
 ConfigFile = Annotated[
-    Optional[Path], typer.Option("--config", help="YAML file of settings (names as the flags, - or _); command-line flags win.")
+    Optional[Path],
+    typer.Option("--config", help="YAML file of settings (names as the flags, - or _); command-line flags win.", rich_help_panel=RUN_PANEL),
 ]
-DryRunFlag = Annotated[bool, typer.Option("--dry-run", help="Check inputs, models and endpoints and print the resolved settings; load and write nothing.")]
+DryRunFlag = Annotated[
+    bool,
+    typer.Option("--dry-run", help="Check inputs, models and endpoints and print the resolved settings; load and write nothing.", rich_help_panel=RUN_PANEL),
+]
+QuietFlag = Annotated[
+    bool,
+    typer.Option("--quiet", help="No progress lines (for logs and CI; the lines that say what was made stay). Also: MASCOT_QUIET=1.", rich_help_panel=RUN_PANEL),
+]
 DEPRECATED_PREFIX = "deprecated__"
+# The --help panel of the settings each group declares (by the group's class name: the groups live
+# in several packages). A command's own settings go to "Options".
+GROUP_PANELS = {
+    "DataSettings": "Data",
+    "ClientSettings": "Requests",
+    "GroupEndpointSettings": "Models and endpoints",
+    "EndpointSettings": "Models and endpoints",
+    "OutputSettings": "Output",
+    "EngineSettings": "Generation",
+    "JudgePanelSettings": "Judging",
+    "EndpointFields": "Models and endpoints",
+    "ConversationSettings": "Conversation",
+    "MetricsSettings": "Metrics",
+    "TrainSettings": "Training",
+    "GRPOSettings": "Policy sampling",
+}
+ROLE_PANELS = {"director_": "Director", "speaker_": "Speakers", "user_": "Simulated user", "judge_": "Judge"}
 
 
-def _parameter(field: dataclasses.Field, annotation: Any) -> inspect.Parameter:
+def help_panel(settings_cls: type, name: str) -> str:
+    """The --help panel of setting `name`: the group that first declares it (endpoint settings by
+    role); a command's own `judge_*` settings go with the judging ones."""
+    declaring = next((c for c in reversed(settings_cls.__mro__) if name in c.__dict__.get("__annotations__", {})), settings_cls)
+    panel = GROUP_PANELS.get(declaring.__name__)
+    role = next((p for prefix, p in ROLE_PANELS.items() if name.startswith(prefix)), None)
+    if panel == "Models and endpoints" and role:
+        return role
+    if panel is None and role == "Judge":
+        return "Judging"
+    return panel or "Options"
+
+
+def _parameter(settings_cls: type, field: dataclasses.Field, annotation: Any) -> inspect.Parameter:
     meta = field.metadata
+    panel = meta.get("panel") or help_panel(settings_cls, field.name)
     required = meta.get("required", False)
     help_text = meta.get("help", "") + (" (required)" if required else "")
     # Required settings default to None here and are checked after --config is merged in.
@@ -38,7 +79,7 @@ def _parameter(field: dataclasses.Field, annotation: Any) -> inspect.Parameter:
     else:
         flags = meta.get("flags") or ()
         names = [f for f in flags if "/" in f] or [flag_name(field.name), *flags]
-        param = typer.Option(*names, help=help_text, show_default=not required, hidden=meta.get("hidden", False))
+        param = typer.Option(*names, help=help_text, show_default=not required, hidden=meta.get("hidden", False), rich_help_panel=panel)
     return inspect.Parameter(field.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[annotation, param])
 
 
@@ -106,12 +147,30 @@ def build_settings(settings_cls: type, values: dict[str, Any] | None = None, con
     return settings_cls(**merge_config(settings_cls, ctx, dict(values or {}), read_config_file(config)))
 
 
+def rerun_hint(ctx: typer.Context, settings_cls: type) -> str:
+    """How to continue after Ctrl-C: the command line as given, with --resume where it takes one."""
+    import shlex
+    import sys
+
+    path, level = [], ctx
+    while getattr(level, "parent", None) is not None:  # the subcommand's words, whatever the program is called
+        path.insert(0, level.info_name)
+        level = level.parent
+    args = sys.argv[1:]
+    line = "mascot " + shlex.join(args if args[: len(path)] == path else [*path, "..."])
+    names = {f.name for f in cli_fields(settings_cls)}
+    if "resume" in names:
+        return f"resume with `{line}{'' if '--resume' in args else ' --resume'}`"
+    return f"rerun `{line}`" + (" (cached judgments are reused)" if "no_cache" in names and "--no-cache" not in args else "")
+
+
 def _signature(settings_cls: type, with_dry_run: bool) -> list[inspect.Parameter]:
     hints = typing.get_type_hints(settings_cls)
     fields = cli_fields(settings_cls)
-    params = [_parameter(f, Optional[hints[f.name]] if f.metadata.get("required") else hints[f.name]) for f in fields]
+    params = [_parameter(settings_cls, f, Optional[hints[f.name]] if f.metadata.get("required") else hints[f.name]) for f in fields]
     params += [p for p in (_deprecated_parameter(f, hints[f.name]) for f in fields) if p is not None]
     params.append(inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=ConfigFile))
+    params.append(inspect.Parameter("quiet", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=QuietFlag))
     if with_dry_run:
         params.append(inspect.Parameter("dry_run", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=DryRunFlag))
     params.insert(0, inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context))
@@ -123,20 +182,27 @@ def settings_command(
     run: Callable[[Any], None],
     *,
     dry_run: Callable[[str, Any], None] | None = None,
+    interrupts: bool = True,
 ) -> Callable[..., None]:
-    """A typer callback whose options are the settings' fields (plus --config and, with a
-    `dry_run(command_name, settings)` function, --dry-run)."""
+    """A typer callback whose options are the settings' fields (plus --config, --quiet and, with a
+    `dry_run(command_name, settings)` function, --dry-run). `interrupts`: Ctrl-C as
+    `mascot.progress.interrupt_handling` says (off for interactive and serving commands, which
+    handle it themselves)."""
     params = _signature(settings_cls, dry_run is not None)
 
     def command(ctx: typer.Context, **values: Any) -> None:
+        from mascot.progress import interrupt_handling, quiet_mode
+
         config_file = values.pop("config", None)
         wants_dry_run = values.pop("dry_run", False)
+        quiet = values.pop("quiet", False)
         values = _apply_deprecated(settings_cls, values, ctx.command_path.removeprefix("mascot ") if ctx.command_path else "")
         settings = build_settings(settings_cls, values, config_file, ctx)
         if wants_dry_run and dry_run is not None:
             dry_run(ctx.info_name or "", settings)
             return
-        run(settings)
+        with quiet_mode(quiet), (interrupt_handling(rerun_hint(ctx, settings_cls)) if interrupts else nullcontext()):
+            run(settings)
 
     command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     command.__annotations__ = {p.name: p.annotation for p in params}

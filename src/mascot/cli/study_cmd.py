@@ -13,12 +13,13 @@ app.add_typer(study_app, name="study")
 
 
 def _run_create(settings: StudyCreateSettings) -> None:
+    from mascot.progress import plural
     from mascot.study.create import create_study
 
     built = create_study(settings.a, settings.b, settings.out, raters=settings.raters, attention_checks=settings.attention_checks,
                          seed=settings.seed, system_a=settings.system_a, system_b=settings.system_b, overwrite=settings.overwrite)
     base = settings.base_url.rstrip("/")
-    typer.secho(f"study {built.path}: {built.num_pairs} pairs + {built.num_attention_checks} attention checks per rater", fg="green", err=True)
+    typer.secho(f"study {built.path}: {plural(built.num_pairs, 'pair')} + {plural(built.num_attention_checks, 'attention check')} per rater", fg="green", err=True)
     for number, token in enumerate(built.rater_tokens, start=1):
         typer.echo(f"rater {number}: {base}/study/r/{token}")
     typer.echo(f"results (owner only): {base}/study/results/{built.owner_token}")

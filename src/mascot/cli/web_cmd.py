@@ -35,4 +35,4 @@ def dry_run_web(command: str, settings: WebSettings) -> None:
     print_settings(command, {**values, "roles": {role: scrub(how) for role, how in roles.items()}})
 
 
-app.command("web")(settings_command(WebSettings, run_web, dry_run=dry_run_web))
+app.command("web")(settings_command(WebSettings, run_web, dry_run=dry_run_web, interrupts=False))

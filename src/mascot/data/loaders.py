@@ -66,6 +66,16 @@ def split_named_by(path: Path) -> str | None:
     return named.pop() if len(named) == 1 else None
 
 
+def split_for(split: str | None, data_file: Path | str | None) -> str:
+    """The split to read: as given; without one, the split a data file's name states
+    (`valid.jsonl`); else test."""
+    if split:
+        return split
+    if data_file is not None and not Path(data_file).expanduser().is_dir():
+        return split_named_by(Path(data_file)) or "test"
+    return "test"
+
+
 def check_split_matches_file(path: Path, split: str) -> None:
     """Context ids embed the split (`esconv-test-1`): reading `valid.jsonl` as the test split would
     give ids that collide with the real test records, so a file named for another split is refused."""

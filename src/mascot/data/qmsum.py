@@ -163,7 +163,7 @@ def iter_file(path: Path, split: str, *, token_budget: int = DEFAULT_TOKEN_BUDGE
 
 def iter_hub(split: str, *, token_budget: int = DEFAULT_TOKEN_BUDGET, keep_meeting: MeetingFilter | None = None, **_: Any) -> Iterator[Context]:
     url = SOURCE_URL.format(split=split)
-    rows = load_hub_split(NAME, "json", "train", source=url, data_files=url)
+    rows = load_hub_split(NAME, "json", "train", source=url, shown_split=split, data_files=url)  # one file per split: datasets calls it "train"
     count = skipped = 0
     for number, row in enumerate(rows, start=1):
         if keep_meeting is not None and not keep_meeting(dict(row)):

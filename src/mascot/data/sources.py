@@ -86,9 +86,10 @@ def require_list(record: dict[str, Any], key: str, where: str) -> list:
     return value
 
 
-def load_hub_split(dataset: str, path: str, split: str, *, source: str | None = None, **kwargs: Any) -> Iterable[dict[str, Any]]:
+def load_hub_split(dataset: str, path: str, split: str, *, source: str | None = None, shown_split: str | None = None, **kwargs: Any) -> Iterable[dict[str, Any]]:
     """Rows of one split through `datasets.load_dataset`; offline or without `datasets`, one line
-    that points at --data-file. `source` names where the rows come from in that line."""
+    that points at --data-file. `source` names where the rows come from in that line, and
+    `shown_split` the split the user asked for (a one-file source is loaded as its `train`)."""
     try:
         import datasets
     except ImportError:
@@ -100,7 +101,7 @@ def load_hub_split(dataset: str, path: str, split: str, *, source: str | None = 
         return datasets.load_dataset(path, split=split, **kwargs)
     except Exception as exc:  # noqa: BLE001 - any hub/network/format failure gets the same advice
         raise DatasetError(
-            f"could not load {dataset} split {split!r} from {source or path} ({type(exc).__name__}: {one_line(exc, 160)}); "
+            f"could not load {dataset} split {shown_split or split!r} from {source or path} ({type(exc).__name__}: {one_line(exc, 160)}); "
             "pass --data-file with a local copy"
         ) from None
 

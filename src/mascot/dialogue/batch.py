@@ -33,8 +33,12 @@ async def run_all(
     iterator: Iterator[Context] = iter(contexts)
     workers = max(1, engine.settings.max_concurrent_episodes)
 
+    from mascot.progress import stop_requested
+
     async def worker() -> None:
         for context in iterator:  # one shared iterator: each context is taken by exactly one worker
+            if stop_requested():  # Ctrl-C: the contexts in flight finish, no new one starts
+                return
             try:
                 async for episode in engine.run_context(context, skip, (spines or {}).get(context.context_id)):
                     write(episode)

@@ -22,7 +22,7 @@ from mascot.llm.base import DEFAULT_LOCAL_MODEL
 from mascot.llm.providers import Backends
 from mascot.llm.routing import EndpointOptions, resolve_roles
 from mascot.rosters import load_roster, roster_for_dataset
-from mascot.runs import GenerationFailed, OpenRun, RunSpec, announce_local_roles, failure_line, merged_usage, model_basename, open_run  # noqa: F401  (re-exported)
+from mascot.runs import GenerationFailed, OpenRun, RunSpec, announce_local_roles, failure_line, merged_usage, model_basename, open_run, require_contexts  # noqa: F401  (re-exported)
 from mascot.schema import Context, Episode, RoleIdentity, Roster
 from mascot.serve import resolve_served_identities
 from mascot.store import RunStore, read_jsonl
@@ -180,10 +180,12 @@ async def generate_group(
     roster: Roster | None = None,
     console: Console | None = None,
     command: str = "mascot generate --mode group",
+    on_episode: Callable[[Episode], None] | None = None,
 ) -> tuple[Path, RunStore]:
     console = console or Console(stderr=True)
     roster = roster or (load_roster(cfg.roster) if cfg.roster else roster_for_dataset(cfg.dataset))
     contexts = list(contexts) if contexts is not None else _load_contexts(cfg)
+    require_contexts(contexts, cfg.dataset, cfg.split)
     settings = cfg.engine
     settings.dataset = settings.dataset or cfg.dataset
     run_dir = run_dir_for(cfg)
@@ -197,22 +199,8 @@ async def generate_group(
         record_local_roles=True, clients=clients,
     )  # fmt: skip
     async with open_run(spec, console) as run:
-        await _run(cfg, run, roster, contexts, console)
+        await _run(cfg, run, roster, contexts, console, on_episode)
     return run_dir, run.store
-
-
-def _progress(console: Console):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    return Progress(
-        TextColumn("[bold]episodes"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("failures {task.fields[failures]}  tokens {task.fields[tokens]}"),
-        TimeElapsedColumn(),
-        console=console,
-        disable=not console.is_terminal,
-    )
 
 
 async def _engine(cfg: GroupGenerationConfig, run: OpenRun, roster: Roster) -> EpisodeEngine:
@@ -222,52 +210,68 @@ async def _engine(cfg: GroupGenerationConfig, run: OpenRun, roster: Roster) -> E
     return EpisodeEngine(roster, {r: backends[r] for r in backends.endpoints}, cfg.engine, tally, role_identities=identities)
 
 
-async def _run(cfg: GroupGenerationConfig, run: OpenRun, roster: Roster, contexts: list[Context], console: Console) -> None:
+async def _run(
+    cfg: GroupGenerationConfig, run: OpenRun, roster: Roster, contexts: list[Context], console: Console, on_episode: Callable[[Episode], None] | None = None
+) -> None:
+    from mascot.progress import ProgressLine, calls_and_tokens
+
     store, meter = run.store, run.backends.meter
     engine = await _engine(cfg, run, roster)
     spines = load_spines(store.path()) if cfg.resume and cfg.engine.generation_mode == "branching" else None
     total = len(contexts) * engine.records_per_context()
     remaining = max(0, total - len(store.done_keys))
-    with _progress(console) as bar:
-        task = bar.add_task("episodes", total=remaining, failures=0, tokens=0)
+    label = f"{cfg.dataset} episodes" if on_episode else "episodes"
+
+    def detail() -> str:
+        return f"{calls_and_tokens(meter)}, failures {engine.tally.failures}"
+
+    with ProgressLine(label, remaining, unit="episodes", console=console, detail=detail, already=len(store.done_keys), drains=True) as progress:
         last_refresh = [0.0]
 
-        def on_progress(progress: RunProgress) -> None:
+        def on_progress(done: RunProgress) -> None:
+            progress.update(done.done, note=detail())
             now = time.monotonic()
-            if now - last_refresh[0] >= 0.5:  # the bar and the usage figures twice a second, not per record
+            if now - last_refresh[0] >= 0.5:  # the usage figures twice a second, not per record
                 last_refresh[0] = now
-                bar.update(task, completed=progress.done, failures=engine.tally.failures, tokens=meter.total_tokens)
                 store.summary.usage = run.usage()  # written with the next summary
 
-        await run_all(engine, contexts, write=counting_safety_events(store), skip=store.is_done, spines=spines, on_progress=on_progress)
-        bar.update(task, completed=store.summary.num_records - store.summary.num_resumed_records, failures=engine.tally.failures, tokens=meter.total_tokens)
+        write = counting_safety_events(store, on_episode)
+        await run_all(engine, contexts, write=write, skip=store.is_done, spines=spines, on_progress=on_progress)
     _closing_line(run, engine.tally, total, console)
 
 
 def _closing_line(run: OpenRun, tally: Tally, total: int, console: Console) -> None:
+    from mascot.progress import plural, raise_if_stopped
+
     store, meter = run.store, run.backends.meter
     written = store.summary.num_records - store.summary.num_resumed_records
+    made = plural(written, "episode") + (f" ({store.summary.num_records} in all)" if store.summary.num_resumed_records else "")
+    if written == 0 and total and total <= len(store.done_keys):
+        made = f"0 new episodes: all {store.summary.num_records} were already written"
     console.print(
-        f"wrote {written} episodes ({store.summary.num_records} in all) to {store.path()}; "
-        f"{tally.describe()}; contexts {failure_line(store)}"
+        f"wrote {made} to {store.path()}; {tally.describe()}; contexts {failure_line(store)}"
         + (f"; failed requests: {meter.notes.summary()}" if meter.notes.counts else ""),
         soft_wrap=True,
         markup=False,
     )
-    if written == 0 and store.counters.num_generation_failures and total > len(store.done_keys):
+    raise_if_stopped()  # after Ctrl-C the run is interrupted, whatever it made
+    if written == 0 and total > len(store.done_keys):
         raise GenerationFailed(
             f"no episode could be generated ({failure_line(store)}; the first failure of each kind is shown above); "
             "fix the backend and rerun with --resume"
         )
 
 
-def counting_safety_events(store: RunStore) -> Callable[[Episode], None]:
-    """`store.append` that also counts the episode's safety events in the run summary."""
+def counting_safety_events(store: RunStore, on_episode: Callable[[Episode], None] | None = None) -> Callable[[Episode], None]:
+    """`store.append` that also counts the episode's safety events in the run summary (and hands
+    each written episode to `on_episode`: the demo shows it)."""
 
     def write(episode: Episode) -> None:
         if episode.safety_events:
             store.summary.num_safety_events = (store.summary.num_safety_events or 0) + len(episode.safety_events)
         store.append(episode)
+        if on_episode is not None:
+            on_episode(episode)
 
     return write
 

@@ -46,6 +46,7 @@ class JudgeStats:
     free: int = 0  # replies parsed from free text (server without structured outputs)
     logprob_items: int = 0  # items scored by answer probabilities
     logprob_fallbacks: int = 0  # items scored in JSON because the backend gave no probabilities
+    judged: int = 0  # items answered so far, failed ones included (read by progress lines)
 
 
 def rubric_schema(rubric: Rubric) -> dict:
@@ -194,6 +195,7 @@ class RubricJudge:
             template_version=self.template_version,
             **item.provenance,
         )
+        self.stats.judged += 1
         if value.get("failed"):
             self.stats.failures += 1
             self.counters.num_annotation_failures += 1

@@ -18,7 +18,7 @@ from typing import Any
 from rich.console import Console
 
 from mascot.prefs.individual import IndividualSettings
-from mascot.runs import GenerationFailed, OpenRun, failure_line, model_basename
+from mascot.runs import GenerationFailed, OpenRun, failure_line, model_basename, require_contexts
 from mascot.store import RunStore
 
 COMMAND = "mascot generate --mode individual"
@@ -96,6 +96,7 @@ async def generate_individual(cfg: IndividualGenerationConfig, *, clients: dict 
     roster = load_roster(cfg.roster) if cfg.roster else roster_for_dataset(cfg.dataset)
     rubric_for(cfg.dataset, "agent", cfg.rubric_version)  # fail early on an unknown version
     contexts = load_contexts(cfg.dataset, split=cfg.split, data_file=cfg.data_file, limit=cfg.limit, seed=cfg.settings.seed, token_budget=cfg.transcript_window)
+    require_contexts(contexts, cfg.dataset, cfg.split)
     roles = resolve_roles(_endpoints(cfg), ("speaker", "judge"))
     cache = None if cfg.no_cache else JudgmentCache(cfg.cache_dir)
     settings = _run_settings(cfg, roles, roster.ident, len(contexts), cache)
@@ -117,6 +118,7 @@ async def _generate(cfg: IndividualGenerationConfig, run: OpenRun, roster, conte
     from mascot.dialogue.reasoning import thinking_for
     from mascot.judge.rubric_judge import RubricJudge
     from mascot.prefs.individual import run_individual
+    from mascot.progress import calls_and_tokens, raise_if_stopped
 
     judge = RubricJudge(
         run.backends["judge"],
@@ -130,21 +132,49 @@ async def _generate(cfg: IndividualGenerationConfig, run: OpenRun, roster, conte
     )
     store = run.store
     failures_before = store.counters.num_annotation_failures
+    num_queries = len(contexts) * len(cfg.settings.personas or roster.names)
+    resumed = store.summary.num_resumed_records
+    queries_done = [0]
 
-    def on_progress(_done: int) -> None:
-        store.write_summary(usage=run.usage())
+    def detail() -> str:
+        return f"queries {queries_done[0]}/{num_queries}, {calls_and_tokens(run.backends.meter)}"
 
-    stats = await run_individual(contexts, roster, run.backends["speaker"], judge, store, cfg.settings, on_progress=on_progress)
+    with candidates_progress(store, num_queries * cfg.settings.num_candidates - resumed, resumed, detail):
+
+        def on_progress(done: int) -> None:
+            queries_done[0] = done
+            store.write_summary(usage=run.usage())
+
+        stats = await run_individual(contexts, roster, run.backends["speaker"], judge, store, cfg.settings, on_progress=on_progress)
+    raise_if_stopped()
     fail_if_nothing_succeeded(store, store.counters.num_annotation_failures - failures_before)
     return stats
 
 
+def candidates_progress(store: RunStore, remaining: int, resumed: int, detail):
+    """Candidates written so far (read from the store: a query writes its candidates once judged)."""
+    from mascot.progress import ProgressLine
+
+    def written() -> int:
+        return store.summary.num_records - resumed
+
+    return ProgressLine("candidates", max(0, remaining), unit="candidates", poll=written, detail=detail, already=resumed, drains=True)
+
+
 def _closing_lines(cfg: IndividualGenerationConfig, store: RunStore, stats, total: int, console: Console) -> None:
-    summary = stats.to_dict()
+    from mascot.progress import plural
+
+    summary, written = stats.to_dict(), store.summary.num_records - store.summary.num_resumed_records
+    made = plural(written, "candidate") + (f" ({store.summary.num_records} in all)" if store.summary.num_resumed_records else "")
     console.print(
-        f"{total} queries: {summary['num_pairs']} pairs (margin {cfg.settings.score_margin}; {summary['num_dropped_by_margin']} dropped by the margin), "
-        f"annotation failures {store.counters.num_annotation_failures}; queries {failure_line(store)}; wrote {store.run_dir}"
+        f"{plural(total, 'query', 'queries')}: wrote {made} and {plural(summary['num_pairs'], 'pair')} (margin {cfg.settings.score_margin}; "
+        f"{summary['num_dropped_by_margin']} dropped by the margin), annotation failures {store.counters.num_annotation_failures}; "
+        f"queries {failure_line(store)}; in {store.run_dir}",
+        soft_wrap=True,
+        markup=False,
     )
+    if summary["num_pairs"] == 0 and written:
+        console.print(f"0 pairs: no two candidates of a query differ by the margin {cfg.settings.score_margin} (lower --score-margin for more)", markup=False)
     console.print(json.dumps({"pairs": str(store.path("pairs.jsonl")), "candidates": str(store.path("candidates.jsonl"))}))
 
 

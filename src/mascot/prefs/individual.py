@@ -279,9 +279,13 @@ class IndividualRun:
         semaphore = asyncio.Semaphore(max(1, self.settings.max_concurrent_queries))
         done = 0
 
+        from mascot.progress import stop_requested
+
         async def one(context: Context, persona: Persona) -> None:
             nonlocal done
             async with semaphore:
+                if stop_requested():  # Ctrl-C: the queries in flight finish, no new one starts
+                    return
                 await self.run_query(context, persona)
             done += 1
             if on_progress:

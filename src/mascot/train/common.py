@@ -44,10 +44,15 @@ def open_output(settings: TrainSettings, default: Path) -> tuple[Path, Path | No
 def run_training(trainer, checkpoint: Path | None) -> dict[str, Any]:
     """trainer.train() with resume; returns the figures worth keeping in the metadata."""
     from mascot.train.guard import non_finite_guard
+    from mascot.train.progress_callback import replace_default_progress
 
     trainer.add_callback(non_finite_guard())
+    progress = replace_default_progress(trainer)  # steps done, rate and time left (mascot.progress)
     started = time.monotonic()
-    result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    try:
+        result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    finally:
+        progress.close()
     metrics = dict(result.metrics or {})
     figures = {
         "global_steps": int(trainer.state.global_step),
