@@ -13,10 +13,19 @@ from mascot.cli.settings_cli import settings_command
 from mascot.eval.settings import EvalSettings
 
 
+NO_NLI_FLAG = "--no-nli"  # eval's own way out; `mascot metrics`, which it runs, calls it --skip-nli
+
+
 def _run(settings: EvalSettings) -> None:
     from mascot.eval.run import run_eval
+    from mascot.metrics.nli import NLIUnavailable, require_reachable
 
-    typer.echo(str(run_eval(settings)))
+    try:
+        if settings.nli and not settings.report_only:
+            require_reachable(settings.nli_model, NO_NLI_FLAG)  # before any system is generated
+        typer.echo(str(run_eval(settings)))
+    except NLIUnavailable as exc:  # raised inside the metrics step: name this command's flag
+        raise exc.with_flag(NO_NLI_FLAG) from None
 
 
 def _dry_run(command: str, settings: EvalSettings) -> None:
