@@ -135,7 +135,7 @@ class StubServerProcess:
 
 def start_stub_server_process(
     *, port: int = 0, latency_ms: float = 50.0, responder: str | None = None, model: str | None = None,
-    fail_first: int = 0, fail_status: int = 500, vllm_limits: bool = False, max_in_flight: int | None = None,
+    fail_first: int = 0, fail_status: int = 500, vllm_limits: bool = False, max_in_flight: int | None = None, outage_after: int | None = None,
 ) -> StubServerProcess:
     """Runs `python -m mascot.testing.stub_server` and waits for the URL it prints."""
     cmd = [sys.executable, "-m", "mascot.testing.stub_server", "--port", str(port), "--latency-ms", str(latency_ms),
@@ -148,6 +148,8 @@ def start_stub_server_process(
         cmd += ["--vllm-limits"]
     if max_in_flight:
         cmd += ["--max-in-flight", str(max_in_flight)]
+    if outage_after is not None:
+        cmd += ["--outage-after", str(outage_after)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline() if proc.stdout else ""
     if not line.startswith("http"):
