@@ -11,7 +11,7 @@ from mascot.metrics.nli import NLIUnavailable
 
 
 def eval_args(tmp_path, nli_model: str) -> list[str]:
-    return ["eval", "--systems", "round-robin", "--dataset", "ED", "--nli-model", nli_model, "--output-dir", str(tmp_path / "eval")]
+    return ["eval", "--systems", "zero-shot", "--dataset", "ED", "--nli-model", nli_model, "--output-dir", str(tmp_path / "eval")]
 
 
 def test_eval_without_its_nli_model_names_no_nli_before_any_work(tmp_path, monkeypatch):
