@@ -29,8 +29,7 @@ def test_group_generation_takes_the_transcript_window(tmp_path, flag):
             args = ["generate", "--mode", "group", "--dataset", "QMSum", "--data-file", str(QMSUM_SAMPLE), "--limit", "1", "--num-turns", "1",
                     "--vllm-server-url", server.url, "--output-dir", str(out), *extra]
             result = CliRunner().invoke(app, args)
-            # the stub's two choices are the same text, so the run makes no pair and says so
-            assert result.exit_code == 0 or "no preference pair" in str(result.exception), result.output
+            assert result.exit_code == 0, result.output
             run_dir = next(out.iterdir())
             return list(read_jsonl(run_dir / "episodes.jsonl", Episode)), json.loads((run_dir / "run_config.json").read_text())
 
@@ -50,8 +49,7 @@ def test_individual_generation_takes_the_transcript_window(tmp_path):
             args = ["generate", "--mode", "individual", "--dataset", "QMSum", "--data-file", str(QMSUM_SAMPLE), "--limit", "1", "--num-candidates", "2",
                     "--vllm-server-url", server.url, "--judge-server-url", server.url, "--output-dir", str(out), *extra]
             result = CliRunner().invoke(app, args)
-            # the stub's two choices are the same text, so the run makes no pair and says so
-            assert result.exit_code == 0 or "no preference pair" in str(result.exception), result.output
+            assert result.exit_code == 0, result.output
             run_dir = next(out.iterdir())
             candidates = list(read_jsonl(run_dir / "candidates.jsonl", Candidate))
             return [window_lines(c.prompt[-1]["content"]) for c in candidates], json.loads((run_dir / "run_config.json").read_text())

@@ -131,18 +131,28 @@ def as_structured(reply: str, request: dict) -> str:
     return json.dumps(fields)
 
 
+def sampled(reply: str, request: dict) -> str:
+    """A Speaker's later choices of one request differ, as samples of a real server do."""
+    choice = int(request.get("choice") or 0)
+    return f"{reply} (sample {choice + 1})" if choice else reply
+
+
 def stub_responder(messages: list[dict], request: dict) -> str:
     """Stub-server plug-in playing every role by the request's role tag."""
-    return as_structured(group_reply(messages, request.get("seed"), request.get("role", DEFAULT_ROLE)), request)
+    role = request.get("role", DEFAULT_ROLE)
+    reply = group_reply(messages, request.get("seed"), role)
+    return as_structured(sampled(reply, request) if role in ("speaker", DEFAULT_ROLE) else reply, request)
 
 
 def stub_fixed_pattern_judge_responder(messages: list[dict], request: dict) -> str:
     """Stub-server plug-in: a judge whose scores follow a fixed pattern, candidate replies otherwise."""
     if request.get("role", DEFAULT_ROLE) == "judge":
         return fixed_pattern_judge_reply(messages)
-    return candidate_reply(messages, request.get("seed"))
+    return sampled(candidate_reply(messages, request.get("seed")), request)
 
 
 def stub_judge_responder(messages: list[dict], request: dict) -> str:
     """Stub-server plug-in: judge requests get a valid judgment, other roles a candidate reply."""
-    return judging_reply(messages, request.get("seed"), request.get("role", DEFAULT_ROLE))
+    role = request.get("role", DEFAULT_ROLE)
+    reply = judging_reply(messages, request.get("seed"), role)
+    return reply if role == "judge" else sampled(reply, request)

@@ -270,15 +270,16 @@ class StubServer:
         return shape(request, text, structured_outputs=self.structured_outputs, reasoning=self.reasoning)
 
     async def _replies(self, request: dict, role: str) -> list[str]:
-        """The responder's replies; it gets the body with the request's role tag as "role"."""
+        """The responder's replies; it gets the body with the request's role tag as "role" and the
+        index of the choice among the `n` as "choice"."""
         self.stats.roles.append(role)
         tagged = {**request, "role": role}
         wanted = max(1, int(request.get("n") or 1))
         if self.max_choices is not None:
             wanted = min(wanted, self.max_choices)
         texts = []
-        for _ in range(wanted):
-            reply = self.responder(request.get("messages") or [], tagged)
+        for choice in range(wanted):  # "choice": which of the `n` choices, so that samples can differ
+            reply = self.responder(request.get("messages") or [], {**tagged, "choice": choice})
             if inspect.isawaitable(reply):
                 reply = await reply
             texts.append(str(reply))
