@@ -67,11 +67,11 @@ def speaker_adapter(workdir, base_model) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(workdir, vllm_python, speaker_adapter):
+def server(workdir, vllm_python, speaker_adapter, base_model):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "mascot", "serve", str(speaker_adapter), "--served-model-name", SERVED_BASE, "--cpu", "--cpu-kvcache-gb", "2",
+    cmd = [sys.executable, "-m", "mascot", "serve", str(speaker_adapter), "--model", str(base_model), "--served-model-name", SERVED_BASE, "--cpu", "--cpu-kvcache-gb", "2",
            "--max-model-len", "2048", "--port", str(port), "--python", vllm_python, "--log-file", str(workdir / "vllm.log"), "--timeout", "600"]
     process = subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     first = process.stdout.readline()
