@@ -46,7 +46,8 @@ def test_scripted_pipeline_runs_every_step_and_reports(server, base, tmp_path):
 
 def test_empty_step_output_stops_the_pipeline_with_one_line(server, base, tmp_path):
     config = scripted_config(tmp_path, server.url, base)
-    with pytest.raises(MascotError, match=r"^candidates: 0 preference pairs in .*pairs\.jsonl; .*stops here"):
+    # the Stage-1 run itself fails, naming the margin and the largest gap it saw
+    with pytest.raises(MascotError, match=r"^pipeline step candidates failed: no preference pair: .*--score-margin 99.0; the largest gap seen is"):
         run_command(["pipeline", "--config", str(config), "--steps", '{"candidates": {"score_margin": 99}}', "--until", "speaker"])
     assert not (tmp_path / "out" / "reward_model").exists()
 

@@ -67,11 +67,11 @@ def speaker_adapter(workdir, base_model) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(workdir, vllm_python, speaker_adapter):
+def server(workdir, vllm_python, speaker_adapter, base_model):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "mascot", "serve", str(speaker_adapter), "--served-model-name", SERVED_BASE, "--cpu", "--cpu-kvcache-gb", "2",
+    cmd = [sys.executable, "-m", "mascot", "serve", str(speaker_adapter), "--model", str(base_model), "--served-model-name", SERVED_BASE, "--cpu", "--cpu-kvcache-gb", "2",
            "--max-model-len", "2048", "--port", str(port), "--python", vllm_python, "--log-file", str(workdir / "vllm.log"), "--timeout", "600"]
     process = subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     first = process.stdout.readline()
@@ -115,9 +115,12 @@ def test_group_generation_records_base_model_and_adapter(server, workdir, base_m
 
 
 def test_stage1_candidates_with_n_k_and_structured_judging(server, workdir):
-    mascot("generate", "--mode", "individual", "--dataset", "ESConv", "--data-file", str(FIXTURES / "esconv_sample.jsonl"), "--limit", "1",
-           "--num-candidates", "3", "--max-tokens", "40", "--vllm-server-url", server["url"], "--speaker-model", "mascot-speaker",
-           "--judge-server-url", server["url"], "--judge-model", SERVED_BASE, "--output-dir", str(workdir / "runs"), cwd=workdir)
+    args = ["generate", "--mode", "individual", "--dataset", "ESConv", "--data-file", str(FIXTURES / "esconv_sample.jsonl"), "--limit", "1",
+            "--num-candidates", "3", "--max-tokens", "40", "--vllm-server-url", server["url"], "--speaker-model", "mascot-speaker",
+            "--judge-server-url", server["url"], "--judge-model", SERVED_BASE, "--output-dir", str(workdir / "runs")]
+    result = subprocess.run([sys.executable, "-m", "mascot", *args], cwd=workdir, capture_output=True, text=True, timeout=900)
+    # The 135M judge may give every candidate the same Overall: such a run makes no pair and says so.
+    assert result.returncode == 0 or "no preference pair" in result.stderr, result.stderr[-3000:]
     run = workdir / "runs" / "individual_ESConv_mascot-speaker"
     candidates = [json.loads(line) for line in (run / "candidates.jsonl").read_text().splitlines()]
     assert len(candidates) == 3 * 3  # three personas, K=3 each, one request with n=3 per persona
@@ -150,3 +153,59 @@ def test_director_grpo_rollout_against_the_server(server):
 
     rewards = asyncio.run(rewards_then_close())
     assert reward.stats.rollout_failures == 0 and len(rewards) == 2 and rewards == [1.0 * settings.diversity_weight] * 2
+
+
+# --------------------------------------------------------------------------- Stage-1 judging honesty
+
+
+def stage1_against(server_url: str, judge_url: str, out: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "mascot", "generate", "--mode", "individual", "--dataset", "ESConv", "--data-file", str(FIXTURES / "esconv_sample.jsonl"),
+            "--limit", "1", "--num-candidates", "3", "--max-tokens", "40", "--vllm-server-url", server_url, "--speaker-model", "mascot-speaker",
+            "--judge-server-url", judge_url, "--judge-model", SERVED_BASE, "--judge-scoring", "logprobs", "--score-margin", "0.05",
+            "--retry-budget", "0", "--output-dir", str(out), *extra]
+
+
+def test_stage1_judge_outage_fails_the_run_and_resume_judges_the_kept_candidates(server, workdir):
+    """The judge dies after preflight (a stub that stops listening, as a killed server does): the
+    run fails naming the failed judgments; --resume against the real server judges the kept
+    candidates, generates none again, and builds the pairs."""
+    from mascot.testing.stub_server import start_stub_server_process
+
+    out = workdir / "outage"
+    with start_stub_server_process(latency_ms=1, outage_after=0) as dying:  # preflight's /models answers, then every request fails
+        first = subprocess.run(stage1_against(server["url"], dying.url, out), cwd=workdir, capture_output=True, text=True, timeout=900)
+    assert first.returncode != 0 and "every judgment failed (9 of 9 candidates)" in first.stderr and "--resume" in first.stderr, first.stderr[-3000:]
+    run = out / "individual_ESConv_mascot-speaker"
+    summary = json.loads((run / "run_summary.json").read_text())
+    assert summary["status"] == "failed" and summary["counters"]["num_annotation_failures"] == 9 and len(summary["failures"]["unjudged"]) == 9
+    texts = {c["candidate_id"]: c["response"] for c in map(json.loads, (run / "candidates.jsonl").read_text().splitlines())}
+    speaker_requests = summary["usage"]["speaker"]["requests"]
+
+    resumed = subprocess.run(stage1_against(server["url"], server["url"], out, "--resume"), cwd=workdir, capture_output=True, text=True, timeout=900)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    summary = json.loads((run / "run_summary.json").read_text())
+    assert summary["status"] == "completed" and summary["counters"]["num_annotation_failures"] == 0 and "unjudged" not in summary["failures"]
+    assert summary["usage"]["speaker"]["requests"] == speaker_requests  # no candidate generated again
+    after = [json.loads(line) for line in (run / "candidates.jsonl").read_text().splitlines()]
+    assert {c["candidate_id"]: c["response"] for c in after} == texts and len(after) == 9 and all(c.get("scores") for c in after)
+    assert (run / "pairs.jsonl").read_text().strip(), "the repaired candidates made no pair"
+
+
+@pytest.mark.parametrize("command", ["generate", "judge"])
+def test_a_judge_model_the_server_does_not_list_is_refused_before_any_file(server, workdir, command):
+    out = workdir / f"unlisted_{command}"
+    if command == "generate":
+        args = stage1_against(server["url"], server["url"], out, "--judge-model", "not-served")
+    else:
+        from judge_helpers import sample_episode, write_episodes
+
+        episodes = workdir / "unlisted_episodes.jsonl"
+        write_episodes(episodes, [sample_episode()])
+        args = [sys.executable, "-m", "mascot", "judge", "--input-file", str(episodes), "--judge-server-url", server["url"], "--judge", "not-served",
+                "--output-dir", str(out)]
+    result = subprocess.run(args, cwd=workdir, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "does not serve 'not-served'" in lines[0] and SERVED_BASE in lines[0], result.stderr[-3000:]
+    records = [p for p in out.rglob("*") if p.is_file() and p.suffix == ".jsonl" and p.stat().st_size > 0] if out.exists() else []
+    assert records == [] and not (out.exists() and list(out.rglob("judgments_*")))

@@ -340,6 +340,9 @@ class Failures(Record):
 
     by_cause: dict[str, int] = Field(default_factory=dict)
     dropped: dict[str, str] = Field(default_factory=dict)  # context / item id -> "cause: message"
+    # Stage 1: candidate id -> "judge-backend: message" (or judge-unparseable) for a kept candidate
+    # whose judgment failed; --resume judges it again. Absent when there is none.
+    unjudged: dict[str, str] | None = None
 
 
 class RunConfig(Record):
@@ -366,6 +369,9 @@ class RunSummary(Record):
     failures: Failures = Field(default_factory=Failures)
     endpoints: dict[str, dict[str, int]] = Field(default_factory=dict)  # per server URL: requests, failures
     num_safety_events: int | None = None  # user messages the safety screen answered (absent when none)
+    # Stage 1: the run's judgments over all its candidates: scored, failed, following a fixed pattern
+    # (mascot.judge.patterns); absent for runs that judge nothing.
+    judging: dict[str, Any] | None = None
     error: str | None = None
 
 

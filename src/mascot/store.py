@@ -251,8 +251,9 @@ class RunStore:
         self._appenders[name].append(record)
         if name == self.outputs[0]:
             key = self._key_of_record(record)
-            self.done_keys.add(key)
-            self.summary.num_records += 1
+            if key not in self.done_keys:  # a record superseding one of its id is no new record
+                self.done_keys.add(key)
+                self.summary.num_records += 1
             if self.summary.failures.dropped:
                 self._repaired(key)
         self.write_summary()

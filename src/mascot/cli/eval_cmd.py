@@ -14,10 +14,20 @@ from mascot.cli.settings_cli import settings_command
 from mascot.eval.settings import EvalSettings
 
 
-def _run(settings: EvalSettings) -> None:
-    from mascot.eval.run import run_eval
+NO_NLI_FLAG = "--no-nli"  # eval's own way out; `mascot metrics`, which it runs, calls it --skip-nli
 
-    typer.echo(str(run_eval(settings)))
+
+def _run(settings: EvalSettings) -> None:
+    from mascot.eval.run import prepare, run_eval
+    from mascot.metrics.nli import NLIUnavailable, require_reachable
+
+    try:
+        if settings.nli and not settings.report_only:
+            prepare(settings)  # the settings' own errors come first
+            require_reachable(settings.nli_model, NO_NLI_FLAG)  # then the NLI model, before any system is generated
+        typer.echo(str(run_eval(settings)))
+    except NLIUnavailable as exc:  # raised inside the metrics step: name this command's flag
+        raise exc.with_flag(NO_NLI_FLAG) from None
 
 
 def _dry_run(command: str, settings: EvalSettings) -> None:

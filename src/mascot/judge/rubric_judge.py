@@ -23,6 +23,7 @@ from mascot.errors import MascotError
 from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE, response_parts, token_budget
 from mascot.judge.cache import JudgmentCache, cache_key
 from mascot.judge.logprob import check_scoring, score_by_logprobs, wants_logprobs
+from mascot.judge.patterns import PatternTally
 from mascot.judge.parse import JudgeParseError, parse_judgment
 from mascot.judge.prompt import DEFAULT_TEMPLATE_VERSION, JudgeItem, corrective_message, judge_messages
 from mascot.llm.base import ChatClient, ChatRequest, LLMError, LogprobsUnavailable, Message
@@ -30,6 +31,16 @@ from mascot.rubrics import DEFAULT_RUBRIC_VERSION, Rubric, rubric_for
 from mascot.schema import Counters, Judgment
 
 log = logging.getLogger(__name__)
+
+# How a failed Judgment's error begins: the backend gave no answer (an outage: --resume judges the
+# item again and a Stage-1 run that ends with such failures is `failed`), or the answer never parsed.
+BACKEND_FAILED = "judge backend failed"
+UNPARSEABLE = "unparseable judgment after a corrective retry"
+
+
+def failure_kind(error: str | None) -> str:
+    """"judge-backend" or "judge-unparseable", from a failed Judgment's error."""
+    return "judge-backend" if str(error or "").startswith(BACKEND_FAILED) else "judge-unparseable"
 
 
 class AnnotationFailure(MascotError):
@@ -80,6 +91,7 @@ class RubricJudge:
     counters: Counters = field(default_factory=Counters)
     strict: bool = False
     stats: JudgeStats = field(default_factory=JudgeStats)
+    patterns: PatternTally = field(default_factory=PatternTally)  # fixed-pattern verdicts (judge/patterns.py)
     # Off unless asked: a judgment cut inside <think> is an annotation failure. On, max_tokens
     # grows by reasoning_allowance.
     thinking: bool = False
@@ -134,7 +146,7 @@ class RubricJudge:
                 self._fall_back_to_json(exc)
             except LLMError as exc:
                 if exc.cause != "no-choice-logprobs":
-                    return {"failed": True, "error": f"judge backend failed: {exc}", "scoring": "logprobs"}
+                    return {"failed": True, "error": f"{BACKEND_FAILED}: {exc}", "scoring": "logprobs"}
                 self.stats.logprob_fallbacks += 1  # this item only: the answers were not among the likely tokens
                 log.info("judge %s: %s; item %s scored with a JSON verdict", self.label, exc, item.item_id)
             else:
@@ -159,9 +171,9 @@ class RubricJudge:
                 retry = [*messages, {"role": "assistant", "content": reply}, corrective_message(str(first), rubric)]
                 parsed = parse_judgment(await self._ask(retry, rubric), rubric)
         except JudgeParseError as exc:
-            return {"failed": True, "error": f"unparseable judgment after a corrective retry: {exc}", "scoring": "json"}
+            return {"failed": True, "error": f"{UNPARSEABLE}: {exc}", "scoring": "json"}
         except LLMError as exc:
-            return {"failed": True, "error": f"judge backend failed: {exc}", "scoring": "json"}
+            return {"failed": True, "error": f"{BACKEND_FAILED}: {exc}", "scoring": "json"}
         return {"scores": parsed.scores, "reasons": parsed.reasons, "scoring": "json"}
 
     async def judge(self, item: JudgeItem) -> Judgment:
@@ -208,6 +220,8 @@ class RubricJudge:
         # expected scores (logprobs) lie on the scale by construction
         scores = {k: (float(v) if scoring == "logprobs" else int(v)) for k, v in value["scores"].items()}
         extra = {"distributions": value["distributions"]} if scoring == "logprobs" else {}
+        if scoring == "json":
+            self.patterns.add([scores[k] for k in rubric.keys if k in scores], rubric.scale_min)
         return Judgment.model_construct(
             scores=scores, reasons=value.get("reasons", {}), overall=rubric.overall(scores), failed=False, scoring=scoring, **extra, **base
         )

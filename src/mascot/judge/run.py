@@ -14,6 +14,7 @@ from pathlib import Path
 from mascot.judge.agreement import agreement
 from mascot.judge.episodes import EpisodeFile, agent_items, collective_item, load_episode_file
 from mascot.judge.panel import JudgePanel
+from mascot.judge.patterns import pattern_warning
 from mascot.judge.prompt import JudgeItem
 from mascot.judge.report import build_report
 from mascot.rubrics import load_rubric_set
@@ -84,6 +85,9 @@ async def judge_episode_file(
     per_judge = await panel.judge_many(items)
     write_jsonl(judgments_path, [j for judgments in per_judge.values() for j in judgments])
     counters = panel.judges[0].counters if panel.judges else Counters()
+    pattern_lines = [line for j in panel.judges if (line := pattern_warning(j.label, j.patterns))]
+    for line in pattern_lines:
+        log.warning("%s", line)
     report = {
         "input_file": str(input_file),
         "rubric_version": rubric_version,
@@ -92,9 +96,10 @@ async def judge_episode_file(
         "num_episodes": len(episodes.episodes),
         "num_legacy_records": episodes.legacy_records,
         "num_episodes_without_context": missing_context,
-        "warnings": episodes.warnings,
+        "warnings": [*episodes.warnings, *pattern_lines],
         **build_report(per_judge, rubric_version, scopes),
         "counters": _report_counters(panel, counters, len(items), per_judge),
+        "judge_patterns": {j.label: j.patterns.to_dict() for j in panel.judges},  # judge/patterns.py
         "usage": panel.usage(),
     }
     if len(per_judge) > 1:
@@ -116,4 +121,5 @@ def _report_counters(panel, counters: Counters, num_items: int, per_judge: dict)
         "num_free_text_replies": sum(j.stats.free for j in judges),
         "num_logprob_scored_items": sum(j.stats.logprob_items for j in judges),
         "num_logprob_fallbacks": sum(j.stats.logprob_fallbacks for j in judges),
+        "num_fixed_pattern_judgments": sum(j.patterns.patterned for j in judges),
     }

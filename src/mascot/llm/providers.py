@@ -200,15 +200,17 @@ class Backends:
     async def preflight(self, probe_structured: bool = True) -> None:
         """Asks each HTTP server once for its models, so that a wrong URL is one clear error before
         any work starts rather than a retry storm per item (a role with several servers goes on
-        without those that do not answer, which are taken out and tried again later); warns when a
-        requested model id is not among those served; probes structured-output support."""
-        checked: set[int] = set()
+        without those that do not answer, which are taken out and tried again later); refuses a
+        model id that a server lists models without (every request for it would be refused);
+        probes structured-output support."""
+        remote: dict[int, tuple[str, RoleEndpoint, ChatClient]] = {}
         for role, ep in self.endpoints.items():
             client = self.clients[role].inner
-            if ep.url is None or id(client) in checked or not hasattr(client, "endpoints"):
-                continue
-            checked.add(id(client))
+            if ep.url is not None and id(client) not in remote and hasattr(client, "endpoints"):
+                remote[id(client)] = (role, ep, client)
+        for role, _ep, client in remote.values():  # every model checked before any model is asked
             await self._check_servers(role, client)
+        for role, ep, client in remote.values():
             if probe_structured and hasattr(client, "probe_structured_outputs"):
                 supported = await client.probe_structured_outputs()
                 log.info("%s: structured outputs %s for %s", redact_url(ep.url), "supported" if supported else "not supported", client.model)
@@ -225,7 +227,8 @@ class Backends:
                 continue
             answering += 1
             if served and client.model not in served:
-                log.warning("%s does not list %s (it serves %s)", state.label, client.model, ", ".join(served[:5]))
+                shown = ", ".join(served[:6]) + (f" and {len(served) - 6} more" if len(served) > 6 else "")
+                raise MascotError(f"the {role} endpoint {state.label} does not serve {client.model!r} (it serves {shown}): pass one of those names")
         if not answering:
             raise LLMError(f"cannot reach the {role} endpoint: {'; '.join(problems)}", cause="connection")
         for problem in problems:

@@ -14,10 +14,26 @@ from mascot.errors import MascotError
 
 DEFAULT_NLI_MODEL = "FacebookAI/roberta-large-mnli"
 NLI_LABELS = ("contradiction", "entailment", "neutral")
-SKIP_HINT = "pass --skip-nli to compute the other metrics without NLI, or --nli-model FOLDER for a model on disk"
+SKIP_FLAG = "--skip-nli"  # `mascot metrics`; `mascot eval` says --no-nli
 
 
-def require_reachable(name: str) -> None:
+def skip_hint(skip_flag: str = SKIP_FLAG) -> str:
+    return f"pass {skip_flag} to compute the other metrics without NLI, or --nli-model FOLDER for a model on disk"
+
+
+class NLIUnavailable(MascotError):
+    """The NLI model cannot be loaded. The message ends with the way out, in the flags of the
+    command that was run: `with_flag` gives it for another command (`mascot eval --no-nli`)."""
+
+    def __init__(self, reason: str, skip_flag: str = SKIP_FLAG) -> None:
+        self.reason = reason
+        super().__init__(f"{reason}: {skip_hint(skip_flag)}")
+
+    def with_flag(self, skip_flag: str) -> NLIUnavailable:
+        return NLIUnavailable(self.reason, skip_flag)
+
+
+def require_reachable(name: str, skip_flag: str = SKIP_FLAG) -> None:
     """Fails at once, with the way out, when the NLI model is neither on disk nor downloadable
     (offline, the hub client would otherwise retry for about a minute before failing)."""
     from huggingface_hub import try_to_load_from_cache
@@ -31,7 +47,7 @@ def require_reachable(name: str) -> None:
     except Exception:  # noqa: BLE001 - a malformed id is simply not cached
         cached = False
     if not cached and not hub_online():
-        raise MascotError(f"NLI model {name!r} is not on this machine and the Hugging Face hub is unreachable: {SKIP_HINT}")
+        raise NLIUnavailable(f"NLI model {name!r} is not on this machine and the Hugging Face hub is unreachable", skip_flag)
 
 
 def label_indices(id2label: dict) -> dict[str, int]:
@@ -70,7 +86,7 @@ class NLIScorer:
             tokenizer = AutoTokenizer.from_pretrained(name)
             model = AutoModelForSequenceClassification.from_pretrained(name)
         except OSError as exc:
-            raise MascotError(f"cannot load NLI model {name!r} (offline or not a model): {str(exc).splitlines()[0]}; {SKIP_HINT}") from None
+            raise NLIUnavailable(f"cannot load NLI model {name!r} (offline or not a model): {str(exc).splitlines()[0]}") from None
         model.to(device).eval()
         return cls(model, tokenizer, label_indices(model.config.id2label), batch_size=batch_size, device=device)
 

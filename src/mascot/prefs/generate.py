@@ -104,17 +104,18 @@ async def generate_individual(cfg: IndividualGenerationConfig, *, clients: dict 
         individual_run_dir(cfg), OUTPUTS, COMMAND, roles, _endpoints(cfg), settings, resume=cfg.resume, overwrite=cfg.overwrite,
         trace_role_calls=cfg.trace_role_calls, key_of=candidate_key, clients=clients,
     )  # fmt: skip
+    total = len(contexts) * len(cfg.settings.personas or roster.names)
     try:
         async with open_run(spec, console) as run:
-            stats = await _generate(cfg, run, roster, contexts, cache)
+            await _generate(cfg, run, roster, contexts, cache, lambda stats: _closing_lines(run.store, stats, total, console))
     finally:
         if cache:
             cache.close()
-    _closing_lines(cfg, run.store, stats, len(contexts) * len(cfg.settings.personas or roster.names), console)
+    console.print(json.dumps({"pairs": str(run.store.path("pairs.jsonl")), "candidates": str(run.store.path("candidates.jsonl"))}))
     return spec.run_dir
 
 
-async def _generate(cfg: IndividualGenerationConfig, run: OpenRun, roster, contexts, cache):
+async def _generate(cfg: IndividualGenerationConfig, run: OpenRun, roster, contexts, cache, report) -> None:
     from mascot.dialogue.reasoning import thinking_for
     from mascot.judge.rubric_judge import RubricJudge
     from mascot.prefs.individual import run_individual
@@ -131,7 +132,6 @@ async def _generate(cfg: IndividualGenerationConfig, run: OpenRun, roster, conte
         reasoning_allowance=cfg.settings.reasoning_allowance,
     )
     store = run.store
-    failures_before = store.counters.num_annotation_failures
     num_queries = len(contexts) * len(cfg.settings.personas or roster.names)
     resumed = store.summary.num_resumed_records
     queries_done = [0]
@@ -147,8 +147,11 @@ async def _generate(cfg: IndividualGenerationConfig, run: OpenRun, roster, conte
 
         stats = await run_individual(contexts, roster, run.backends["speaker"], judge, store, cfg.settings, on_progress=on_progress)
     raise_if_stopped()
-    fail_if_nothing_succeeded(store, store.counters.num_annotation_failures - failures_before)
-    return stats
+    report(stats)
+    fail_if_nothing_succeeded(store)
+    fail_on_judgments(store)
+    if stats.counts.kept == 0:
+        raise GenerationFailed(stats.no_pairs_reason())
 
 
 def candidates_progress(store: RunStore, remaining: int, resumed: int, detail):
@@ -161,31 +164,41 @@ def candidates_progress(store: RunStore, remaining: int, resumed: int, detail):
     return ProgressLine("candidates", max(0, remaining), unit="candidates", poll=written, detail=detail, already=resumed, drains=True)
 
 
-def _closing_lines(cfg: IndividualGenerationConfig, store: RunStore, stats, total: int, console: Console) -> None:
+def _closing_lines(store: RunStore, stats, total: int, console: Console) -> None:
+    """What the run made, then a line per judge whose scores follow a fixed pattern."""
     from mascot.progress import plural
 
-    summary, written = stats.to_dict(), store.summary.num_records - store.summary.num_resumed_records
+    judging = store.summary.judging or {}
+    written = store.summary.num_records - store.summary.num_resumed_records
     made = plural(written, "candidate") + (f" ({store.summary.num_records} in all)" if store.summary.num_resumed_records else "")
     console.print(
-        f"{plural(total, 'query', 'queries')}: wrote {made} and {plural(summary['num_pairs'], 'pair')} (margin {cfg.settings.score_margin}; "
-        f"{summary['num_dropped_by_margin']} dropped by the margin), annotation failures {store.counters.num_annotation_failures}; "
+        f"{plural(total, 'query', 'queries')}: wrote {made}; {stats.pairs_line()}; {plural(judging.get('num_judged', 0), 'candidate')} judged, "
+        f"{plural(judging.get('num_failed', 0), 'judgment')} failed, {judging.get('num_fixed_pattern', 0)} follow a fixed pattern; "
         f"queries {failure_line(store)}; in {store.run_dir}",
         soft_wrap=True,
         markup=False,
     )
-    if summary["num_pairs"] == 0 and written:
-        console.print(f"0 pairs: no two candidates of a query differ by the margin {cfg.settings.score_margin} (lower --score-margin for more)", markup=False)
-    console.print(json.dumps({"pairs": str(store.path("pairs.jsonl")), "candidates": str(store.path("candidates.jsonl"))}))
+    for line in judging.get("warnings", []):
+        console.print(f"[yellow]{line}[/yellow]", highlight=False, soft_wrap=True)
 
 
-def fail_if_nothing_succeeded(store: RunStore, annotation_failures: int) -> None:
-    """No candidate written although queries were dropped, or every new candidate's judgment
-    failed: the run ends `failed` (its records are kept) and the command exits non-zero."""
+def fail_if_nothing_succeeded(store: RunStore) -> None:
+    """No candidate written although queries were dropped: the run ends `failed` (its records are
+    kept) and the command exits non-zero."""
     written = store.summary.num_records - store.summary.num_resumed_records
     if written == 0 and store.summary.failures.dropped:
         raise GenerationFailed(f"no candidate could be generated ({failure_line(store)}; the first failure of each kind is shown above); fix the backend and rerun with --resume")
-    if written and annotation_failures >= written:
-        raise GenerationFailed(f"every judgment failed ({annotation_failures} of {written} candidates); fix the judge endpoint and rerun with --resume")
+
+
+def fail_on_judgments(store: RunStore) -> None:
+    """Judgments the judge backend failed to give, or every judgment failed: the run ends `failed`,
+    its candidates are kept, and --resume judges them again."""
+    judging = store.summary.judging or {}
+    failed, backend, judged = judging.get("num_failed", 0), judging.get("num_failed_backend", 0), judging.get("num_judged", 0)
+    if failed and not judged:
+        raise GenerationFailed(f"every judgment failed ({failed} of {failed} candidates); the candidates are kept: fix the judge endpoint and rerun with --resume")
+    if backend:
+        raise GenerationFailed(f"{backend} of {failed + judged} judgments failed (the judge backend gave no answer); the candidates are kept: rerun with --resume to judge them")
 
 
 def run_individual_generation(cfg: IndividualGenerationConfig, **kwargs: Any) -> Path:

@@ -12,8 +12,10 @@ Outputs in the run directory (a RunStore, so --resume and --overwrite work):
 - pairs_stats.json: pairs per query, the margin distribution, how many pairs the margin dropped.
 
 Resume: a query whose K candidates are all written is not generated again; a query cut short gets
-only its missing candidates; pairs that a crash kept from being written are added from the stored
-candidates (pairs are a deterministic function of them).
+only its missing candidates; a candidate whose judgment failed (the judge was down, or its answer
+never parsed) keeps its text and is judged again (`mascot.prefs.candidates`); pairs that a crash
+kept from being written are added from the stored candidates (pairs are a deterministic function
+of them).
 """
 
 from __future__ import annotations
@@ -34,10 +36,11 @@ from mascot.judge.episodes import opening_lines, render_context
 from mascot.judge.prompt import JudgeItem
 from mascot.judge.rubric_judge import RubricJudge
 from mascot.llm.base import ChatClient, ChatRequest, LLMError, Message
+from mascot.prefs.candidates import apply_judgment, compact_candidates, judging_summary, judgment_failed, latest_candidates, rejudged, unjudged_failures
 from mascot.prefs.pairs import PairStats, preference_index_pairs
-from mascot.rubrics import domain_of
+from mascot.rubrics import domain_of, rubric_for
 from mascot.schema import Candidate, Context, Judgment, Persona, PreferencePair, Roster
-from mascot.store import RunStore, read_jsonl, write_json_atomic
+from mascot.store import RunStore, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +115,8 @@ class IndividualRun:
         self.stats = PairStats(score_margin=settings.score_margin, num_candidates=settings.num_candidates)
         self.written: dict[str, dict[int, Candidate]] = {}
         self.written_pairs: set[str] = set()
+        self.superseded = 0  # candidate lines a later line of the same id replaces (compacted at the end)
+        self._scale_min = 1
         if store.resume:
             self._load_previous()
 
@@ -119,9 +124,11 @@ class IndividualRun:
     def _load_previous(self) -> None:
         path = self.store.path(CANDIDATES_FILE)
         if path.exists():
-            for candidate in read_jsonl(path, Candidate, drop_torn_tail=True):
+            candidates, self.superseded = latest_candidates(path)
+            for candidate in candidates:
                 query = candidate.candidate_id.rsplit("::", 1)[0]
                 self.written.setdefault(query, {})[candidate.candidate_idx] = candidate
+        self._update_judging()  # the counters say what the file holds, whatever an earlier attempt counted
         self._drop_stale_pairs()
 
     def _drop_stale_pairs(self) -> None:
@@ -212,7 +219,7 @@ class IndividualRun:
         )
 
     def _candidate(self, query: str, idx: int, context: Context, persona: Persona, prompt: list[Message], text: str, judgment: Judgment | None) -> Candidate:
-        candidate = Candidate(
+        return apply_judgment(Candidate(
             candidate_id=candidate_id(query, idx),
             context_id=context.context_id,
             persona=persona.name,
@@ -223,42 +230,31 @@ class IndividualRun:
             prompt_version=PROMPT_VERSION,
             roster=self.roster.name,
             roster_version=self.roster.version,
-        )
-        if judgment is None:
-            candidate.judgment_error = "empty reply: not judged"
-        elif judgment.failed:
-            candidate.judgment_error = judgment.error
-        else:
-            candidate.scores = judgment.scores
-            candidate.overall = judgment.overall
-            candidate.reasons = judgment.reasons
-        if judgment is not None:
-            candidate.judge_model = judgment.judge_model
-            candidate.rubric_version = judgment.rubric_version
-        return candidate
+        ), judgment)  # fmt: skip
 
     async def run_query(self, context: Context, persona: Persona) -> None:
         query = query_id(context, persona)
-        existing = self.written.get(query, {})
+        existing = self.written.setdefault(query, {})
         missing = [k for k in range(self.settings.num_candidates) if k not in existing]
         prompt = speaker_messages(persona, self.roster, context, [], None, think=self.settings.speaker_think)
-        if missing:
-            generated = await self._generate(query, prompt, context, len(missing))
-            if generated is None:
-                return
-            replies = [clean_reply(t, persona.name) for t, _ in generated]
-            reasoning = dict(zip(missing, (r for _, r in generated)))
-            to_judge = [(k, r) for k, r in zip(missing, replies) if r]
-            judgments = await self.judge.judge_many([self._judge_item(query, k, context, persona, r) for k, r in to_judge])
-            by_idx = dict(zip((k for k, _ in to_judge), judgments))
-            for k, reply in zip(missing, replies):
-                if not reply:
-                    self._count("num_empty_responses", f"{query} candidate {k} is empty")
-                candidate = self._candidate(query, k, context, persona, prompt, reply, by_idx.get(k))
-                candidate.reasoning = reasoning.get(k)
-                self.store.append(candidate, CANDIDATES_FILE)
-                existing[k] = candidate
-            self.written[query] = existing
+        generated = await self._generate(query, prompt, context, len(missing)) if missing else []
+        replies = [(k, clean_reply(t, persona.name), r) for k, (t, r) in zip(missing, generated or [])]
+        retry = [k for k in sorted(existing) if judgment_failed(existing[k])]  # judged again, text kept
+        to_judge = [(k, text) for k, text, _ in replies if text] + [(k, existing[k].response) for k in retry]
+        self.store.counters.num_annotation_failures = max(0, self.store.counters.num_annotation_failures - len(retry))
+        judgments = dict(zip((k for k, _ in to_judge), await self.judge.judge_many([self._judge_item(query, k, context, persona, t) for k, t in to_judge])))
+        for k, reply, reasoning in replies:
+            if not reply:
+                self._count("num_empty_responses", f"{query} candidate {k} is empty")
+            candidate = self._candidate(query, k, context, persona, prompt, reply, judgments.get(k))
+            candidate.reasoning = reasoning
+            self.store.append(candidate, CANDIDATES_FILE)
+            existing[k] = candidate
+        for k in retry:
+            if (repaired := rejudged(existing[k], judgments[k])) is not None:
+                self.store.append(repaired, CANDIDATES_FILE)  # supersedes the failed line
+                self.superseded += 1
+                existing[k] = repaired
         self._write_pairs(query, [existing[k] for k in sorted(existing)])
 
     def _write_pairs(self, query: str, candidates: list[Candidate]) -> None:
@@ -276,6 +272,8 @@ class IndividualRun:
     async def run(self, contexts: Iterable[Context], on_progress: Callable[[int], None] | None = None) -> PairStats:
         personas = self.personas()
         queries = [(c, p) for c in contexts for p in personas]
+        if queries:
+            self._scale_min = rubric_for(domain_of(queries[0][0].dataset), "agent", self.judge.rubric_version).scale_min
         semaphore = asyncio.Semaphore(max(1, self.settings.max_concurrent_queries))
         done = 0
 
@@ -300,7 +298,21 @@ class IndividualRun:
             raise
         finally:
             write_json_atomic(self.store.path(STATS_FILE), self.stats.to_dict())
+            self._update_judging()
+        if self.superseded:  # every record is written: one line per candidate id from here on
+            compact_candidates(self.store.path(CANDIDATES_FILE))
+            self.superseded = 0
         return self.stats
+
+    def _update_judging(self) -> None:
+        """The summary's judgment figures from the candidates as they stand: `judging`,
+        `failures.unjudged` and `counters.num_annotation_failures` agree with the candidates file."""
+        candidates = [c for by_idx in self.written.values() for c in by_idx.values()]
+        block = judging_summary(candidates, self._scale_min)
+        summary = self.store.summary
+        summary.judging = block if candidates else None
+        summary.failures.unjudged = unjudged_failures(candidates) or None
+        summary.counters.num_annotation_failures = block["num_failed"]
 
 
 async def run_individual(

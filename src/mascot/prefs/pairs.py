@@ -23,10 +23,13 @@ class PairCounts:
     dropped_ties: int = 0  # gap == 0
     dropped_unscored: int = 0  # a candidate without a score
     dropped_identical: int = 0  # the same text twice
+    largest_gap: float = 0.0  # over every scored pair of different texts, kept or not
 
     def add(self, other: PairCounts) -> None:
         for name in self.__dataclass_fields__:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+            if name != "largest_gap":
+                setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.largest_gap = max(self.largest_gap, other.largest_gap)
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,7 @@ def preference_index_pairs(scores: list[float | None], margin: float, texts: lis
             counts.dropped_identical += 1
             continue
         gap = abs(si - sj)
+        counts.largest_gap = max(counts.largest_gap, round(gap, 6))
         if gap == 0:
             counts.dropped_ties += 1
             continue
@@ -103,7 +107,26 @@ class PairStats:
             "num_dropped_ties": self.counts.dropped_ties,
             "num_dropped_unscored": self.counts.dropped_unscored,
             "num_dropped_identical": self.counts.dropped_identical,
+            "largest_gap": self.counts.largest_gap,  # what --score-margin could be at most for any pair
         }
+
+    def pairs_line(self) -> str:
+        """'12 pairs (margin 0.5; 3 ties, 7 below the margin)' for a run's closing line."""
+        c = self.counts
+        from mascot.progress import plural
+
+        return f"{plural(c.kept, 'pair')} (margin {self.score_margin}; {plural(c.dropped_ties, 'tie')}, {c.dropped_by_margin} below the margin)"
+
+    def no_pairs_reason(self) -> str:
+        """Why a run made no pair, naming the setting to change and the figure that would have worked."""
+        c = self.counts
+        if c.largest_gap > 0:
+            return (f"no preference pair: {c.dropped_ties} ties, {c.dropped_by_margin} gaps below --score-margin {self.score_margin}; "
+                    f"the largest gap seen is {c.largest_gap:g}: set --score-margin {c.largest_gap:g} or lower (with --overwrite)")
+        if c.dropped_ties:
+            return (f"no preference pair: all {c.dropped_ties} scored pairs are ties (every candidate of a query got the same Overall), "
+                    "so no --score-margin makes pairs: use a judge that tells the candidates apart")
+        return "no preference pair: no query has two scored candidates with different texts (see the judgment failures and empty replies above)"
 
 
 def margin_distribution(margins: list[float]) -> dict:

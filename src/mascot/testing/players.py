@@ -7,7 +7,8 @@ HTTP it travels in the `X-Mascot-Role` header, which the stub server hands its r
 - director: a valid directive naming a roster member (read from the prompt's roster lines);
 - user: a short message, with an emotion report when the prompt asks for one;
 - speaker (and anything else): a short reply naming the persona the prompt gives;
-- judge: a JSON judgment of the prompt's criteria, scores hashed from the judged text.
+- judge: a JSON judgment of the prompt's criteria, scores hashed from the judged text (or, for
+  `stub_fixed_pattern_judge_responder`, the fixed pattern a small judge falls into).
 
 Replies depend only on the messages, the role and the seed, so a run on them is reproducible
 whatever the concurrency.
@@ -70,6 +71,14 @@ def judge_reply(messages: list[dict]) -> str:
     return json.dumps({k: {"score": hashed_score(judged, k), "reason": f"Deterministic test score for {k}."} for k in keys})
 
 
+def fixed_pattern_judge_reply(messages: list[dict]) -> str:
+    """What a small judge that does not read the reply answers: each agent criterion scored with its
+    position (1, 2, 3, ... in criterion order), every collective criterion 5."""
+    keys = _CRITERION.findall(messages[0]["content"])
+    collective = "BEGIN REPLY " not in next((m["content"] for m in messages if m["role"] == "user"), "")
+    return json.dumps({k: {"score": 5 if collective else min(i, 5), "reason": "Fine."} for i, k in enumerate(keys, start=1)})
+
+
 def candidate_reply(messages: list[dict], seed: int | None) -> str:
     """A candidate reply for preference pairs: differs by prompt and seed."""
     digest = hashlib.sha256(f"{messages[-1]['content']}|{seed}".encode()).hexdigest()[:8]
@@ -122,11 +131,28 @@ def as_structured(reply: str, request: dict) -> str:
     return json.dumps(fields)
 
 
+def sampled(reply: str, request: dict) -> str:
+    """A Speaker's later choices of one request differ, as samples of a real server do."""
+    choice = int(request.get("choice") or 0)
+    return f"{reply} (sample {choice + 1})" if choice else reply
+
+
 def stub_responder(messages: list[dict], request: dict) -> str:
     """Stub-server plug-in playing every role by the request's role tag."""
-    return as_structured(group_reply(messages, request.get("seed"), request.get("role", DEFAULT_ROLE)), request)
+    role = request.get("role", DEFAULT_ROLE)
+    reply = group_reply(messages, request.get("seed"), role)
+    return as_structured(sampled(reply, request) if role in ("speaker", DEFAULT_ROLE) else reply, request)
+
+
+def stub_fixed_pattern_judge_responder(messages: list[dict], request: dict) -> str:
+    """Stub-server plug-in: a judge whose scores follow a fixed pattern, candidate replies otherwise."""
+    if request.get("role", DEFAULT_ROLE) == "judge":
+        return fixed_pattern_judge_reply(messages)
+    return sampled(candidate_reply(messages, request.get("seed")), request)
 
 
 def stub_judge_responder(messages: list[dict], request: dict) -> str:
     """Stub-server plug-in: judge requests get a valid judgment, other roles a candidate reply."""
-    return judging_reply(messages, request.get("seed"), request.get("role", DEFAULT_ROLE))
+    role = request.get("role", DEFAULT_ROLE)
+    reply = judging_reply(messages, request.get("seed"), role)
+    return reply if role == "judge" else sampled(reply, request)

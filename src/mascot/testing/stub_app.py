@@ -56,7 +56,7 @@ class StubServer:
         port: int = 0,
         latency_s: float = 0.05,
         responder: Responder | None = None,
-        model: str = "stub-model",
+        model: str | None = None,
         fail_first: int = 0,
         fail_status: int = 500,
         schedule: Sequence[Action] | None = None,
@@ -70,12 +70,14 @@ class StubServer:
         structured_outputs: str = "honour",
         max_concurrency: int | None = None,
         gather: int | None = None,
+        served_models: Sequence[str] | None = None,
+        outage_after: int | None = None,
     ) -> None:
         self.host = host
         self.port = port
         self.latency_s = latency_s
         self.responder = responder or echo_responder
-        self.model = model
+        self.model = model or "stub-model"  # the name replies carry when a request names none
         self.fail_first = fail_first
         self.fail_status = fail_status
         self.schedule = list(schedule or [])
@@ -94,9 +96,22 @@ class StubServer:
         # count shows what happened).
         self.gather = gather
         self._gathered = asyncio.Event()
-        self.stats = StubStats()
+        self.stats = self._set_models_and_outage(model, served_models, outage_after)
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task] = set()
+
+    def _set_models_and_outage(self, model: str | None, served_models: Sequence[str] | None, outage_after: int | None) -> StubStats:
+        """Sets what the server lists and when it dies; returns fresh statistics."""
+        # Like vLLM: /v1/models lists exactly `served_models` and a chat request for any other model
+        # is a 404 ("The model `x` does not exist."). None: answers whatever model is asked and
+        # lists `model` when one was given, else nothing (so that preflight has nothing to refuse).
+        self.served_models = list(served_models) if served_models is not None else None
+        self._listed = self.served_models if self.served_models is not None else [model] if model else []
+        # A server that dies mid-run: after this many chat requests it stops listening and drops
+        # every connection, as a killed process does (new connections are refused).
+        self.outage_after = outage_after
+        self.down = False
+        return StubStats()
 
     @property
     def url(self) -> str:
@@ -162,8 +177,10 @@ class StubServer:
         self.stats.statuses[status] += 1
 
     async def _dispatch(self, method: str, path: str, headers: dict, body: bytes, writer: asyncio.StreamWriter) -> bool:
+        if self.down:
+            raise _Drop
         if method == "GET" and path.rstrip("/") in ("/v1/models", "/models"):
-            await self._send(writer, 200, {"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "stub"}]})
+            await self._send(writer, 200, {"object": "list", "data": [{"id": m, "object": "model", "owned_by": "stub"} for m in self._listed]})
         elif method == "GET" and path.rstrip("/") == "/stats":
             await self._send(writer, 200, self.stats.as_dict())
         elif method == "POST" and path.rstrip("/") in ("/v1/chat/completions", "/chat/completions"):
@@ -182,7 +199,15 @@ class StubServer:
             return self.fail_status
         return "ok"
 
+    def _go_down(self) -> None:
+        self.down = True
+        if self._server is not None:
+            self._server.close()  # stop listening: new connections are refused
+
     async def _chat(self, headers: dict, body: bytes, writer: asyncio.StreamWriter) -> None:
+        if self.outage_after is not None and self.stats.chat_requests >= self.outage_after:
+            self._go_down()
+            raise _Drop
         self.stats.chat_requests += 1
         self.stats.in_flight += 1
         self.stats.max_in_flight = max(self.stats.max_in_flight, self.stats.in_flight)
@@ -214,7 +239,7 @@ class StubServer:
                 extra = {"Retry-After": "0"} if action == 429 else None
                 await self._send(writer, int(action), {"error": {"message": f"scripted failure {action}", "type": "stub_error"}}, extra)
                 return
-            if refused := refusal(request, reject=self.reject, vllm_limits=self.vllm_limits, structured_outputs=self.structured_outputs):
+            if refused := self._unknown_model(request) or refusal(request, reject=self.reject, vllm_limits=self.vllm_limits, structured_outputs=self.structured_outputs):
                 await self._send(writer, refused[0], error_body(*refused))
                 return
             try:
@@ -230,6 +255,11 @@ class StubServer:
         finally:
             self.stats.in_flight -= 1
 
+    def _unknown_model(self, request: dict) -> tuple[int, str] | None:
+        if self.served_models is None or request.get("model") in self.served_models:
+            return None
+        return 404, f"The model `{request.get('model')}` does not exist."
+
     async def _wait_gathered(self) -> None:
         try:
             await asyncio.wait_for(self._gathered.wait(), self.hang_s)
@@ -240,15 +270,16 @@ class StubServer:
         return shape(request, text, structured_outputs=self.structured_outputs, reasoning=self.reasoning)
 
     async def _replies(self, request: dict, role: str) -> list[str]:
-        """The responder's replies; it gets the body with the request's role tag as "role"."""
+        """The responder's replies; it gets the body with the request's role tag as "role" and the
+        index of the choice among the `n` as "choice"."""
         self.stats.roles.append(role)
         tagged = {**request, "role": role}
         wanted = max(1, int(request.get("n") or 1))
         if self.max_choices is not None:
             wanted = min(wanted, self.max_choices)
         texts = []
-        for _ in range(wanted):
-            reply = self.responder(request.get("messages") or [], tagged)
+        for choice in range(wanted):  # "choice": which of the `n` choices, so that samples can differ
+            reply = self.responder(request.get("messages") or [], {**tagged, "choice": choice})
             if inspect.isawaitable(reply):
                 reply = await reply
             texts.append(str(reply))

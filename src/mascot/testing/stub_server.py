@@ -12,7 +12,11 @@ is the body with the request's role tag (the `X-Mascot-Role` header the HTTP cli
 (`mascot.testing.players:stub_responder`). The default echoes the last message briefly. Failures are scripted per chat request: `fail_first=K`
 answers the first K with `fail_status`, or `schedule` lists one action per request (an HTTP status,
 "ok", "hang" to trigger client timeouts, "drop" to close the connection without answering);
-`reject=(status, message)` answers every chat request with that error.
+`reject=(status, message)` answers every chat request with that error. `outage_after=N` answers N
+chat requests and then dies as a killed server does (it stops listening and drops every connection).
+`served_models=[...]` makes it list exactly those models and answer a request for any other with
+vLLM's 404 ("The model `x` does not exist."); otherwise it answers any name and lists `model` when
+one is given (none by default).
 `gather=N` holds chat requests until N are in flight at once, so that a test can show a client's
 concurrency (or its bound) by counting at the server instead of relying on latency.
 
@@ -130,18 +134,22 @@ class StubServerProcess:
 
 
 def start_stub_server_process(
-    *, port: int = 0, latency_ms: float = 50.0, responder: str | None = None, model: str = "stub-model",
-    fail_first: int = 0, fail_status: int = 500, vllm_limits: bool = False, max_in_flight: int | None = None,
+    *, port: int = 0, latency_ms: float = 50.0, responder: str | None = None, model: str | None = None,
+    fail_first: int = 0, fail_status: int = 500, vllm_limits: bool = False, max_in_flight: int | None = None, outage_after: int | None = None,
 ) -> StubServerProcess:
     """Runs `python -m mascot.testing.stub_server` and waits for the URL it prints."""
     cmd = [sys.executable, "-m", "mascot.testing.stub_server", "--port", str(port), "--latency-ms", str(latency_ms),
-           "--model", model, "--fail-first", str(fail_first), "--fail-status", str(fail_status), "--no-keep-bodies"]
+           "--fail-first", str(fail_first), "--fail-status", str(fail_status), "--no-keep-bodies"]
+    if model:
+        cmd += ["--model", model]
     if responder:
         cmd += ["--responder", responder]
     if vllm_limits:
         cmd += ["--vllm-limits"]
     if max_in_flight:
         cmd += ["--max-in-flight", str(max_in_flight)]
+    if outage_after is not None:
+        cmd += ["--outage-after", str(outage_after)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline() if proc.stdout else ""
     if not line.startswith("http"):
@@ -155,7 +163,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8011, help="0 picks a free port (printed on start)")
     parser.add_argument("--latency-ms", type=float, default=50.0)
-    parser.add_argument("--model", default="stub-model")
+    parser.add_argument("--model", default=None, help="the model it lists (default: none listed, any name answered)")
     parser.add_argument("--responder", help="module:function answering (messages, request) -> str")
     parser.add_argument("--fail-first", type=int, default=0, help="answer the first K chat requests with --fail-status")
     parser.add_argument("--fail-status", type=int, default=500)
@@ -165,6 +173,8 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--reject", nargs=2, metavar=("STATUS", "MESSAGE"), help="answer every chat request with this error")
     parser.add_argument("--reasoning", choices=("inline", "field"), help="emit reasoning before replies")
     parser.add_argument("--max-in-flight", type=int, default=None, help="work on at most this many requests at once (a server's batch limit)")
+    parser.add_argument("--served-model", action="append", help="list only these models and refuse others with a 404 (repeatable)")
+    parser.add_argument("--outage-after", type=int, default=None, help="answer this many chat requests, then go down")
     return parser.parse_args(argv)
 
 
@@ -193,6 +203,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         reject=(int(args.reject[0]), args.reject[1]) if args.reject else None,
         reasoning=args.reasoning,
         max_concurrency=args.max_in_flight,
+        served_models=args.served_model,
+        outage_after=args.outage_after,
     )
     try:
         asyncio.run(_serve_forever(server))
