@@ -28,7 +28,7 @@ from mascot.llm.providers import Backends, ClientOptions, RoleEndpoint, build_ba
 from mascot.schema import Directive, Roster, Turn
 from mascot.train import artefact, data
 from mascot.train.artefact import TrainingMetadata
-from mascot.train.common import TrainOutcome, finish, first_last, grpo_config, open_output, run_training, save_model, validate_grpo
+from mascot.train.common import TrainOutcome, finish, first_last, grpo_config, open_output, run_training, save_model
 from mascot.train.config import DirectorGRPOSettings
 from mascot.train.decision_points import DecisionInputs, DecisionPoint, load_decision_inputs
 from mascot.train.models import base_model_id, count_parameters, load_causal_lm, load_tokenizer, lora_config, model_ref
@@ -278,6 +278,7 @@ def load_group_scorer(settings: DirectorGRPOSettings) -> TrajectoryScorer | None
     from mascot.train.scoring import RewardModelScorer
     from mascot.train.speaker_grpo import reward_model_device
 
+    artefact.require_trained(settings.group_reward_model_path, role="group_reward_model", label="--group-reward-model-path")
     scorer = RewardModelScorer.from_path(settings.group_reward_model_path, device=reward_model_device(), max_length=settings.group_reward_max_length)
     return GroupRewardModelScorer(scorer)
 
@@ -293,9 +294,8 @@ def train_director_grpo(
 ) -> TrainOutcome:
     """`rollout_clients` and `trajectory_scorer` replace the rollout backend and the group reward
     model (tests, custom rewards); clients passed in are left open for their owner to close."""
-    inputs = load_decision_inputs(settings)
+    inputs = load_decision_inputs(settings)  # also checks the GRPO settings and the points one step needs
     plan = derive_batch(settings.batch_size, world_size(), settings.max_per_device_batch, settings.per_device_batch_size)
-    validate_grpo(settings)
     if trajectory_scorer is None:
         resolve_group_reward_model_path(settings, inputs.dataset)
     output, checkpoint = open_output(settings, artefact.default_output_dir("director_grpo", inputs.dataset, settings.model_name))
