@@ -321,9 +321,23 @@ def train_director_grpo(
         if backends is not None:
             close_backends(trainer, backends)
     figures.update(count_parameters(trainer.model))
+    reward.stats = summed_over_processes(trainer, reward.stats)
     meta = _metadata(settings, inputs, save_model(trainer, output), _evaluation(trainer, reward.stats), figures)
     finish(trainer, output, meta, settings, plan)
     return TrainOutcome(output, meta, extra={"rollout_stats": reward.stats})
+
+
+def summed_over_processes(trainer, stats: RolloutStats) -> RolloutStats:
+    """Each process rolls out its own share of the completions: the counts are summed over all of
+    them (the engine counters stay the main process's)."""
+    accelerator = trainer.accelerator
+    if accelerator.num_processes == 1:
+        return stats
+    import torch
+
+    counts = torch.tensor([stats.completions, stats.parse_failures, stats.rollout_failures], dtype=torch.long, device=accelerator.device)
+    completions, parse_failures, rollout_failures = (int(v) for v in accelerator.reduce(counts, reduction="sum").tolist())
+    return RolloutStats(completions, parse_failures, rollout_failures, stats.engine_counters)
 
 
 def _metadata(settings: DirectorGRPOSettings, inputs: DecisionInputs, weights, evaluation: dict, figures: dict) -> TrainingMetadata:

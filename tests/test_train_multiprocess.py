@@ -1,0 +1,151 @@
+"""Every trainer in two processes (`torchrun --nproc_per_node 2`, gloo on the CPU) against the same
+run in one process with the same global batch: the artefact records world size 2, the same number
+of optimizer steps, and the same training.
+
+What "the same" means, per trainer:
+- reward models, Director DPO, SFT: data order, batches and LoRA init are seeded the same, DDP
+  averages the two halves' gradients, so the trained LoRA weights must equal the one-process ones
+  to float rounding: relative difference of the weight norms and of the train loss under 1e-3 (a
+  missing gradient all-reduce, a different data split or a halved batch moves them by 1e-2 or more);
+- Speaker and Director GRPO: each process samples its own completions, so the run cannot be
+  identical; both must see the same number of completions and prompts, and the trained weights'
+  norm must agree within 10% (Adam makes each step's size follow the learning rate; a run that
+  skipped steps or trained one process only is off by far more).
+
+Marked `multiprocess` (make test-multiprocess); runs under the shared heavy-job lock when one exists.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from train_helpers import keyword_pairs, tiny_model, write_jsonl, write_run_config
+from test_train_director import directive_pairs, episode
+from test_train_sft import candidates
+
+pytestmark = pytest.mark.multiprocess
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+TORCHRUN = Path(sys.executable).parent / "torchrun"
+DETERMINISTIC_TOLERANCE = 1e-3
+SAMPLED_NORM_TOLERANCE = 0.10
+NOISE = ("FutureWarning", "LOAD REPORT", "MISSING")
+COMMON = ["--max-steps", "2", "--logging-steps", "1", "--batch-size", "8", "--no-gradient-checkpointing"]
+GRPO = ["--num-generations", "2", "--max-completion-length", "8", "--learning-rate", "1e-2"]
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    root = tmp_path_factory.mktemp("multiprocess")
+    tiny_model(root / "tiny")
+    runs = {
+        "pairs": (root / "individual_ED_tiny", "pairs.jsonl", keyword_pairs(40, 1)),
+        "group_pairs": (root / "group_ED_tiny", "group_pairs.jsonl", keyword_pairs(40, 1, kind="episode")),
+        "directive_pairs": (root / "branching_ED_tiny", "directive_pairs.jsonl", directive_pairs(24)),
+        "candidates": (root / "sft_ED_tiny", "candidates.jsonl", candidates(24)),
+        "episodes": (root / "directed_ED_tiny", "episodes.jsonl", [episode(i) for i in range(8)]),
+    }
+    for folder, name, records in runs.values():
+        write_jsonl(folder / name, records)
+        write_run_config(folder, dataset="EmpatheticDialogues")
+    return root
+
+
+def launch(work: Path, processes: int, argv: list[str]) -> dict:
+    """`mascot train ...` in one process or under torchrun; its metadata, output and wall time."""
+    env = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    head = [sys.executable, "-m"] if processes == 1 else [str(TORCHRUN), "--standalone", "--nproc_per_node", str(processes), "-m"]
+    started = time.monotonic()
+    done = subprocess.run([*head, "mascot", "train", *argv], env=env, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-4000:]
+    output = Path(argv[argv.index("--output-dir") + 1])
+    meta = json.loads((output / "mascot_metadata.json").read_text())
+    return {"meta": meta, "output": done.stdout, "seconds": round(time.monotonic() - started, 1), "weights_norm": lora_norm(output)}
+
+
+def lora_norm(folder: Path) -> float:
+    """Frobenius norm of the trained adapter weights (LoRA matrices and the saved score head)."""
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(folder / "adapter_model.safetensors"))
+    return float(sum(float(t.float().pow(2).sum()) for t in tensors.values()) ** 0.5)
+
+
+def both(work: Path, name: str, argv: list[str]) -> tuple[dict, dict]:
+    one = launch(work, 1, [*argv, "--output-dir", str(work / f"{name}-1")])
+    two = launch(work, 2, [*argv, "--output-dir", str(work / f"{name}-2")])
+    print(f"\n{name}: 1 process {one['seconds']} s, 2 processes {two['seconds']} s; "
+          f"loss {one['meta']['train_metrics'].get('train_loss')} vs {two['meta']['train_metrics'].get('train_loss')}; "
+          f"weights norm {one['weights_norm']:.6f} vs {two['weights_norm']:.6f}")
+    for run, world in ((one, 1), (two, 2)):
+        assert run["meta"]["hardware"]["world_size"] == world and run["meta"]["hyperparameters"]["num_devices"] == world
+        assert not [n for n in NOISE if n in run["output"]], run["output"][-3000:]
+    assert one["meta"]["train_metrics"]["global_steps"] == two["meta"]["train_metrics"]["global_steps"] == 2
+    for run in (one, two):  # the same global batch, however it is split
+        hyper = run["meta"]["hyperparameters"]
+        assert hyper["per_device_batch_size"] * hyper["gradient_accumulation_steps"] * hyper["num_devices"] == 8
+    return one, two
+
+
+def relative(a: float, b: float) -> float:
+    return abs(a - b) / max(abs(a), abs(b), 1e-12)
+
+
+def assert_same_training(one: dict, two: dict) -> None:
+    loss = (one["meta"]["train_metrics"]["train_loss"], two["meta"]["train_metrics"]["train_loss"])
+    assert relative(*loss) < DETERMINISTIC_TOLERANCE, loss
+    assert relative(one["weights_norm"], two["weights_norm"]) < DETERMINISTIC_TOLERANCE, (one["weights_norm"], two["weights_norm"])
+
+
+@pytest.fixture(scope="module")
+def reward_models(work):
+    base = ["--model", str(work / "tiny"), *COMMON, "--learning-rate", "1e-2", "--eval-fraction", "0.1"]
+    persona = both(work, "reward-model", ["reward-model", "--data-path", str(work / "individual_ED_tiny"), *base])
+    group = both(work, "group-reward-model", ["group-reward-model", "--data-path", str(work / "group_ED_tiny"), *base])
+    return persona, group
+
+
+def test_reward_models_train_the_same_in_two_processes(reward_models):
+    for one, two in reward_models:
+        assert_same_training(one, two)
+        assert one["meta"]["evaluation"]["heldout_pairs"] == two["meta"]["evaluation"]["heldout_pairs"] > 0
+
+
+def test_director_dpo_trains_the_same_in_two_processes(work):
+    one, two = both(work, "director-dpo", ["director-dpo", "--episode-dataset-path", str(work / "branching_ED_tiny"), "--model", str(work / "tiny"),
+                                           *COMMON, "--learning-rate", "1e-2"])
+    assert_same_training(one, two)
+
+
+def test_sft_trains_the_same_in_two_processes(work):
+    one, two = both(work, "sft", ["sft", "--data-path", str(work / "sft_ED_tiny"), "--model", str(work / "tiny"), *COMMON, "--learning-rate", "1e-2"])
+    assert_same_training(one, two)
+
+
+def assert_same_update_size(one: dict, two: dict) -> None:
+    assert one["meta"]["num_train_records"] == two["meta"]["num_train_records"]
+    assert relative(one["weights_norm"], two["weights_norm"]) < SAMPLED_NORM_TOLERANCE, (one["weights_norm"], two["weights_norm"])
+
+
+def test_speaker_grpo_trains_in_two_processes(work, reward_models):
+    persona_rm = reward_models[0][0]["meta"]  # the one-process reward model scores both runs
+    rm_folder = work / "reward-model-1"
+    assert persona_rm["role"] == "persona_reward_model"
+    one, two = both(work, "speaker", ["speaker", "--data-path", str(work / "individual_ED_tiny"), "--model", str(work / "tiny"), *COMMON, *GRPO,
+                                      "--reward-model-path", str(rm_folder)])
+    assert_same_update_size(one, two)
+
+
+def test_director_grpo_trains_in_two_processes(work, reward_models):
+    one, two = both(work, "director-grpo", ["director-grpo", "--episode-dataset-path", str(work / "directed_ED_tiny"), "--model", str(work / "tiny"),
+                                            *COMMON, *GRPO, "--group-reward-model-path", str(work / "group-reward-model-1"), "--suffix-rounds", "1",
+                                            "--user-response-probability", "0"])
+    assert_same_update_size(one, two)
+    for run in (one, two):
+        assert run["meta"]["evaluation"]["num_completions"] == 16  # 2 steps x 8 completions, counted over both processes
