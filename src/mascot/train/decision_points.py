@@ -124,12 +124,13 @@ def load_decision_inputs(settings: DirectorGRPOSettings) -> DecisionInputs:
     points = data.limit_records(points, settings.limit, settings.seed)
     if not points:
         raise data.TrainingDataError(f"{data_file}: no decision points (no episode has a Speaker turn)")
-    require_decision_points(settings, len(points), sampled, data_file, len(episodes))
+    require_decision_points(settings, len(points), sampled, data_file, len(source_episodes(episodes)))
     return DecisionInputs(data_file, episodes, run, data.resolve_dataset(settings.dataset, run), roster, points)
 
 
 def require_decision_points(settings: DirectorGRPOSettings, kept: int, sampled: int, data_file, num_episodes: int) -> None:
-    """One line when the decision points are fewer than one GRPO step's prompts."""
+    """One line when the decision points are fewer than one GRPO step's prompts (`num_episodes`
+    counts the episodes they are sampled from: branch records are not)."""
     from mascot.train.common import validate_grpo
     from mascot.train.minimum import require_group_prompts
 
