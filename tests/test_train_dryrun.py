@@ -110,3 +110,10 @@ def test_the_real_speaker_run_refuses_an_empty_reward_model_folder_before_loadin
     with pytest.raises(ArtefactError, match="holds no trained model"):
         train_speaker(settings)
     assert not (tmp_path / "out").exists()
+
+
+def test_merge_lora_dry_run_checks_that_the_adapter_holds_its_weights(tmp_path):
+    cut_short = artefact(tmp_path / "speaker", "speaker", weights=False)
+    refused(dry_run("merge-lora", "--adapter", str(cut_short), "--output", str(tmp_path / "merged")), "--adapter", "no adapter weights")
+    ok = dry_run("merge-lora", "--adapter", str(artefact(tmp_path / "complete", "speaker")), "--output", str(tmp_path / "merged"))
+    assert ok.exit_code == 0, ok.output

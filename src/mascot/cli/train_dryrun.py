@@ -119,6 +119,9 @@ def _merge(settings: cfg.MergeSettings) -> dict[str, Any]:
     check_path(settings.adapter, "--adapter", kind="dir")
     if not is_adapter(settings.adapter):
         raise DryRunError(f"--adapter {settings.adapter} holds no adapter_config.json (not a LoRA adapter)")
+    from mascot.train.artefact import require_model_folder
+
+    require_model_folder(settings.adapter, label="--adapter")  # its weights are there too
     base = settings.base_model or adapter_base_model(settings.adapter)
     output = check_new_output(Path(settings.output), resume=False, overwrite=settings.overwrite, label="--output")
     return {"resolved": {"base_model": f"{base} ({check_model(base, 'base model')})", "output": output}, "settings": cfg.as_dict(settings)}
