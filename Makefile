@@ -7,7 +7,7 @@ TORCH ?= torch==2.13.0
 # The benchmark scripts that need no GPU (benchmarks/gpu_train_profile.py needs CUDA); each prints its figures.
 CPU_BENCHMARKS := client_concurrency multi_endpoint local_batching episode_throughput judge_throughput metrics_speed train_speed judge_scoring_agreement safety_screen pipeline_toy
 
-.PHONY: install demo test test-slow test-server test-realdata test-vllm test-web test-pipeline test-walkthrough bench bench-client clean
+.PHONY: install demo test test-slow test-server test-realdata test-vllm test-web test-pipeline test-walkthrough test-multiprocess bench bench-client clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -52,6 +52,10 @@ test-pipeline: $(STAMP)
 # real QMSum test file (../shared/data/qmsum/test.jsonl or $$MASCOT_QMSUM_TEST); prints each step's time.
 test-walkthrough: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -s -m walkthrough tests/test_walkthrough_real.py
+
+# Every trainer in two processes (torchrun, gloo on the CPU) checked against one process.
+test-multiprocess: $(STAMP)
+	$(VENV)/bin/python -m pytest -q -s -m multiprocess tests/test_train_multiprocess.py
 
 test-realdata: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -m realdata

@@ -102,9 +102,11 @@ def fixture_episodes(dataset: str, branching: bool):
 def fixture_pairs(kind: str):
     from mascot.schema import PreferencePair
 
-    prompt = [{"role": "system", "content": "You are The Anchor."}, {"role": "user", "content": "I cannot sleep."}]
+    def prompt(i: int) -> list[dict]:  # two distinct prompts: one default GRPO step (16 completions, 8 per prompt) needs 2
+        return [{"role": "system", "content": "You are The Anchor."}, {"role": "user", "content": f"I cannot sleep ({i % 2})."}]
+
     return [
-        PreferencePair(prompt=prompt, chosen=[{"role": "assistant", "content": f"good {i}"}], rejected=[{"role": "assistant", "content": f"bad {i}"}],
+        PreferencePair(prompt=prompt(i), chosen=[{"role": "assistant", "content": f"good {i}"}], rejected=[{"role": "assistant", "content": f"bad {i}"}],
                        margin=1.0, persona="The Anchor", kind=kind)
         for i in range(4)
     ]
@@ -126,6 +128,7 @@ def artefact(folder: Path, role: str, base: str, adapter: bool = True) -> None:
     (folder / METADATA_FILE).write_text(meta.model_dump_json(exclude_none=True), encoding="utf-8")
     if adapter:
         (folder / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": base, "r": 16}), encoding="utf-8")
+        (folder / "adapter_model.safetensors").write_bytes(b"")  # dry runs check that the weights are there
 
 
 def materialise(option: str, value: str, workdir: Path) -> str:

@@ -89,9 +89,12 @@ def test_train_dry_run_reports_bad_inputs_in_one_line(work):
     run = work / "data" / "individual_ESConv_x"
     write_jsonl(run / "pairs.jsonl", fixture_pairs("persona"))
     write_run_config(run, "ESConv")
-    no_rm = invoke("train", "speaker", "--data-path", str(run), "--model", "HuggingFaceTB/SmolLM2-135M-Instruct")
+    speaker = ("train", "speaker", "--data-path", str(run), "--model", "HuggingFaceTB/SmolLM2-135M-Instruct")
+    too_few = invoke(*speaker, "--num-generations", "4")  # the fixture has 2 distinct prompts; 16 completions in groups of 4 need 4
+    assert too_few.exit_code != 0 and "2 distinct prompts" in str(too_few.exception) and "one step needs 4" in str(too_few.exception)
+    no_rm = invoke(*speaker)
     assert no_rm.exit_code != 0 and "no persona reward model at the default" in str(no_rm.exception)
-    ok = invoke("train", "speaker", "--data-path", str(run), "--model", "HuggingFaceTB/SmolLM2-135M-Instruct", "--reward-model-weight", "0")
+    ok = invoke(*speaker, "--reward-model-weight", "0")
     assert ok.exit_code == 0 and report(ok)["resolved"]["num_records"] == 4
 
 

@@ -10,6 +10,7 @@ from mascot.schema import PreferencePair
 from mascot.train import data
 from mascot.train.config import DirectorDPOSettings, GroupRewardModelSettings, RewardModelSettings, SpeakerGRPOSettings
 from mascot.train.reward_model import per_device_cap, train_reward_model
+from mascot.train.quiet import checkpointing_argument
 from mascot.train.runtime import derive_batch, trainer_arguments
 from mascot.train.scoring import RewardModelScorer, encode_fitted, fit_ids
 
@@ -90,9 +91,10 @@ def test_memory_defaults_checkpoint_everywhere_and_cap_the_per_device_batch_by_t
     assert GroupRewardModelSettings().max_length == 2048 and per_device_cap(GroupRewardModelSettings()) == 4
     plan = derive_batch(32, 1, per_device_cap(RewardModelSettings()))
     assert (plan.per_device, plan.accumulation) == (8, 4)
+    key = checkpointing_argument()  # activation_checkpointing where transformers has the new name
     for settings in (RewardModelSettings(), SpeakerGRPOSettings(), DirectorDPOSettings()):
-        assert trainer_arguments(settings, "out", plan)["gradient_checkpointing"] is True  # on the CPU too
-    assert trainer_arguments(RewardModelSettings(gradient_checkpointing=False), "out", plan)["gradient_checkpointing"] is False
+        assert trainer_arguments(settings, "out", plan)[key] is True  # on the CPU too
+    assert trainer_arguments(RewardModelSettings(gradient_checkpointing=False), "out", plan)[key] is False
 
 
 def test_director_dpo_fits_long_prompts_instead_of_dropping_them(base, tmp_path):

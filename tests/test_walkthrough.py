@@ -119,7 +119,8 @@ def overrides_for_test(argv: list[str], url: str) -> list[str]:
         "train group-reward-model": ["--batch-size", "4", "--max-length", str(TEST_MAX_LENGTH)],
         "train speaker": ["--batch-size", "4", "--num-generations", "2", "--max-completion-length", "8", "--max-steps", "1"],
         "train director-grpo": [
-            "--batch-size", "4", "--num-generations", "2", "--max-completion-length", "24",
+            # the walk-through's one whole episode gives one decision point: one group of 2 per step
+            "--batch-size", "2", "--num-generations", "2", "--max-completion-length", "24",
             "--suffix-rounds", "1", "--rollout-server-url", url, "--decision-points-per-episode", "1",
         ],
         "train director-dpo": ["--batch-size", "2", "--max-steps", "1"],

@@ -24,8 +24,11 @@ def dry_run_training(command: str, settings: Any) -> None:
     if isinstance(settings, cfg.MergeSettings):
         print_settings("merge-lora", _merge(settings))
         return
-    from mascot.train import artefact, data
+    from mascot.train import artefact
+    from mascot.train.minimum import require_schedule
 
+    require_schedule(settings)
+    artefact.require_model_folder(settings.model_name, label="--model", task="causal_lm")
     if isinstance(settings, cfg.SFTSettings):
         from mascot.train.sft import dry_run_summary
 
@@ -34,37 +37,70 @@ def dry_run_training(command: str, settings: Any) -> None:
         resolved["output_dir"] = check_new_output(Path(resolved["output_dir"]), resume=settings.resume, overwrite=settings.overwrite)
         print_settings(f"train {command}", {"resolved": resolved, "settings": cfg.as_dict(settings)})
         return
+    resolved, records = _data_and_output(settings)
+    if isinstance(settings, cfg.SpeakerGRPOSettings):
+        resolved.update(_speaker_inputs(settings, resolved, records))
+    if isinstance(settings, cfg.DirectorGRPOSettings):
+        resolved.update(_director_inputs(settings, resolved["dataset"]))
+    print_settings(f"train {command}", {"resolved": resolved, "settings": cfg.as_dict(settings)})
+
+
+def _data_and_output(settings: Any) -> tuple[dict[str, Any], list]:
+    """The data file, its records and dataset, the base model and the output folder; for the
+    pairwise trainers also that a training record is left after the held-out split and --limit."""
+    from mascot.train import artefact, data
+
     kind, output_kind = _DATA[type(settings)]
     data_file, records = data.load_episodes(settings.data_path) if kind is None else data.load_pairs(settings.data_path, kind)
     dataset = data.resolve_dataset(settings.dataset, data.run_settings(data_file))
     resolved: dict[str, Any] = {"data_file": data_file, "num_records": len(records), "dataset": dataset}
+    if hasattr(settings, "eval_fraction") and kind is not None:
+        train, held_out = data.split_by_prompt(records, settings.eval_fraction, settings.seed)
+        train = data.limit_records(train, settings.limit, settings.seed)
+        data.require_records_left(len(train), what=f"{kind} pairs", source=data_file, read=len(records), held_out=len(held_out))
+        resolved.update(num_train_records=len(train), num_eval_records=len(held_out))
     resolved["model"] = f"{settings.model_name} ({check_model(settings.model_name, '--model')})"
     output = Path(settings.output_dir) if settings.output_dir else artefact.default_output_dir(output_kind, dataset, settings.model_name)
     resolved["output_dir"] = check_new_output(output, resume=settings.resume, overwrite=settings.overwrite)
-    if isinstance(settings, cfg.GRPOSettings):
-        from mascot.train.common import validate_grpo
-
-        validate_grpo(settings)
-    if isinstance(settings, cfg.SpeakerGRPOSettings):
-        from mascot.train.speaker_grpo import resolve_reward_model_path
-
-        resolve_reward_model_path(settings, dataset)
-        check_path(settings.reward_model_path, "--reward-model-path", kind="dir")
-    if isinstance(settings, cfg.DirectorGRPOSettings):
-        resolved.update(_director_rollouts(settings, dataset))
-    print_settings(f"train {command}", {"resolved": resolved, "settings": cfg.as_dict(settings)})
+    return resolved, records
 
 
-def _director_rollouts(settings: cfg.DirectorGRPOSettings, dataset: str) -> dict[str, Any]:
-    from mascot.llm.providers import RoleEndpoint
-    from mascot.train.director_grpo import resolve_group_reward_model_path, rollout_model
+def _speaker_inputs(settings: cfg.SpeakerGRPOSettings, resolved: dict[str, Any], pairs: list) -> dict[str, Any]:
+    """Enough distinct prompts for one GRPO step, and a trained persona reward model."""
+    from mascot.train import artefact
+    from mascot.train.speaker_grpo import resolve_reward_model_path, speaker_prompts
 
+    prompts = speaker_prompts(settings, resolved["data_file"], pairs)
+    resolve_reward_model_path(settings, resolved["dataset"])
+    if settings.reward_model_weight != 0 and settings.reward_model_path:
+        artefact.require_trained(settings.reward_model_path, role="persona_reward_model", label="--reward-model-path")
+    return {"num_prompts": len(prompts)}
+
+
+def _director_inputs(settings: cfg.DirectorGRPOSettings, dataset: str) -> dict[str, Any]:
+    """Enough decision points for one GRPO step, a trained group reward model, the rollouts."""
+    from mascot.train import artefact
+    from mascot.train.decision_points import load_decision_inputs
+    from mascot.train.director_grpo import resolve_group_reward_model_path
+
+    points = load_decision_inputs(settings).points
     resolve_group_reward_model_path(settings, dataset)
-    check_path(settings.group_reward_model_path, "--group-reward-model-path", kind="dir")
+    if settings.group_reward_weight != 0 and settings.group_reward_model_path:
+        artefact.require_trained(settings.group_reward_model_path, role="group_reward_model", label="--group-reward-model-path")
+    return {"num_decision_points": len(points), **_director_rollouts(settings)}
+
+
+def _director_rollouts(settings: cfg.DirectorGRPOSettings) -> dict[str, Any]:
+    from mascot.llm.providers import RoleEndpoint
+    from mascot.train import artefact
+    from mascot.train.director_grpo import rollout_model
+
     urls = [u.strip() for u in [settings.rollout_server_url or "", *(settings.rollout_endpoints or "").split(",")] if u.strip()]
     model = rollout_model(settings)
     if not urls:
         check_path(settings.speaker_adapter, "--speaker-adapter", kind="dir")
+        if settings.speaker_adapter:
+            artefact.require_model_folder(settings.speaker_adapter, label="--speaker-adapter", task="causal_lm", role="speaker")
         return {"rollout_model": f"{model} ({check_model(model, '--rollout-model')}, in-process)"}
     from mascot.cli.dryrun import check_endpoints
 
@@ -83,6 +119,9 @@ def _merge(settings: cfg.MergeSettings) -> dict[str, Any]:
     check_path(settings.adapter, "--adapter", kind="dir")
     if not is_adapter(settings.adapter):
         raise DryRunError(f"--adapter {settings.adapter} holds no adapter_config.json (not a LoRA adapter)")
+    from mascot.train.artefact import require_model_folder
+
+    require_model_folder(settings.adapter, label="--adapter")  # its weights are there too
     base = settings.base_model or adapter_base_model(settings.adapter)
     output = check_new_output(Path(settings.output), resume=False, overwrite=settings.overwrite, label="--output")
     return {"resolved": {"base_model": f"{base} ({check_model(base, 'base model')})", "output": output}, "settings": cfg.as_dict(settings)}

@@ -115,6 +115,58 @@ def read_metadata(folder: Path) -> TrainingMetadata | None:
         raise ArtefactError(f"{path}: not valid training metadata ({exc.errors()[0]['msg']})") from None
 
 
+ADAPTER_CONFIG = "adapter_config.json"
+WEIGHT_FILES = {
+    "lora_adapter": ("adapter_model.safetensors", "adapter_model.bin"),
+    "full": ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json"),
+}
+
+
+def require_trained(folder: str | Path, *, role: str, label: str) -> TrainingMetadata:
+    """The metadata of a finished artefact of `role` in `folder`, or one line saying what is wrong
+    (not a folder, no metadata - an empty or cut-short folder -, another role, weights missing)."""
+    path = Path(folder).expanduser()
+    if not path.is_dir():
+        raise ArtefactError(f"{label} {path} is not a folder")
+    meta = read_metadata(path)
+    if meta is None:
+        raise ArtefactError(f"{label} {path} holds no trained model: no {METADATA_FILE} (train one first, or the run was cut short)")
+    if meta.role != role:
+        raise ArtefactError(f"{label} {path} holds a {meta.role.replace('_', ' ')}, not a {role.replace('_', ' ')}")
+    require_weights(path, meta, label)
+    return meta
+
+
+def require_weights(path: Path, meta: TrainingMetadata, label: str) -> None:
+    """The files `meta.weights` promises are in `path`."""
+    needed = WEIGHT_FILES[meta.weights]
+    if meta.weights == "lora_adapter" and not (path / ADAPTER_CONFIG).is_file():
+        raise ArtefactError(f"{label} {path}: {METADATA_FILE} says lora_adapter but {ADAPTER_CONFIG} is missing")
+    if not any((path / name).is_file() for name in needed):
+        raise ArtefactError(f"{label} {path}: {METADATA_FILE} says {meta.weights} but its weights are missing (none of {', '.join(needed)})")
+
+
+def require_model_folder(folder: str | Path, *, label: str, task: str | None = None, role: str | None = None) -> None:
+    """A folder given as a model or adapter holds one: a complete adapter (with its weights, and of
+    `task` and `role` when its metadata says) or a model (config.json). Hub ids are not checked here."""
+    path = Path(folder).expanduser()
+    if not path.is_dir():
+        return
+    meta = read_metadata(path)
+    if (path / ADAPTER_CONFIG).is_file():
+        weights = WEIGHT_FILES["lora_adapter"]
+        if not any((path / name).is_file() for name in weights):
+            raise ArtefactError(f"{label} {path} holds {ADAPTER_CONFIG} but no adapter weights (none of {', '.join(weights)})")
+    elif meta is not None:
+        require_weights(path, meta, label)
+    elif not (path / "config.json").is_file():
+        raise ArtefactError(f"{label} {path} holds no model: neither config.json nor {ADAPTER_CONFIG}")
+    if meta is not None and task is not None and meta.task != task:
+        raise ArtefactError(f"{label} {path} holds a {meta.role.replace('_', ' ')} ({meta.task}), not a {task} model")
+    if meta is not None and role is not None and meta.role != role:
+        raise ArtefactError(f"{label} {path} holds a {meta.role.replace('_', ' ')}, not a {role.replace('_', ' ')}")
+
+
 def last_checkpoint(folder: Path) -> Path | None:
     """The newest `checkpoint-N` folder that holds a readable Trainer state. A checkpoint whose
     trainer_state.json is torn (a kill while it was saved) is skipped, with a warning, for the one

@@ -33,6 +33,9 @@ def open_output(settings: TrainSettings, default: Path) -> tuple[Path, Path | No
     the same in every process for a run to be reproducible and a resumed run to match."""
     from transformers import set_seed
 
+    from mascot.train.minimum import require_schedule
+
+    require_schedule(settings)  # before the folder exists: a run of zero steps writes nothing
     set_seed(settings.seed)
     output = Path(settings.output_dir) if settings.output_dir else default
     if settings.resume and artefact.is_complete(output) and artefact.last_checkpoint(output) is None:
@@ -42,8 +45,10 @@ def open_output(settings: TrainSettings, default: Path) -> tuple[Path, Path | No
 
 
 def run_training(trainer, checkpoint: Path | None) -> dict[str, Any]:
-    """trainer.train() with resume; returns the figures worth keeping in the metadata."""
+    """trainer.train() with resume; returns the figures worth keeping in the metadata. A run that
+    ended at step 0 is an error here, before anything is saved."""
     from mascot.train.guard import non_finite_guard
+    from mascot.train.minimum import require_steps_taken
     from mascot.train.progress_callback import replace_default_progress
 
     trainer.add_callback(non_finite_guard())
@@ -60,6 +65,7 @@ def run_training(trainer, checkpoint: Path | None) -> dict[str, Any]:
         "train_runtime_s": round(time.monotonic() - started, 2),
         "resumed_from": checkpoint.name if checkpoint else None,
     }
+    require_steps_taken(figures, trainer.args.output_dir)
     for key in ("train_samples_per_second", "train_steps_per_second"):
         if key in metrics:
             figures[key] = metrics[key]

@@ -178,7 +178,10 @@ def require_records_left(left: int, *, what: str, source: Path, read: int, held_
     if dropped:
         parts.append(f"{dropped} dropped by {dropped_by}")
     hint = f"; raise {dropped_by} or " if dropped else "; "
-    raise TrainingDataError(f"no {what} left to train on: {', '.join(parts)}{hint}generate more data (--limit, --num-candidates) or lower --eval-fraction")
+    raise TrainingDataError(
+        f"no {what} left to train on: {', '.join(parts)}; one optimizer step needs at least 1{hint}"
+        "generate more data (--limit, --num-candidates) or lower --eval-fraction"
+    )
 
 
 def to_dataset(rows: list[dict[str, Any]]):

@@ -120,7 +120,22 @@ def load_decision_inputs(settings: DirectorGRPOSettings) -> DecisionInputs:
     points, bare = sample_decision_points(episodes, settings.decision_points_per_episode, settings.seed, contexts=context_index(data_file, run), roster=roster)
     if bare:
         log.warning("%d episodes carry no context and their run names no local data file: their prompts show only the transcript", bare)
+    sampled = len(points)
     points = data.limit_records(points, settings.limit, settings.seed)
     if not points:
         raise data.TrainingDataError(f"{data_file}: no decision points (no episode has a Speaker turn)")
+    require_decision_points(settings, len(points), sampled, data_file, len(source_episodes(episodes)))
     return DecisionInputs(data_file, episodes, run, data.resolve_dataset(settings.dataset, run), roster, points)
+
+
+def require_decision_points(settings: DirectorGRPOSettings, kept: int, sampled: int, data_file, num_episodes: int) -> None:
+    """One line when the decision points are fewer than one GRPO step's prompts (`num_episodes`
+    counts the episodes they are sampled from: branch records are not)."""
+    from mascot.train.common import validate_grpo
+    from mascot.train.minimum import require_group_prompts
+
+    validate_grpo(settings)
+    limited = f", {kept} kept by --limit" if kept < sampled else ""
+    counted = f"{sampled} sampled from {num_episodes} episodes of {data_file} (--decision-points-per-episode {settings.decision_points_per_episode}){limited}"
+    more = "raise --decision-points-per-episode, or record more episodes"
+    require_group_prompts(kept, settings, what="decision points", counted=counted, more=more)

@@ -38,10 +38,10 @@ def train_director_dpo(settings: DirectorDPOSettings) -> TrainOutcome:
     run = data.run_settings(data_file)
     dataset = data.resolve_dataset(settings.dataset, run)
     plan = derive_batch(settings.batch_size, world_size(), settings.max_per_device_batch, settings.per_device_batch_size)
-    output, checkpoint = open_output(settings, artefact.default_output_dir("director_dpo", dataset, settings.model_name))
     train_pairs, held_out = data.split_by_prompt(pairs, settings.eval_fraction, settings.seed)
     train_pairs = data.limit_records(train_pairs, settings.limit, settings.seed)
     data.require_records_left(len(train_pairs), what="directive pairs", source=data_file, read=len(pairs), held_out=len(held_out))
+    output, checkpoint = open_output(settings, artefact.default_output_dir("director_dpo", dataset, settings.model_name))
 
     from trl import DPOTrainer  # heavy: imported once the inputs are known to be usable
 

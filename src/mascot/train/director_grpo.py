@@ -28,7 +28,7 @@ from mascot.llm.providers import Backends, ClientOptions, RoleEndpoint, build_ba
 from mascot.schema import Directive, Roster, Turn
 from mascot.train import artefact, data
 from mascot.train.artefact import TrainingMetadata
-from mascot.train.common import TrainOutcome, finish, first_last, grpo_config, open_output, run_training, save_model, validate_grpo
+from mascot.train.common import TrainOutcome, finish, first_last, grpo_config, open_output, run_training, save_model
 from mascot.train.config import DirectorGRPOSettings
 from mascot.train.decision_points import DecisionInputs, DecisionPoint, load_decision_inputs
 from mascot.train.models import base_model_id, count_parameters, load_causal_lm, load_tokenizer, lora_config, model_ref
@@ -278,6 +278,7 @@ def load_group_scorer(settings: DirectorGRPOSettings) -> TrajectoryScorer | None
     from mascot.train.scoring import RewardModelScorer
     from mascot.train.speaker_grpo import reward_model_device
 
+    artefact.require_trained(settings.group_reward_model_path, role="group_reward_model", label="--group-reward-model-path")
     scorer = RewardModelScorer.from_path(settings.group_reward_model_path, device=reward_model_device(), max_length=settings.group_reward_max_length)
     return GroupRewardModelScorer(scorer)
 
@@ -293,9 +294,8 @@ def train_director_grpo(
 ) -> TrainOutcome:
     """`rollout_clients` and `trajectory_scorer` replace the rollout backend and the group reward
     model (tests, custom rewards); clients passed in are left open for their owner to close."""
-    inputs = load_decision_inputs(settings)
+    inputs = load_decision_inputs(settings)  # also checks the GRPO settings and the points one step needs
     plan = derive_batch(settings.batch_size, world_size(), settings.max_per_device_batch, settings.per_device_batch_size)
-    validate_grpo(settings)
     if trajectory_scorer is None:
         resolve_group_reward_model_path(settings, inputs.dataset)
     output, checkpoint = open_output(settings, artefact.default_output_dir("director_grpo", inputs.dataset, settings.model_name))
@@ -321,9 +321,23 @@ def train_director_grpo(
         if backends is not None:
             close_backends(trainer, backends)
     figures.update(count_parameters(trainer.model))
+    reward.stats = summed_over_processes(trainer, reward.stats)
     meta = _metadata(settings, inputs, save_model(trainer, output), _evaluation(trainer, reward.stats), figures)
     finish(trainer, output, meta, settings, plan)
     return TrainOutcome(output, meta, extra={"rollout_stats": reward.stats})
+
+
+def summed_over_processes(trainer, stats: RolloutStats) -> RolloutStats:
+    """Each process rolls out its own share of the completions: the counts are summed over all of
+    them (the engine counters stay the main process's)."""
+    accelerator = trainer.accelerator
+    if accelerator.num_processes == 1:
+        return stats
+    import torch
+
+    counts = torch.tensor([stats.completions, stats.parse_failures, stats.rollout_failures], dtype=torch.long, device=accelerator.device)
+    completions, parse_failures, rollout_failures = (int(v) for v in accelerator.reduce(counts, reduction="sum").tolist())
+    return RolloutStats(completions, parse_failures, rollout_failures, stats.engine_counters)
 
 
 def _metadata(settings: DirectorGRPOSettings, inputs: DecisionInputs, weights, evaluation: dict, figures: dict) -> TrainingMetadata:

@@ -38,9 +38,15 @@ def _task_type(adapter: Path) -> str:
 def _load_base(base: str, task_type: str, dtype):
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
-    if task_type == "SEQ_CLS":
-        return AutoModelForSequenceClassification.from_pretrained(model_ref(base), num_labels=1, dtype=dtype)
-    return AutoModelForCausalLM.from_pretrained(model_ref(base), dtype=dtype)
+    from mascot.train.quiet import quiet_load_report, report_loading, silence_library_warnings
+
+    silence_library_warnings()  # PEFT reads a deprecated property of the base as it wraps it
+    if task_type != "SEQ_CLS":
+        return AutoModelForCausalLM.from_pretrained(model_ref(base), dtype=dtype)
+    with quiet_load_report():  # the base has no score head; the adapter brings the trained one
+        model, info = AutoModelForSequenceClassification.from_pretrained(model_ref(base), num_labels=1, dtype=dtype, output_loading_info=True)
+    report_loading(info, model_ref(base), new_head_expected=False)
+    return model
 
 
 def _tokenizer_source(adapter: Path, base: str) -> str:

@@ -54,6 +54,9 @@ def adapter_base_model(folder: str | Path) -> str:
 
 
 def _load(loader, name: str, **kwargs):
+    from mascot.train.quiet import silence_library_warnings
+
+    silence_library_warnings()  # before PEFT and TRL first touch a model
     try:
         return loader(name, **kwargs)
     except (OSError, ValueError) as exc:
@@ -79,13 +82,21 @@ def load_causal_lm(name: str):
     return _load(AutoModelForCausalLM.from_pretrained, model_ref(name), dtype=model_dtype())
 
 
-def load_sequence_classifier(name: str, pad_token_id: int | None):
-    """A one-logit sequence classifier on top of a causal LM checkpoint (the head starts random)."""
+def load_sequence_classifier(name: str, pad_token_id: int | None, *, new_head_expected: bool = True):
+    """A one-logit sequence classifier on top of a causal LM checkpoint (the head starts random).
+
+    transformers' loading report (a table saying `score.weight` is MISSING) is replaced by one line
+    when the new head is news (`new_head_expected`), and by nothing when an adapter's trained head
+    replaces it right after; other weights that did not load are still reported."""
     from transformers import AutoModelForSequenceClassification
 
+    from mascot.train.quiet import quiet_load_report, report_loading
     from mascot.train.runtime import model_dtype
 
-    model = _load(AutoModelForSequenceClassification.from_pretrained, model_ref(name), num_labels=1, dtype=model_dtype())
+    source = model_ref(name)
+    with quiet_load_report():
+        model, info = _load(AutoModelForSequenceClassification.from_pretrained, source, num_labels=1, dtype=model_dtype(), output_loading_info=True)
+    report_loading(info, source, new_head_expected=new_head_expected)
     model.config.pad_token_id = pad_token_id
     return model
 
@@ -114,7 +125,7 @@ def load_reward_model(path: str, device=None):
     if is_adapter(path):
         from peft import PeftModel
 
-        base = load_sequence_classifier(adapter_base_model(path), tokenizer.pad_token_id)
+        base = load_sequence_classifier(adapter_base_model(path), tokenizer.pad_token_id, new_head_expected=False)  # the adapter holds the head
         model = PeftModel.from_pretrained(base, model_ref(path))
         model = model.merge_and_unload()
     else:

@@ -36,10 +36,10 @@ def train_pairwise_reward_model(settings: RewardModelSettings, *, kind: str, rol
     run = data.run_settings(data_file)
     dataset = data.resolve_dataset(settings.dataset, run)
     plan = derive_batch(settings.batch_size, world_size(), per_device_cap(settings), settings.per_device_batch_size)
-    output, checkpoint = open_output(settings, artefact.default_output_dir(role, dataset, settings.model_name))
     train_pairs, held_out = data.split_by_prompt(pairs, settings.eval_fraction, settings.seed)
     train_pairs = data.limit_records(train_pairs, settings.limit, settings.seed)
     data.require_records_left(len(train_pairs), what="preference pairs", source=data_file, read=len(pairs), held_out=len(held_out))
+    output, checkpoint = open_output(settings, artefact.default_output_dir(role, dataset, settings.model_name))
     trainer, tokenizer, num_cut = _reward_trainer(settings, output, plan, train_pairs)
     skipped = len(train_pairs) - len(trainer.train_dataset)
     data.require_records_left(

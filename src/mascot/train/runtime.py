@@ -74,7 +74,11 @@ def report_to() -> str:
 
 
 def trainer_arguments(settings: TrainSettings, output_dir: str, plan: BatchPlan) -> dict:
-    """Keyword arguments every TRL config here shares."""
+    """Keyword arguments every TRL config here shares (every trainer builds its config from them,
+    so the library warnings that tell a user nothing are silenced here too)."""
+    from mascot.train.quiet import checkpointing_argument, silence_library_warnings
+
+    silence_library_warnings()
     on_gpu = cuda_available()
     return {
         "output_dir": output_dir,
@@ -95,7 +99,7 @@ def trainer_arguments(settings: TrainSettings, output_dir: str, plan: BatchPlan)
         "use_cpu": not on_gpu,
         "bf16": on_gpu,
         # On every device: long sequences on a CPU run out of memory without it just as on a GPU.
-        "gradient_checkpointing": settings.gradient_checkpointing,
+        checkpointing_argument(): settings.gradient_checkpointing,
         # LoRA dropout 0.1 is part of the recipe: keep dropout layers active.
         "disable_dropout": False,
         "ddp_find_unused_parameters": False,

@@ -51,10 +51,10 @@ def sft_config(settings: SFTSettings, output: Path, plan):
 def train_sft(settings: SFTSettings) -> TrainOutcome:
     loaded, dataset, run = load_examples(settings)
     plan = derive_batch(settings.batch_size, world_size(), settings.max_per_device_batch, settings.per_device_batch_size)
-    output, checkpoint = open_output(settings, artefact.default_output_dir("speaker_sft", dataset, settings.model_name))
     train, held_out = split_by_query(loaded.examples, settings.eval_fraction, settings.seed)
     train = data.limit_records(train, settings.limit, settings.seed)
     data.require_records_left(len(train), what="SFT examples", source=loaded.source, read=len(loaded.examples), held_out=len(held_out))
+    output, checkpoint = open_output(settings, artefact.default_output_dir("speaker_sft", dataset, settings.model_name))
 
     from trl import SFTTrainer  # heavy: imported once the inputs are known to be usable
 
@@ -100,10 +100,14 @@ def train_sft(settings: SFTSettings) -> TrainOutcome:
 
 
 def dry_run_summary(settings: SFTSettings) -> dict:
-    """What `mascot train sft --dry-run` checks: the examples load, the dataset and output resolve."""
+    """What `mascot train sft --dry-run` checks: the examples load, one is left to train on after the
+    held-out split and --limit, the dataset and output resolve."""
     loaded, dataset, _ = load_examples(settings)
+    train, held_out = split_by_query(loaded.examples, settings.eval_fraction, settings.seed)
+    train = data.limit_records(train, settings.limit, settings.seed)
+    data.require_records_left(len(train), what="SFT examples", source=loaded.source, read=len(loaded.examples), held_out=len(held_out))
     output = Path(settings.output_dir) if settings.output_dir else artefact.default_output_dir("speaker_sft", dataset, settings.model_name)
-    return {"data_file": loaded.source, "num_records": len(loaded.examples), "sft_data": settings.sft_data, "dataset": dataset, "output_dir": output}
+    return {"data_file": loaded.source, "num_records": len(loaded.examples), "num_train_records": len(train), "sft_data": settings.sft_data, "dataset": dataset, "output_dir": output}
 
 
 def describe(outcome: TrainOutcome) -> str:

@@ -20,6 +20,7 @@ from mascot.train.artefact import TrainingMetadata
 from mascot.train.common import TrainOutcome, finish, first_last, grpo_config, open_output, run_training, save_model, validate_grpo
 from mascot.dialogue.prompts import with_think_instruction
 from mascot.train.config import DEFAULT_REWARD_BASE_MODEL, SpeakerGRPOSettings
+from mascot.train.minimum import require_group_prompts
 from mascot.train.models import base_model_id, count_parameters, load_causal_lm, load_tokenizer, lora_config, model_ref
 from mascot.train.rewards import PersonaRewardModel, conciseness_reward, format_reward, plain_format_reward
 from mascot.train.runtime import TrainingSetupError, derive_batch, world_size
@@ -60,6 +61,7 @@ def load_scorer(settings: SpeakerGRPOSettings) -> RewardModelScorer | None:
         return None
     if not settings.reward_model_path:
         raise TrainingSetupError("pass --reward-model-path (or --reward-model-weight 0 to train on the rule rewards only)")
+    artefact.require_trained(settings.reward_model_path, role="persona_reward_model", label="--reward-model-path")
     return RewardModelScorer.from_path(settings.reward_model_path, device=reward_model_device(), max_length=settings.reward_max_length)
 
 
@@ -69,15 +71,25 @@ def reward_model_device():
     return PartialState().device
 
 
+def speaker_prompts(settings: SpeakerGRPOSettings, data_file, pairs) -> list[data.PromptRow]:
+    """The pairs' distinct prompts (at most --limit), refused when one GRPO step needs more."""
+    validate_grpo(settings)
+    distinct = data.unique_prompts(pairs)
+    prompts = data.limit_records(distinct, settings.limit, settings.seed)
+    kept = f", {len(prompts)} kept by --limit" if len(prompts) < len(distinct) else ""
+    counted = f"{len(distinct)} distinct prompts in {len(pairs)} pairs of {data_file}{kept}"
+    require_group_prompts(len(prompts), settings, what="Speaker prompts", counted=counted, more="generate pairs for more contexts")
+    return prompts
+
+
 def train_speaker(settings: SpeakerGRPOSettings) -> TrainOutcome:
     if settings.algorithm != "grpo":
         raise TrainingSetupError(f"--algorithm {settings.algorithm!r} is not supported: the Speaker trains with grpo")
     data_file, pairs = data.load_pairs(settings.data_path, "persona")
     run = data.run_settings(data_file)
     dataset = data.resolve_dataset(settings.dataset, run)
-    prompts = data.limit_records(data.unique_prompts(pairs), settings.limit, settings.seed)
+    prompts = speaker_prompts(settings, data_file, pairs)
     plan = derive_batch(settings.batch_size, world_size(), settings.max_per_device_batch, settings.per_device_batch_size)
-    validate_grpo(settings)
     resolve_reward_model_path(settings, dataset)
     scorer = load_scorer(settings)
     reward_funcs, weights = build_rewards(settings, scorer)
