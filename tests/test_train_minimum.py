@@ -109,6 +109,9 @@ class StubTrainer:
     def add_callback(self, callback) -> None:
         self.callbacks.append(callback)
 
+    def remove_callback(self, kind) -> None:
+        self.callbacks = [c for c in self.callbacks if not isinstance(c, kind)]
+
     def train(self, resume_from_checkpoint=None):
         return SimpleNamespace(metrics={}, training_loss=0.0)
 
