@@ -219,6 +219,22 @@ def test_mascot_prefs_group_cli(tmp_path):
     assert len((tmp_path / "group_pairs_judgments.jsonl").read_text().splitlines()) == 4
 
 
+def test_prefs_group_with_no_pair_fails_naming_the_margin_that_works(tmp_path):
+    """Scores that differ by less than the margin: no pair, a failed report, a non-zero exit and one
+    line with the largest gap seen, the value --score-margin must not exceed."""
+    from mascot.testing.players import stub_judge_responder
+    from mascot.testing.stub_server import start_stub_server
+
+    path = tmp_path / "group.jsonl"
+    write_episodes(path, independent_episodes())
+    with start_stub_server(latency_s=0.0, responder=stub_judge_responder) as server:
+        result = CliRunner().invoke(app, ["prefs", "group", "--episodes", str(path), "--mode", "episode", "--score-margin", "4.5", "--judge-server-url", server.url, "--judge", "stub", "--no-cache"])
+    stats = json.loads((tmp_path / "group_pairs_stats.json").read_text())
+    assert result.exit_code != 0 and stats["status"] == "failed" and stats["num_pairs"] == 0
+    gap = stats["largest_gap"]
+    assert 0 < gap < 4.5 and f"rerun with --score-margin {gap:g} or lower" in str(result.exception), result.output
+
+
 # --------------------------------------------------------------------------- end to end
 
 

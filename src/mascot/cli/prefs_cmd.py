@@ -82,6 +82,12 @@ def run_prefs_group(s: PrefsGroupSettings) -> None:
     write_json_atomic(folder / f"{name}_stats.json", stats)
     _closing_line(Console(stderr=True), result, resolved, s.score_margin, counters, folder / f"{name}.jsonl")
     fail_if_nothing_judged(len(result.judgments), sum(1 for j in result.judgments if j.failed), folder / f"{name}_stats.json")
+    if not result.pairs:  # nothing to train on: the next step would stop; say what to change here
+        from mascot.store import mark_failed
+
+        reason = no_pairs_reason(result.stats, resolved, s.score_margin)
+        mark_failed(folder / f"{name}_stats.json", reason)
+        raise MascotError(reason)
     typer.echo(str(folder / f"{name}.jsonl"))
 
 
@@ -94,8 +100,19 @@ def _closing_line(console, result, mode: str, margin: float, counters, path: Pat
         soft_wrap=True,
         markup=False,
     )
-    if not result.pairs and len(result.judgments) > counters.num_annotation_failures:
-        console.print(f"0 pairs: no two {'episodes of a context' if mode == 'episode' else 'branches'} differ by the margin {margin} (lower --score-margin for more)", markup=False)
+
+
+def no_pairs_reason(stats, mode: str, margin: float) -> str:
+    """Why judged episodes gave no pair, naming the setting to change and a value that works."""
+    counts = stats.counts
+    compared = "episodes of a context" if mode == "episode" else "branches of a decision point"
+    if counts.largest_gap > 0:
+        return (f"0 {mode} pairs: no two {compared} differ by --score-margin {margin} ({counts.dropped_ties} ties, {counts.dropped_by_margin} smaller gaps); "
+                f"the largest gap is {counts.largest_gap:g}: rerun with --score-margin {counts.largest_gap:g} or lower "
+                "(a 135M judge's collective scores of one context lie within a few hundredths: 0.02 works for the embedded model)")
+    if counts.dropped_ties:
+        return f"0 {mode} pairs: every compared pair is a tie ({counts.dropped_ties}), so no --score-margin makes one: use a judge that tells the {compared} apart"
+    return f"0 {mode} pairs: no {compared} had two scored, different trajectories (see the failures above)"
 
 
 def dry_run_prefs_group(_command: str, s: PrefsGroupSettings) -> None:
