@@ -242,6 +242,8 @@ async def _run(cfg: GroupGenerationConfig, run: OpenRun, roster: Roster, context
         await run_all(engine, contexts, write=counting_safety_events(store), skip=store.is_done, spines=spines, on_progress=on_progress)
         bar.update(task, completed=store.summary.num_records - store.summary.num_resumed_records, failures=engine.tally.failures, tokens=meter.total_tokens)
     _closing_line(run, engine.tally, total, console)
+    if warning := engine.emotion_reports.warning():
+        console.print(f"warning: {warning}", soft_wrap=True, markup=False)
 
 
 def _closing_line(run: OpenRun, tally: Tally, total: int, console: Console) -> None:
