@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from mascot.cli import app
 from mascot.dialogue.director import ACTION_MAX_CHARS, TONE_MAX_CHARS, Director, directive_schema, directive_token_budget
-from mascot.dialogue.emotion import EMOTION_OPENING, emotion_slot, read_user_reply, user_turn_schema
+from mascot.dialogue.emotion import read_user_reply, user_turn_schema
 from mascot.dialogue.engine import EngineSettings, EpisodeEngine
 from mascot.dialogue.tally import Tally
 from mascot.llm.http import HTTPClient
@@ -164,13 +164,6 @@ def test_with_structured_output_the_emotion_arrives_every_turn(stub, tmp_path):
 def test_user_replies_are_read_in_every_shape(raw, message, emotion):
     reply = read_user_reply(raw)
     assert (reply.text, reply.emotion) == (message, emotion)
-
-
-def test_the_local_slot_opens_the_reply_with_one_emotion_word():
-    slot = emotion_slot()
-    assert slot.prefix == EMOTION_OPENING and " hopeful" in slot.choices and " calmer" in slot.choices
-    assert all(choice.strip().isalpha() and "\n" not in choice for choice in slot.choices)
-    assert read_user_reply(f"{EMOTION_OPENING} hopeful\nThat makes sense.").emotion == "hopeful"
 
 
 # --------------------------------------------------------------------------- fallbacks and directive pairs

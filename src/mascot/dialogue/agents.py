@@ -7,7 +7,7 @@ import re
 from contextlib import aclosing
 from dataclasses import dataclass
 
-from mascot.dialogue.emotion import UserReply, emotion_slot, read_user_reply, user_turn_schema
+from mascot.dialogue.emotion import UserReply, read_user_reply, user_turn_schema
 from mascot.dialogue.prompts import speaker_messages, user_label, user_messages
 from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE, response_parts, token_budget
 from mascot.dialogue.settings import USER_MAX_TOKENS
@@ -162,8 +162,6 @@ class SimulatedUser:
             thinking=self.thinking,
             json_schema=user_turn_schema() if report_emotion else None,
             schema_name="user_turn",
-            # a reasoning reply must be free to reason before it answers
-            choice_slot=emotion_slot() if report_emotion and not self.thinking else None,
         )
         raw = response_parts(await self.client.chat(request))[0]
         reply = read_user_reply(raw) if report_emotion else UserReply(raw, None)

@@ -1,13 +1,12 @@
 """The simulated user's emotion report: how it is asked for and how it is read back.
 
 Small models ignore the plain-text instruction ("add a last line Emotion: <word>") nearly always,
-so the request asks three ways at once, each used where the backend supports it:
-- a JSON schema (servers with structured outputs): `{"emotion": ..., "message": ...}`, the
-  emotion first so that a reply cut at its token limit still carries it;
-- a choice slot (the local backend): the reply opens with "Emotion:" and one word of
-  `emotion_words()`, decoded under a constraint, then the message;
-- the prompt's own instruction, for everyone else.
-`read_user_reply` reads any of the three shapes (and the usual variations of the plain one).
+so the request carries a JSON schema as well: a server with structured outputs holds the reply to
+`{"emotion": ..., "message": ...}`, the emotion first so that a reply cut at its token limit still
+carries it. Elsewhere the prompt's instruction is all there is, and `read_user_reply` reads the
+report in the usual variations of the plain form. (A choice slot that makes the local backend open
+its reply with "Emotion: <word>", as the Director's opens with its name, was tried: the 135M
+embedded model then ends its reply right after the word, leaving the message empty.)
 """
 
 from __future__ import annotations
@@ -15,17 +14,11 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from functools import lru_cache
 
 from mascot.dialogue.structured import compact_object
-from mascot.llm.base import ChoiceSlot
 
 EMOTION_MAX_CHARS = 24
 MESSAGE_MAX_CHARS = 600
-EMOTION_OPENING = "Emotion:"
-# How a conversation can leave someone, beyond the Empathetic Dialogues labels.
-_MORE_WORDS = ("calm", "calmer", "better", "worse", "relieved", "heard", "supported", "understood", "okay", "tired",
-               "overwhelmed", "frustrated", "confused", "stressed", "worried", "nervous", "hurt", "upset", "scared", "happy")
 
 _REPORT_KEY = r"(?:current[ _]emotion|emotion|feeling|mood)"
 _WORD = r"([A-Za-z][A-Za-z \-]{0,40}?)"
@@ -61,23 +54,10 @@ class EmotionReports:
         )
 
 
-@lru_cache(maxsize=1)
-def emotion_words() -> tuple[str, ...]:
-    """The words the local backend may write as the emotion: the 32 Empathetic Dialogues labels
-    and a few more."""
-    from mascot.data.subsets import ed_valence
-
-    return tuple(dict.fromkeys([*sorted(ed_valence()), *_MORE_WORDS]))
-
-
 def user_turn_schema() -> dict:
     """The JSON a structured-output server holds the simulated user to (compact, bounded)."""
     emotion = {"type": "string", "minLength": 1, "maxLength": EMOTION_MAX_CHARS, "pattern": r"^[A-Za-z][A-Za-z -]*$"}
     return compact_object({"emotion": emotion, "message": {"type": "string", "minLength": 1, "maxLength": MESSAGE_MAX_CHARS}})
-
-
-def emotion_slot() -> ChoiceSlot:
-    return ChoiceSlot(prefix=EMOTION_OPENING, choices=tuple(f" {word}" for word in emotion_words()))
 
 
 def _json_string(text: str, key: str) -> str | None:
