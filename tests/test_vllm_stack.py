@@ -160,12 +160,32 @@ def _records(path: Path) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def directed_with_users(server, workdir) -> Path:
+def base_server(workdir, vllm_python, base_model):
+    """The embedded model alone (these cases need no adapter), served from its folder; float32, which
+    the CPU build runs faster than bfloat16 on CPUs without AVX-512."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "mascot", "serve", "--model", str(base_model), "--served-model-name", SERVED_BASE, "--cpu", "--cpu-kvcache-gb", "2",
+           "--dtype", "float32", "--max-model-len", "2048", "--port", str(port), "--python", vllm_python, "--log-file", str(workdir / "vllm_base.log"),
+           "--timeout", "600"]
+    process = subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = process.stdout.readline()
+    if "serving" not in first:
+        process.wait(timeout=60)
+        pytest.fail(f"mascot serve did not come up:\n{first}{process.stderr.read()[-4000:]}")
+    yield {"url": f"http://127.0.0.1:{port}/v1"}
+    process.send_signal(signal.SIGTERM)
+    process.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def directed_with_users(base_server, workdir) -> Path:
     """Directed episodes with a simulated user every round, the Speakers' budget as small as the
     runs that showed the Director overflowing (--max-tokens 60)."""
     out = workdir / "runs_structured"
     mascot("generate", "--mode", "group", "--dataset", "ESConv", "--data-file", str(FIXTURES / "esconv_sample.jsonl"), "--limit", "2",
-           "--num-turns", "3", "--max-tokens", "60", "--user-response-probability", "1.0", "--vllm-server-url", server["url"],
+           "--num-turns", "3", "--max-tokens", "60", "--user-response-probability", "1.0", "--vllm-server-url", base_server["url"],
            "--model-name", SERVED_BASE, "--output-dir", str(out), cwd=workdir)
     return out / f"directed_ESConv_{SERVED_BASE}"
 
@@ -198,14 +218,14 @@ def test_real_server_director_replies_never_reach_their_cap(directed_with_users)
     assert outputs and len(compact) == len(outputs), outputs  # no whitespace between the JSON's tokens
 
 
-def test_real_server_directive_pairs_use_parsed_directives_only(server, workdir):
+def test_real_server_directive_pairs_use_parsed_directives_only(base_server, workdir):
     from mascot.prefs.group import directive_pairs, directive_text, ran_on_fallback
     from mascot.schema import Episode
 
     out = workdir / "runs_branching"
     mascot("generate", "--mode", "group", "--generation-mode", "branching", "--dataset", "ESConv", "--data-file", str(FIXTURES / "esconv_sample.jsonl"),
            "--limit", "1", "--num-turns", "2", "--num-candidates", "3", "--max-tokens", "40", "--user-response-probability", "0",
-           "--vllm-server-url", server["url"], "--model-name", SERVED_BASE, "--output-dir", str(out), cwd=workdir)
+           "--vllm-server-url", base_server["url"], "--model-name", SERVED_BASE, "--output-dir", str(out), cwd=workdir)
     episodes = [Episode.model_validate(r) for r in _records(out / f"branching_ESConv_{SERVED_BASE}" / "episodes.jsonl")]
     turns = [t for e in episodes for t in e.turns if not t.is_user]
     assert all(t.directive_output is None and t.director_raw_output for t in turns if t.director_fallback)
