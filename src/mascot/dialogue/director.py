@@ -16,8 +16,9 @@ the slot: the reply must be free to reason before its directive.
 
 The schema bounds action and tone and asks for compact JSON (`mascot.dialogue.structured`); the
 Director's token budget is derived from that bound (`directive_token_budget`: the longest valid
-directive, as JSON or as the block, fits), not from the Speakers' `max_tokens`. A reply that still
-reaches its limit is counted (`num_director_truncations`), whether or not it could be parsed.
+directive, as JSON or as the block, fits, with room left for the whitespace a grammar may still
+allow), not from the Speakers' `max_tokens`. A reply that still reaches its limit is counted
+(`num_director_truncations`), whether or not it could be parsed.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 
 from mascot.dialogue.prompts import director_correction, director_messages
 from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE, OutputPaths, response_parts, token_budget
-from mascot.dialogue.structured import compact_object, plain_text, widest_json
+from mascot.dialogue.structured import bounded_text, compact_object, widest_json
 from mascot.dialogue.tally import Tally
 from mascot.llm.base import ChatClient, ChatRequest, ChatResponse, ChoiceSlot, strip_think
 from mascot.schema import Context, Directive, Roster, Turn
@@ -165,7 +166,7 @@ def directive_schema(roster: Roster) -> dict:
     constrained Director cannot name someone else; action and tone are bounded as the parser clips
     them, and the JSON is compact (see `mascot.dialogue.structured`)."""
     return compact_object(
-        {"agent": {"type": "string", "enum": list(roster.names)}, "action": plain_text(ACTION_MAX_CHARS), "tone": plain_text(TONE_MAX_CHARS)}
+        {"agent": {"type": "string", "enum": list(roster.names)}, "action": bounded_text(ACTION_MAX_CHARS), "tone": bounded_text(TONE_MAX_CHARS)}
     )
 
 

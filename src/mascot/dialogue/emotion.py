@@ -2,11 +2,12 @@
 
 Small models ignore the plain-text instruction ("add a last line Emotion: <word>") nearly always,
 so the request carries a JSON schema as well: a server with structured outputs holds the reply to
-`{"emotion": ..., "message": ...}`, the emotion first so that a reply cut at its token limit still
-carries it. Elsewhere the prompt's instruction is all there is, and `read_user_reply` reads the
-report in the usual variations of the plain form. (A choice slot that makes the local backend open
-its reply with "Emotion: <word>", as the Director's opens with its name, was tried: the 135M
-embedded model then ends its reply right after the word, leaving the message empty.)
+`{"emotion": ..., "message": ...}`, the emotion one of `emotion_words()` (a 135M model left free
+writes "the person" or "big") and first, so that a reply cut at its token limit still carries it.
+Elsewhere the prompt's instruction is all there is, and `read_user_reply` reads the report in the
+usual variations of the plain form. (A choice slot that makes the local backend open its reply
+with "Emotion: <word>", as the Director's opens with its name, was tried: the 135M embedded model
+then ends its reply right after the word, leaving the message empty.)
 """
 
 from __future__ import annotations
@@ -14,11 +15,15 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
-from mascot.dialogue.structured import compact_object
+from mascot.dialogue.structured import bounded_text, compact_object
 
 EMOTION_MAX_CHARS = 24
 MESSAGE_MAX_CHARS = 600
+# How a conversation can leave someone, beyond the Empathetic Dialogues labels.
+_MORE_WORDS = ("calm", "calmer", "better", "worse", "relieved", "heard", "supported", "understood", "okay", "tired",
+               "overwhelmed", "frustrated", "confused", "stressed", "worried", "nervous", "hurt", "upset", "scared", "happy")
 
 _REPORT_KEY = r"(?:current[ _]emotion|emotion|feeling|mood)"
 _WORD = r"([A-Za-z][A-Za-z \-]{0,40}?)"
@@ -54,10 +59,17 @@ class EmotionReports:
         )
 
 
+@lru_cache(maxsize=1)
+def emotion_words() -> tuple[str, ...]:
+    """What a constrained user may report: the 32 Empathetic Dialogues labels and a few more."""
+    from mascot.data.subsets import ed_valence
+
+    return tuple(dict.fromkeys([*sorted(ed_valence()), *_MORE_WORDS]))
+
+
 def user_turn_schema() -> dict:
     """The JSON a structured-output server holds the simulated user to (compact, bounded)."""
-    emotion = {"type": "string", "minLength": 1, "maxLength": EMOTION_MAX_CHARS, "pattern": r"^[A-Za-z][A-Za-z -]*$"}
-    return compact_object({"emotion": emotion, "message": {"type": "string", "minLength": 1, "maxLength": MESSAGE_MAX_CHARS}})
+    return compact_object({"emotion": {"type": "string", "enum": list(emotion_words())}, "message": bounded_text(MESSAGE_MAX_CHARS)})
 
 
 def _json_string(text: str, key: str) -> str | None:

@@ -1,16 +1,14 @@
 """JSON schemas the dialogue roles send as structured-output constraints, bounded so that a reply
-that follows one always fits its token budget.
+that follows one fits its token budget.
 
-Two things let a constrained reply run long: free whitespace between JSON tokens (grammars allow
-any amount by default, and small models fill it) and strings without a bound. Every schema here
-therefore
-- asks for compact JSON (`x-guidance: {"whitespace_flexible": false}`, read by llguidance);
-- bounds its strings with `maxLength`, and gives the short ones a `pattern` of printable ASCII
-  without quote or backslash: one byte per character and no escapes, so such a string never takes
-  more tokens than characters.
-A `pattern` together with a length bound is also what makes vLLM's automatic backend choice
-(xgrammar first) hand the schema to llguidance, the backend that honours `x-guidance`; servers
-that know neither key ignore them and the schema still holds.
+Two things let a constrained reply run long: strings without a bound and free whitespace between
+JSON tokens (grammars allow any amount by default, and small models fill it). Every schema here
+bounds its strings (`maxLength`, or an `enum`) and asks for compact JSON with
+`x-guidance: {"whitespace_flexible": false}`, which llguidance honours. Measured on vLLM 0.32
+(CPU build): a server compiles every request with the backend its first structured request chose,
+which after the client's probe is xgrammar; xgrammar enforces `maxLength` (but not next to a
+`pattern`, so there is none) and still allows whitespace, so the token budgets keep room for it
+and a reply that reaches its limit is counted. Servers that know neither key ignore them.
 """
 
 from __future__ import annotations
@@ -18,14 +16,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-# Printable ASCII except `"` (0x22) and `\` (0x5C).
-PLAIN_TEXT_PATTERN = r"^[ !#-\[\]-~]*$"
 COMPACT_JSON = {"whitespace_flexible": False}
 
 
-def plain_text(max_chars: int) -> dict[str, Any]:
-    """A non-empty string of at most `max_chars` plain characters (see PLAIN_TEXT_PATTERN)."""
-    return {"type": "string", "minLength": 1, "maxLength": max_chars, "pattern": PLAIN_TEXT_PATTERN}
+def bounded_text(max_chars: int) -> dict[str, Any]:
+    """A non-empty string of at most `max_chars` characters."""
+    return {"type": "string", "minLength": 1, "maxLength": max_chars}
 
 
 def compact_object(properties: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -41,6 +37,7 @@ def compact_object(properties: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def widest_json(values: dict[str, str]) -> int:
-    """Characters of `values` as compact JSON with every non-ASCII character escaped: no spelling
-    of the same object is longer, and no token is shorter than one byte, so this bounds its tokens."""
+    """Characters of `values` as compact JSON with every non-ASCII character escaped: a token is at
+    least one byte, so this bounds the tokens of the object written compactly (escapes the model
+    chooses to write inside its strings aside)."""
     return len(json.dumps(values, separators=(",", ":")))
