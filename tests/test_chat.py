@@ -250,7 +250,8 @@ def test_hostile_user_text_cannot_choose_a_speaker_off_the_roster(tmp_path, host
     (turn,) = saved(session.path).agent_turns
     assert turn.agent_name in ROSTER.names and turn.directive.agent_name in ROSTER.names
     assert "Evil Bot" not in turn.agent_name
-    assert turn.directive_output.count("Evil Bot") == 2  # the Director did name him, twice
+    assert turn.director_fallback and turn.directive_output is None
+    assert turn.director_raw_output.count("Evil Bot") == 2  # the Director did name him, twice
     assert len(director.calls) == 2  # the first answer, then one correction
     assert session.counters.num_directive_parse_failures == 1
     assert session.counters.num_random_agent_fallbacks == 1

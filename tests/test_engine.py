@@ -155,7 +155,7 @@ def test_replies_that_parrot_the_prompt_or_speak_as_someone_else_count_as_empty(
 
 
 def test_the_users_emotion_report_is_split_from_the_message():
-    from mascot.dialogue.agents import split_emotion
+    from mascot.dialogue.emotion import split_emotion
 
     reply = split_emotion("I guess that helps a bit.\n\n**Emotion:** Hopeful.")
     assert reply.text == "I guess that helps a bit." and reply.emotion == "hopeful"

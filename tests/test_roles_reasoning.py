@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from mascot.dialogue.director import Director, directive_schema
+from mascot.dialogue.director import Director, directive_schema, directive_token_budget
 from mascot.dialogue.engine import EngineSettings, EpisodeEngine
 from mascot.dialogue.reasoning import parse_thinking_flag, role_thinking, split_reasoning, token_budget
 from mascot.dialogue.tally import Tally
@@ -64,7 +64,8 @@ def test_episode_requests_set_thinking_and_transcripts_never_hold_reasoning(es_r
     episode = asyncio.run(engine.run_episode(es_context))
     for request in client.calls:
         assert request.thinking is thinking
-        assert request.max_tokens == (160 + 300 if thinking else 160) or request.role == "user"
+        budget = directive_token_budget(es_roster) if request.role == "director" else 160  # the Director's own, from its schema
+        assert request.max_tokens == (budget + 300 if thinking else budget) or request.role == "user"
         if request.role == "director":
             assert request.json_schema == directive_schema(es_roster)
     record = episode.to_json()

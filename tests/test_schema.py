@@ -74,4 +74,5 @@ def test_preference_pair_is_in_trl_conversational_format():
 def test_run_summary_has_every_counter():
     counters = RunSummary(run_id="r").model_dump()["counters"]
     assert set(counters) == {"num_generation_failures", "num_directive_parse_failures", "num_random_agent_fallbacks",
-                             "num_empty_responses", "num_annotation_failures", "num_skipped_samples"}
+                             "num_empty_responses", "num_annotation_failures", "num_skipped_samples",
+                             "num_director_truncations", "num_user_emotions_missing"}

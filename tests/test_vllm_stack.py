@@ -209,3 +209,97 @@ def test_a_judge_model_the_server_does_not_list_is_refused_before_any_file(serve
     assert len(lines) == 1 and "does not serve 'not-served'" in lines[0] and SERVED_BASE in lines[0], result.stderr[-3000:]
     records = [p for p in out.rglob("*") if p.is_file() and p.suffix == ".jsonl" and p.stat().st_size > 0] if out.exists() else []
     assert records == [] and not (out.exists() and list(out.rglob("judgments_*")))
+
+
+# --------------------------------------------------------------------------- the Director's and the user's structured replies
+
+
+def _records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def base_server(workdir, vllm_python, base_model):
+    """The embedded model alone (these cases need no adapter), served from its folder; float32, which
+    the CPU build runs faster than bfloat16 on CPUs without AVX-512."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "mascot", "serve", "--model", str(base_model), "--served-model-name", SERVED_BASE, "--cpu", "--cpu-kvcache-gb", "2",
+           "--dtype", "float32", "--max-model-len", "2048", "--port", str(port), "--python", vllm_python, "--log-file", str(workdir / "vllm_base.log"),
+           "--timeout", "600"]
+    process = subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = process.stdout.readline()
+    if "serving" not in first:
+        process.wait(timeout=60)
+        pytest.fail(f"mascot serve did not come up:\n{first}{process.stderr.read()[-4000:]}")
+    yield {"url": f"http://127.0.0.1:{port}/v1"}
+    process.send_signal(signal.SIGTERM)
+    process.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def directed_with_users(base_server, workdir) -> Path:
+    """Directed episodes with a simulated user every round, the Speakers' budget as small as the
+    runs that showed the Director overflowing (--max-tokens 60)."""
+    out = workdir / "runs_structured"
+    mascot("generate", "--mode", "group", "--dataset", "ESConv", "--data-file", str(FIXTURES / "esconv_sample.jsonl"), "--limit", "2",
+           "--num-turns", "3", "--max-tokens", "60", "--user-response-probability", "1.0", "--vllm-server-url", base_server["url"],
+           "--model-name", SERVED_BASE, "--output-dir", str(out), cwd=workdir)
+    return out / f"directed_ESConv_{SERVED_BASE}"
+
+
+def test_real_server_user_turns_carry_an_emotion(directed_with_users):
+    episodes = _records(directed_with_users / "episodes.jsonl")
+    user_turns = [t for e in episodes for t in e["turns"] if t.get("turn_type") == "user"]
+    arrived = [t for t in user_turns if t.get("emotion")]
+    summary = json.loads((directed_with_users / "run_summary.json").read_text())
+    print(f"emotions arrived {len(arrived)} of {len(user_turns)} user turns; user replies structured {summary['usage']['user']['structured']}")
+    assert user_turns and len(arrived) == len(user_turns)
+    from mascot.dialogue.emotion import emotion_words
+
+    assert all(t["emotion"] in emotion_words() for t in arrived)
+    assert summary["counters"]["num_user_emotions_missing"] == 0
+    for e in episodes:
+        reported = [t["emotion"] for t in e["turns"] if t.get("turn_type") == "user"]
+        assert e["emotion_trajectory"] == [e["initial_emotion"], *reported] and e["final_emotion"] == reported[-1]
+    empty = sum(1 for t in user_turns if not t["response"])  # a 135M model's message may still come out empty: counted
+    assert summary["counters"]["num_empty_responses"] >= empty and empty < len(user_turns)
+
+
+def test_real_server_director_replies_never_reach_their_cap(directed_with_users):
+    summary = json.loads((directed_with_users / "run_summary.json").read_text())
+    director = summary["usage"]["director"]
+    hits = summary["counters"]["num_director_truncations"]
+    print(f"Director cap hits {hits} of {director['requests']} replies (structured {director['structured']}); "
+          f"parse failures {summary['counters']['num_directive_parse_failures']}, fallbacks {summary['counters']['num_random_agent_fallbacks']}")
+    assert director["requests"] >= 6 and director["structured"] == director["requests"]
+    assert hits == 0 and summary["counters"]["num_random_agent_fallbacks"] == 0
+    episodes = _records(directed_with_users / "episodes.jsonl")
+    outputs = [t["directive_output"] for e in episodes for t in e["turns"] if t.get("directive_output")]
+    directives = [json.loads(o) for o in outputs]  # xgrammar (the server's backend after the probe) leaves whitespace free
+    assert all(len(d["action"]) <= 120 and len(d["tone"]) <= 40 for d in directives), outputs  # but holds the bounds
+
+
+def test_real_server_directive_pairs_use_parsed_directives_only(base_server, workdir):
+    from mascot.prefs.group import directive_pairs, directive_text, ran_on_fallback
+    from mascot.schema import Episode
+
+    out = workdir / "runs_branching"
+    mascot("generate", "--mode", "group", "--generation-mode", "branching", "--dataset", "ESConv", "--data-file", str(FIXTURES / "esconv_sample.jsonl"),
+           "--limit", "1", "--num-turns", "2", "--num-candidates", "3", "--max-tokens", "40", "--user-response-probability", "0",
+           "--vllm-server-url", base_server["url"], "--model-name", SERVED_BASE, "--output-dir", str(out), cwd=workdir)
+    episodes = [Episode.model_validate(r) for r in _records(out / f"branching_ESConv_{SERVED_BASE}" / "episodes.jsonl")]
+    turns = [t for e in episodes for t in e.turns if not t.is_user]
+    assert all(t.directive_output is None and t.director_raw_output for t in turns if t.director_fallback)
+    branches = [e for e in episodes if e.metadata.branch]
+    scores = {e.episode_id: 1.0 + e.metadata.branch.candidate_idx for e in branches}  # every branch differs from every other
+    pairs, stats = directive_pairs(episodes, scores, margin=0.5)
+    usable = {directive_text(e.turns[e.metadata.branch.prefix_turns]) for e in branches if not ran_on_fallback(e)}
+    fallbacks = sum(1 for e in branches if ran_on_fallback(e))
+    print(f"directive pairs {len(pairs)}; branches on the fallback {fallbacks} of {len(branches)}; stats {stats.to_dict()['num_dropped_identical']} identical, "
+          f"{stats.dropped_director_fallbacks} with a fallback side")
+    for pair in pairs:
+        chosen, rejected = pair.chosen[0]["content"], pair.rejected[0]["content"]
+        assert chosen in usable and rejected in usable and chosen != rejected
+        assert "[correction]" not in chosen + rejected and chosen.startswith("<directive>\nagent: ")

@@ -150,7 +150,11 @@ class Turn(Record):
     agent_name: str
     response: str
     directive: Directive | None = None
-    directive_output: str | None = None
+    directive_output: str | None = None  # the Director's answer that `directive` was parsed from
+    # True when no Director answer could be parsed and a random speaker ran with a neutral
+    # directive: `directive_output` is then absent and the failed answers are kept here instead.
+    director_fallback: bool | None = None
+    director_raw_output: str | None = None
     turn_type: Literal["user"] | None = None  # absent on agent turns, as in the reference layout
     emotion: str | None = None  # the simulated user's reported state on user turns
     # Reasoning set aside from `response` / `directive_output` (absent when the role did not think)
@@ -315,6 +319,8 @@ class Counters(Record):
     num_empty_responses: int = 0
     num_annotation_failures: int = 0
     num_skipped_samples: int = 0
+    num_director_truncations: int = 0  # Director replies that reached their token limit
+    num_user_emotions_missing: int = 0  # simulated-user turns asked for an emotion that gave none
 
 
 class RoleUsage(Record):

@@ -211,7 +211,7 @@ def show_last_directive(session: ChatSession, console: Console) -> None:
     d = turn.directive
     console.print(f"agent: {escape(d.agent_name)}\naction: {escape(d.action or '-')}\ntone: {escape(d.tone or '-')}")
     console.print("[dim]raw director output:[/dim]")
-    console.print(escape(turn.directive_output or "(none)"), style="dim")
+    console.print(escape(turn.directive_output or turn.director_raw_output or "(none)"), style="dim")  # a fallback keeps it apart
 
 
 def escape(text: str) -> str:

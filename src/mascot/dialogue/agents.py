@@ -1,4 +1,4 @@
-"""The Speakers (persona agents) and the simulated user."""
+"""The Speakers (persona agents) and the simulated user (its emotion report: `mascot.dialogue.emotion`)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import re
 from contextlib import aclosing
 from dataclasses import dataclass
 
+from mascot.dialogue.emotion import UserReply, read_user_reply, user_turn_schema
 from mascot.dialogue.prompts import speaker_messages, user_label, user_messages
 from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE, response_parts, token_budget
 from mascot.dialogue.settings import USER_MAX_TOKENS
@@ -14,9 +15,6 @@ from mascot.dialogue.reply_stream import ReplyStream, RoundListener, clean_reply
 from mascot.dialogue.tally import Tally
 from mascot.llm.base import ChatClient, ChatRequest, cut_at_stop, split_reasoning
 from mascot.schema import BigFiveProfile, Context, Directive, Persona, Roster, Turn
-
-_EMOTION_LINE = re.compile(r"^\s*[*_]*emotion[*_]*\s*[:\-]\s*[*_]*\s*([A-Za-z][A-Za-z \-]{0,40}?)\s*[*_.!]*\s*$", re.IGNORECASE | re.MULTILINE)
-
 
 # Small models run on into an imagined transcript or echo the prompt's own headings: stop there.
 _PROMPT_ECHOES = ("\nConversation so far", "<transcript>", "</transcript>", "\nThe person's situation:", "\nThe person feels:")
@@ -127,22 +125,6 @@ class Speaker:
         return SpeakerReply(text, reasoning or None, revised=bool(text) and not text.startswith(stream.shown))
 
 
-@dataclass
-class UserReply:
-    text: str
-    emotion: str | None
-
-
-def split_emotion(text: str) -> UserReply:
-    """Separates the 'Emotion: <word>' report from the user's message."""
-    matches = list(_EMOTION_LINE.finditer(text))
-    if not matches:
-        return UserReply(text.strip(), None)
-    last = matches[-1]
-    message = (text[: last.start()] + text[last.end() :]).strip()
-    return UserReply(message, last.group(1).strip().lower())
-
-
 class SimulatedUser:
     def __init__(
         self,
@@ -166,6 +148,8 @@ class SimulatedUser:
         self.reasoning_allowance = reasoning_allowance
 
     async def respond(self, context: Context, history: list[Turn], seed: int) -> UserReply:
+        """The user's next message and, outside meetings, the emotion it reports (None when the
+        reply carried none: the engine counts those)."""
         report_emotion = not context.is_meeting
         messages = user_messages(context, history, self.profile, report_emotion=report_emotion)
         request = ChatRequest(
@@ -176,11 +160,12 @@ class SimulatedUser:
             stop=stop_strings(self.roster, context)[: len(self.roster.names)] + _PROMPT_ECHOES,
             role="user",
             thinking=self.thinking,
+            json_schema=user_turn_schema() if report_emotion else None,
+            schema_name="user_turn",
         )
         raw = response_parts(await self.client.chat(request))[0]
-        raw = re.sub(rf"^\s*{re.escape(user_label(context))}\s*:\s*", "", raw, flags=re.IGNORECASE)
-        reply = split_emotion(raw) if report_emotion else UserReply(raw, None)
-        reply.text = first_paragraph(reply.text)
+        reply = read_user_reply(raw) if report_emotion else UserReply(raw, None)
+        reply.text = first_paragraph(re.sub(rf"^\s*{re.escape(user_label(context))}\s*:\s*", "", reply.text, flags=re.IGNORECASE))
         if not reply.text:
             self.tally.count("num_empty_responses", "the simulated user gave an empty reply")
         return reply

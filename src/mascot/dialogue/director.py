@@ -13,6 +13,12 @@ schema (servers with structured outputs) and a choice slot (the local backend wr
 `<directive>\nagent:` itself and decodes the name under a constraint that allows only roster
 names, so a small model never leaves the roster or the format). Reasoning mode (`thinking`) drops
 the slot: the reply must be free to reason before its directive.
+
+The schema bounds action and tone and asks for compact JSON (`mascot.dialogue.structured`); the
+Director's token budget is derived from that bound (`directive_token_budget`: the longest valid
+directive, as JSON or as the block, fits, with room left for the whitespace a grammar may still
+allow), not from the Speakers' `max_tokens`. A reply that still reaches its limit is counted
+(`num_director_truncations`), whether or not it could be parsed.
 """
 
 from __future__ import annotations
@@ -24,12 +30,18 @@ from dataclasses import dataclass
 
 from mascot.dialogue.prompts import director_correction, director_messages
 from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE, OutputPaths, response_parts, token_budget
+from mascot.dialogue.structured import bounded_text, compact_object, widest_json
 from mascot.dialogue.tally import Tally
 from mascot.llm.base import ChatClient, ChatRequest, ChatResponse, ChoiceSlot, strip_think
 from mascot.schema import Context, Directive, Roster, Turn
 
 NEUTRAL_ACTION = "Respond in your role to the latest message."
 NEUTRAL_TONE = "warm and natural"
+# A directive's action is one sentence and its tone a few words: the schema holds a constrained
+# Director to these bounds and the parser clips free text to them.
+ACTION_MAX_CHARS = 120
+TONE_MAX_CHARS = 40
+BUDGET_MARGIN = 8  # tokens past the longest valid directive: the end token and a tokenizer's odd split
 
 _BLOCK = re.compile(r"<directive>(.*?)(?:</directive>|\Z)", re.IGNORECASE | re.DOTALL)
 _FIELD = re.compile(
@@ -144,7 +156,7 @@ def parse_directive(text: str, roster: Roster) -> ParseResult:
     for fields in named:
         name = match_roster_name(fields["agent"], roster)
         if name:
-            action, tone = _clip(fields.get("action", ""), 300), _clip(fields.get("tone", ""), 60)
+            action, tone = _clip(fields.get("action", ""), ACTION_MAX_CHARS), _clip(fields.get("tone", ""), TONE_MAX_CHARS)
             return ParseResult(Directive(agent_name=name, action=action, tone=tone))
     return ParseResult(None, f"{named[0]['agent'][:60]!r} is not on the roster")
 
@@ -152,17 +164,25 @@ def parse_directive(text: str, roster: Roster) -> ParseResult:
 def directive_schema(roster: Roster) -> dict:
     """The JSON a structured-output server is held to: `agent` is one of the roster's names, so a
     constrained Director cannot name someone else; action and tone are bounded as the parser clips
-    them."""
-    return {
-        "type": "object",
-        "properties": {
-            "agent": {"type": "string", "enum": list(roster.names)},
-            "action": {"type": "string", "maxLength": 300},
-            "tone": {"type": "string", "maxLength": 60},
-        },
-        "required": ["agent", "action", "tone"],
-        "additionalProperties": False,
-    }
+    them, and the JSON is compact (see `mascot.dialogue.structured`)."""
+    return compact_object(
+        {"agent": {"type": "string", "enum": list(roster.names)}, "action": bounded_text(ACTION_MAX_CHARS), "tone": bounded_text(TONE_MAX_CHARS)}
+    )
+
+
+def render_directive(directive: Directive) -> str:
+    """A directive as the block the Director's prompt asks for: its one canonical text."""
+    return f"<directive>\nagent: {directive.agent_name}\naction: {directive.action}\ntone: {directive.tone}\n</directive>"
+
+
+def directive_token_budget(roster: Roster) -> int:
+    """Completion tokens that hold the longest valid directive of this roster, written as the
+    schema's compact JSON or as the block, plus a margin (a token is at least one character)."""
+    name = max(roster.names, key=len)
+    action, tone = "x" * ACTION_MAX_CHARS, "x" * TONE_MAX_CHARS
+    as_json = widest_json({"agent": name, "action": action, "tone": tone})
+    as_block = len(render_directive(Directive(agent_name=name, action=action, tone=tone)).encode("utf-8"))
+    return max(as_json, as_block) + BUDGET_MARGIN
 
 
 DIRECTIVE_OPENING = "<directive>\nagent:"
@@ -184,14 +204,25 @@ class DirectorDecision:
     directive: Directive
     output: str  # every answer (reasoning removed), corrective exchange included
     parse_failed: bool = False
-    fell_back: bool = False
+    fell_back: bool = False  # no answer named anyone: `directive` is the random fallback, `output` what failed
     reasoning: str | None = None  # what the Director reasoned before answering, when it did
+
+
+@dataclass
+class Answer:
+    """One Director reply: its visible text, the reasoning set aside, and whether it ended at its
+    token limit."""
+
+    text: str
+    reasoning: str | None = None
+    cut: bool = False
 
 
 class Director:
     """`thinking` is sent on every request (off by default: a directive cut inside <think> is a
-    parse failure); when on, `max_tokens` grows by `reasoning_allowance`. Every request carries
-    the roster's directive schema; `output_paths` counts which replies a server constrained."""
+    parse failure); when on, `max_tokens` grows by `reasoning_allowance`. `max_tokens` defaults to
+    what the longest valid directive needs (`directive_token_budget`). Every request carries the
+    roster's directive schema; `output_paths` counts which replies a server constrained."""
 
     def __init__(
         self,
@@ -200,7 +231,7 @@ class Director:
         tally: Tally,
         *,
         temperature: float = 0.7,
-        max_tokens: int = 160,
+        max_tokens: int | None = None,
         thinking: bool = False,
         reasoning_allowance: int = DEFAULT_REASONING_ALLOWANCE,
         output_paths: OutputPaths | None = None,
@@ -209,20 +240,28 @@ class Director:
         self.roster = roster
         self.tally = tally
         self.temperature = temperature
-        self.max_tokens = max_tokens
+        self.max_tokens = max_tokens or directive_token_budget(roster)
         self.thinking = thinking
         self.reasoning_allowance = reasoning_allowance
         self.output_paths = output_paths if output_paths is not None else OutputPaths()
         self.schema = directive_schema(roster)
         self.slot = None if thinking else directive_slot(roster)
 
+    @property
+    def token_limit(self) -> int:
+        """The `max_tokens` every Director request carries."""
+        return token_budget(self.max_tokens, self.thinking, self.reasoning_allowance)
+
     def _request(self, messages, seed: int, n: int = 1) -> ChatRequest:
         return ChatRequest(
             messages=messages,
             temperature=self.temperature,
-            max_tokens=token_budget(self.max_tokens, self.thinking, self.reasoning_allowance),
+            max_tokens=self.token_limit,
             n=n,
             seed=seed,
+            # The block is complete at its closing tag: what a free-text model adds after it would
+            # only spend the budget (a reasoning model may write the tag while it reasons).
+            stop=None if self.thinking else ("</directive>",),
             role="director",
             thinking=self.thinking,
             json_schema=self.schema,
@@ -230,10 +269,11 @@ class Director:
             choice_slot=self.slot,
         )
 
-    async def _ask(self, messages, seed: int, n: int = 1) -> list[tuple[str, str | None]]:
+    async def _ask(self, messages, seed: int, n: int = 1) -> list[Answer]:
         response: ChatResponse = await self.client.chat(self._request(messages, seed, n))
         self.output_paths.note("director", response.structured, len(response.texts))
-        return [response_parts(response, i) for i in range(len(response.texts))]
+        finishes = response.finish_reasons
+        return [Answer(*response_parts(response, i), cut=i < len(finishes) and finishes[i] == "length") for i in range(len(response.texts))]
 
     async def decide(self, context: Context, history: list[Turn], seed: int) -> DirectorDecision:
         messages = director_messages(self.roster, context, history)
@@ -246,17 +286,27 @@ class Director:
         answers = await self._ask(messages, seed, n=n)
         return [await self._settle(messages, answer, history, seed + 7919 * (i + 1)) for i, answer in enumerate(answers)]
 
-    async def _settle(self, messages, answer: tuple[str, str | None], history: list[Turn], seed: int) -> DirectorDecision:
-        text, reasoning = answer
-        parsed = parse_directive(text, self.roster)
+    def _read(self, answer: Answer) -> ParseResult:
+        """Parses one reply; a reply that reached the token limit is counted as such, parsed or not."""
+        parsed = parse_directive(answer.text, self.roster)
+        if answer.cut:
+            unparsed = "" if parsed.directive else " and could not be parsed"
+            self.tally.count("num_director_truncations", f"a Director reply reached its {self.token_limit}-token limit{unparsed}")
+            if parsed.directive is None:
+                parsed.problem = f"the answer was cut off at the {self.token_limit}-token limit; keep the action to one short sentence"
+        return parsed
+
+    async def _settle(self, messages, answer: Answer, history: list[Turn], seed: int) -> DirectorDecision:
+        parsed = self._read(answer)
         if parsed.directive:
-            return DirectorDecision(parsed.directive, text, reasoning=reasoning)
-        self.tally.count("num_directive_parse_failures", parsed.problem)
-        retry = [*messages, {"role": "assistant", "content": text}, director_correction(self.roster, parsed.problem)]
-        second, second_reasoning = (await self._ask(retry, seed + 1))[0]
-        output = f"{text}\n\n[correction]\n{second}"
-        reasoning = "\n\n".join(r for r in (reasoning, second_reasoning) if r) or None
-        reparsed = parse_directive(second, self.roster)
+            return DirectorDecision(parsed.directive, answer.text, reasoning=answer.reasoning)
+        if not answer.cut:  # a cut reply is counted as a truncation
+            self.tally.count("num_directive_parse_failures", parsed.problem)
+        retry = [*messages, {"role": "assistant", "content": answer.text}, director_correction(self.roster, parsed.problem)]
+        second = (await self._ask(retry, seed + 1))[0]
+        output = f"{answer.text}\n\n[correction]\n{second.text}"
+        reasoning = "\n\n".join(r for r in (answer.reasoning, second.reasoning) if r) or None
+        reparsed = self._read(second)
         if reparsed.directive:
             return DirectorDecision(reparsed.directive, output, parse_failed=True, reasoning=reasoning)
         self.tally.count("num_random_agent_fallbacks", reparsed.problem)

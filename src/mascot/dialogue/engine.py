@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from mascot.dialogue.agents import SimulatedUser, Speaker
 from mascot.dialogue.director import Director, DirectorDecision
+from mascot.dialogue.emotion import EmotionReports
 from mascot.dialogue.policies import TurnPolicy, make_policy
 from mascot.dialogue.prompt_families import check_prompt_family, family_prompt_version, family_thinks
 from mascot.dialogue.prompts import PROMPT_VERSION
@@ -79,13 +80,14 @@ class EpisodeEngine:
         self.clients = clients
         s = settings
         self.output_paths = OutputPaths()
+        self.emotion_reports = EmotionReports()
         self.director = (
             Director(
                 clients["director"],
                 roster,
                 self.tally,
                 temperature=s.director_temperature,
-                max_tokens=s.director_max_tokens or s.max_tokens,
+                max_tokens=s.director_max_tokens,  # None: what the longest valid directive needs
                 thinking=s.director_thinking,
                 reasoning_allowance=s.reasoning_allowance,
                 output_paths=self.output_paths,
@@ -151,13 +153,17 @@ class EpisodeEngine:
             reply = written
             if listener is not None:
                 listener.reply_text(reply.text)
+        # A random fallback's directive was not the Director's: its failed answers are kept apart.
+        fell_back = getattr(decision, "fell_back", False)
         turn = Turn(
             turn_idx=state.next_turn_idx,
             round_id=round_id,
             directive=decision.directive,
             agent_name=persona.name,
             response=reply.text,
-            directive_output=decision.output or None,
+            directive_output=None if fell_back else decision.output or None,
+            director_fallback=True if fell_back else None,
+            director_raw_output=(decision.output or None) if fell_back else None,
             reasoning=reply.reasoning,
             directive_reasoning=decision.reasoning,
             backstage=getattr(decision, "backstage", None),
@@ -203,6 +209,10 @@ class EpisodeEngine:
             reasoning_allowance=s.reasoning_allowance,
         )
         reply = await user.respond(state.context, state.turns, derive_seed(*state.seed_key, round_id, "user"))
+        if not state.context.is_meeting:  # asked for an emotion report
+            self.emotion_reports.note(reply.emotion is not None)
+            if reply.emotion is None:
+                self.tally.count("num_user_emotions_missing", "a simulated-user reply carried no emotion report")
         await self.add_user_message(state, reply.text, round_id, reply.emotion)
 
     async def play_rounds(self, state: EpisodeState, start: int, end: int, first: DirectorDecision | None = None) -> None:

@@ -238,6 +238,8 @@ async def _run(
         write = counting_safety_events(store, on_episode)
         await run_all(engine, contexts, write=write, skip=store.is_done, spines=spines, on_progress=on_progress)
     _closing_line(run, engine.tally, total, console)
+    if warning := engine.emotion_reports.warning():
+        console.print(f"warning: {warning}", soft_wrap=True, markup=False)
 
 
 def _closing_line(run: OpenRun, tally: Tally, total: int, console: Console) -> None:

@@ -44,7 +44,9 @@ class EngineSettings:
     system: str = setting("mascot", "System label written to metadata (mascot, mascot-g, mascot-i, a baseline name).")
     temperature: float = setting(0.7, "Sampling temperature of Speakers and User.")
     max_tokens: int = setting(160, "Longest reply in tokens.")
-    director_max_tokens: Optional[int] = setting(None, "Longest Director reply in tokens (default: --max-tokens).")
+    director_max_tokens: Optional[int] = setting(
+        None, "Longest Director reply in tokens (default: what the longest valid directive needs, about 230 for the shipped rosters)."
+    )
     user_max_tokens: int = setting(USER_MAX_TOKENS, "Longest simulated-user reply in tokens.")
     reasoning_allowance: int = setting(
         DEFAULT_REASONING_ALLOWANCE, "Extra tokens a role that thinks (its --thinking flag on) may spend on reasoning before its reply."

@@ -10,24 +10,32 @@
   `turns[:prefix_turns]`): each branch's continuation (the turns after the prefix) is judged with
   the collective rubric, the prefix shown as earlier conversation. Every pair of branches of one
   decision point whose scores differ by at least the margin is a pair for Director DPO: the prompt
-  is the Director's own prompt at the decision point, chosen and rejected are the two directives as
-  the Director wrote them; kind "directive".
+  is the Director's own prompt at the decision point, chosen and rejected are the two parsed
+  directives in their one canonical form (the `<directive>` block the prompt asks for), so that two
+  spellings of one directive (JSON whitespace, field order) are the same text and never a pair;
+  kind "directive". A branch whose directive was the random fallback (no Director answer could be
+  parsed) is neither judged nor a pair side: those pairs are counted in
+  `num_dropped_director_fallbacks`.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Literal
 
+from mascot.dialogue.director import NEUTRAL_ACTION, NEUTRAL_TONE, render_directive
 from mascot.judge.episodes import episode_context, episode_domain, episode_roster, render_context, user_label
 from mascot.judge.panel import JudgePanel, mean_scores
 from mascot.judge.prompt import JudgeItem
 from mascot.judge.episodes import collective_item
 from mascot.llm.base import Message
-from mascot.prefs.pairs import PairStats, preference_index_pairs
+from mascot.prefs.pairs import PairStats, max_pairs, preference_index_pairs
 from mascot.prompt_text import neutralize
 from mascot.schema import Context, Directive, Episode, Judgment, PreferencePair, Turn
+
+log = logging.getLogger(__name__)
 
 GroupMode = Literal["episode", "directive"]
 GROUP_RM_INSTRUCTION = "Here is a conversation between a group of companions and a person. How good is the group's conversation?"
@@ -58,12 +66,20 @@ def group_rm_prompt(context: Context | None, domain: str) -> list[Message]:
     return [{"role": "user", "content": f"{body}\n\n{GROUP_RM_INSTRUCTION}" if body else GROUP_RM_INSTRUCTION}]
 
 
+def is_fallback_turn(turn: Turn) -> bool:
+    """Whether a turn ran on the Director's random fallback rather than on its directive. Files
+    written before turns recorded it are recognised by the fallback's neutral directive after a
+    corrective exchange."""
+    if turn.director_fallback:
+        return True
+    d = turn.directive
+    legacy = bool(turn.directive_output and "\n\n[correction]\n" in turn.directive_output)
+    return legacy and d is not None and (d.action, d.tone) == (NEUTRAL_ACTION, NEUTRAL_TONE)
+
+
 def directive_text(turn: Turn) -> str:
-    """The directive as the Director wrote it (its raw output when recorded)."""
-    if turn.directive_output:
-        return turn.directive_output
-    d = turn.directive or Directive(agent_name=turn.agent_name)
-    return f"<directive>\nagent: {d.agent_name}\naction: {d.action}\ntone: {d.tone}\n</directive>"
+    """The directive a turn followed, in its canonical form (whatever the Director's spelling)."""
+    return render_directive(turn.directive or Directive(agent_name=turn.agent_name))
 
 
 def director_prompt(episode: Episode, prefix: list[Turn], contexts: dict[str, Context] | None) -> list[Message]:
@@ -109,10 +125,25 @@ def branch_groups(episodes: list[Episode]) -> dict[str, list[Episode]]:
     return {k: sorted(v, key=lambda e: e.metadata.branch.candidate_idx) for k, v in groups.items()}  # type: ignore[union-attr]
 
 
+def decision_turn(branch: Episode) -> Turn | None:
+    """The turn a branch's candidate directive produced (the first after the shared prefix)."""
+    prefix_len = branch.metadata.branch.prefix_turns  # type: ignore[union-attr]
+    return branch.turns[prefix_len] if len(branch.turns) > prefix_len else None
+
+
+def ran_on_fallback(branch: Episode) -> bool:
+    turn = decision_turn(branch)
+    return turn is not None and is_fallback_turn(turn)
+
+
 def items_for_mode(episodes: list[Episode], mode: GroupMode, contexts: dict[str, Context] | None) -> list[JudgeItem]:
     if mode == "episode":
         return [collective_item(e, contexts) for group in episode_groups(episodes).values() for e in group]
-    return [collective_item(e, contexts, prefix_turns=e.metadata.branch.prefix_turns) for group in branch_groups(episodes).values() for e in group]  # type: ignore[union-attr]
+    branches = [e for group in branch_groups(episodes).values() for e in group]
+    skipped = sum(1 for e in branches if ran_on_fallback(e))
+    if skipped:
+        log.warning("%d of %d branches ran on the Director's random fallback: they are not judged and make no directive pair", skipped, len(branches))
+    return [collective_item(e, contexts, prefix_turns=e.metadata.branch.prefix_turns) for e in branches if not ran_on_fallback(e)]  # type: ignore[union-attr]
 
 
 # --------------------------------------------------------------------------- pairs
@@ -152,13 +183,17 @@ def episode_pairs(episodes: list[Episode], scores: dict[str, float | None], marg
 
 def directive_pairs(episodes: list[Episode], scores: dict[str, float | None], margin: float, contexts: dict[str, Context] | None = None) -> tuple[list[PreferencePair], PairStats]:
     """`scores`: collective Overall (1-5) of each branch's continuation, by episode_id."""
-    stats = PairStats(score_margin=margin)
+    stats = PairStats(score_margin=margin, dropped_director_fallbacks=0)
     pairs: list[PreferencePair] = []
     for group_id, group in branch_groups(episodes).items():
         prefix_len = group[0].metadata.branch.prefix_turns  # type: ignore[union-attr]
-        usable = [e for e in group if len(e.turns) > prefix_len]
+        decided = [e for e in group if decision_turn(e) is not None]
+        usable = [e for e in decided if not ran_on_fallback(e)]
         texts = [directive_text(e.turns[prefix_len]) for e in usable]
         index_pairs, counts = preference_index_pairs([scores.get(e.episode_id) for e in usable], margin, texts)
+        with_fallback = max_pairs(len(decided)) - max_pairs(len(usable))  # pairs with a fallback side
+        counts.candidate_pairs += with_fallback
+        stats.dropped_director_fallbacks += with_fallback  # type: ignore[operator]
         stats.add_query(group_id, index_pairs, counts)
         if not index_pairs:
             continue

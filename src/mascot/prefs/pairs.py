@@ -79,6 +79,9 @@ class PairStats:
     pairs_per_query: dict[str, int] = field(default_factory=dict)
     margins: list[float] = field(default_factory=list)
     counts: PairCounts = field(default_factory=PairCounts)
+    # Directive pairs: pairs not made because a side's directive was the Director's random
+    # fallback (None, and absent from the stats, elsewhere).
+    dropped_director_fallbacks: int | None = None
 
     def add_query(self, query_id: str, pairs: list[IndexPair], counts: PairCounts) -> None:
         self.pairs_per_query[query_id] = len(pairs)
@@ -87,7 +90,7 @@ class PairStats:
 
     def to_dict(self) -> dict:
         per_query = list(self.pairs_per_query.values())
-        return {
+        stats = {
             "score_margin": self.score_margin,
             "score_scale": "Overall = mean of the rubric's criteria on the 1-5 scale; margin = difference of Overall",
             "num_candidates": self.num_candidates,
@@ -109,6 +112,9 @@ class PairStats:
             "num_dropped_identical": self.counts.dropped_identical,
             "largest_gap": self.counts.largest_gap,  # what --score-margin could be at most for any pair
         }
+        if self.dropped_director_fallbacks is not None:
+            stats["num_dropped_director_fallbacks"] = self.dropped_director_fallbacks
+        return stats
 
     def pairs_line(self) -> str:
         """'12 pairs (margin 0.5; 3 ties, 7 below the margin)' for a run's closing line."""

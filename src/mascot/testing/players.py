@@ -5,7 +5,8 @@ HTTP it travels in the `X-Mascot-Role` header, which the stub server hands its r
 `request["role"]`. A request without a tag ("default") is answered as a Speaker.
 
 - director: a valid directive naming a roster member (read from the prompt's roster lines);
-- user: a short message, with an emotion report when the prompt asks for one;
+- user: a short message, with an emotion report when the prompt asks for one (`prose_user_responder`:
+  plain prose without it, as small real models answer);
 - speaker (and anything else): a short reply naming the persona the prompt gives;
 - judge: a JSON judgment of the prompt's criteria, scores hashed from the judged text (or, for
   `stub_fixed_pattern_judge_responder`, the fixed pattern a small judge falls into).
@@ -122,13 +123,24 @@ def role_player_client(model: str = "scripted") -> ScriptedClient:
 # --------------------------------------------------------------------------- stub-server responders
 
 
-def as_structured(reply: str, request: dict) -> str:
-    """The reply a server with structured outputs gives: a directive as the JSON object its schema
-    asks for (agent, action, tone) when the request carries one; otherwise the reply as it is."""
-    if not (request.get("response_format") or {}).get("json_schema") or "<directive>" not in reply:
+def _schema_fields(request: dict) -> dict:
+    schema = ((request.get("response_format") or {}).get("json_schema") or {}).get("schema") or {}
+    return schema.get("properties") or {}
+
+
+def as_structured(reply: str, request: dict, messages: list[dict] | None = None) -> str:
+    """The reply a server with structured outputs gives when the request carries a schema: a
+    directive as the JSON object its schema asks for (agent, action, tone), a user's message with
+    the emotion the schema makes it report (the one its text reports, else one picked like
+    `user_reply` picks it); otherwise the reply as it is."""
+    fields = _schema_fields(request)
+    if "emotion" in fields and "message" in fields:
+        report = re.search(r"\nEmotion: (\w+)$", reply)
+        emotion = report.group(1) if report else _pick(EMOTIONS, (messages or [{}])[-1].get("content"), request.get("seed"))
+        return json.dumps({"emotion": emotion, "message": reply[: report.start()] if report else reply})
+    if not fields or "<directive>" not in reply:
         return reply
-    fields = dict(re.findall(r"^(agent|action|tone):\s*(.*)$", reply, re.MULTILINE))
-    return json.dumps(fields)
+    return json.dumps(dict(re.findall(r"^(agent|action|tone):\s*(.*)$", reply, re.MULTILINE)))
 
 
 def sampled(reply: str, request: dict) -> str:
@@ -141,7 +153,7 @@ def stub_responder(messages: list[dict], request: dict) -> str:
     """Stub-server plug-in playing every role by the request's role tag."""
     role = request.get("role", DEFAULT_ROLE)
     reply = group_reply(messages, request.get("seed"), role)
-    return as_structured(sampled(reply, request) if role in ("speaker", DEFAULT_ROLE) else reply, request)
+    return as_structured(sampled(reply, request) if role in ("speaker", DEFAULT_ROLE) else reply, request, messages)
 
 
 def stub_fixed_pattern_judge_responder(messages: list[dict], request: dict) -> str:
@@ -149,6 +161,14 @@ def stub_fixed_pattern_judge_responder(messages: list[dict], request: dict) -> s
     if request.get("role", DEFAULT_ROLE) == "judge":
         return fixed_pattern_judge_reply(messages)
     return sampled(candidate_reply(messages, request.get("seed")), request)
+
+
+def prose_user_responder(messages: list[dict], request: dict) -> str:
+    """`stub_responder` with a simulated user that behaves like a small real model: it answers in
+    plain prose and ignores the prompt's emotion format (a schema still makes it report one)."""
+    role = request.get("role", DEFAULT_ROLE)
+    reply = f"I don't know, it still feels heavy. (seed {request.get('seed')})" if role == "user" else group_reply(messages, request.get("seed"), role)
+    return as_structured(reply, request, messages)
 
 
 def stub_judge_responder(messages: list[dict], request: dict) -> str:

@@ -72,9 +72,10 @@ class StubServer:
         gather: int | None = None,
         served_models: Sequence[str] | None = None,
         outage_after: int | None = None,
+        json_whitespace: int = 0,  # answer like a small real model on vLLM: see stub_server
+        token_limit: bool = False,
     ) -> None:
-        self.host = host
-        self.port = port
+        self.host, self.port = host, port
         self.latency_s = latency_s
         self.responder = responder or echo_responder
         self.model = model or "stub-model"  # the name replies carry when a request names none
@@ -89,11 +90,12 @@ class StubServer:
         self.reject = reject
         self.reasoning = reasoning
         self.structured_outputs = structured_outputs
+        self.json_whitespace = json_whitespace  # free whitespace in structured replies, like a small model's
+        self.token_limit = token_limit  # cut replies at the request's max_tokens (finish "length")
         # a server's batch limit: at most this many requests are worked on at once, the rest wait
         self._slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
-        # Requests wait until this many are in flight at once: tests show concurrency by counting
-        # at the server rather than by timing (after `hang_s` without it they go on, and the
-        # count shows what happened).
+        # Requests wait until this many are in flight at once: tests count concurrency at the
+        # server rather than time it (after `hang_s` without it they go on).
         self.gather = gather
         self._gathered = asyncio.Event()
         self.stats = self._set_models_and_outage(model, served_models, outage_after)
@@ -250,7 +252,8 @@ class StubServer:
             if request.get("stream"):
                 await self._stream(writer, request, self._shaped(request, texts[0])[0])
             else:
-                reply = completion(request, texts, model=self.model, structured_outputs=self.structured_outputs, reasoning=self.reasoning)
+                reply = completion(request, texts, model=self.model, structured_outputs=self.structured_outputs, reasoning=self.reasoning,
+                                   json_whitespace=self.json_whitespace, token_limit=self.token_limit)
                 await self._send(writer, 200, reply)
         finally:
             self.stats.in_flight -= 1
@@ -267,7 +270,7 @@ class StubServer:
             pass  # never as many in flight: the test's count of max_in_flight says so
 
     def _shaped(self, request: dict, text: str) -> tuple[str, str]:
-        return shape(request, text, structured_outputs=self.structured_outputs, reasoning=self.reasoning)
+        return shape(request, text, structured_outputs=self.structured_outputs, reasoning=self.reasoning, json_whitespace=self.json_whitespace)
 
     async def _replies(self, request: dict, role: str) -> list[str]:
         """The responder's replies; it gets the body with the request's role tag as "role" and the

@@ -26,6 +26,12 @@ cannot pass with requests a stock vLLM rejects. `reasoning="inline"` puts `<thin
 before replies and `reasoning="field"` sends it as `reasoning_content`, unless the request's
 `chat_template_kwargs.enable_thinking` is false. `structured_outputs` says what happens to a
 `response_format` json_schema: "honour" (the reply follows the schema), "ignore" or "reject" (400).
+Two options make it answer like a small real model on vLLM: `json_whitespace=N` puts N whitespace
+characters between the tokens of structured replies unless the schema asks for compact JSON
+(`x-guidance.whitespace_flexible: false`), and `token_limit=True` cuts replies at the request's
+`max_tokens` (counting words, punctuation marks and whitespace characters) with finish reason
+"length". `mascot.testing.players:prose_user_responder` is a simulated user that ignores the
+emotion format.
 
 The server itself is `stub_app.StubServer`; this module runs it. From Python, `start_stub_server(...)` runs it on a background thread and returns a handle with its
 `url`, `stats` and `stop()`; `start_stub_server_process(...)` runs it in its own process so that a

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -97,12 +98,44 @@ def refusal(request: dict, *, reject: tuple[int, str] | None, vllm_limits: bool,
     return None
 
 
-def shape(request: dict, text: str, *, structured_outputs: str, reasoning: str | None) -> tuple[str, str]:
-    """(content, reasoning field) as the server sends them: schema followed, stops applied,
-    reasoning inline or in its own field."""
+def wants_compact(schema: dict) -> bool:
+    """Whether a schema asks for JSON without whitespace between tokens (llguidance's option)."""
+    return (schema.get("x-guidance") or {}).get("whitespace_flexible") is False
+
+
+def spaced_json(text: str, schema: dict, whitespace: int) -> str:
+    """JSON as a small model writes it under a grammar that allows free whitespace: `whitespace`
+    characters around every separator and inside the braces; compact where the schema forbids it."""
+    obj = json.loads(text)
+    if wants_compact(schema):
+        return json.dumps(obj, separators=(",", ":"))
+    pad = "\n" + " " * (whitespace - 1)
+    return json.dumps(obj, indent=whitespace, separators=("," + pad, pad + ":" + pad))
+
+
+# What the stub counts as one token when it enforces `max_tokens`: a word, a punctuation mark or a
+# whitespace character (a real tokenizer merges more; this errs on the long side).
+STUB_TOKEN = re.compile(r"\w+|\s|[^\w\s]")
+
+
+def cut_at_max_tokens(text: str, max_tokens: int | None) -> tuple[str, bool]:
+    """The text within `max_tokens` stub tokens, and whether it was cut (finish reason "length")."""
+    if not max_tokens:
+        return text, False
+    tokens = STUB_TOKEN.findall(text)
+    if len(tokens) <= max_tokens:
+        return text, False
+    return "".join(tokens[:max_tokens]), True
+
+
+def shape(request: dict, text: str, *, structured_outputs: str, reasoning: str | None, json_whitespace: int = 0) -> tuple[str, str]:
+    """(content, reasoning field) as the server sends them: schema followed (with free whitespace
+    when `json_whitespace` says how much), stops applied, reasoning inline or in its own field."""
     schema = ((request.get("response_format") or {}).get("json_schema") or {}).get("schema")
     if schema is not None and structured_outputs == "honour":
         text = follow_schema(text, schema)
+        if json_whitespace:
+            text = spaced_json(text, schema, json_whitespace)
     stops = request.get("stop") or []
     positions = [i for i in (text.find(s) for s in stops if s) if i >= 0]
     if positions:
@@ -115,8 +148,14 @@ def shape(request: dict, text: str, *, structured_outputs: str, reasoning: str |
     return text, ""
 
 
-def completion(request: dict, texts: list[str], *, model: str, structured_outputs: str, reasoning: str | None) -> dict:
-    shaped = [shape(request, t, structured_outputs=structured_outputs, reasoning=reasoning) for t in texts]
+def completion(request: dict, texts: list[str], *, model: str, structured_outputs: str, reasoning: str | None,
+               json_whitespace: int = 0, token_limit: bool = False) -> dict:
+    """A chat completion of `texts`; with `token_limit` each is cut at the request's `max_tokens`
+    (in stub tokens) and ends with finish reason "length", as a real server does."""
+    shaped = [shape(request, t, structured_outputs=structured_outputs, reasoning=reasoning, json_whitespace=json_whitespace) for t in texts]
+    limit = request.get("max_tokens") if token_limit else None
+    cuts = [cut_at_max_tokens(content, limit) for content, _ in shaped]
+    shaped = [(content, thinking) for (content, _), (_, thinking) in zip(cuts, shaped)]
     completion_tokens = sum(len(t.split()) for t in texts)
     prompt_tokens = count_words(request.get("messages") or [])
     return {
@@ -125,8 +164,8 @@ def completion(request: dict, texts: list[str], *, model: str, structured_output
         "created": int(time.time()),
         "model": request.get("model") or model,
         "choices": [
-            {"index": i, "message": assistant_message(content, thinking), "finish_reason": "stop"}
-            for i, (content, thinking) in enumerate(shaped)
+            {"index": i, "message": assistant_message(content, thinking), "finish_reason": "length" if cut else "stop"}
+            for i, ((content, thinking), (_, cut)) in enumerate(zip(shaped, cuts))
         ],
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                   "total_tokens": prompt_tokens + completion_tokens},
