@@ -186,12 +186,7 @@ def free_text_director(messages: list[dict], request: dict) -> str:
         return "Someone should say something kind."
     if (request.get("n") or 1) == 1:
         return '{"agent": "The Beacon", "action": "offer one hopeful thought", "tone": "bright"}'
-    seen = free_text_director.__dict__.setdefault("seen", [])
-    if seen and seen[-1][0] is request:
-        seen[-1][1] += 1
-    else:
-        seen.append([request, 0])
-    return CANDIDATES[seen[-1][1] % len(CANDIDATES)]
+    return CANDIDATES[int(request.get("choice") or 0) % len(CANDIDATES)]  # the stub tells each choice its index
 
 
 async def branching_episodes(server, roster, context) -> list[Episode]:
