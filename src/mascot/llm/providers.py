@@ -201,41 +201,65 @@ class Backends:
         """Asks each HTTP server once for its models, so that a wrong URL is one clear error before
         any work starts rather than a retry storm per item (a role with several servers goes on
         without those that do not answer, which are taken out and tried again later); warns when a
-        requested model id is not among those served; probes structured-output support."""
-        checked: set[int] = set()
+        requested model id is not among those served; keeps each served model's context
+        (`max_model_len`, to fit prompts to) and, for a role on a served LoRA alias, the true base
+        model and adapter behind it (what run_config.json and the records say); probes
+        structured-output support."""
+        listings: dict[int, list[dict]] = {}
         for role, ep in self.endpoints.items():
             client = self.clients[role].inner
-            if ep.url is None or id(client) in checked or not hasattr(client, "endpoints"):
+            if ep.url is None or not hasattr(client, "endpoints"):
                 continue
-            checked.add(id(client))
-            await self._check_servers(role, client)
-            if probe_structured and hasattr(client, "probe_structured_outputs"):
-                supported = await client.probe_structured_outputs()
-                log.info("%s: structured outputs %s for %s", redact_url(ep.url), "supported" if supported else "not supported", client.model)
+            if id(client) not in listings:
+                listings[id(client)] = await self._check_servers(role, client)
+                if probe_structured and hasattr(client, "probe_structured_outputs"):
+                    supported = await client.probe_structured_outputs()
+                    log.info("%s: structured outputs %s for %s", redact_url(ep.url), "supported" if supported else "not supported", client.model)
+            _resolve_alias(ep, listings[id(client)])
 
-    async def _check_servers(self, role: str, client) -> None:
-        answering = 0
+    async def _check_servers(self, role: str, client) -> list[dict]:
+        """The first answering server's /models entries; every server's contexts noted."""
+        answering: list[list[dict]] = []
         problems = []
         for state in client.endpoints:
             try:
-                served = await client.list_models(endpoint=state)
+                entries = await client.list_model_entries(endpoint=state)
             except Exception as exc:  # noqa: BLE001 - reported below, one line per server
                 problems.append(str(exc))  # names the server
                 state.take_out("no answer at preflight")
                 continue
-            answering += 1
+            answering.append(entries)
+            state.context_limits.update(_context_limits(entries))
+            served = [m.get("id", "") for m in entries]
             if served and client.model not in served:
                 log.warning("%s does not list %s (it serves %s)", state.label, client.model, ", ".join(served[:5]))
         if not answering:
             raise LLMError(f"cannot reach the {role} endpoint: {'; '.join(problems)}", cause="connection")
         for problem in problems:
             log.warning("%s server not answering, going on without it for now: %s", role, problem)
+        return answering[0]
 
     async def aclose(self) -> None:
         for client in self._owned:
             await client.aclose()
         if self.tracer:
             self.tracer.close()
+
+
+def _context_limits(entries: list[dict]) -> dict[str, int]:
+    """Served model id -> the context its server announces (vLLM's `max_model_len`)."""
+    return {str(m["id"]): int(m["max_model_len"]) for m in entries
+            if m.get("id") and isinstance(m.get("max_model_len"), int) and m["max_model_len"] > 0}
+
+
+def _resolve_alias(ep: RoleEndpoint, entries: list[dict]) -> None:
+    """A role on a served LoRA alias (no adapter named) records the base model and adapter folder
+    the server lists behind it, rather than the alias as its base."""
+    from mascot.serve import served_identity
+
+    found = served_identity([m for m in entries if "id" in m], ep.model) if not ep.adapter else None
+    if found and found[1]:
+        ep.base_model, ep.adapter = found
 
 
 def _sharing_key(ep: RoleEndpoint) -> tuple:

@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mascot.llm.base import ROLE_HEADER
+from mascot.testing.stub_engine import PrefixCache, context_refusal, prefill_seconds, prompt_pieces
 from mascot.testing.stub_shapes import (
     REASONS, Responder, completion, count_words, echo_responder, error_body, refusal, shape,
 )
 
-Action = int | str  # an HTTP status, "ok", "hang" or "drop"
+Action = int | str  # an HTTP status, "ok", "hang", "drop" or "die"
 DEFAULT_ROLE = "default"
 
 
@@ -33,6 +34,8 @@ class StubStats:
     bodies: list[dict] = field(default_factory=list)  # chat request bodies, in arrival order
     authorizations: list[str] = field(default_factory=list)
     roles: list[str] = field(default_factory=list)  # the role tag of each chat request answered
+    deaths: int = 0  # times the server died ("die") and came back
+    prompt_tokens_computed: int = 0  # prompt tokens not found in the prefix cache
 
     def as_dict(self) -> dict:
         return {
@@ -41,6 +44,8 @@ class StubStats:
             "in_flight": self.in_flight,
             "max_in_flight": self.max_in_flight,
             "statuses": {str(k): v for k, v in self.statuses.items()},
+            "deaths": self.deaths,
+            "prompt_tokens_computed": self.prompt_tokens_computed,
         }
 
 
@@ -50,26 +55,14 @@ class _Drop(Exception):
 
 class StubServer:
     def __init__(
-        self,
-        *,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        latency_s: float = 0.05,
-        responder: Responder | None = None,
-        model: str = "stub-model",
-        fail_first: int = 0,
-        fail_status: int = 500,
-        schedule: Sequence[Action] | None = None,
-        max_choices: int | None = None,
-        hang_s: float = 300.0,
-        chunk_delay_s: float = 0.0,
-        keep_bodies: bool = True,
-        vllm_limits: bool = False,
-        reject: tuple[int, str] | None = None,
-        reasoning: str | None = None,
-        structured_outputs: str = "honour",
-        max_concurrency: int | None = None,
-        gather: int | None = None,
+        self, *,
+        host: str = "127.0.0.1", port: int = 0, latency_s: float = 0.05, responder: Responder | None = None,
+        model: str = "stub-model", fail_first: int = 0, fail_status: int = 500,
+        schedule: Sequence[Action] | None = None, max_choices: int | None = None, hang_s: float = 300.0,
+        chunk_delay_s: float = 0.0, keep_bodies: bool = True, vllm_limits: bool = False,
+        reject: tuple[int, str] | None = None, reasoning: str | None = None, structured_outputs: str = "honour",
+        max_concurrency: int | None = None, gather: int | None = None, max_model_len: int | None = None,
+        prefill_s_per_token: float | None = None, down_s: float = 1.0,
     ) -> None:
         self.host = host
         self.port = port
@@ -94,6 +87,10 @@ class StubServer:
         # count shows what happened).
         self.gather = gather
         self._gathered = asyncio.Event()
+        # `stub_engine`'s models: the context announced in /v1/models (longer prompts are a 400),
+        # time per prompt token missing from the prefix cache, how long a "die" lasts
+        self.max_model_len, self.prefill_s_per_token, self.down_s = max_model_len, prefill_s_per_token, down_s
+        self.prefix_cache = PrefixCache()
         self.stats = StubStats()
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task] = set()
@@ -161,9 +158,32 @@ class StubServer:
         await writer.drain()
         self.stats.statuses[status] += 1
 
+    async def _send_text(self, writer: asyncio.StreamWriter, text: str) -> None:
+        body = text.encode()
+        writer.write(f"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+        await writer.drain()
+
+    async def _die(self) -> None:
+        """What a killed and restarted server does: every connection closed at once (requests in
+        flight get no answer), connections refused for `down_s`, then the same port again."""
+        self.stats.deaths += 1
+        if self._server is not None:
+            self._server.close()
+        current = asyncio.current_task()
+        for task in list(self._connections):
+            if task is not current:
+                task.cancel()
+        await asyncio.sleep(self.down_s)
+        self._server = await asyncio.start_server(self._serve_connection, self.host, self.port, backlog=2048, limit=1 << 24)
+
     async def _dispatch(self, method: str, path: str, headers: dict, body: bytes, writer: asyncio.StreamWriter) -> bool:
         if method == "GET" and path.rstrip("/") in ("/v1/models", "/models"):
-            await self._send(writer, 200, {"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "stub"}]})
+            entry = {"id": self.model, "object": "model", "owned_by": "stub", "root": self.model, "parent": None}
+            if self.max_model_len:
+                entry["max_model_len"] = self.max_model_len
+            await self._send(writer, 200, {"object": "list", "data": [entry]})
+        elif method == "GET" and path.rstrip("/") == "/metrics":
+            await self._send_text(writer, self.prefix_cache.prometheus(self.model))
         elif method == "GET" and path.rstrip("/") == "/stats":
             await self._send(writer, 200, self.stats.as_dict())
         elif method == "POST" and path.rstrip("/") in ("/v1/chat/completions", "/chat/completions"):
@@ -198,13 +218,15 @@ class StubServer:
                 self.stats.bodies.append(request)
                 self.stats.authorizations.append(headers.get("authorization", ""))
             action = self._next_action()
+            if action == "die":
+                asyncio.ensure_future(self._die())
+                raise _Drop
             if self.gather:
                 await self._wait_gathered()
-            if self._slots is not None:
-                async with self._slots:
-                    await asyncio.sleep(self.latency_s)
-            else:
-                await asyncio.sleep(self.latency_s)
+            if too_long := context_refusal(request.get("messages") or [], self.max_model_len):
+                await self._send(writer, 400, error_body(400, too_long))
+                return
+            await self._work(request)
             if action == "hang":
                 await asyncio.sleep(self.hang_s)
                 action = "ok"
@@ -222,6 +244,7 @@ class StubServer:
             except Exception as exc:  # noqa: BLE001 - a broken responder is the caller's bug: say so
                 await self._send(writer, 500, {"error": {"message": f"responder failed: {exc!r}", "type": "stub_error"}})
                 return
+            self._cache_reply(request, texts[0])
             if request.get("stream"):
                 await self._stream(writer, request, self._shaped(request, texts[0])[0])
             else:
@@ -229,6 +252,25 @@ class StubServer:
                 await self._send(writer, 200, reply)
         finally:
             self.stats.in_flight -= 1
+
+    async def _work(self, request: dict) -> None:
+        """The request's time on the engine: its fixed latency, plus its uncached prompt tokens
+        when prefill is charged, in one of the server's slots when it has a batch limit."""
+        seconds = self.latency_s
+        if self.prefill_s_per_token is not None:
+            uncached = self.prefix_cache.lookup(prompt_pieces(request.get("messages") or []))
+            self.stats.prompt_tokens_computed += uncached
+            seconds += prefill_seconds(uncached, self.prefill_s_per_token)
+        if self._slots is not None:
+            async with self._slots:
+                await asyncio.sleep(seconds)
+        else:
+            await asyncio.sleep(seconds)
+
+    def _cache_reply(self, request: dict, text: str) -> None:
+        if self.prefill_s_per_token is not None:
+            messages = [*(request.get("messages") or []), {"role": "assistant", "content": text}]
+            self.prefix_cache.remember(prompt_pieces(messages))
 
     async def _wait_gathered(self) -> None:
         try:

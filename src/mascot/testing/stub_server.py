@@ -11,7 +11,8 @@ is the body with the request's role tag (the `X-Mascot-Role` header the HTTP cli
 "default") as `request["role"]`, so that role players answer by role
 (`mascot.testing.players:stub_responder`). The default echoes the last message briefly. Failures are scripted per chat request: `fail_first=K`
 answers the first K with `fail_status`, or `schedule` lists one action per request (an HTTP status,
-"ok", "hang" to trigger client timeouts, "drop" to close the connection without answering);
+"ok", "hang" to trigger client timeouts, "drop" to close the connection without answering, "die"
+to close every connection and refuse new ones for `down_s`, like a killed server that restarts);
 `reject=(status, message)` answers every chat request with that error.
 `gather=N` holds chat requests until N are in flight at once, so that a test can show a client's
 concurrency (or its bound) by counting at the server instead of relying on latency.
@@ -22,6 +23,12 @@ cannot pass with requests a stock vLLM rejects. `reasoning="inline"` puts `<thin
 before replies and `reasoning="field"` sends it as `reasoning_content`, unless the request's
 `chat_template_kwargs.enable_thinking` is false. `structured_outputs` says what happens to a
 `response_format` json_schema: "honour" (the reply follows the schema), "ignore" or "reject" (400).
+
+Like vLLM it can announce a context limit (`max_model_len`: listed in /v1/models, longer prompts
+refused with vLLM's 400), queue requests past a batch limit (`max_concurrency`: they wait for a
+slot before any byte is sent) and model a prefix cache (`prefill_s_per_token`: each request pays
+for the prompt tokens no earlier request computed; /metrics reports vLLM's prefix-cache counters);
+`stub_engine` holds those models.
 
 The server itself is `stub_app.StubServer`; this module runs it. From Python, `start_stub_server(...)` runs it on a background thread and returns a handle with its
 `url`, `stats` and `stop()`; `start_stub_server_process(...)` runs it in its own process so that a
@@ -132,6 +139,7 @@ class StubServerProcess:
 def start_stub_server_process(
     *, port: int = 0, latency_ms: float = 50.0, responder: str | None = None, model: str = "stub-model",
     fail_first: int = 0, fail_status: int = 500, vllm_limits: bool = False, max_in_flight: int | None = None,
+    max_model_len: int | None = None, prefill_ms_per_token: float | None = None,
 ) -> StubServerProcess:
     """Runs `python -m mascot.testing.stub_server` and waits for the URL it prints."""
     cmd = [sys.executable, "-m", "mascot.testing.stub_server", "--port", str(port), "--latency-ms", str(latency_ms),
@@ -142,6 +150,10 @@ def start_stub_server_process(
         cmd += ["--vllm-limits"]
     if max_in_flight:
         cmd += ["--max-in-flight", str(max_in_flight)]
+    if max_model_len:
+        cmd += ["--max-model-len", str(max_model_len)]
+    if prefill_ms_per_token is not None:
+        cmd += ["--prefill-ms-per-token", str(prefill_ms_per_token)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline() if proc.stdout else ""
     if not line.startswith("http"):
@@ -165,6 +177,8 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--reject", nargs=2, metavar=("STATUS", "MESSAGE"), help="answer every chat request with this error")
     parser.add_argument("--reasoning", choices=("inline", "field"), help="emit reasoning before replies")
     parser.add_argument("--max-in-flight", type=int, default=None, help="work on at most this many requests at once (a server's batch limit)")
+    parser.add_argument("--max-model-len", type=int, default=None, help="announce this context in /v1/models and refuse longer prompts (400)")
+    parser.add_argument("--prefill-ms-per-token", type=float, default=None, help="model a prefix cache: charge this per uncached prompt token")
     return parser.parse_args(argv)
 
 
@@ -193,6 +207,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         reject=(int(args.reject[0]), args.reject[1]) if args.reject else None,
         reasoning=args.reasoning,
         max_concurrency=args.max_in_flight,
+        max_model_len=args.max_model_len,
+        prefill_s_per_token=None if args.prefill_ms_per_token is None else args.prefill_ms_per_token / 1000.0,
     )
     try:
         asyncio.run(_serve_forever(server))
