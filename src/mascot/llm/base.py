@@ -134,6 +134,16 @@ class CallLog:
 CURRENT_CALL: ContextVar[CallLog | None] = ContextVar("mascot_current_call", default=None)
 
 
+# The affinity key requests made from here on carry when they name none (`route_together`).
+CURRENT_AFFINITY: ContextVar[str | None] = ContextVar("mascot_affinity", default=None)
+
+
+def route_together(key: str | None) -> None:
+    """Requests made from here on in this task (an episode's, a Stage-1 query's) carry `key` as
+    their affinity, so that they go to one server while it is healthy (`endpoints.pick`)."""
+    CURRENT_AFFINITY.set(key)
+
+
 def current_call() -> CallLog:
     """The running call's log (a throwaway one outside a metered call)."""
     return CURRENT_CALL.get() or CallLog()

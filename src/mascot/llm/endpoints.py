@@ -53,9 +53,12 @@ class EndpointState:
     context_limits: dict[str, int] = field(default_factory=dict)  # model -> max_model_len announced
     affinity_keys: dict[str, None] = field(default_factory=dict)  # keys routed here, oldest first
     semaphore: asyncio.Semaphore | None = None
-    # When the server last answered anything: a request waiting behind others is not timed out
-    # while the server keeps answering (see `HTTPClient._exchange_within`).
+    # Signs of work at the server (`http_exchange`): when it last answered anything, and the
+    # tokens its metrics said it had processed (None: not read yet; False: it has no metrics)
     last_progress: float = 0.0
+    work_tokens: float | bool | None = None
+    work_read_at: float = 0.0
+    work_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def __post_init__(self) -> None:
         if self.semaphore is None:

@@ -3,8 +3,8 @@
 Posts chat-completion JSON over one aiohttp session (no SDK objects per request: they cost more
 CPU than everything else in the client). Retries 429, 5xx, timeouts and refused connections with
 exponential backoff and jitter, bounded by a count and a time budget. A request times out only
-when its server has answered nothing at all for the timeout: one queued behind others that are
-being answered waits. Spreads requests over several servers (`endpoints.py`: an affinity key
+when its server shows no sign of work for the timeout (`http_exchange`): one queued behind
+others that are being worked on waits. Spreads requests over several servers (`endpoints.py`: an affinity key
 keeps an episode on one server). Fits prompts to the context servers announce (`context_fit`).
 Stock servers limit the stop strings of a request: the first `max_stop_strings` are sent and the
 rest are cut here when the reply arrives.
@@ -13,7 +13,6 @@ rest are cut here when the reply arrives.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import json
 import logging
@@ -27,6 +26,7 @@ from mascot.llm.base import (
 )
 from mascot.llm.endpoints import EndpointState, pick, request_url
 from mascot.llm.http_errors import Clock, RequestFailure, connection_failure, gather_or_cancel, one_line, role_headers, status_failure
+from mascot.llm.http_exchange import exchange_within
 from mascot.llm.http_preflight import ServerQuestions
 from mascot.llm.http_logprobs import TOP_LOGPROBS, answer_from_completion, first_token_alternatives
 
@@ -147,11 +147,11 @@ class HTTPClient(ServerQuestions, BaseClient):
                 else:
                     endpoint.preflight += 1
                 try:
-                    status, headers, raw = await self._exchange_within(endpoint, payload, timeout_s, path, role_header)
+                    status, headers, raw = await exchange_within(self._get_session(), endpoint, payload, timeout_s, path, role_header)
                 except (ValueError, aiohttp.InvalidURL) as exc:
                     raise RequestFailure("bad-request", f"{type(exc).__name__}: {one_line(exc)}", retryable=False) from None
                 except TimeoutError:
-                    raise RequestFailure("timeout", f"no reply within {timeout_s:.0f}s, and none to any other request of this server meanwhile",
+                    raise RequestFailure("timeout", f"no reply within {timeout_s:.0f}s, and no sign of work at the server meanwhile",
                                          retryable=True) from None
                 except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
                     raise connection_failure(exc) from None
@@ -166,41 +166,6 @@ class HTTPClient(ServerQuestions, BaseClient):
         if not isinstance(data, dict):
             raise RequestFailure("bad-response", f"not a JSON object: {one_line(str(data)[:300])}", retryable=False)
         return data
-
-    async def _exchange_within(self, endpoint: EndpointState, payload: bytes, timeout_s: float, path: str,
-                               role_header: dict | None) -> tuple[int, object, bytes]:
-        """(status, headers, body) of one exchange, timed out only when the server has answered
-        nothing, neither this request nor any other, for `timeout_s`. A request waiting in the
-        server's queue behind requests that are being answered is waiting, not lost: abandoning
-        and resending it would throw its place in the queue away and queue it again at the back."""
-        task = asyncio.ensure_future(self._exchange(endpoint, payload, timeout_s, path, role_header))
-        started = time.monotonic()
-        try:
-            while True:
-                wait_s = max(started, endpoint.last_progress) + timeout_s - time.monotonic()
-                if wait_s <= 0:
-                    raise TimeoutError
-                done, _ = await asyncio.wait({task}, timeout=wait_s)
-                if done:
-                    return task.result()
-        finally:
-            if not task.done():
-                task.cancel()  # closes the connection: vLLM stops generating a request whose client left
-                with contextlib.suppress(BaseException):
-                    await task
-
-    async def _exchange(self, endpoint: EndpointState, payload: bytes, timeout_s: float, path: str,
-                        role_header: dict | None) -> tuple[int, object, bytes]:
-        import aiohttp
-
-        session = self._get_session()
-        kwargs = {"data": payload} if payload else {}
-        method = session.post if payload else session.get
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s)
-        async with method(request_url(endpoint.url, path), timeout=timeout, headers=role_header, **kwargs) as response:
-            raw = await response.read()
-            endpoint.progressed()
-            return response.status, response.headers, raw
 
     # ------------------------------------------------------------------ retries
 

@@ -11,7 +11,7 @@ from contextlib import aclosing
 from pathlib import Path
 
 from mascot.llm.base import (
-    CURRENT_CALL, AnswerDistribution, BaseClient, CallLog, ChatClient, ChatRequest, ChatResponse, LogprobsUnavailable,
+    CURRENT_AFFINITY, CURRENT_CALL, AnswerDistribution, BaseClient, CallLog, ChatClient, ChatRequest, ChatResponse, LogprobsUnavailable,
     failure_cause, redact_url,
 )
 from mascot.schema import RoleUsage, utc_now
@@ -135,7 +135,7 @@ class MeteredClient(BaseClient):
         from dataclasses import replace
 
         thinking = self.thinking if request.thinking is None else request.thinking
-        return replace(request, role=self.role_tag, thinking=thinking)
+        return replace(request, role=self.role_tag, thinking=thinking, affinity=request.affinity or CURRENT_AFFINITY.get())
 
     async def _metered(self, request: ChatRequest, call_inner) -> ChatResponse:
         """Runs one call of the inner client with its own call log; every way out is recorded

@@ -33,7 +33,7 @@ from mascot.errors import MascotError
 from mascot.judge.episodes import opening_lines, render_context
 from mascot.judge.prompt import JudgeItem
 from mascot.judge.rubric_judge import RubricJudge
-from mascot.llm.base import ChatClient, ChatRequest, LLMError, Message
+from mascot.llm.base import ChatClient, ChatRequest, LLMError, Message, route_together
 from mascot.prefs.pairs import PairStats, preference_index_pairs
 from mascot.rubrics import domain_of
 from mascot.schema import Candidate, Context, Judgment, Persona, PreferencePair, Roster
@@ -239,6 +239,7 @@ class IndividualRun:
 
     async def run_query(self, context: Context, persona: Persona) -> None:
         query = query_id(context, persona)
+        route_together(query)  # the query's candidates and criteria on one server: its prefix cache holds their beginning
         existing = self.written.get(query, {})
         missing = [k for k in range(self.settings.num_candidates) if k not in existing]
         prompt = speaker_messages(persona, self.roster, context, [], None, think=self.settings.speaker_think)

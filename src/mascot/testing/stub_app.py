@@ -62,7 +62,8 @@ class StubServer:
         chunk_delay_s: float = 0.0, keep_bodies: bool = True, vllm_limits: bool = False,
         reject: tuple[int, str] | None = None, reasoning: str | None = None, structured_outputs: str = "honour",
         max_concurrency: int | None = None, gather: int | None = None, max_model_len: int | None = None,
-        prefill_s_per_token: float | None = None, down_s: float = 1.0,
+        prefill_s_per_token: float | None = None, prefix_cache_blocks: int = 4096, down_s: float = 1.0,
+        lora_modules: dict[str, str] | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -90,7 +91,10 @@ class StubServer:
         # `stub_engine`'s models: the context announced in /v1/models (longer prompts are a 400),
         # time per prompt token missing from the prefix cache, how long a "die" lasts
         self.max_model_len, self.prefill_s_per_token, self.down_s = max_model_len, prefill_s_per_token, down_s
-        self.prefix_cache = PrefixCache()
+        self.prefix_cache = PrefixCache(prefix_cache_blocks)
+        self._working: dict[int, float] = {}  # requests in a slot -> when their work began
+        self._work_s = 0.0  # seconds of work finished (what /metrics counts as tokens processed)
+        self.lora_modules = dict(lora_modules or {})  # alias -> adapter folder, listed like vLLM's --lora-modules
         self.stats = StubStats()
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task] = set()
@@ -130,6 +134,8 @@ class StubServer:
                     break
         except (_Drop, ConnectionError, ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             pass
+        except asyncio.CancelledError:
+            pass  # the server stopped or died: the connection just closes (asyncio would log a cancelled handler)
         finally:
             self._connections.discard(task)
             writer.close()
@@ -158,6 +164,17 @@ class StubServer:
         await writer.drain()
         self.stats.statuses[status] += 1
 
+    def _model_entries(self) -> list[dict]:
+        """/v1/models as vLLM lists it: the base (root: its weights) and each LoRA module (parent:
+        the base's id, root: the adapter folder), each with the context it takes."""
+        entries = [{"id": self.model, "object": "model", "owned_by": "stub", "root": self.model, "parent": None}]
+        entries += [{"id": alias, "object": "model", "owned_by": "stub", "root": path, "parent": self.model}
+                    for alias, path in self.lora_modules.items()]
+        if self.max_model_len:
+            for entry in entries:
+                entry["max_model_len"] = self.max_model_len
+        return entries
+
     async def _send_text(self, writer: asyncio.StreamWriter, text: str) -> None:
         body = text.encode()
         writer.write(f"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
@@ -178,12 +195,9 @@ class StubServer:
 
     async def _dispatch(self, method: str, path: str, headers: dict, body: bytes, writer: asyncio.StreamWriter) -> bool:
         if method == "GET" and path.rstrip("/") in ("/v1/models", "/models"):
-            entry = {"id": self.model, "object": "model", "owned_by": "stub", "root": self.model, "parent": None}
-            if self.max_model_len:
-                entry["max_model_len"] = self.max_model_len
-            await self._send(writer, 200, {"object": "list", "data": [entry]})
+            await self._send(writer, 200, {"object": "list", "data": self._model_entries()})
         elif method == "GET" and path.rstrip("/") == "/metrics":
-            await self._send_text(writer, self.prefix_cache.prometheus(self.model))
+            await self._send_text(writer, self.prefix_cache.prometheus(self.model) + self._work_metrics())
         elif method == "GET" and path.rstrip("/") == "/stats":
             await self._send(writer, 200, self.stats.as_dict())
         elif method == "POST" and path.rstrip("/") in ("/v1/chat/completions", "/chat/completions"):
@@ -263,9 +277,24 @@ class StubServer:
             seconds += prefill_seconds(uncached, self.prefill_s_per_token)
         if self._slots is not None:
             async with self._slots:
-                await asyncio.sleep(seconds)
+                await self._busy(seconds)
         else:
+            await self._busy(seconds)
+
+    async def _busy(self, seconds: float) -> None:
+        key = id(asyncio.current_task())
+        self._working[key] = time.monotonic()
+        try:
             await asyncio.sleep(seconds)
+        finally:
+            self._work_s += time.monotonic() - self._working.pop(key)
+
+    def _work_metrics(self) -> str:
+        """Tokens processed as vLLM's /metrics counts them, growing while requests are worked on
+        (20 a second of work), not while one hangs: what a client may read as a sign of work."""
+        now = time.monotonic()
+        tokens = int(20 * (self._work_s + sum(now - t for t in self._working.values())))
+        return f'# TYPE vllm:generation_tokens_total counter\nvllm:generation_tokens_total{{model_name="{self.model}"}} {tokens}\n'
 
     def _cache_reply(self, request: dict, text: str) -> None:
         if self.prefill_s_per_token is not None:

@@ -2,8 +2,9 @@
 context limit it refuses prompts past (vLLM's HTTP 400), and a prefix cache that charges time
 only for the prompt tokens it has not computed before (vLLM's automatic prefix caching).
 
-Tokens are counted like a byte-pair tokenizer on English text, about four characters each plus a
-few for each message's chat-template framing; the client's own estimate
+Tokens are counted like a byte-pair tokenizer on English text (a word with the space before it,
+long words in pieces of five characters: about four characters a token) plus four for each
+message's chat-template framing; the client's own estimate
 (`mascot.llm.context_fit`) is deliberately more cautious, as it must be against a real tokenizer.
 """
 
@@ -16,12 +17,11 @@ from collections.abc import Sequence
 
 TEMPLATE_TOKENS_PER_MESSAGE = 4
 CACHE_BLOCK_TOKENS = 16  # vLLM's default block size: only whole blocks are cached and shared
-_PIECE = re.compile(r"\S{1,4}|\s+")
+_PIECE = re.compile(r"\s?\S{1,5}|\s+")  # a word with the space before it, long words in pieces
 
 
 def prompt_pieces(messages: Sequence[dict]) -> list[str]:
-    """The prompt as the stub's tokens: each message's framing, then its text in pieces of at most
-    four characters (a run of spaces is one)."""
+    """The prompt as the stub's tokens: each message's framing, then its text's pieces."""
     pieces: list[str] = []
     for message in messages:
         pieces += [f"<|{message.get('role', 'user')}|>", "\n", "", ""]

@@ -139,7 +139,7 @@ class StubServerProcess:
 def start_stub_server_process(
     *, port: int = 0, latency_ms: float = 50.0, responder: str | None = None, model: str = "stub-model",
     fail_first: int = 0, fail_status: int = 500, vllm_limits: bool = False, max_in_flight: int | None = None,
-    max_model_len: int | None = None, prefill_ms_per_token: float | None = None,
+    max_model_len: int | None = None, prefill_ms_per_token: float | None = None, prefix_cache_blocks: int = 4096,
 ) -> StubServerProcess:
     """Runs `python -m mascot.testing.stub_server` and waits for the URL it prints."""
     cmd = [sys.executable, "-m", "mascot.testing.stub_server", "--port", str(port), "--latency-ms", str(latency_ms),
@@ -153,7 +153,7 @@ def start_stub_server_process(
     if max_model_len:
         cmd += ["--max-model-len", str(max_model_len)]
     if prefill_ms_per_token is not None:
-        cmd += ["--prefill-ms-per-token", str(prefill_ms_per_token)]
+        cmd += ["--prefill-ms-per-token", str(prefill_ms_per_token), "--prefix-cache-blocks", str(prefix_cache_blocks)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline() if proc.stdout else ""
     if not line.startswith("http"):
@@ -179,6 +179,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-in-flight", type=int, default=None, help="work on at most this many requests at once (a server's batch limit)")
     parser.add_argument("--max-model-len", type=int, default=None, help="announce this context in /v1/models and refuse longer prompts (400)")
     parser.add_argument("--prefill-ms-per-token", type=float, default=None, help="model a prefix cache: charge this per uncached prompt token")
+    parser.add_argument("--prefix-cache-blocks", type=int, default=4096, help="blocks of 16 tokens the prefix cache holds")
     return parser.parse_args(argv)
 
 
@@ -209,6 +210,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         max_concurrency=args.max_in_flight,
         max_model_len=args.max_model_len,
         prefill_s_per_token=None if args.prefill_ms_per_token is None else args.prefill_ms_per_token / 1000.0,
+        prefix_cache_blocks=args.prefix_cache_blocks,
     )
     try:
         asyncio.run(_serve_forever(server))
