@@ -150,3 +150,51 @@ def test_director_grpo_rollout_against_the_server(server):
 
     rewards = asyncio.run(rewards_then_close())
     assert reward.stats.rollout_failures == 0 and len(rewards) == 2 and rewards == [1.0 * settings.diversity_weight] * 2
+
+
+# --------------------------------------------------------------------------- the server's context and load
+
+# About 3,000 tokens of English for SmolLM2's tokenizer: past the server's --max-model-len 2048.
+LONG_SITUATION = "I moved to a new city for work and I have not made any friends yet, so the evenings are long. " * 150
+
+
+def _ask(url: str, messages: list[dict], count: int = 1, timeout_s: float = 120.0, max_tokens: int = 24):
+    """Replies and the role's usage, from one backend whose preflight read the server's models."""
+    from mascot.llm.base import ChatRequest
+    from mascot.llm.providers import ClientOptions, RoleEndpoint, build_backends
+
+    async def run():
+        backends = build_backends({"speaker": RoleEndpoint("speaker", SERVED_BASE, url)}, ClientOptions(timeout_s=timeout_s))
+        try:
+            await backends.preflight(probe_structured=False)
+            request = ChatRequest(messages=messages, max_tokens=max_tokens, temperature=0.0)
+            replies = await asyncio.gather(*(backends["speaker"].chat(request) for _ in range(count)))
+            return replies, backends.meter.by_role["speaker"], backends["speaker"].inner
+        finally:
+            await backends.aclose()
+
+    return asyncio.run(run())
+
+
+def test_a_prompt_past_max_model_len_is_fitted_counted_and_answered(server):
+    import httpx
+
+    messages = [{"role": "system", "content": "You are a kind listener."}, {"role": "user", "content": LONG_SITUATION}]
+    raw = httpx.post(server["url"] + "/chat/completions", json={"model": SERVED_BASE, "messages": messages, "max_tokens": 8}, timeout=120)
+    assert raw.status_code == 400  # unfitted, the real server refuses it
+    from mascot.llm.context_fit import is_context_refusal
+    from mascot.llm.http_errors import server_reason
+
+    assert is_context_refusal(400, server_reason(raw.content)), raw.text[:500]
+    (reply,), usage, client = _ask(server["url"], messages)
+    assert client.context_limit() == 2048  # announced in /v1/models
+    assert reply.text and 0 < reply.prompt_tokens <= 2048 - 24
+    assert usage.prompts_fitted == 1 and usage.prompt_tokens_cut > 0 and usage.failures == 0 and usage.attempts == 1
+
+
+def test_requests_waiting_on_a_busy_server_are_not_timed_out(server):
+    # 12 requests of 48 tokens on 2 cores take far longer than the 3 s timeout; the server's token
+    # counters in /metrics show it working, so none is abandoned and sent again
+    replies, usage, client = _ask(server["url"], [{"role": "user", "content": "Tell me about a calm morning."}], count=12, timeout_s=3.0, max_tokens=48)
+    assert len(replies) == 12 and all(r.text for r in replies)
+    assert usage.retries == 0 and usage.attempts == 12 and client.endpoints[0].work_tokens > 0

@@ -126,6 +126,7 @@ class CallLog:
     retried: dict[str, int] = field(default_factory=dict)
     fitted: int = 0  # requests whose prompt was cut to fit
     tokens_cut: int = 0
+    given_up: str | None = None  # the cause of a failed attempt that was not sent again
 
     def retry(self, cause: str) -> None:
         self.retried[cause] = self.retried.get(cause, 0) + 1

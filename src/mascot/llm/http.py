@@ -224,6 +224,7 @@ class HTTPClient(ServerQuestions, BaseClient):
                     where = f"{endpoint.label}: " if len(self._endpoints) > 1 else ""
                     tries = "" if not failure.retryable else f" (gave up after {attempt + 1} attempts" + (
                         ")" if failure.cause == "timeout" else f" in {spent_s:.0f}s)")
+                    current_call().given_up = failure.cause
                     raise self._error(f"{where}{failure}{tries}", failure.cause) from None
                 endpoint.retries += 1
                 current_call().retry(failure.cause)

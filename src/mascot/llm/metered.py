@@ -147,7 +147,10 @@ class MeteredClient(BaseClient):
         try:
             response = await call_inner(self._stamp(request))
         except LogprobsUnavailable as exc:  # a missing capability: the caller falls back and counts it
-            self.meter.record(self.role, ChatResponse(texts=[], model=self.model), None, call=call, counted=True)
+            # a failure only where a server refused the request (its endpoint counts a failure too)
+            refused = call.given_up is not None
+            self.meter.record(self.role, None if refused else ChatResponse(texts=[], model=self.model), None, exc if refused else None,
+                              call=call, counted=True)
             raise exc
         except BaseException as exc:
             error = exc if isinstance(exc, Exception) else _Cancelled(type(exc).__name__)
