@@ -158,6 +158,25 @@ def test_director_grpo_rollout_against_the_server(server):
 LONG_SITUATION = "I moved to a new city for work and I have not made any friends yet, so the evenings are long. " * 150
 
 
+@pytest.fixture(scope="module")
+def base_server(workdir, vllm_python, base_model):
+    """The embedded model alone (no adapter to train first), as `mascot serve --cpu` starts it."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "mascot", "serve", "--model", str(base_model), "--served-model-name", SERVED_BASE, "--cpu",
+           "--cpu-kvcache-gb", "2", "--max-model-len", "2048", "--port", str(port), "--python", vllm_python,
+           "--log-file", str(workdir / "vllm_base.log"), "--timeout", "600"]
+    process = subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = process.stdout.readline()
+    if "serving" not in first:
+        process.wait(timeout=60)
+        pytest.fail(f"mascot serve did not come up:\n{first}{process.stderr.read()[-4000:]}")
+    yield {"url": f"http://127.0.0.1:{port}/v1", "process": process}
+    process.send_signal(signal.SIGTERM)
+    process.wait(timeout=60)
+
+
 def _ask(url: str, messages: list[dict], count: int = 1, timeout_s: float = 120.0, max_tokens: int = 24):
     """Replies and the role's usage, from one backend whose preflight read the server's models."""
     from mascot.llm.base import ChatRequest
@@ -176,7 +195,8 @@ def _ask(url: str, messages: list[dict], count: int = 1, timeout_s: float = 120.
     return asyncio.run(run())
 
 
-def test_a_prompt_past_max_model_len_is_fitted_counted_and_answered(server):
+def test_a_prompt_past_max_model_len_is_fitted_counted_and_answered(base_server):
+    server = base_server
     import httpx
 
     messages = [{"role": "system", "content": "You are a kind listener."}, {"role": "user", "content": LONG_SITUATION}]
@@ -192,7 +212,8 @@ def test_a_prompt_past_max_model_len_is_fitted_counted_and_answered(server):
     assert usage.prompts_fitted == 1 and usage.prompt_tokens_cut > 0 and usage.failures == 0 and usage.attempts == 1
 
 
-def test_requests_waiting_on_a_busy_server_are_not_timed_out(server):
+def test_requests_waiting_on_a_busy_server_are_not_timed_out(base_server):
+    server = base_server
     # 12 requests of 48 tokens on 2 cores take far longer than the 3 s timeout; the server's token
     # counters in /metrics show it working, so none is abandoned and sent again
     replies, usage, client = _ask(server["url"], [{"role": "user", "content": "Tell me about a calm morning."}], count=12, timeout_s=3.0, max_tokens=48)
