@@ -52,7 +52,7 @@ def cache_counters(url: str) -> tuple[float, float]:
     return totals["queries"], totals["hits"]
 
 
-def run(urls: list[str], model: str, episodes: int, rounds: int, concurrency: int, affinity: bool) -> dict:
+def run(urls: list[str], model: str, episodes: int, rounds: int, concurrency: int, affinity: bool, max_tokens: int) -> dict:
     from rich.console import Console
 
     import mascot.dialogue.engine as engine
@@ -66,7 +66,8 @@ def run(urls: list[str], model: str, episodes: int, rounds: int, concurrency: in
     with tempfile.TemporaryDirectory() as out:
         cfg = GroupGenerationConfig(
             dataset="ESConv",
-            engine=EngineSettings(num_turns=rounds, max_concurrent_episodes=concurrency, user_response_probability=1.0),
+            engine=EngineSettings(num_turns=rounds, max_concurrent_episodes=concurrency, user_response_probability=1.0,
+                                  max_tokens=max_tokens, user_max_tokens=max_tokens),
             endpoints=EndpointOptions(model_name=model, vllm_server_url=urls, max_in_flight=concurrency),
             output_dir=Path(out),
         )
@@ -101,6 +102,7 @@ def main() -> None:
     parser.add_argument("--cache-blocks", type=int, default=4096, help="each stub's prefix cache, in blocks of 16 tokens")
     parser.add_argument("--urls", help="real servers (comma-separated) instead of stubs; fresh ones give a clean comparison")
     parser.add_argument("--model", default="stub-model", help="served model id (with --urls)")
+    parser.add_argument("--max-tokens", type=int, default=40, help="Speaker and user reply budget (real servers: keep it short)")
     args = parser.parse_args()
     print(f"host: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; "
           f"{args.episodes} episodes x {args.rounds} rounds, {args.concurrency} in flight"
@@ -110,7 +112,7 @@ def main() -> None:
         servers = [] if args.urls else stub_servers(args)  # fresh stubs: each routing starts with empty caches
         urls = args.urls.split(",") if args.urls else [s.url for s in servers]
         try:
-            results[name] = run(urls, args.model, args.episodes, args.rounds, args.concurrency, affinity)
+            results[name] = run(urls, args.model, args.episodes, args.rounds, args.concurrency, affinity, args.max_tokens)
         finally:
             for server in servers:
                 server.stop()
