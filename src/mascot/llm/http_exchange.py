@@ -9,8 +9,9 @@ timeout: no reply to it or to any other request of the client, and, for servers 
 them (vLLM's /metrics), no growth in the tokens the engine has processed. A hung or dead server
 still times out; a busy one does not.
 
-The metrics are read only when a timeout is due, at most once a second (or twice a timeout) per
-server; the first reading is the baseline and grants one more timeout period.
+The metrics are read only when a timeout is due, at most five times a second per server (requests
+due together share one reading); the first reading is the baseline and grants one more timeout
+period.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import time
 
 from mascot.llm.endpoints import EndpointState, request_url
 
-METRICS_EVERY_S = 1.0
+METRICS_EVERY_S = 0.2
+METRICS_TIMEOUT_S = 10.0  # a busy server answers /metrics late too: this wait is not the request's timeout
 # vLLM's counters of tokens processed (prefill and decode); the stub server publishes them too
 _WORK = re.compile(r"^vllm:(?:generation|prompt)_tokens(?:_total)?(?:\{[^}]*\})?\s+([0-9.eE+]+)$", re.MULTILINE)
 
@@ -37,7 +39,9 @@ async def exchange_within(session, endpoint: EndpointState, payload: bytes, time
         while True:
             wait_s = max(started, endpoint.last_progress) + timeout_s - time.monotonic()
             if wait_s <= 0:
-                await _check_work(session, endpoint, timeout_s)
+                await _check_work(session, endpoint)
+                if task.done():  # it ended while the metrics were read
+                    return task.result()
                 if max(started, endpoint.last_progress) + timeout_s <= time.monotonic():
                     raise TimeoutError
                 continue
@@ -47,8 +51,8 @@ async def exchange_within(session, endpoint: EndpointState, payload: bytes, time
     finally:
         if not task.done():
             task.cancel()  # closes the connection: vLLM stops generating a request whose client left
-            with contextlib.suppress(BaseException):
-                await task
+        with contextlib.suppress(BaseException):
+            await task  # its outcome is retrieved even when this exchange ends otherwise
 
 
 async def _exchange(session, endpoint: EndpointState, payload: bytes, timeout_s: float, path: str,
@@ -64,17 +68,17 @@ async def _exchange(session, endpoint: EndpointState, payload: bytes, timeout_s:
         return response.status, response.headers, raw
 
 
-async def _check_work(session, endpoint: EndpointState, timeout_s: float) -> None:
+async def _check_work(session, endpoint: EndpointState) -> None:
     """Reads the server's token counters (once a second at most, one reader at a time) and counts
     growth as progress. A server without them is judged by its replies alone."""
     if endpoint.work_tokens is False:
         return
     async with endpoint.work_lock:
-        if time.monotonic() - endpoint.work_read_at < min(METRICS_EVERY_S, timeout_s / 2):
+        if time.monotonic() - endpoint.work_read_at < METRICS_EVERY_S:
             return  # just read (by another request, whose reading counts for this one too)
         endpoint.work_read_at = time.monotonic()
         try:
-            tokens = await _work_tokens(session, endpoint, min(5.0, timeout_s))
+            tokens = await _work_tokens(session, endpoint, METRICS_TIMEOUT_S)
         except (OSError, TimeoutError, ValueError):
             return  # not answering now: no sign of work
         if tokens is None:
