@@ -67,17 +67,18 @@ def stubs():
 
 
 def test_a_run_where_every_request_is_refused_fails_loudly(stubs, tmp_path):
+    # a context-length 400 is counted apart from other 400s: the prompt, not the server, is at fault
     server = stubs(reject=(400, "This model's maximum context length is 2048 tokens. " * 5 + "END OF REASON"))
     result = CliRunner().invoke(app, group_args([server.url], contexts_file(tmp_path, 2), tmp_path / "out"))
     assert result.exit_code != 0 and "no episode could be generated" in str(result.exception)
-    assert "http-400 x2" in str(result.exception)
+    assert "context-length x2" in str(result.exception)
     summary = summary_of(tmp_path / "out")
     assert summary["status"] == "failed" and summary["counters"]["num_generation_failures"] == 2
-    assert summary["failures"]["by_cause"] == {"http-400": 2}
+    assert summary["failures"]["by_cause"] == {"context-length": 2}
     assert len(summary["failures"]["dropped"]) == 2
-    assert all(v.startswith("http-400: ") and v.endswith("END OF REASON") for v in summary["failures"]["dropped"].values())
+    assert all(v.startswith("context-length: ") and v.endswith("END OF REASON") for v in summary["failures"]["dropped"].values())
     usage = summary["usage"]["director"]
-    assert usage["failures"] == 2 and usage["failures_by_cause"] == {"http-400": 2}
+    assert usage["failures"] == 2 and usage["failures_by_cause"] == {"context-length": 2}
 
 
 def test_resume_repairs_dropped_contexts_without_inflating_counts(stubs, tmp_path, caplog):

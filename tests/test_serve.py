@@ -42,6 +42,18 @@ FAKE_SERVER = textwrap.dedent(
     if args.model == "crash":
         print("RuntimeError: no CPU backend for this model", flush=True)
         sys.exit(3)
+    if args.model.startswith("forking"):  # like vLLM's engine process: a child that ignores SIGTERM
+        import os, signal, time
+        child = os.fork()
+        if child == 0:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            while True:
+                time.sleep(1)
+        with open(os.environ["FAKE_VLLM_PIDS"], "w") as fh:
+            fh.write(f"{os.getpid()} {child}")
+        if args.model == "forking-dies":
+            time.sleep(1)
+            sys.exit(1)
     models = [{"id": args.served_model_name, "root": args.model, "parent": None}]
     for module in args.lora_modules:
         alias, path = module.split("=", 1)
@@ -189,3 +201,107 @@ def test_mascot_serve_runs_until_stopped_and_stops_its_server(tmp_path, fake_vll
         from mascot.serve import list_served_models
 
         list_served_models(f"http://127.0.0.1:{port}/v1", timeout_s=2)
+
+
+# --------------------------------------------------------------------------- stopping every process
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie left for init to reap counts as gone
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _wait_gone(pids, timeout_s: float = 30.0) -> bool:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not any(_alive(p) for p in pids):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def _serve(tmp_path, model: str, monkeypatch):
+    import os
+    import subprocess
+
+    pids = tmp_path / "pids"
+    monkeypatch.setenv("FAKE_VLLM_PIDS", str(pids))
+    monkeypatch.setattr("mascot.serve.STOP_GRACE_S", 1.0)
+    cmd = [sys.executable, "-c", "import mascot.serve as s; s.STOP_GRACE_S = 1.0; from mascot.cli import app; app()",
+           "serve", "--model", model, "--port", str(free_port()), "--python", sys.executable,
+           "--log-file", str(tmp_path / "vllm.log"), "--timeout", "60"]
+    process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ)
+    for _ in range(200):
+        if pids.exists() and len(pids.read_text().split()) == 2:
+            return process, [int(p) for p in pids.read_text().split()]
+        import time
+
+        time.sleep(0.1)
+    process.kill()
+    raise AssertionError(f"the fake server never started: {process.communicate(timeout=10)}")
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT", "SIGKILL"])
+def test_every_server_process_ends_with_mascot_serve(tmp_path, fake_vllm, monkeypatch, how):
+    import os
+    import signal
+
+    process, (server, engine) = _serve(tmp_path, "forking", monkeypatch)
+    try:
+        assert _alive(server) and _alive(engine)
+        assert os.getpgid(engine) == server != os.getpgid(process.pid)  # the server leads a group of its own
+        process.send_signal(getattr(signal, how))
+        process.wait(timeout=40)
+        assert _wait_gone([server, engine]), f"after {how} to mascot serve, a server process is still running"
+    finally:
+        for pid in (server, engine):
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_dead_server_leaves_no_engine_process_behind(tmp_path, fake_vllm, monkeypatch):
+    import os
+    import signal
+
+    process, (server, engine) = _serve(tmp_path, "forking-dies", monkeypatch)
+    try:
+        _, err = process.communicate(timeout=60)
+        assert process.returncode != 0 and "exited with status 1" in err
+        assert "ignored SIGTERM: killed them" in err  # the engine stand-in needed SIGKILL
+        assert _wait_gone([server, engine], 5)
+    finally:
+        for pid in (server, engine):
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_cpu_dtype_follows_the_bf16_instructions(tmp_path):
+    from mascot.serve import cpu_dtype
+
+    avx2 = tmp_path / "avx2"
+    avx2.write_text("processor : 0\nflags : fpu sse2 avx avx2 fma\n")
+    amx = tmp_path / "amx"
+    amx.write_text("processor : 0\nflags : fpu avx2 avx512f avx512_bf16 amx_tile amx_bf16\n")
+    assert cpu_dtype(avx2)[0] == "float32" and "no avx512_bf16" in cpu_dtype(avx2)[1]
+    assert cpu_dtype(amx) == ("bfloat16", "this CPU has amx_bf16 and avx512_bf16")
+    assert cpu_dtype(tmp_path / "missing")[0] == "float32"
+
+
+def test_serve_cpu_says_which_dtype_and_why(tmp_path, monkeypatch):
+    from mascot.cli.serve_cmd import ServeSettings, dtype_line, serve_plan
+
+    monkeypatch.setattr("mascot.serve.cpu_dtype", lambda: ("float32", "this CPU has no avx512_bf16 or amx_bf16"))
+    chosen = ServeSettings(model="m", cpu=True)
+    assert serve_plan(chosen).dtype == "float32" and "float32: this CPU has no avx512_bf16" in dtype_line(chosen)
+    given = ServeSettings(model="m", cpu=True, dtype="bfloat16")
+    assert serve_plan(given).dtype == "bfloat16" and dtype_line(given) == "dtype bfloat16 (--dtype)"

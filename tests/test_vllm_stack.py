@@ -218,6 +218,12 @@ def _records(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+# --------------------------------------------------------------------------- the server's context and load
+
+# About 3,000 tokens of English for SmolLM2's tokenizer: past the server's --max-model-len 2048.
+LONG_SITUATION = "I moved to a new city for work and I have not made any friends yet, so the evenings are long. " * 150
+
+
 @pytest.fixture(scope="module")
 def base_server(workdir, vllm_python, base_model):
     """The embedded model alone (these cases need no adapter), served from its folder; float32, which
@@ -233,7 +239,7 @@ def base_server(workdir, vllm_python, base_model):
     if "serving" not in first:
         process.wait(timeout=60)
         pytest.fail(f"mascot serve did not come up:\n{first}{process.stderr.read()[-4000:]}")
-    yield {"url": f"http://127.0.0.1:{port}/v1"}
+    yield {"url": f"http://127.0.0.1:{port}/v1", "process": process}
     process.send_signal(signal.SIGTERM)
     process.wait(timeout=60)
 
@@ -303,3 +309,50 @@ def test_real_server_directive_pairs_use_parsed_directives_only(base_server, wor
         chosen, rejected = pair.chosen[0]["content"], pair.rejected[0]["content"]
         assert chosen in usable and rejected in usable and chosen != rejected
         assert "[correction]" not in chosen + rejected and chosen.startswith("<directive>\nagent: ")
+
+
+def _ask(url: str, messages: list[dict], count: int = 1, timeout_s: float = 120.0, max_tokens: int = 24):
+    """Replies and the role's usage, from one backend whose preflight read the server's models."""
+    from mascot.llm.base import ChatRequest
+    from mascot.llm.providers import ClientOptions, RoleEndpoint, build_backends
+
+    async def run():
+        backends = build_backends({"speaker": RoleEndpoint("speaker", SERVED_BASE, url)}, ClientOptions(timeout_s=timeout_s))
+        try:
+            await backends.preflight(probe_structured=False)
+            request = ChatRequest(messages=messages, max_tokens=max_tokens, temperature=0.0)
+            replies = await asyncio.gather(*(backends["speaker"].chat(request) for _ in range(count)))
+            return replies, backends.meter.by_role["speaker"], backends["speaker"].inner
+        finally:
+            await backends.aclose()
+
+    return asyncio.run(run())
+
+
+def test_a_prompt_past_max_model_len_is_fitted_counted_and_answered(base_server):
+    server = base_server
+    import httpx
+
+    messages = [{"role": "system", "content": "You are a kind listener."}, {"role": "user", "content": LONG_SITUATION}]
+    raw = httpx.post(server["url"] + "/chat/completions", json={"model": SERVED_BASE, "messages": messages, "max_tokens": 8}, timeout=120)
+    assert raw.status_code == 400  # unfitted, the real server refuses it
+    from mascot.llm.context_fit import is_context_refusal
+    from mascot.llm.http_errors import server_reason
+
+    assert is_context_refusal(400, server_reason(raw.content)), raw.text[:500]
+    (reply,), usage, client = _ask(server["url"], messages)
+    assert client.context_limit() == 2048  # announced in /v1/models
+    assert reply.text and 0 < reply.prompt_tokens <= 2048 - 24
+    assert usage.prompts_fitted == 1 and usage.prompt_tokens_cut > 0 and usage.failures == 0 and usage.attempts == 1
+
+
+def test_requests_waiting_on_a_busy_server_are_not_timed_out(base_server):
+    server = base_server
+    # 24 requests of 96 tokens, worked on together, keep the server busy far longer than the 2 s
+    # timeout; its token counters in /metrics show it working, so none is abandoned and sent again
+    prompt = [{"role": "user", "content": "Tell me, at length, about a calm morning by the sea."}]
+    replies, usage, client = _ask(server["url"], prompt, count=24, timeout_s=2.0, max_tokens=96)
+    seen = f"usage {usage.model_dump()}, endpoint {client.endpoints[0].usage()}, metrics {client.endpoints[0].work_tokens}"
+    assert len(replies) == 24 and all(r.text for r in replies), seen
+    assert client.endpoints[0].work_tokens not in (None, False), seen  # timeouts were due: the metrics were read
+    assert usage.retries == 0 and usage.attempts == 24, seen

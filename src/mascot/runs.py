@@ -75,6 +75,15 @@ def merged_usage(previous: dict[str, RoleUsage], current: dict[str, RoleUsage]) 
     return merged
 
 
+def retried_by_cause(usage: dict[str, RoleUsage]) -> dict[str, int]:
+    """Failed attempts sent again, by cause, over every role: what the endpoint table's `retries` sum to."""
+    total: dict[str, int] = {}
+    for role_usage in usage.values():
+        for cause, count in role_usage.retries_by_cause.items():
+            total[cause] = total.get(cause, 0) + count
+    return dict(sorted(total.items()))
+
+
 def merged_endpoints(previous: dict[str, dict[str, int]], current: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
     """Per-server request counts of an earlier attempt of the run plus this one's."""
     merged = {url: dict(counts) for url, counts in previous.items()}
@@ -161,6 +170,7 @@ async def _running(spec: RunSpec, store: RunStore, backends: Any) -> AsyncIterat
         yield run
     finally:
         store.summary.usage = run.usage()
+        store.summary.failures.retried_by_cause = retried_by_cause(store.summary.usage)
         store.summary.endpoints = merged_endpoints(run.previous_endpoints, backends.registry.usage())
         flusher.cancel()
 

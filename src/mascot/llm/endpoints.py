@@ -41,14 +41,24 @@ class EndpointState:
     label: str
     max_in_flight: int = 64
     outstanding: int = 0
-    requests: int = 0
-    failures: int = 0
+    requests: int = 0  # attempts of the roles' requests (what usage.<role>.attempts sums to)
+    failures: int = 0  # failed attempts: retried ones and those given up
+    retries: int = 0  # failed attempts that were sent again
+    preflight: int = 0  # the client's own questions (models listed, structured outputs probed)
     times_taken_out: int = 0
     connection_failures: int = 0  # in a row
     down_until: float = 0.0
     pause_s: float = TAKE_OUT_FIRST_S
     structured_outputs: dict[str, bool] = field(default_factory=dict)  # model -> supported
+    context_limits: dict[str, int] = field(default_factory=dict)  # model -> max_model_len announced
+    affinity_keys: dict[str, None] = field(default_factory=dict)  # keys routed here, oldest first
     semaphore: asyncio.Semaphore | None = None
+    # Signs of work at the server (`http_exchange`): when it last answered anything, and the
+    # tokens its metrics said it had processed (None: not read yet; False: it has no metrics)
+    last_progress: float = 0.0
+    work_tokens: float | bool | None = None
+    work_read_at: float = 0.0
+    work_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def __post_init__(self) -> None:
         if self.semaphore is None:
@@ -57,6 +67,9 @@ class EndpointState:
     @property
     def healthy(self) -> bool:
         return time.monotonic() >= self.down_until
+
+    def progressed(self) -> None:
+        self.last_progress = time.monotonic()
 
     def succeeded(self) -> None:
         if self.down_until:
@@ -81,20 +94,48 @@ class EndpointState:
             self.pause_s = min(TAKE_OUT_MAX_S, self.pause_s * 2)
 
     def usage(self) -> dict:
-        return {"requests": self.requests, "failures": self.failures, "times_taken_out": self.times_taken_out}
+        return {"requests": self.requests, "failures": self.failures, "retries": self.retries,
+                "preflight": self.preflight, "times_taken_out": self.times_taken_out}
 
 
-def pick(endpoints: list[EndpointState], turn: int = 0) -> EndpointState:
-    """The healthy endpoint with the fewest requests outstanding (ties taken in turn); when none is
-    healthy, the one that comes back first, so that a request still tries."""
+AFFINITY_KEYS_KEPT = 4096  # per server: the oldest keys are forgotten (an episode long over)
+
+
+def _least_outstanding(healthy: list[EndpointState], turn: int) -> EndpointState:
+    fewest = min(e.outstanding for e in healthy)
+    tied = [e for e in healthy if e.outstanding == fewest]
+    return tied[turn % len(tied)]
+
+
+def _home(endpoint: EndpointState, affinity: str) -> EndpointState:
+    keys = endpoint.affinity_keys
+    keys[affinity] = None
+    if len(keys) > AFFINITY_KEYS_KEPT:
+        del keys[next(iter(keys))]
+    return endpoint
+
+
+def pick(endpoints: list[EndpointState], turn: int = 0, affinity: str | None = None) -> EndpointState:
+    """The server for a request. With an affinity key: the server that took the key's earlier
+    requests while it is healthy and has a free slot (its prefix cache holds their beginning),
+    else the least-loaded one, which becomes the key's server if the old one is down. Without a
+    key: the healthy endpoint with the fewest requests outstanding (ties taken in turn). When none
+    is healthy, the one that comes back first, so that a request still tries."""
     if len(endpoints) == 1:
         return endpoints[0]
     healthy = [e for e in endpoints if e.healthy]
     if not healthy:
         return min(endpoints, key=lambda e: e.down_until)
-    fewest = min(e.outstanding for e in healthy)
-    tied = [e for e in healthy if e.outstanding == fewest]
-    return tied[turn % len(tied)]
+    if affinity is None:
+        return _least_outstanding(healthy, turn)
+    home = next((e for e in endpoints if affinity in e.affinity_keys), None)
+    if home is not None and home.healthy:
+        if home.outstanding < home.max_in_flight or all(e.outstanding >= e.max_in_flight for e in healthy):
+            return home
+        return _least_outstanding(healthy, turn)  # full: this request goes elsewhere, the key stays
+    if home is not None:
+        del home.affinity_keys[affinity]
+    return _home(_least_outstanding(healthy, turn), affinity)
 
 
 class EndpointRegistry:

@@ -2,10 +2,12 @@
 
 Posts chat-completion JSON over one aiohttp session (no SDK objects per request: they cost more
 CPU than everything else in the client). Retries 429, 5xx, timeouts and refused connections with
-exponential backoff and jitter, bounded by a count and a time budget; a timed-out request is
-retried with a longer timeout. Spreads requests over several servers by least outstanding
-requests (`endpoints.py`). Stock servers limit the stop strings of a request: the first
-`max_stop_strings` are sent and the rest are cut here when the reply arrives.
+exponential backoff and jitter, bounded by a count and a time budget. A request times out only
+when its server shows no sign of work for the timeout (`http_exchange`): one queued behind
+others that are being worked on waits. Spreads requests over several servers (`endpoints.py`: an affinity key
+keeps an episode on one server). Fits prompts to the context servers announce (`context_fit`).
+Stock servers limit the stop strings of a request: the first `max_stop_strings` are sent and the
+rest are cut here when the reply arrives.
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ import time
 from collections.abc import AsyncIterator, Sequence
 
 from mascot.llm.base import (
-    AnswerDistribution, BaseClient, ChatRequest, ChatResponse, LLMError, LogprobsUnavailable, StopCutter, cut_at_stop,
-    redact_url, split_reasoning, split_urls,
+    AnswerDistribution, BaseClient, ChatRequest, ChatResponse, LLMError, LogprobsUnavailable, StopCutter, current_call,
+    cut_at_stop, redact_url, split_reasoning, split_urls,
 )
 from mascot.llm.endpoints import EndpointState, pick, request_url
 from mascot.llm.http_errors import Clock, RequestFailure, connection_failure, gather_or_cancel, one_line, role_headers, status_failure
+from mascot.llm.http_exchange import exchange_within
+from mascot.llm.http_preflight import ServerQuestions
 from mascot.llm.http_logprobs import TOP_LOGPROBS, answer_from_completion, first_token_alternatives
 
 log = logging.getLogger(__name__)
@@ -31,15 +35,7 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_STOP_STRINGS = 4  # vLLM's VLLM_MAX_STOP_STRINGS
 DEFAULT_RETRY_BUDGET_S = 60.0  # rides out a server restart of about 30 s
 MAX_TIMEOUT_RETRIES = 2
-PROBE_SCHEMA = {
-    "type": "object",
-    "properties": {"answer": {"type": "string", "enum": ["yes"]}},
-    "required": ["answer"],
-    "additionalProperties": False,
-}
-
-
-class HTTPClient(BaseClient):
+class HTTPClient(ServerQuestions, BaseClient):
     backend = "http"
 
     def __init__(
@@ -137,25 +133,26 @@ class HTTPClient(BaseClient):
     # ------------------------------------------------------------------ one attempt
 
     async def _attempt(self, endpoint: EndpointState, payload: bytes, timeout_s: float, path: str = "/chat/completions",
-                       role_header: dict | None = None) -> dict:
+                       role_header: dict | None = None, counted: bool = True) -> dict:
+        """One exchange with one server. `counted`: an attempt of a role's request (the endpoint
+        table and the call's log count it); otherwise the client's own question (preflight)."""
         import aiohttp
 
         endpoint.outstanding += 1
         try:
             async with endpoint.semaphore:
-                endpoint.requests += 1
+                if counted:
+                    endpoint.requests += 1
+                    current_call().attempts += 1
+                else:
+                    endpoint.preflight += 1
                 try:
-                    session = self._get_session()
-                    kwargs = {"data": payload} if payload else {}
-                    method = session.post if payload else session.get
-                    timeout = aiohttp.ClientTimeout(total=timeout_s)
-                    async with method(request_url(endpoint.url, path), timeout=timeout, headers=role_header, **kwargs) as response:
-                        raw = await response.read()
-                        status, headers = response.status, response.headers
+                    status, headers, raw = await exchange_within(self._get_session(), endpoint, payload, timeout_s, path, role_header)
                 except (ValueError, aiohttp.InvalidURL) as exc:
                     raise RequestFailure("bad-request", f"{type(exc).__name__}: {one_line(exc)}", retryable=False) from None
                 except TimeoutError:
-                    raise RequestFailure("timeout", f"no reply within {timeout_s:.0f}s", retryable=True) from None
+                    raise RequestFailure("timeout", f"no reply within {timeout_s:.0f}s, and no sign of work at the server meanwhile",
+                                         retryable=True) from None
                 except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
                     raise connection_failure(exc) from None
         finally:
@@ -190,37 +187,49 @@ class HTTPClient(BaseClient):
         log.log(level, "%s timed out after %.0fs; retrying with a %.0fs timeout", self._label, timeout_s, longer)
         return longer
 
+    def _retry_delay(self, failure: RequestFailure, endpoint: EndpointState, attempt: int, spent_s: float,
+                     timeouts: int, max_retries: int) -> float | None:
+        """Seconds to wait before sending a failed attempt again; None when it is given up."""
+        if not failure.retryable:
+            return None
+        if failure.cause == "timeout":
+            return None if timeouts > MAX_TIMEOUT_RETRIES or attempt >= max_retries else 0.0
+        if attempt >= max_retries or spent_s >= self.retry_budget_s:
+            return None
+        delay = min(self._backoff(attempt, failure, endpoint), max(0.0, self.retry_budget_s - spent_s))
+        level = logging.WARNING if attempt == 0 else logging.INFO
+        log.log(level, "retrying %s after %s (attempt %d, %.2fs)", endpoint.label, failure, attempt + 1, delay)
+        return delay
+
     async def _send(self, payload: bytes, *, path: str = "/chat/completions", max_retries: int | None = None,
-                    role_header: dict | None = None) -> dict:
-        """One request with retries; raises LLMError (with the server's whole reason) when none is left."""
+                    role_header: dict | None = None, affinity: str | None = None) -> dict:
+        """One request with retries; raises LLMError (with the server's whole reason) when none is left.
+        Every failed attempt is counted once at its server (`failures`), and once more as a retry
+        there and in the call's log when it is sent again."""
         max_retries = self.max_retries if max_retries is None else max_retries
         timeout_s, spent_s, attempt, timeouts = self.timeout_s, 0.0, 0, 0
         while True:
-            endpoint = pick(self._endpoints, self._turn)
+            endpoint = pick(self._endpoints, self._turn, affinity)
             self._turn += 1
             started = self.clock.now()
             try:
                 data = await self._attempt(endpoint, payload, timeout_s, path, role_header)
             except RequestFailure as failure:
                 endpoint.failed(connection=failure.connection, refused=failure.refused)
-                where = f"{endpoint.label}: " if len(self._endpoints) > 1 else ""
-                if not failure.retryable:
-                    raise self._error(f"{where}{failure}", failure.cause) from None
-                if failure.cause == "timeout":
-                    timeouts += 1
-                    if timeouts > MAX_TIMEOUT_RETRIES or attempt >= max_retries:
-                        raise self._error(f"{where}{failure} (gave up after {attempt + 1} attempts)", failure.cause) from None
-                    timeout_s = self._longer_timeout(timeout_s)
-                    delay = 0.0
-                else:
+                timeouts += failure.cause == "timeout"
+                if failure.cause != "timeout":
                     spent_s += self.clock.now() - started
-                    if attempt >= max_retries or spent_s >= self.retry_budget_s:
-                        raise self._error(
-                            f"{where}{failure} (gave up after {attempt + 1} attempts in {spent_s:.0f}s)", failure.cause
-                        ) from None
-                    delay = min(self._backoff(attempt, failure, endpoint), max(0.0, self.retry_budget_s - spent_s))
-                    level = logging.WARNING if attempt == 0 else logging.INFO
-                    log.log(level, "retrying %s after %s (attempt %d, %.2fs)", endpoint.label, failure, attempt + 1, delay)
+                delay = self._retry_delay(failure, endpoint, attempt, spent_s, timeouts, max_retries)
+                if delay is None:
+                    where = f"{endpoint.label}: " if len(self._endpoints) > 1 else ""
+                    tries = "" if not failure.retryable else f" (gave up after {attempt + 1} attempts" + (
+                        ")" if failure.cause == "timeout" else f" in {spent_s:.0f}s)")
+                    current_call().given_up = failure.cause
+                    raise self._error(f"{where}{failure}{tries}", failure.cause) from None
+                endpoint.retries += 1
+                current_call().retry(failure.cause)
+                if failure.cause == "timeout":
+                    timeout_s = self._longer_timeout(timeout_s)
             else:
                 endpoint.succeeded()
                 return data
@@ -249,10 +258,22 @@ class HTTPClient(BaseClient):
             latency_s=time.perf_counter() - started, finish_reasons=finishes, reasoning=reasoning, structured=structured,
         )
 
+    def context_limit(self) -> int | None:
+        """The smallest context its servers announced for this model (None: none said)."""
+        limits = [e.context_limits[self.model] for e in self._endpoints if self.model in e.context_limits]
+        return min(limits) if limits else None
+
+    def _fitted(self, request: ChatRequest) -> ChatRequest:
+        """The request with its prompt cut to fit the servers' context (`context_fit`)."""
+        from mascot.llm.context_fit import fitted_request
+
+        return fitted_request(request, self.context_limit(), f"{self._label} ({self.model})")
+
     async def _one_call(self, request: ChatRequest, n: int, seed: int | None) -> ChatResponse:
         started = time.perf_counter()
+        request = self._fitted(request)
         body = self._body(request, n, seed)
-        completion = await self._send(json.dumps(body).encode(), role_header=role_headers(request))
+        completion = await self._send(json.dumps(body).encode(), role_header=role_headers(request), affinity=request.affinity)
         return self._response(request, completion, started, "response_format" in body)
 
     async def chat(self, request: ChatRequest) -> ChatResponse:
@@ -289,10 +310,11 @@ class HTTPClient(BaseClient):
         first token's alternatives (vLLM: choices[0].logprobs.content[0].top_logprobs, a list of
         {token, logprob}). LogprobsUnavailable when the server sends none."""
         started = time.perf_counter()
-        body = self._body(dataclasses.replace(request, max_tokens=1, temperature=0.0, n=1, stop=None, json_schema=None), 1)
+        request = self._fitted(dataclasses.replace(request, max_tokens=1, temperature=0.0, n=1, stop=None, json_schema=None))
+        body = self._body(request, 1)
         body.update(logprobs=True, top_logprobs=TOP_LOGPROBS)
         try:
-            completion = await self._send(json.dumps(body).encode())
+            completion = await self._send(json.dumps(body).encode(), role_header=role_headers(request), affinity=request.affinity)
         except LLMError as exc:
             if exc.cause not in ("http-400", "http-422"):
                 raise
@@ -311,9 +333,10 @@ class HTTPClient(BaseClient):
         halfway cannot be resumed)."""
         from mascot.llm.streaming import open_stream, read_stream
 
+        request = self._fitted(request)
         body = self._body(request, 1, request.seed)
         body["stream"] = True
-        endpoint, response = await open_stream(self, json.dumps(body).encode(), role_headers(request))
+        endpoint, response = await open_stream(self, json.dumps(body).encode(), role_headers(request), request.affinity)
         cutter = StopCutter(self._unsent_stops(request))
         try:
             async for piece in read_stream(response):
@@ -333,53 +356,6 @@ class HTTPClient(BaseClient):
             response.release()
             endpoint.semaphore.release()
             endpoint.outstanding -= 1
-
-    # ------------------------------------------------------------------ preflight
-
-    async def list_models(self, max_retries: int | None = None, endpoint: EndpointState | None = None) -> list[str]:
-        if endpoint is not None:  # one server, asked twice at most: preflight needs a quick answer
-            try:
-                data = await self._attempt(endpoint, b"", self.timeout_s, "/models")
-            except RequestFailure as failure:
-                if not failure.retryable:
-                    raise self._error(f"{endpoint.label}: {failure}", failure.cause) from None
-                await asyncio.sleep(0.5)
-                try:
-                    data = await self._attempt(endpoint, b"", self.timeout_s, "/models")
-                except RequestFailure as again:
-                    raise self._error(f"{endpoint.label}: {again}", again.cause) from None
-        else:
-            data = await self._send(b"", path="/models", max_retries=max_retries)
-        return [m.get("id", "") for m in data.get("data") or [] if isinstance(m, dict)]
-
-    async def probe_structured_outputs(self) -> bool:
-        """Asks each server once whether it honours `response_format` json_schema for this model
-        (the answer is cached per server and model); structured requests are sent only when all do."""
-        results = []
-        for endpoint in self._endpoints:
-            if self.model not in endpoint.structured_outputs:
-                endpoint.structured_outputs[self.model] = await self._probe(endpoint)
-            results.append(endpoint.structured_outputs[self.model])
-        self.structured_outputs = all(results)
-        return self.structured_outputs
-
-    async def _probe(self, endpoint: EndpointState) -> bool:
-        body = {
-            "model": self.model, "max_tokens": 32, "temperature": 0.0,
-            "messages": [{"role": "user", "content": 'Reply with the JSON object {"answer": "yes"}.'}],
-            "response_format": {"type": "json_schema", "json_schema": {"name": "probe", "schema": PROBE_SCHEMA}},
-            **self.extra_body,
-        }
-        if self.template_kwargs:
-            body["chat_template_kwargs"] = {**(self.extra_body.get("chat_template_kwargs") or {}), "enable_thinking": False}
-        try:
-            completion = await self._attempt(endpoint, json.dumps(body).encode(), self.timeout_s)
-            content = ((completion.get("choices") or [{}])[0].get("message") or {}).get("content") or ""
-            reply = json.loads(split_reasoning(content)[0])
-        except (RequestFailure, ValueError, IndexError, AttributeError) as exc:
-            log.info("%s: no structured outputs for %s (%s)", endpoint.label, self.model, exc)
-            return False
-        return isinstance(reply, dict) and reply.get("answer") == "yes"
 
     async def aclose(self) -> None:
         if self._session is not None and not self._session.closed and self._session_loop is asyncio.get_running_loop():

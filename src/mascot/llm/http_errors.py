@@ -63,9 +63,13 @@ def _retry_after_s(headers) -> float | None:
 
 
 def status_failure(status: int, raw: bytes, headers) -> RequestFailure:
+    from mascot.llm.context_fit import is_context_refusal
+
+    reason = server_reason(raw)
+    if is_context_refusal(status, reason):  # counted apart: the prompt, not the server, is at fault
+        return RequestFailure("context-length", f"HTTP {status}: the prompt does not fit the model's context: {reason}", retryable=False)
     retryable = status in RETRYABLE_STATUS or status >= 500
-    return RequestFailure(f"http-{status}", f"HTTP {status}: {server_reason(raw)}", retryable=retryable,
-                          retry_after=_retry_after_s(headers))
+    return RequestFailure(f"http-{status}", f"HTTP {status}: {reason}", retryable=retryable, retry_after=_retry_after_s(headers))
 
 
 def connection_failure(exc: BaseException) -> RequestFailure:

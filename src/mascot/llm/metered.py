@@ -10,7 +10,10 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from pathlib import Path
 
-from mascot.llm.base import AnswerDistribution, BaseClient, ChatClient, ChatRequest, ChatResponse, LogprobsUnavailable, failure_cause, redact_url
+from mascot.llm.base import (
+    CURRENT_AFFINITY, CURRENT_CALL, AnswerDistribution, BaseClient, CallLog, ChatClient, ChatRequest, ChatResponse, LogprobsUnavailable,
+    failure_cause, redact_url,
+)
 from mascot.schema import RoleUsage, utc_now
 
 log = logging.getLogger("mascot.llm")
@@ -35,6 +38,12 @@ class FailureNotes:
         return ", ".join(f"{cause} x{count}" for cause, count in sorted(self.counts.items()))
 
 
+class _Cancelled(Exception):
+    """A call stopped from outside (its task cancelled): counted under cause "cancelled"."""
+
+    cause = "cancelled"
+
+
 class UsageMeter:
     """Token and request counts per role; read by progress bars and run summaries."""
 
@@ -44,23 +53,36 @@ class UsageMeter:
         # Called with (role, this call's usage) after each call: the run store logs it to disk.
         self.on_record: Callable[[str, RoleUsage], None] | None = None
 
+    def started(self, role: str) -> None:
+        """Counts a request when it is sent, so that one still in flight when a run stops (or one
+        cancelled) is counted like the callers' own counts of calls made."""
+        self.by_role.setdefault(role, RoleUsage()).requests += 1
+
     def record(self, role: str, response: ChatResponse | None, request: ChatRequest | None = None,
-               error: BaseException | None = None) -> None:
-        call = RoleUsage(requests=1)
+               error: BaseException | None = None, call: CallLog | None = None, counted: bool = False) -> None:
+        """One finished call: tokens, or its failure by cause, and its attempts (`counted`: the
+        request was already counted by `started`)."""
+        usage = RoleUsage(requests=1)
+        if call is not None:
+            usage.attempts, usage.retries, usage.retries_by_cause = call.attempts, sum(call.retried.values()), dict(call.retried)
+            usage.prompts_fitted, usage.prompt_tokens_cut = call.fitted, call.tokens_cut
         if request is not None and request.json_schema is not None and response is not None:
             if response.structured:
-                call.structured = 1
+                usage.structured = 1
             else:
-                call.unstructured = 1
+                usage.unstructured = 1
         if response is None:
             cause = failure_cause(error) if error is not None else "error"
-            call.failures, call.failures_by_cause = 1, {cause: 1}
+            usage.failures, usage.failures_by_cause = 1, {cause: 1}
             self.notes.note(cause, f"{role} request failed [{cause}]: {error}")
         else:
-            call.prompt_tokens, call.completion_tokens = response.prompt_tokens, response.completion_tokens
-        self.by_role.setdefault(role, RoleUsage()).add(call)
+            usage.prompt_tokens, usage.completion_tokens = response.prompt_tokens, response.completion_tokens
+        total = self.by_role.setdefault(role, RoleUsage())
+        total.add(usage)
+        if counted:
+            total.requests -= 1
         if self.on_record is not None:
-            self.on_record(role, call)
+            self.on_record(role, usage)
 
     @property
     def total_tokens(self) -> int:
@@ -113,19 +135,36 @@ class MeteredClient(BaseClient):
         from dataclasses import replace
 
         thinking = self.thinking if request.thinking is None else request.thinking
-        return replace(request, role=self.role_tag, thinking=thinking)
+        return replace(request, role=self.role_tag, thinking=thinking, affinity=request.affinity or CURRENT_AFFINITY.get())
 
-    async def chat(self, request: ChatRequest) -> ChatResponse:
+    async def _metered(self, request: ChatRequest, call_inner) -> ChatResponse:
+        """Runs one call of the inner client with its own call log; every way out is recorded
+        (a cancelled call as cause "cancelled")."""
         started = time.perf_counter()
+        call = CallLog()
+        token = CURRENT_CALL.set(call)
+        self.meter.started(self.role)
         try:
-            response = await self.inner.chat(self._stamp(request))
-        except Exception as exc:
-            self.meter.record(self.role, None, request, exc)
+            response = await call_inner(self._stamp(request))
+        except LogprobsUnavailable as exc:  # a missing capability: the caller falls back and counts it
+            # a failure only where a server refused the request (its endpoint counts a failure too)
+            refused = call.given_up is not None
+            self.meter.record(self.role, None if refused else ChatResponse(texts=[], model=self.model), None, exc if refused else None,
+                              call=call, counted=True)
+            raise exc
+        except BaseException as exc:
+            error = exc if isinstance(exc, Exception) else _Cancelled(type(exc).__name__)
+            self.meter.record(self.role, None, request, error, call=call, counted=True)
             self._trace(started, None, error=type(exc).__name__)
             raise
-        self.meter.record(self.role, response, request)
+        finally:
+            CURRENT_CALL.reset(token)
+        self.meter.record(self.role, response, request, call=call, counted=True)
         self._trace(started, response)
         return response
+
+    async def chat(self, request: ChatRequest) -> ChatResponse:
+        return await self._metered(request, self.inner.chat)
 
     @property
     def answer_logprobs(self) -> bool | None:
@@ -133,40 +172,45 @@ class MeteredClient(BaseClient):
 
     async def answer_distribution(self, request: ChatRequest, choices: tuple[str, ...]) -> AnswerDistribution:
         """Metered like a chat call of one completion token."""
-        started = time.perf_counter()
-        try:
-            answer = await self.inner.answer_distribution(self._stamp(request), choices)
-        except LogprobsUnavailable:
-            raise  # a missing capability, not a failed call: the caller falls back and counts it
-        except Exception as exc:
-            self.meter.record(self.role, None, request, exc)
-            self._trace(started, None, error=type(exc).__name__)
-            raise
-        response = ChatResponse(texts=[], model=answer.model, prompt_tokens=answer.prompt_tokens, completion_tokens=1)
-        self.meter.record(self.role, response, request)
-        self._trace(started, response)
-        return answer
+        answers: list[AnswerDistribution] = []
+
+        async def ask(stamped: ChatRequest) -> ChatResponse:
+            answers.append(await self.inner.answer_distribution(stamped, choices))
+            return ChatResponse(texts=[], model=answers[0].model, prompt_tokens=answers[0].prompt_tokens, completion_tokens=1)
+
+        await self._metered(request, ask)
+        return answers[0]
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[str]:
         started = time.perf_counter()
         pieces: list[str] = []
         failed = False
+        call = CallLog()
+        # set, not reset, on the way out: a generator resumes in whichever context reads it
+        previous = CURRENT_CALL.get()
+        CURRENT_CALL.set(call)
+        self.meter.started(self.role)
         try:
             # closed explicitly: a reader that stops early must stop the generation behind it now
             async with aclosing(self.inner.stream(self._stamp(request))) as stream:
                 async for piece in stream:
                     pieces.append(piece)
                     yield piece
-        except Exception as exc:
+        except BaseException as exc:
             failed = True
-            self.meter.record(self.role, None, request, exc)
-            self._trace(started, None, error=type(exc).__name__)
+            error = exc if isinstance(exc, Exception) else _Cancelled(type(exc).__name__)
+            if not isinstance(exc, GeneratorExit):
+                self.meter.record(self.role, None, request, error, call=call, counted=True)
+                self._trace(started, None, error=type(exc).__name__)
+            else:
+                failed = False  # the reader closed the stream early: what it read is the reply
             raise
         finally:
+            CURRENT_CALL.set(previous)
             if not failed:  # also a stream its reader stopped early (chat stops at a reply's end)
                 # completion tokens: streamed pieces (servers send about one token per piece)
                 response = ChatResponse(texts=["".join(pieces)], model=self.model, completion_tokens=len(pieces))
-                self.meter.record(self.role, response)
+                self.meter.record(self.role, response, call=call, counted=True)
                 self._trace(started, response)
 
     def _trace(self, started: float, response: ChatResponse | None, error: str | None = None) -> None:

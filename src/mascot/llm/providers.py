@@ -201,31 +201,39 @@ class Backends:
         """Asks each HTTP server once for its models, so that a wrong URL is one clear error before
         any work starts rather than a retry storm per item (a role with several servers goes on
         without those that do not answer, which are taken out and tried again later); refuses a
-        model id that a server lists models without (every request for it would be refused);
-        probes structured-output support."""
-        remote: dict[int, tuple[str, RoleEndpoint, ChatClient]] = {}
+        model id that a server lists models without (every request for it would be refused); keeps
+        each served model's context (`max_model_len`, to fit prompts to) and, for a role on a served
+        LoRA alias, the true base model and adapter behind it (what run_config.json and the records
+        say); then probes structured-output support."""
+        listings: dict[int, list[dict]] = {}
+        remote: list[tuple[RoleEndpoint, ChatClient]] = []
         for role, ep in self.endpoints.items():
             client = self.clients[role].inner
-            if ep.url is not None and id(client) not in remote and hasattr(client, "endpoints"):
-                remote[id(client)] = (role, ep, client)
-        for role, _ep, client in remote.values():  # every model checked before any model is asked
-            await self._check_servers(role, client)
-        for role, ep, client in remote.values():
+            if ep.url is None or not hasattr(client, "endpoints"):
+                continue
+            if id(client) not in listings:  # every model checked before any model is asked
+                listings[id(client)] = await self._check_servers(role, client)
+                remote.append((ep, client))
+            _resolve_alias(ep, listings[id(client)])
+        for ep, client in remote:
             if probe_structured and hasattr(client, "probe_structured_outputs"):
                 supported = await client.probe_structured_outputs()
                 log.info("%s: structured outputs %s for %s", redact_url(ep.url), "supported" if supported else "not supported", client.model)
 
-    async def _check_servers(self, role: str, client) -> None:
-        answering = 0
+    async def _check_servers(self, role: str, client) -> list[dict]:
+        """The first answering server's /models entries; every server's contexts noted."""
+        answering: list[list[dict]] = []
         problems = []
         for state in client.endpoints:
             try:
-                served = await client.list_models(endpoint=state)
+                entries = await client.list_model_entries(endpoint=state)
             except Exception as exc:  # noqa: BLE001 - reported below, one line per server
                 problems.append(str(exc))  # names the server
                 state.take_out("no answer at preflight")
                 continue
-            answering += 1
+            answering.append(entries)
+            state.context_limits.update(_context_limits(entries))
+            served = [m.get("id", "") for m in entries]
             if served and client.model not in served:
                 shown = ", ".join(served[:6]) + (f" and {len(served) - 6} more" if len(served) > 6 else "")
                 raise MascotError(f"the {role} endpoint {state.label} does not serve {client.model!r} (it serves {shown}): pass one of those names")
@@ -233,12 +241,29 @@ class Backends:
             raise LLMError(f"cannot reach the {role} endpoint: {'; '.join(problems)}", cause="connection")
         for problem in problems:
             log.warning("%s server not answering, going on without it for now: %s", role, problem)
+        return answering[0]
 
     async def aclose(self) -> None:
         for client in self._owned:
             await client.aclose()
         if self.tracer:
             self.tracer.close()
+
+
+def _context_limits(entries: list[dict]) -> dict[str, int]:
+    """Served model id -> the context its server announces (vLLM's `max_model_len`)."""
+    return {str(m["id"]): int(m["max_model_len"]) for m in entries
+            if m.get("id") and isinstance(m.get("max_model_len"), int) and m["max_model_len"] > 0}
+
+
+def _resolve_alias(ep: RoleEndpoint, entries: list[dict]) -> None:
+    """A role on a served LoRA alias (no adapter named) records the base model and adapter folder
+    the server lists behind it, rather than the alias as its base."""
+    from mascot.serve import served_identity
+
+    found = served_identity([m for m in entries if "id" in m], ep.model) if not ep.adapter else None
+    if found and found[1]:
+        ep.base_model, ep.adapter = found
 
 
 def _sharing_key(ep: RoleEndpoint) -> tuple:

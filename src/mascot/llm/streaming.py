@@ -6,6 +6,7 @@ import json
 import logging
 from collections.abc import AsyncIterator
 
+from mascot.llm.base import current_call
 from mascot.llm.endpoints import EndpointState, pick, request_url
 from mascot.llm.http_errors import RequestFailure, connection_failure, status_failure
 
@@ -20,6 +21,7 @@ async def _open_once(client, endpoint: EndpointState, payload: bytes, headers: d
     await endpoint.semaphore.acquire()
     try:
         endpoint.requests += 1
+        current_call().attempts += 1
         session = client._get_session()
         # No total timeout: a long reply streams for as long as it takes; a silent server is caught
         # by the read timeout between pieces.
@@ -30,6 +32,7 @@ async def _open_once(client, endpoint: EndpointState, payload: bytes, headers: d
             raise RequestFailure("timeout", f"no reply within {client.timeout_s:.0f}s", retryable=True) from None
         except aiohttp.ClientConnectionError as exc:
             raise connection_failure(exc) from None
+        endpoint.progressed()
         if response.status >= 400:
             raw = await response.read()
             response.release()
@@ -41,11 +44,11 @@ async def _open_once(client, endpoint: EndpointState, payload: bytes, headers: d
         raise
 
 
-async def open_stream(client, payload: bytes, headers: dict | None = None):
+async def open_stream(client, payload: bytes, headers: dict | None = None, affinity: str | None = None):
     """(endpoint, response) of an opened stream; retried like a chat request."""
     attempt = 0
     while True:
-        endpoint = pick(client.endpoints, client._turn)
+        endpoint = pick(client.endpoints, client._turn, affinity)
         client._turn += 1
         try:
             response = await _open_once(client, endpoint, payload, headers)
@@ -55,6 +58,8 @@ async def open_stream(client, payload: bytes, headers: dict | None = None):
                 tries = f" (gave up after {attempt + 1} attempts)" if failure.retryable else ""
                 raise client._error(f"{failure}{tries}", failure.cause) from None
             delay = client._backoff(attempt, failure, endpoint)
+            endpoint.retries += 1
+            current_call().retry(failure.cause)
             log.warning("retrying %s after %s (attempt %d, %.2fs)", endpoint.label, failure, attempt + 1, delay)
         else:
             endpoint.succeeded()

@@ -35,7 +35,7 @@ from mascot.errors import MascotError
 from mascot.judge.episodes import opening_lines, render_context
 from mascot.judge.prompt import JudgeItem
 from mascot.judge.rubric_judge import RubricJudge
-from mascot.llm.base import ChatClient, ChatRequest, LLMError, Message
+from mascot.llm.base import ChatClient, ChatRequest, LLMError, Message, route_together
 from mascot.prefs.candidates import apply_judgment, compact_candidates, judging_summary, judgment_failed, latest_candidates, rejudged, unjudged_failures
 from mascot.prefs.pairs import PairStats, preference_index_pairs
 from mascot.rubrics import domain_of, rubric_for
@@ -234,6 +234,7 @@ class IndividualRun:
 
     async def run_query(self, context: Context, persona: Persona) -> None:
         query = query_id(context, persona)
+        route_together(query)  # the query's candidates and criteria on one server: its prefix cache holds their beginning
         existing = self.written.setdefault(query, {})
         missing = [k for k in range(self.settings.num_candidates) if k not in existing]
         prompt = speaker_messages(persona, self.roster, context, [], None, think=self.settings.speaker_think)

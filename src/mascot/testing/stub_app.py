@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mascot.llm.base import ROLE_HEADER
+from mascot.testing.stub_engine import PrefixCache, context_refusal, prefill_seconds, prompt_pieces
 from mascot.testing.stub_shapes import (
     REASONS, Responder, completion, count_words, echo_responder, error_body, refusal, shape,
 )
 
-Action = int | str  # an HTTP status, "ok", "hang" or "drop"
+Action = int | str  # an HTTP status, "ok", "hang", "drop" or "die"
 DEFAULT_ROLE = "default"
 
 
@@ -33,6 +34,8 @@ class StubStats:
     bodies: list[dict] = field(default_factory=list)  # chat request bodies, in arrival order
     authorizations: list[str] = field(default_factory=list)
     roles: list[str] = field(default_factory=list)  # the role tag of each chat request answered
+    deaths: int = 0  # times the server died ("die") and came back
+    prompt_tokens_computed: int = 0  # prompt tokens not found in the prefix cache
 
     def as_dict(self) -> dict:
         return {
@@ -41,6 +44,8 @@ class StubStats:
             "in_flight": self.in_flight,
             "max_in_flight": self.max_in_flight,
             "statuses": {str(k): v for k, v in self.statuses.items()},
+            "deaths": self.deaths,
+            "prompt_tokens_computed": self.prompt_tokens_computed,
         }
 
 
@@ -50,30 +55,16 @@ class _Drop(Exception):
 
 class StubServer:
     def __init__(
-        self,
-        *,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        latency_s: float = 0.05,
-        responder: Responder | None = None,
-        model: str | None = None,
-        fail_first: int = 0,
-        fail_status: int = 500,
-        schedule: Sequence[Action] | None = None,
-        max_choices: int | None = None,
-        hang_s: float = 300.0,
-        chunk_delay_s: float = 0.0,
-        keep_bodies: bool = True,
-        vllm_limits: bool = False,
-        reject: tuple[int, str] | None = None,
-        reasoning: str | None = None,
-        structured_outputs: str = "honour",
-        max_concurrency: int | None = None,
-        gather: int | None = None,
-        served_models: Sequence[str] | None = None,
-        outage_after: int | None = None,
-        json_whitespace: int = 0,  # answer like a small real model on vLLM: see stub_server
-        token_limit: bool = False,
+        self, *,
+        host: str = "127.0.0.1", port: int = 0, latency_s: float = 0.05, responder: Responder | None = None,
+        model: str | None = None, fail_first: int = 0, fail_status: int = 500,
+        schedule: Sequence[Action] | None = None, max_choices: int | None = None, hang_s: float = 300.0,
+        chunk_delay_s: float = 0.0, keep_bodies: bool = True, vllm_limits: bool = False,
+        reject: tuple[int, str] | None = None, reasoning: str | None = None, structured_outputs: str = "honour",
+        max_concurrency: int | None = None, gather: int | None = None, max_model_len: int | None = None,
+        prefill_s_per_token: float | None = None, prefix_cache_blocks: int = 4096, down_s: float = 1.0,
+        lora_modules: dict[str, str] | None = None, served_models: Sequence[str] | None = None,
+        outage_after: int | None = None, json_whitespace: int = 0, token_limit: bool = False,
     ) -> None:
         self.host, self.port = host, port
         self.latency_s = latency_s
@@ -98,6 +89,13 @@ class StubServer:
         # server rather than time it (after `hang_s` without it they go on).
         self.gather = gather
         self._gathered = asyncio.Event()
+        # `stub_engine`'s models: the context announced in /v1/models (longer prompts are a 400),
+        # time per prompt token missing from the prefix cache, how long a "die" lasts
+        self.max_model_len, self.prefill_s_per_token, self.down_s = max_model_len, prefill_s_per_token, down_s
+        self.prefix_cache = PrefixCache(prefix_cache_blocks)
+        self._working: dict[int, float] = {}  # requests in a slot -> when their work began
+        self._work_s = 0.0  # seconds of work finished (what /metrics counts as tokens processed)
+        self.lora_modules = dict(lora_modules or {})  # alias -> adapter folder, listed like vLLM's --lora-modules
         self.stats = self._set_models_and_outage(model, served_models, outage_after)
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task] = set()
@@ -150,6 +148,8 @@ class StubServer:
                     break
         except (_Drop, ConnectionError, ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             pass
+        except asyncio.CancelledError:
+            pass  # the server stopped or died: the connection just closes (asyncio would log a cancelled handler)
         finally:
             self._connections.discard(task)
             writer.close()
@@ -178,11 +178,44 @@ class StubServer:
         await writer.drain()
         self.stats.statuses[status] += 1
 
+    def _model_entries(self) -> list[dict]:
+        """/v1/models as vLLM lists it: the base (root: its weights) and each LoRA module (parent:
+        the base's id, root: the adapter folder), each with the context it takes. The base entries
+        are what `_set_models_and_outage` lists (none when no model was named, LoRA modules aside)."""
+        base = self._listed[0] if self._listed else self.model
+        entries = [{"id": m, "object": "model", "owned_by": "stub", "root": m, "parent": None} for m in self._listed]
+        entries += [{"id": alias, "object": "model", "owned_by": "stub", "root": path, "parent": base}
+                    for alias, path in self.lora_modules.items()]
+        if self.max_model_len:
+            for entry in entries:
+                entry["max_model_len"] = self.max_model_len
+        return entries
+
+    async def _send_text(self, writer: asyncio.StreamWriter, text: str) -> None:
+        body = text.encode()
+        writer.write(f"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+        await writer.drain()
+
+    async def _die(self) -> None:
+        """What a killed and restarted server does: every connection closed at once (requests in
+        flight get no answer), connections refused for `down_s`, then the same port again."""
+        self.stats.deaths += 1
+        if self._server is not None:
+            self._server.close()
+        current = asyncio.current_task()
+        for task in list(self._connections):
+            if task is not current:
+                task.cancel()
+        await asyncio.sleep(self.down_s)
+        self._server = await asyncio.start_server(self._serve_connection, self.host, self.port, backlog=2048, limit=1 << 24)
+
     async def _dispatch(self, method: str, path: str, headers: dict, body: bytes, writer: asyncio.StreamWriter) -> bool:
         if self.down:
             raise _Drop
         if method == "GET" and path.rstrip("/") in ("/v1/models", "/models"):
-            await self._send(writer, 200, {"object": "list", "data": [{"id": m, "object": "model", "owned_by": "stub"} for m in self._listed]})
+            await self._send(writer, 200, {"object": "list", "data": self._model_entries()})
+        elif method == "GET" and path.rstrip("/") == "/metrics":
+            await self._send_text(writer, self.prefix_cache.prometheus(self.model) + self._work_metrics())
         elif method == "GET" and path.rstrip("/") == "/stats":
             await self._send(writer, 200, self.stats.as_dict())
         elif method == "POST" and path.rstrip("/") in ("/v1/chat/completions", "/chat/completions"):
@@ -225,13 +258,15 @@ class StubServer:
                 self.stats.bodies.append(request)
                 self.stats.authorizations.append(headers.get("authorization", ""))
             action = self._next_action()
+            if action == "die":
+                asyncio.ensure_future(self._die())
+                raise _Drop
             if self.gather:
                 await self._wait_gathered()
-            if self._slots is not None:
-                async with self._slots:
-                    await asyncio.sleep(self.latency_s)
-            else:
-                await asyncio.sleep(self.latency_s)
+            if too_long := context_refusal(request.get("messages") or [], self.max_model_len):
+                await self._send(writer, 400, error_body(400, too_long))
+                return
+            await self._work(request)
             if action == "hang":
                 await asyncio.sleep(self.hang_s)
                 action = "ok"
@@ -249,6 +284,7 @@ class StubServer:
             except Exception as exc:  # noqa: BLE001 - a broken responder is the caller's bug: say so
                 await self._send(writer, 500, {"error": {"message": f"responder failed: {exc!r}", "type": "stub_error"}})
                 return
+            self._cache_reply(request, texts[0])
             if request.get("stream"):
                 await self._stream(writer, request, self._shaped(request, texts[0])[0])
             else:
@@ -262,6 +298,40 @@ class StubServer:
         if self.served_models is None or request.get("model") in self.served_models:
             return None
         return 404, f"The model `{request.get('model')}` does not exist."
+
+    async def _work(self, request: dict) -> None:
+        """The request's time on the engine: its fixed latency, plus its uncached prompt tokens
+        when prefill is charged, in one of the server's slots when it has a batch limit."""
+        seconds = self.latency_s
+        if self.prefill_s_per_token is not None:
+            uncached = self.prefix_cache.lookup(prompt_pieces(request.get("messages") or []))
+            self.stats.prompt_tokens_computed += uncached
+            seconds += prefill_seconds(uncached, self.prefill_s_per_token)
+        if self._slots is not None:
+            async with self._slots:
+                await self._busy(seconds)
+        else:
+            await self._busy(seconds)
+
+    async def _busy(self, seconds: float) -> None:
+        key = id(asyncio.current_task())
+        self._working[key] = time.monotonic()
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            self._work_s += time.monotonic() - self._working.pop(key)
+
+    def _work_metrics(self) -> str:
+        """Tokens processed as vLLM's /metrics counts them, growing while requests are worked on
+        (20 a second of work), not while one hangs: what a client may read as a sign of work."""
+        now = time.monotonic()
+        tokens = int(20 * (self._work_s + sum(now - t for t in self._working.values())))
+        return f'# TYPE vllm:generation_tokens_total counter\nvllm:generation_tokens_total{{model_name="{self.model}"}} {tokens}\n'
+
+    def _cache_reply(self, request: dict, text: str) -> None:
+        if self.prefill_s_per_token is not None:
+            messages = [*(request.get("messages") or []), {"role": "assistant", "content": text}]
+            self.prefix_cache.remember(prompt_pieces(messages))
 
     async def _wait_gathered(self) -> None:
         try:

@@ -11,12 +11,13 @@ is the body with the request's role tag (the `X-Mascot-Role` header the HTTP cli
 "default") as `request["role"]`, so that role players answer by role
 (`mascot.testing.players:stub_responder`). The default echoes the last message briefly. Failures are scripted per chat request: `fail_first=K`
 answers the first K with `fail_status`, or `schedule` lists one action per request (an HTTP status,
-"ok", "hang" to trigger client timeouts, "drop" to close the connection without answering);
+"ok", "hang" to trigger client timeouts, "drop" to close the connection without answering, "die"
+to close every connection and refuse new ones for `down_s`, like a killed server that restarts);
 `reject=(status, message)` answers every chat request with that error. `outage_after=N` answers N
-chat requests and then dies as a killed server does (it stops listening and drops every connection).
-`served_models=[...]` makes it list exactly those models and answer a request for any other with
-vLLM's 404 ("The model `x` does not exist."); otherwise it answers any name and lists `model` when
-one is given (none by default).
+chat requests and then dies for good, as a killed server does (it stops listening and drops every
+connection). `served_models=[...]` makes it list exactly those models and answer a request for any
+other with vLLM's 404 ("The model `x` does not exist."); otherwise it answers any name and lists
+`model` when one is given (none by default).
 `gather=N` holds chat requests until N are in flight at once, so that a test can show a client's
 concurrency (or its bound) by counting at the server instead of relying on latency.
 
@@ -32,6 +33,12 @@ characters between the tokens of structured replies unless the schema asks for c
 `max_tokens` (counting words, punctuation marks and whitespace characters) with finish reason
 "length". `mascot.testing.players:prose_user_responder` is a simulated user that ignores the
 emotion format.
+
+Like vLLM it can announce a context limit (`max_model_len`: listed in /v1/models, longer prompts
+refused with vLLM's 400), queue requests past a batch limit (`max_concurrency`: they wait for a
+slot before any byte is sent) and model a prefix cache (`prefill_s_per_token`: each request pays
+for the prompt tokens no earlier request computed; /metrics reports vLLM's prefix-cache counters);
+`stub_engine` holds those models.
 
 The server itself is `stub_app.StubServer`; this module runs it. From Python, `start_stub_server(...)` runs it on a background thread and returns a handle with its
 `url`, `stats` and `stop()`; `start_stub_server_process(...)` runs it in its own process so that a
@@ -142,6 +149,7 @@ class StubServerProcess:
 def start_stub_server_process(
     *, port: int = 0, latency_ms: float = 50.0, responder: str | None = None, model: str | None = None,
     fail_first: int = 0, fail_status: int = 500, vllm_limits: bool = False, max_in_flight: int | None = None, outage_after: int | None = None,
+    max_model_len: int | None = None, prefill_ms_per_token: float | None = None, prefix_cache_blocks: int = 4096,
 ) -> StubServerProcess:
     """Runs `python -m mascot.testing.stub_server` and waits for the URL it prints."""
     cmd = [sys.executable, "-m", "mascot.testing.stub_server", "--port", str(port), "--latency-ms", str(latency_ms),
@@ -156,6 +164,10 @@ def start_stub_server_process(
         cmd += ["--max-in-flight", str(max_in_flight)]
     if outage_after is not None:
         cmd += ["--outage-after", str(outage_after)]
+    if max_model_len:
+        cmd += ["--max-model-len", str(max_model_len)]
+    if prefill_ms_per_token is not None:
+        cmd += ["--prefill-ms-per-token", str(prefill_ms_per_token), "--prefix-cache-blocks", str(prefix_cache_blocks)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline() if proc.stdout else ""
     if not line.startswith("http"):
@@ -181,6 +193,9 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-in-flight", type=int, default=None, help="work on at most this many requests at once (a server's batch limit)")
     parser.add_argument("--served-model", action="append", help="list only these models and refuse others with a 404 (repeatable)")
     parser.add_argument("--outage-after", type=int, default=None, help="answer this many chat requests, then go down")
+    parser.add_argument("--max-model-len", type=int, default=None, help="announce this context in /v1/models and refuse longer prompts (400)")
+    parser.add_argument("--prefill-ms-per-token", type=float, default=None, help="model a prefix cache: charge this per uncached prompt token")
+    parser.add_argument("--prefix-cache-blocks", type=int, default=4096, help="blocks of 16 tokens the prefix cache holds")
     return parser.parse_args(argv)
 
 
@@ -211,6 +226,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         max_concurrency=args.max_in_flight,
         served_models=args.served_model,
         outage_after=args.outage_after,
+        max_model_len=args.max_model_len,
+        prefill_s_per_token=None if args.prefill_ms_per_token is None else args.prefill_ms_per_token / 1000.0,
+        prefix_cache_blocks=args.prefix_cache_blocks,
     )
     try:
         asyncio.run(_serve_forever(server))
