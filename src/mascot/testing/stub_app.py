@@ -276,23 +276,27 @@ class StubServer:
                 extra = {"Retry-After": "0"} if action == 429 else None
                 await self._send(writer, int(action), {"error": {"message": f"scripted failure {action}", "type": "stub_error"}}, extra)
                 return
-            if refused := self._unknown_model(request) or refusal(request, reject=self.reject, vllm_limits=self.vllm_limits, structured_outputs=self.structured_outputs):
-                await self._send(writer, refused[0], error_body(*refused))
-                return
-            try:
-                texts = await self._replies(request, headers.get(ROLE_HEADER.lower(), DEFAULT_ROLE))
-            except Exception as exc:  # noqa: BLE001 - a broken responder is the caller's bug: say so
-                await self._send(writer, 500, {"error": {"message": f"responder failed: {exc!r}", "type": "stub_error"}})
-                return
-            self._cache_reply(request, texts[0])
-            if request.get("stream"):
-                await self._stream(writer, request, self._shaped(request, texts[0])[0])
-            else:
-                reply = completion(request, texts, model=self.model, structured_outputs=self.structured_outputs, reasoning=self.reasoning,
-                                   json_whitespace=self.json_whitespace, token_limit=self.token_limit)
-                await self._send(writer, 200, reply)
+            await self._answer(request, headers, writer)
         finally:
             self.stats.in_flight -= 1
+
+    async def _answer(self, request: dict, headers: dict, writer: asyncio.StreamWriter) -> None:
+        """A request past the scripted actions: refused like vLLM would, or the responder's reply."""
+        if refused := self._unknown_model(request) or refusal(request, reject=self.reject, vllm_limits=self.vllm_limits, structured_outputs=self.structured_outputs):
+            await self._send(writer, refused[0], error_body(*refused))
+            return
+        try:
+            texts = await self._replies(request, headers.get(ROLE_HEADER.lower(), DEFAULT_ROLE))
+        except Exception as exc:  # noqa: BLE001 - a broken responder is the caller's bug: say so
+            await self._send(writer, 500, {"error": {"message": f"responder failed: {exc!r}", "type": "stub_error"}})
+            return
+        self._cache_reply(request, texts[0])
+        if request.get("stream"):
+            await self._stream(writer, request, self._shaped(request, texts[0])[0])
+        else:
+            reply = completion(request, texts, model=self.model, structured_outputs=self.structured_outputs, reasoning=self.reasoning,
+                               json_whitespace=self.json_whitespace, token_limit=self.token_limit)
+            await self._send(writer, 200, reply)
 
     def _unknown_model(self, request: dict) -> tuple[int, str] | None:
         if self.served_models is None or request.get("model") in self.served_models:
