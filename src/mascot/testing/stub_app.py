@@ -181,9 +181,11 @@ class StubServer:
     def _model_entries(self) -> list[dict]:
         """/v1/models as vLLM lists it: the base (root: its weights) and each LoRA module (parent:
         the base's id, root: the adapter folder), each with the context it takes. The base entries
-        are what `_set_models_and_outage` lists (none when no model was named, LoRA modules aside)."""
-        base = self._listed[0] if self._listed else self.model
-        entries = [{"id": m, "object": "model", "owned_by": "stub", "root": m, "parent": None} for m in self._listed]
+        are what `_set_models_and_outage` lists; a stub that models vLLM's engine (LoRA modules or a
+        context) lists its base model even when none was named, as vLLM always does."""
+        listed = self._listed or ([self.model] if self.lora_modules or self.max_model_len else [])
+        base = listed[0] if listed else self.model
+        entries = [{"id": m, "object": "model", "owned_by": "stub", "root": m, "parent": None} for m in listed]
         entries += [{"id": alias, "object": "model", "owned_by": "stub", "root": path, "parent": base}
                     for alias, path in self.lora_modules.items()]
         if self.max_model_len:
