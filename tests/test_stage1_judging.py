@@ -202,3 +202,21 @@ async def test_served_adapter_aliases_pass_preflight(stub):
     finally:
         await backends.aclose()
     assert server.stats.chat_requests == 0
+
+
+async def test_a_server_that_loads_models_on_demand_is_not_refused_for_an_unlisted_one(stub, caplog):
+    """`transformers serve` lists only the models it has cached or loaded and loads others when asked:
+    an unlisted name is one warning and the run goes on (vLLM, which serves exactly its list, refuses)."""
+    from mascot.llm.providers import build_backends
+    from mascot.llm.routing import EndpointOptions, resolve_roles
+
+    server = stub(model="HuggingFaceTB/SmolLM2-360M-Instruct")  # listed, owned by its hub owner, no context field
+    opts = EndpointOptions(vllm_server_url=server.url, model_name="/models/SmolLM2-135M-Instruct")
+    backends = build_backends(resolve_roles(opts, ("speaker",)), opts)
+    with caplog.at_level(logging.WARNING):
+        try:
+            await backends.preflight(probe_structured=False)
+        finally:
+            await backends.aclose()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "does not list /models/SmolLM2-135M-Instruct" in warnings[0] and "on demand" in warnings[0]

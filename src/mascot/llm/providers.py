@@ -236,7 +236,9 @@ class Backends:
             served = [m.get("id", "") for m in entries]
             if served and client.model not in served:
                 shown = ", ".join(served[:6]) + (f" and {len(served) - 6} more" if len(served) > 6 else "")
-                raise MascotError(f"the {role} endpoint {state.label} does not serve {client.model!r} (it serves {shown}): pass one of those names")
+                if serves_only_what_it_lists(entries):
+                    raise MascotError(f"the {role} endpoint {state.label} does not serve {client.model!r} (it serves {shown}): pass one of those names")
+                log.warning("%s does not list %s (it lists %s); going on: this server may load models on demand", state.label, client.model, shown)
         if not answering:
             raise LLMError(f"cannot reach the {role} endpoint: {'; '.join(problems)}", cause="connection")
         for problem in problems:
@@ -248,6 +250,13 @@ class Backends:
             await client.aclose()
         if self.tracer:
             self.tracer.close()
+
+
+def serves_only_what_it_lists(entries: list[dict]) -> bool:
+    """vLLM answers only the models it lists (its entries are owned by "vllm" and carry their
+    context); `transformers serve` lists the models it has cached or loaded and loads others on
+    demand, so a name missing from its list is no reason to refuse the run."""
+    return any(m.get("owned_by") == "vllm" or "max_model_len" in m for m in entries)
 
 
 def _context_limits(entries: list[dict]) -> dict[str, int]:

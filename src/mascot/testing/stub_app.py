@@ -185,8 +185,9 @@ class StubServer:
         context) lists its base model even when none was named, as vLLM always does."""
         listed = self._listed or ([self.model] if self.lora_modules or self.max_model_len else [])
         base = listed[0] if listed else self.model
-        entries = [{"id": m, "object": "model", "owned_by": "stub", "root": m, "parent": None} for m in listed]
-        entries += [{"id": alias, "object": "model", "owned_by": "stub", "root": path, "parent": base}
+        owner = "vllm" if self.served_models is not None else "stub"  # like vLLM: it serves exactly what it lists
+        entries = [{"id": m, "object": "model", "owned_by": owner, "root": m, "parent": None} for m in listed]
+        entries += [{"id": alias, "object": "model", "owned_by": owner, "root": path, "parent": base}
                     for alias, path in self.lora_modules.items()]
         if self.max_model_len:
             for entry in entries:
