@@ -27,7 +27,7 @@ _logged: set[str] = set()  # clients whose first cut was shown; later ones are c
 
 CHARS_PER_TOKEN = 3.0
 TEMPLATE_TOKENS_PER_MESSAGE = 8
-CUT_MARK = " [...] "  # the trainers' mark for a cut prompt
+CUT_MARK = " [...] "  # where the middle of a prompt was cut (training fits long pairs with it too)
 MIN_KEPT_CHARS = 64  # of a message that is cut: its two ends stay readable
 _CONTEXT_REASON = re.compile(r"maximum context length|max_model_len|context length|input tokens", re.IGNORECASE)
 

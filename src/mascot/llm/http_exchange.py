@@ -69,7 +69,7 @@ async def _exchange(session, endpoint: EndpointState, payload: bytes, timeout_s:
 
 
 async def _check_work(session, endpoint: EndpointState) -> None:
-    """Reads the server's token counters (once a second at most, one reader at a time) and counts
+    """Reads the server's token counters (every METRICS_EVERY_S at most, one reader at a time) and counts
     growth as progress. A server without them is judged by its replies alone."""
     if endpoint.work_tokens is False:
         return

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mascot.errors import MascotError
+from mascot.llm.context_fit import CUT_MARK  # one mark for a cut prompt, in training and at the server
 from mascot.schema import Episode, PreferencePair
 from mascot.store import read_jsonl
 
@@ -135,7 +136,6 @@ def tokenized_pair_rows(pairs: Sequence[PreferencePair], tokenizer, max_length: 
 
 
 FIT_SLACK_TOKENS = 8  # re-tokenising cut text can merge or split a few tokens at the seams
-CUT_MARK = " [...] "
 
 
 def shorten_prompt(tokenizer, prompt: list[dict[str, str]], completions: Sequence[list[dict[str, str]]], max_length: int) -> tuple[list[dict[str, str]], bool]:
