@@ -12,7 +12,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from mascot.cli import app
-from mascot.cli.chat import run_chat
+from mascot.commands.chat import run_chat
 from mascot.dialogue.agents import stop_strings
 from mascot.dialogue.reply_stream import clean_reply
 from mascot.data.meeting_file import read_meeting_file

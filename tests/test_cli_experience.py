@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from mascot import progress
 from mascot.cli import app
-from mascot.cli.generate import GenerateSettings
+from mascot.commands.generate import GenerateSettings
 from mascot.dialogue.engine import EngineSettings
 from mascot.dialogue.run import GroupGenerationConfig, generate_group
 from mascot.errors import MascotError
@@ -251,7 +251,7 @@ def test_a_poll_reads_the_count_each_refresh(monkeypatch, capsys):
 
 
 def test_the_nli_progress_gives_the_labels_of_the_plain_scorer(monkeypatch, capsys):
-    from mascot.cli.metrics_cmd import CountingNLI
+    from mascot.commands.metrics import CountingNLI
 
     class Scorer:
         batch_size = 2
@@ -332,7 +332,7 @@ def test_a_drained_generation_keeps_its_episodes_and_ends_interrupted(tmp_path, 
 
 def test_the_resume_hint_is_the_command_as_given_with_resume(monkeypatch):
     from mascot.cli.settings_cli import rerun_hint
-    from mascot.cli.judge_cmd import JudgeSettings
+    from mascot.commands.judge import JudgeSettings
 
     def context(*words: str):
         ctx = SimpleNamespace(info_name="python -m mascot", parent=None)

@@ -9,7 +9,7 @@ from typer.main import get_command
 from typer.testing import CliRunner
 
 from mascot.cli import app
-from mascot.cli.generate import GenerateSettings, group_config, individual_config
+from mascot.commands.generate import GenerateSettings, group_config, individual_config
 from mascot.dialogue.settings import EngineSettings
 from mascot.errors import MascotError
 from mascot.settings import cli_fields
@@ -34,10 +34,10 @@ def test_every_command_accepts_a_config_file():
 
 
 def test_every_setting_of_the_shared_groups_has_help():
-    from mascot.cli.judge_cmd import JudgeSettings
-    from mascot.cli.metrics_cmd import MetricsCommandSettings
-    from mascot.cli.prefs_cmd import PrefsGroupSettings
-    from mascot.cli.serve_cmd import ServeSettings
+    from mascot.commands.judge import JudgeSettings
+    from mascot.commands.metrics import MetricsCommandSettings
+    from mascot.commands.prefs import PrefsGroupSettings
+    from mascot.commands.serve import ServeSettings
 
     for cls in (GenerateSettings, JudgeSettings, PrefsGroupSettings, MetricsCommandSettings, ServeSettings):
         assert all(f.metadata.get("help") for f in cli_fields(cls)), cls.__name__

@@ -209,7 +209,7 @@ def prepare(argv: list[str], workdir: Path) -> list[str]:
 @pytest.fixture
 def workdir(tmp_path, monkeypatch):
     """A scratch project folder, and no network."""
-    import mascot.cli.dryrun as dryrun
+    import mascot.commands.dryrun as dryrun
     import mascot.llm.models as local
     import mascot.serve as serve
 
@@ -220,7 +220,7 @@ def workdir(tmp_path, monkeypatch):
     monkeypatch.setattr(local, "hub_online", lambda: True)  # a stand-in hub that knows every id
     monkeypatch.setattr(dryrun, "_check_on_hub", lambda model, label: "hub")
     monkeypatch.setattr(serve, "list_served_models", lambda url, **kw: [])  # endpoints answer, list nothing
-    import mascot.cli.serve_cmd as serve_cmd
+    import mascot.commands.serve as serve_cmd
 
     monkeypatch.setattr(serve_cmd, "check_python_module", lambda python, module: None)  # vLLM lives elsewhere
     return work

@@ -10,7 +10,7 @@ from test_docs_commands import artefact, fixture_episodes, fixture_pairs, write_
 from typer.testing import CliRunner
 
 from mascot.cli import app
-from mascot.cli.dryrun import DryRunError
+from mascot.commands.dryrun import DryRunError
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 

@@ -17,7 +17,7 @@ from mascot.pipeline.steps import Plan, render_flags
 @pytest.fixture
 def stand_in_hub(monkeypatch):
     """A stand-in hub that knows every id and endpoints that answer /models (as in the docs test)."""
-    import mascot.cli.dryrun as dryrun
+    import mascot.commands.dryrun as dryrun
     import mascot.llm.models as local
     import mascot.serve as serve
 

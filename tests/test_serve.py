@@ -298,7 +298,7 @@ def test_cpu_dtype_follows_the_bf16_instructions(tmp_path):
 
 
 def test_serve_cpu_says_which_dtype_and_why(tmp_path, monkeypatch):
-    from mascot.cli.serve_cmd import ServeSettings, dtype_line, serve_plan
+    from mascot.commands.serve import ServeSettings, dtype_line, serve_plan
 
     monkeypatch.setattr("mascot.serve.cpu_dtype", lambda: ("float32", "this CPU has no avx512_bf16 or amx_bf16"))
     chosen = ServeSettings(model="m", cpu=True)

@@ -49,7 +49,7 @@ def test_generation_footer_prints_the_path_whole_and_counters_by_name(tmp_path, 
 
 
 def test_demo_prints_records_path_unwrapped_and_its_elapsed_time(tmp_path, monkeypatch):
-    import mascot.cli.demo as demo
+    import mascot.commands.demo as demo
 
     original = demo.run_demo
 
@@ -75,7 +75,7 @@ def test_demo_prints_records_path_unwrapped_and_its_elapsed_time(tmp_path, monke
 
 
 def test_without_a_server_the_demo_runs_every_role_of_both_datasets_on_one_client(tmp_path, monkeypatch):
-    import mascot.cli.demo as demo
+    import mascot.commands.demo as demo
 
     client = group_client()
     closed = []
@@ -97,7 +97,7 @@ def test_without_a_server_the_demo_runs_every_role_of_both_datasets_on_one_clien
 
 
 def test_the_demo_uses_the_cores_other_processes_leave_free(monkeypatch):
-    import mascot.cli.demo as demo
+    import mascot.commands.demo as demo
 
     monkeypatch.setattr(demo.os, "cpu_count", lambda: 8)
     monkeypatch.setattr(demo.os, "getloadavg", lambda: (0.3, 0.0, 0.0))

@@ -238,6 +238,6 @@ def test_the_train_commands_import_nothing_heavy():
     import subprocess
     import sys
 
-    code = "import sys, mascot.cli.train_cmd; print(sorted(m for m in ('torch', 'transformers', 'trl', 'peft', 'datasets') if m in sys.modules))"
+    code = "import sys, mascot.commands.train; print(sorted(m for m in ('torch', 'transformers', 'trl', 'peft', 'datasets') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]"

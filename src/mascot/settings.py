@@ -11,6 +11,7 @@ This module imports nothing heavy: `mascot --help` reads it.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import field, fields
 from pathlib import Path
 from typing import Any
@@ -95,3 +96,37 @@ def part(settings: Any, cls: type, **filled: Any) -> Any:
     so that what it writes into records is the same whichever command built it); `filled`: the
     fields code fills in."""
     return cls(**{f.name: getattr(settings, f.name) for f in cli_fields(cls)}, **filled)
+
+
+def default_of(f: dataclasses.Field) -> Any:
+    """A field's default value (a fresh one for list and dict defaults)."""
+    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return f.default_factory()  # type: ignore[misc]
+    return f.default
+
+
+def aliases(settings_cls: type) -> dict[str, str]:
+    """Every spelling a --config key may take (field name or any of its flags) -> field name."""
+    names = {}
+    for f in cli_fields(settings_cls):
+        names[f.name] = f.name
+        for flag in (*(f.metadata.get("flags") or ()), *(f.metadata.get("deprecated") or ())):
+            for spelling in flag.split("/"):
+                if not spelling.startswith("--no-"):  # a negative spelling would invert the value
+                    names[spelling.lstrip("-").replace("-", "_")] = f.name
+    return names
+
+
+def settings_from(settings_cls: type, values: dict[str, Any], where: str) -> Any:
+    """Settings from a mapping of names (field names or any flag spelling, - or _), validated by
+    the class; `where` names the source in the one-line error for an unknown or missing setting."""
+    names = aliases(settings_cls)
+    given = {str(k).lstrip("-").replace("-", "_"): v for k, v in values.items()}
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        raise MascotError(f"{where}: unknown setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}")
+    resolved = {names[k]: v for k, v in given.items()}
+    for f in cli_fields(settings_cls):
+        if f.metadata.get("required") and resolved.get(f.name) is None:
+            raise MascotError(f"{where}: missing required setting {flag_name(f.name)}")
+    return settings_cls(**resolved)

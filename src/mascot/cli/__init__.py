@@ -1,7 +1,7 @@
-"""The `mascot` command: one subcommand per stage, each thin over the library modules.
+"""The `mascot` command: one subcommand per stage, generated from `mascot.commands.COMMANDS`.
 
-Subcommand modules import only typer and the shared option types at import time, so that
-`mascot --help` answers without loading torch.
+`mascot --help` reads only the commands' settings classes; a command's own module loads when it
+runs, so nothing heavy is imported for the help.
 """
 
 from __future__ import annotations
@@ -13,17 +13,6 @@ import typer
 
 from mascot.cli.app import app  # noqa: F401  (re-exported: `from mascot.cli import app`)
 from mascot.errors import MascotError
-
-
-def _register() -> None:
-    # Each module adds its own commands to `app`; keep this list in pipeline order.
-    from mascot.cli import demo, data_cmd, generate, judge_cmd, metrics_cmd, prefs_cmd, train_cmd, eval_cmd, compare_cmd, pipeline_cmd, serve_cmd, chat, web_cmd, study_cmd  # noqa: F401
-    from mascot.cli.help import use_for_every_command
-
-    use_for_every_command(app)  # help in panels whose flag names are never cut
-
-
-_register()
 
 
 def show_warnings() -> None:

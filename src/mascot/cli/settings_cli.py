@@ -19,7 +19,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from mascot.errors import MascotError
-from mascot.settings import cli_fields, flag_name, read_config_file
+from mascot.settings import aliases, cli_fields, default_of, flag_name, read_config_file
 
 RUN_PANEL = "Run"
 ConfigFile = Annotated[
@@ -73,7 +73,7 @@ def _parameter(settings_cls: type, field: dataclasses.Field, annotation: Any) ->
     required = meta.get("required", False)
     help_text = meta.get("help", "") + (" (required)" if required else "")
     # Required settings default to None here and are checked after --config is merged in.
-    default = None if required else _default_of(field)
+    default = None if required else default_of(field)
     if meta.get("argument"):
         param = typer.Argument(help=help_text, show_default=not required, hidden=meta.get("hidden", False))
     else:
@@ -81,12 +81,6 @@ def _parameter(settings_cls: type, field: dataclasses.Field, annotation: Any) ->
         names = [f for f in flags if "/" in f] or [flag_name(field.name), *flags]
         param = typer.Option(*names, help=help_text, show_default=not required, hidden=meta.get("hidden", False), rich_help_panel=panel)
     return inspect.Parameter(field.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[annotation, param])
-
-
-def _default_of(field: dataclasses.Field) -> Any:
-    if field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-        return field.default_factory()  # type: ignore[misc]
-    return field.default
 
 
 def _deprecated_parameter(field: dataclasses.Field, annotation: Any) -> inspect.Parameter | None:
@@ -107,21 +101,9 @@ def _apply_deprecated(settings_cls: type, values: dict[str, Any], command: str) 
             continue
         old = "/".join(f.metadata["deprecated"])
         typer.secho(f"warning: {old} is deprecated in `mascot {command}`: use {flag_name(f.name)}", fg="yellow", err=True)
-        if out.get(f.name) in (None, _default_of(f)):
+        if out.get(f.name) in (None, default_of(f)):
             out[f.name] = value
     return out
-
-
-def aliases(settings_cls: type) -> dict[str, str]:
-    """Every spelling a --config key may take (field name or any of its flags) -> field name."""
-    names = {}
-    for f in cli_fields(settings_cls):
-        names[f.name] = f.name
-        for flag in (*(f.metadata.get("flags") or ()), *(f.metadata.get("deprecated") or ())):
-            for spelling in flag.split("/"):
-                if not spelling.startswith("--no-"):  # a negative spelling would invert the value
-                    names[spelling.lstrip("-").replace("-", "_")] = f.name
-    return names
 
 
 def merge_config(settings_cls: type, ctx: typer.Context | None, values: dict[str, Any], from_file: dict[str, Any]) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from mascot.settings import as_dict
 
 
 def dry_run_pipeline(settings: PipelineSettings) -> dict[str, Any]:
-    from mascot.cli.dryrun import print_settings
+    from mascot.commands.dryrun import print_settings
     from mascot.pipeline.samples import pipeline_data_file
 
     with tempfile.TemporaryDirectory(prefix="mascot-pipeline-dry-") as scratch:
@@ -26,7 +26,7 @@ def dry_run_pipeline(settings: PipelineSettings) -> dict[str, Any]:
         data_file = pipeline_data_file(settings.dataset, settings.data_file, Path(scratch))
         resolved = {"output_dir": str(settings.output_dir), "data_file": "shipped samples" if shipped else str(data_file or "hub"), "models": check_models(settings)}
         if data_file is not None and not shipped:
-            from mascot.cli.dryrun import check_path
+            from mascot.commands.dryrun import check_path
 
             check_path(data_file, "--data-file", kind="file")
         plan = Plan(settings, data_file)
@@ -40,7 +40,7 @@ def dry_run_pipeline(settings: PipelineSettings) -> dict[str, Any]:
 
 def check_models(settings: PipelineSettings) -> dict[str, str]:
     """Each model loads here (folder, cache, embedded or hub) or its endpoint serves it."""
-    from mascot.cli.dryrun import check_endpoints, check_model
+    from mascot.commands.dryrun import check_endpoints, check_model
     from mascot.llm.providers import RoleEndpoint
 
     found = {"reward models": f"{settings.reward_model} ({check_model(settings.reward_model, '--reward-model')})"}

@@ -121,3 +121,16 @@ def preset_values(name: str | None) -> dict[str, Any]:
     from mascot.settings import read_config_file
 
     return read_config_file(preset_path(name))
+
+
+def resolve_pipeline_settings(flags: dict[str, Any], from_file: dict[str, Any]) -> PipelineSettings:
+    """The settings of one pipeline: command-line `flags` (only those given) over the config file
+    over the preset (named by either) over the defaults. Step flags merge per step, so a config
+    entry or --steps changes one flag of a step, not the preset's whole step."""
+    from mascot.settings import settings_from
+
+    preset = flags.get("preset") or from_file.get("preset")
+    below = preset_values(preset)
+    steps = merge_step_flags(below.get("steps"), from_file.get("steps"), flags.get("steps"))
+    values = {**below, **from_file, **flags, "preset": preset, "steps": steps}
+    return settings_from(PipelineSettings, values, "--config")

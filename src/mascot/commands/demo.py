@@ -14,8 +14,6 @@ from pathlib import Path
 from dataclasses import dataclass
 from typing import Optional
 
-from mascot.cli.app import app
-from mascot.cli.settings_cli import settings_command
 from mascot.settings import setting
 from mascot.settings_groups import MODEL_NAME_HELP, SHARED_URL_HELP
 
@@ -57,7 +55,6 @@ def demo(s: DemoSettings) -> None:
     console.print(f"demo finished in {time.monotonic() - started:.0f} s (model loading included)", soft_wrap=True)
 
 
-app.command("demo")(settings_command(DemoSettings, demo))
 
 
 def sample_count() -> int:

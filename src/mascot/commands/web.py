@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from mascot.cli.app import app
-from mascot.cli.settings_cli import settings_command
 from mascot.web.settings import WebSettings
 
 
@@ -21,7 +19,7 @@ def run_web(settings: WebSettings) -> None:
 def dry_run_web(command: str, settings: WebSettings) -> None:
     """Checks the models and endpoints the app would open and prints the resolved settings (URLs
     without credentials); starts nothing."""
-    from mascot.cli.dryrun import check_endpoints, print_settings
+    from mascot.commands.dryrun import check_endpoints, print_settings
     from mascot.dialogue.chat import CHAT_ROLES
     from mascot.llm.base import redact_url
     from mascot.llm.routing import resolve_roles
@@ -35,4 +33,3 @@ def dry_run_web(command: str, settings: WebSettings) -> None:
     print_settings(command, {**values, "roles": {role: scrub(how) for role, how in roles.items()}})
 
 
-app.command("web")(settings_command(WebSettings, run_web, dry_run=dry_run_web, interrupts=False))

@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import typer
 
-from mascot.cli.app import app
-from mascot.cli.settings_cli import settings_command
 from mascot.study.settings import StudyCreateSettings, StudyResultsSettings
 
-study_app = typer.Typer(help="Blinded human preference study: build it, then read its results.", no_args_is_help=True)
-app.add_typer(study_app, name="study")
 
 
-def _run_create(settings: StudyCreateSettings) -> None:
+def run_study_create(settings: StudyCreateSettings) -> None:
     from mascot.progress import plural
     from mascot.study.create import create_study
 
@@ -25,11 +21,11 @@ def _run_create(settings: StudyCreateSettings) -> None:
     typer.echo(f"results (owner only): {base}/study/results/{built.owner_token}")
 
 
-def _dry_run_create(command: str, settings: StudyCreateSettings) -> None:
+def dry_run_study_create(command: str, settings: StudyCreateSettings) -> None:
     from dataclasses import asdict
     from pathlib import Path
 
-    from mascot.cli.dryrun import DryRunError, print_settings
+    from mascot.commands.dryrun import DryRunError, print_settings
     from mascot.study.create import episodes_by_context, matched_contexts
 
     contexts = matched_contexts(episodes_by_context(settings.a, "--a"), episodes_by_context(settings.b, "--b"))
@@ -38,7 +34,7 @@ def _dry_run_create(command: str, settings: StudyCreateSettings) -> None:
     print_settings("study create", {"resolved": {"pairs": len(contexts)}, "settings": asdict(settings)})
 
 
-def _run_results(settings: StudyResultsSettings) -> None:
+def run_study_results(settings: StudyResultsSettings) -> None:
     import json
     from pathlib import Path
 
@@ -55,10 +51,10 @@ def _run_results(settings: StudyResultsSettings) -> None:
         typer.secho(f"figures written to {settings.json_out}", err=True)
 
 
-def _dry_run_results(command: str, settings: StudyResultsSettings) -> None:
+def dry_run_study_results(command: str, settings: StudyResultsSettings) -> None:
     from dataclasses import asdict
 
-    from mascot.cli.dryrun import print_settings
+    from mascot.commands.dryrun import print_settings
     from mascot.study.db import opened
 
     with opened(settings.study) as conn:
@@ -66,5 +62,3 @@ def _dry_run_results(command: str, settings: StudyResultsSettings) -> None:
     print_settings("study results", {"resolved": {"ratings": rated}, "settings": asdict(settings)})
 
 
-study_app.command("create", no_args_is_help=True)(settings_command(StudyCreateSettings, _run_create, dry_run=_dry_run_create))
-study_app.command("results", no_args_is_help=True)(settings_command(StudyResultsSettings, _run_results, dry_run=_dry_run_results))

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mascot.cli.dryrun import DryRunError, check_model, check_new_output, check_path, print_settings
+from mascot.commands.dryrun import DryRunError, check_model, check_new_output, check_path, print_settings
 from mascot.train import config as cfg
 
 # settings class -> (pair kind or None for episodes, output-dir kind)
@@ -102,7 +102,7 @@ def _director_rollouts(settings: cfg.DirectorGRPOSettings) -> dict[str, Any]:
         if settings.speaker_adapter:
             artefact.require_model_folder(settings.speaker_adapter, label="--speaker-adapter", task="causal_lm", role="speaker")
         return {"rollout_model": f"{model} ({check_model(model, '--rollout-model')}, in-process)"}
-    from mascot.cli.dryrun import check_endpoints
+    from mascot.commands.dryrun import check_endpoints
 
     endpoints = {}
     for i, url in enumerate(urls):

@@ -5,8 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from mascot.cli.app import app
-from mascot.cli.settings_cli import settings_command
 from mascot.dialogue.chat_settings import ChatSettings
 from mascot.errors import MascotError
 
@@ -62,7 +60,6 @@ def run_chat_command(settings: ChatSettings) -> None:
             runner.run(backends.aclose())
 
 
-app.command("chat")(settings_command(ChatSettings, run_chat_command, interrupts=False))
 
 
 def preload_local_models(backends, console: Console, run: Callable) -> None:

@@ -13,8 +13,6 @@ from typing import Optional
 
 import typer
 
-from mascot.cli.app import app
-from mascot.cli.settings_cli import settings_command
 from mascot.errors import MascotError
 from mascot.settings import require, setting
 from mascot.settings_groups import SPLIT_HELP, JudgePanelSettings, check_judge_panel
@@ -69,7 +67,7 @@ def load_context_index(s: JudgedFileSettings) -> dict | None:
 
 def dry_run_judging(command: str, input_file: Path, s: JudgedFileSettings, settings: dict) -> None:
     """--dry-run of `mascot judge` and `mascot prefs group`: input, contexts, rubric, judges."""
-    from mascot.cli.dryrun import check_judges, check_path, print_settings
+    from mascot.commands.dryrun import check_judges, check_path, print_settings
 
     check_path(input_file, "--input-file", kind="file")
     resolved = {"input_file": input_file, "judges": check_judges(s.judge_specs(), s.rubric_version), "rubric_version": s.rubric_version}
@@ -170,4 +168,3 @@ def fail_if_nothing_judged(num_judgments: int, num_failed: int, report_path: Pat
         raise MascotError(message)
 
 
-app.command("judge", no_args_is_help=True)(settings_command(JudgeSettings, run_judge, dry_run=dry_run_judge))

@@ -7,14 +7,10 @@ from pathlib import Path
 
 import typer
 
-from mascot.cli.app import app
-from mascot.cli.judge_cmd import JudgedFileSettings, check_judged_file
-from mascot.cli.settings_cli import settings_command
+from mascot.commands.judge import JudgedFileSettings, check_judged_file
 from mascot.errors import MascotError
 from mascot.settings import require, setting
 
-prefs_app = typer.Typer(help="Build preference pairs from judged data.", no_args_is_help=True)
-app.add_typer(prefs_app, name="prefs")
 
 OUTPUT_NAMES = {"episode": "group_pairs", "directive": "directive_pairs"}
 MODES = ("auto", "episode", "directive")
@@ -58,7 +54,7 @@ def run_prefs_group(s: PrefsGroupSettings) -> None:
 
     from rich.console import Console
 
-    from mascot.cli.judge_cmd import fail_if_nothing_judged, judging_progress, load_context_index, open_panel
+    from mascot.commands.judge import fail_if_nothing_judged, judging_progress, load_context_index, open_panel
     from mascot.prefs.group import group_preferences, items_for_mode
     from mascot.store import write_json_atomic, write_jsonl
 
@@ -116,8 +112,8 @@ def no_pairs_reason(stats, mode: str, margin: float) -> str:
 
 
 def dry_run_prefs_group(_command: str, s: PrefsGroupSettings) -> None:
-    from mascot.cli.dryrun import DryRunError
-    from mascot.cli.judge_cmd import dry_run_judging
+    from mascot.commands.dryrun import DryRunError
+    from mascot.commands.judge import dry_run_judging
 
     if not Path(s.episodes).is_file():
         raise DryRunError(f"--episodes {s.episodes} does not exist")
@@ -126,4 +122,3 @@ def dry_run_prefs_group(_command: str, s: PrefsGroupSettings) -> None:
     dry_run_judging("prefs group", s.episodes, s, settings)
 
 
-prefs_app.command("group", no_args_is_help=True)(settings_command(PrefsGroupSettings, run_prefs_group, dry_run=dry_run_prefs_group))

@@ -9,8 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from mascot.cli.app import app
-from mascot.cli.settings_cli import settings_command
 from mascot.dialogue.settings import EngineSettings, check_engine, engine_part
 from mascot.settings import require, setting
 from mascot.settings_groups import JUDGE_SCORING_HELP, JUDGE_SCORING_MODES, THINKING_HELP, DataSettings, EndpointSettings, OutputSettings, check_data, check_endpoints, check_output
@@ -102,7 +100,7 @@ def run_generate(s: GenerateSettings) -> None:
 def dry_run_generate(_command: str, s: GenerateSettings) -> None:
     from dataclasses import asdict
 
-    from mascot.cli.dryrun import dry_run_generation
+    from mascot.commands.dryrun import dry_run_generation
 
     if s.mode == "individual":
         from mascot.prefs.generate import individual_run_dir
@@ -121,4 +119,3 @@ def dry_run_generate(_command: str, s: GenerateSettings) -> None:
     )  # fmt: skip
 
 
-app.command("generate", no_args_is_help=True)(settings_command(GenerateSettings, run_generate, dry_run=dry_run_generate))

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import typer
 
-from mascot.cli.eval_cmd import eval_app
-from mascot.cli.settings_cli import settings_command
 from mascot.judge.compare_settings import CompareSettings
 
 
-def _run(settings: CompareSettings) -> None:
+def run_compare_command(settings: CompareSettings) -> None:
     from mascot.judge.compare_run import run_compare
     from mascot.progress import plural
 
@@ -20,11 +18,11 @@ def _run(settings: CompareSettings) -> None:
     typer.echo(str(result.output_dir / "compare.md"))
 
 
-def _dry_run(command: str, settings: CompareSettings) -> None:
+def dry_run_compare(command: str, settings: CompareSettings) -> None:
     from dataclasses import asdict
     from pathlib import Path
 
-    from mascot.cli.dryrun import check_judges, print_settings
+    from mascot.commands.dryrun import check_judges, print_settings
     from mascot.judge.compare import load_matchups, orders_for
     from mascot.judge.compare_run import default_output_dir, judge_specs
 
@@ -40,4 +38,3 @@ def _dry_run(command: str, settings: CompareSettings) -> None:
     print_settings("eval compare", {"resolved": resolved, "settings": asdict(settings)})
 
 
-eval_app.command("compare", no_args_is_help=True)(settings_command(CompareSettings, _run, dry_run=_dry_run))

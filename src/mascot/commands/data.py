@@ -6,13 +6,9 @@ from dataclasses import dataclass
 
 import typer
 
-from mascot.cli.app import app
-from mascot.cli.settings_cli import settings_command
 from mascot.settings import setting
 from mascot.settings_groups import DataSettings
 
-data_app = typer.Typer(help="Inspect datasets: the contexts that seed episodes.", no_args_is_help=True)
-app.add_typer(data_app, name="data")
 
 TRANSCRIPT_PREVIEW_TURNS = 6
 
@@ -41,7 +37,6 @@ def preview(s: PreviewSettings) -> None:
     _print_contexts(contexts)
 
 
-data_app.command("preview")(settings_command(PreviewSettings, preview))
 
 
 def _print_contexts(contexts) -> None:

@@ -11,9 +11,7 @@ from typing import Optional
 
 import typer
 
-from mascot.cli.app import app
-from mascot.cli.dryrun import check_model, check_python_module, print_settings
-from mascot.cli.settings_cli import settings_command
+from mascot.commands.dryrun import check_model, check_python_module, print_settings
 from mascot.settings import require, setting
 
 
@@ -98,7 +96,6 @@ def dry_run_serve(_command: str, s: ServeSettings) -> None:
     print_settings("serve", {"dtype": dtype_line(s), "command": shell_line(plan), "aliases": alias_map(plan)["models"], "role flags": " ".join(role_flags(plan))})
 
 
-app.command("serve")(settings_command(ServeSettings, run_serve, dry_run=dry_run_serve, interrupts=False))
 
 
 def _run(plan, log_path: Path, timeout: float, served_adapters: Path | None) -> None:

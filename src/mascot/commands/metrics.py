@@ -8,8 +8,6 @@ from typing import Optional
 
 import typer
 
-from mascot.cli.app import app
-from mascot.cli.settings_cli import settings_command
 from mascot.errors import MascotError
 from mascot.metrics.settings import MetricsSettings
 from mascot.settings import part, setting
@@ -82,7 +80,7 @@ def run_metrics(s: MetricsCommandSettings) -> None:
 
 
 def dry_run_metrics(_command: str, s: MetricsCommandSettings) -> None:
-    from mascot.cli.dryrun import check_model, check_path, print_settings
+    from mascot.commands.dryrun import check_model, check_path, print_settings
 
     output_file = s.writable_output()
     check_path(s.input_file, "--input-file", kind="file")
@@ -92,4 +90,3 @@ def dry_run_metrics(_command: str, s: MetricsCommandSettings) -> None:
     print_settings("metrics", {"resolved": resolved, "settings": asdict(part(s, MetricsSettings))})
 
 
-app.command("metrics", no_args_is_help=True)(settings_command(MetricsCommandSettings, run_metrics, dry_run=dry_run_metrics))

@@ -1,0 +1,90 @@
+"""Every `mascot` command as data: its words, its settings class, what runs it and its dry run.
+
+The command line (`mascot.cli`) generates each command from its entry here, and the orchestrators
+(`mascot pipeline`, `mascot eval`) run a step by building the same settings object and calling
+the same function, so a step and the command a user types are one code path. Entries name their
+objects by import path: looking a command up loads only its own module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import import_module
+from typing import Any, Callable
+
+GROUPS = {
+    "data": "Inspect datasets: the contexts that seed episodes.",
+    "prefs": "Build preference pairs from judged data.",
+    "train": "Train reward models and policies (Stage 1 and Stage 2) with TRL.",
+    "study": "Blinded human preference study: build it, then read its results.",
+    "eval": "Evaluate systems against their baselines, per split; compare two systems head to head.",
+}
+
+
+@dataclass(frozen=True)
+class Command:
+    words: tuple[str, ...]
+    settings: str  # "module:Class"
+    run: str  # "module:function" taking the settings
+    dry_run: str | None = None  # "module:function" taking (command name, settings)
+    interrupts: bool = True  # Ctrl-C saves and says how to resume (off: the command handles it)
+    no_args_is_help: bool = True
+
+    @property
+    def name(self) -> str:
+        return " ".join(self.words)
+
+    def settings_class(self) -> type:
+        return _load(self.settings)
+
+    def runner(self) -> Callable[[Any], None]:
+        return _load(self.run)
+
+    def dry_runner(self) -> Callable[[str, Any], None] | None:
+        return _load(self.dry_run) if self.dry_run else None
+
+
+def _load(path: str) -> Any:
+    module, _, name = path.partition(":")
+    return getattr(import_module(module), name)
+
+
+def _train(word: str, settings: str, run: str) -> Command:
+    return Command(("train", word), f"mascot.train.config:{settings}", f"mascot.commands.train:{run}", "mascot.commands.train:dry_run_train")
+
+
+C = "mascot.commands"
+# In pipeline order: `mascot --help` lists them so.
+COMMANDS = (
+    Command(("demo",), f"{C}.demo:DemoSettings", f"{C}.demo:demo", no_args_is_help=False),
+    Command(("data", "preview"), f"{C}.data:PreviewSettings", f"{C}.data:preview", no_args_is_help=False),
+    Command(("generate",), f"{C}.generate:GenerateSettings", f"{C}.generate:run_generate", f"{C}.generate:dry_run_generate"),
+    Command(("judge",), f"{C}.judge:JudgeSettings", f"{C}.judge:run_judge", f"{C}.judge:dry_run_judge"),
+    Command(("metrics",), f"{C}.metrics:MetricsCommandSettings", f"{C}.metrics:run_metrics", f"{C}.metrics:dry_run_metrics"),
+    Command(("prefs", "group"), f"{C}.prefs:PrefsGroupSettings", f"{C}.prefs:run_prefs_group", f"{C}.prefs:dry_run_prefs_group"),
+    _train("reward-model", "RewardModelSettings", "run_reward_model"),
+    _train("speaker", "SpeakerGRPOSettings", "run_speaker"),
+    _train("group-reward-model", "GroupRewardModelSettings", "run_group_reward_model"),
+    _train("director-grpo", "DirectorGRPOSettings", "run_director_grpo"),
+    _train("director-dpo", "DirectorDPOSettings", "run_director_dpo"),
+    _train("sft", "SFTSettings", "run_sft"),
+    Command(("merge-lora",), "mascot.train.config:MergeSettings", f"{C}.train:run_merge", f"{C}.train:dry_run_train"),
+    Command(("eval",), "mascot.eval.settings:EvalSettings", f"{C}.eval:run_eval_command", f"{C}.eval:dry_run_eval"),
+    Command(("eval", "compare"), "mascot.judge.compare_settings:CompareSettings", f"{C}.compare:run_compare_command", f"{C}.compare:dry_run_compare"),
+    Command(("pipeline",), "mascot.pipeline.settings:PipelineSettings", f"{C}.pipeline:run_pipeline_command", f"{C}.pipeline:dry_run_pipeline_command", no_args_is_help=False),
+    Command(("serve",), f"{C}.serve:ServeSettings", f"{C}.serve:run_serve", f"{C}.serve:dry_run_serve", interrupts=False, no_args_is_help=False),
+    Command(("chat",), "mascot.dialogue.chat_settings:ChatSettings", f"{C}.chat:run_chat_command", interrupts=False, no_args_is_help=False),
+    Command(("web",), "mascot.web.settings:WebSettings", f"{C}.web:run_web", f"{C}.web:dry_run_web", interrupts=False, no_args_is_help=False),
+    Command(("study", "create"), "mascot.study.settings:StudyCreateSettings", f"{C}.study:run_study_create", f"{C}.study:dry_run_study_create"),
+    Command(("study", "results"), "mascot.study.settings:StudyResultsSettings", f"{C}.study:run_study_results", f"{C}.study:dry_run_study_results"),
+)
+
+
+def command(*words: str) -> Command:
+    """The command `mascot WORDS...`; a one-line error for one that does not exist."""
+    from mascot.errors import MascotError
+
+    for entry in COMMANDS:
+        if entry.words == tuple(words):
+            return entry
+    raise MascotError(f"no command `mascot {' '.join(words)}`")
