@@ -1,5 +1,7 @@
-"""The shape of src/: no function over 50 lines, no module over 400, no import cycle between
-mascot modules (imports inside functions count: a deferred import is still a dependency).
+"""The shape of src/: no function over 80 lines, no module over 700, no import cycle between
+mascot modules nor between its packages (imports inside functions count: a deferred import is
+still a dependency); the command line (`mascot.cli`) is imported by nothing in the library, and the
+test doubles (`mascot.testing`) by nothing but the scripted provider's registration.
 
 A module's edges are the mascot modules its `import` / `from ... import` statements name: `from
 mascot.a import b` is an edge to `mascot.a.b` when that is a module, else to `mascot.a`. Importing
@@ -13,12 +15,11 @@ import ast
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parent.parent / "src"
-MAX_FUNCTION_LINES = 50
-MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 80
+MAX_MODULE_LINES = 700
 
-# Known offenders, being reshaped elsewhere; this list is emptied when that work lands. Paths
-# relative to src/. Nothing else belongs here.
-KNOWN_OFFENDERS: set[str] = set()
+# The one place outside mascot.testing that may import it: the `scripted` provider's registration.
+TESTING_IMPORTERS = {"mascot.llm.providers"}
 
 
 def modules() -> dict[str, Path]:
@@ -29,10 +30,6 @@ def modules() -> dict[str, Path]:
             parts = parts[:-1]
         found[".".join(parts)] = path
     return found
-
-
-def allowed(path: Path) -> bool:
-    return path.relative_to(SRC).as_posix() in KNOWN_OFFENDERS
 
 
 def imported(name: str, path: Path, known: dict[str, Path]) -> set[str]:
@@ -95,32 +92,62 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return groups
 
 
-def test_no_function_over_50_lines():
+def test_no_function_over_80_lines():
     long = []
     for name, path in modules().items():
-        if allowed(path):
-            continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES:
                 long.append(f"{name}.{node.name}: {node.end_lineno - node.lineno + 1} lines")
-    assert not long, "functions over 50 lines: " + "; ".join(long)
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines: " + "; ".join(long)
 
 
-def test_no_module_over_400_lines():
+def test_no_module_over_700_lines():
     big = [f"{n}: {len(p.read_text(encoding='utf-8').splitlines())} lines" for n, p in modules().items()
-           if not allowed(p) and len(p.read_text(encoding="utf-8").splitlines()) > MAX_MODULE_LINES]
-    assert not big, "modules over 400 lines: " + "; ".join(big)
+           if len(p.read_text(encoding="utf-8").splitlines()) > MAX_MODULE_LINES]
+    assert not big, f"modules over {MAX_MODULE_LINES} lines: " + "; ".join(big)
+
+
+def module_graph() -> dict[str, set[str]]:
+    known = modules()
+    return {name: imported(name, path, known) for name, path in known.items()}
+
+
+def package_of(module: str) -> str:
+    """mascot.judge.panel -> mascot.judge; a top-level module (mascot.settings) is its own."""
+    return ".".join(module.split(".")[:2])
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    packages: dict[str, set[str]] = {}
+    for module, edges in graph.items():
+        mine = package_of(module)
+        packages.setdefault(mine, set()).update(p for p in map(package_of, edges) if p != mine)
+    return packages
 
 
 def test_no_import_cycle_between_mascot_modules():
-    known = modules()
-    graph = {name: set() if allowed(path) else imported(name, path, known) for name, path in known.items()}
-    for name in graph:
-        graph[name] = {e for e in graph[name] if not allowed(known[e])}
-    found = cycles(graph)
+    found = cycles(module_graph())
     assert not found, "import cycles: " + "; ".join(" <-> ".join(g) for g in found)
+
+
+def test_no_import_cycle_between_mascot_packages():
+    found = cycles(package_graph(module_graph()))
+    assert not found, "package cycles: " + "; ".join(" <-> ".join(g) for g in found)
+
+
+def importers_of(package: str) -> set[str]:
+    return {m for m, edges in module_graph().items() if package_of(m) != package and any(package_of(e) == package for e in edges)}
+
+
+def test_the_command_line_is_imported_by_nothing_in_the_library():
+    assert importers_of("mascot.cli") <= {"mascot.__main__"}
+
+
+def test_the_test_doubles_are_imported_only_by_the_scripted_provider():
+    assert importers_of("mascot.testing") <= TESTING_IMPORTERS
 
 
 def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+    assert package_graph({"mascot.a.x": {"mascot.b.y"}, "mascot.b.y": {"mascot.a.z"}, "mascot.a.z": set()}) == {"mascot.a": {"mascot.b"}, "mascot.b": {"mascot.a"}}

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mascot.cli.invoke import run_command
+from cli_helpers import run_mascot as run_command
 from mascot.testing.players import stub_responder
 from mascot.errors import MascotError
 

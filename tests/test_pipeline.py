@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from mascot.cli.invoke import run_command
+from cli_helpers import run_mascot as run_command
 from mascot.errors import MascotError
 from mascot.testing.stub_server import start_stub_server
 from pipeline_helpers import scripted_config, scripted_responder

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -11,7 +12,7 @@ from typer.testing import CliRunner
 from mascot.cli import app
 from mascot.errors import MascotError
 from mascot.pipeline.settings import STEP_NAMES, PipelineSettings, preset_path, preset_values
-from mascot.pipeline.steps import Plan, render_flags
+from mascot.pipeline.steps import Plan
 
 
 @pytest.fixture
@@ -80,21 +81,68 @@ def test_step_flags_are_checked_and_rendered():
         PipelineSettings(steps={"speakers": {"max_steps": 1}})
     with pytest.raises(MascotError, match="--steps is not valid JSON"):
         PipelineSettings(steps="{max_steps")
-    assert render_flags({"max_steps": 4, "lora": False, "keep_checkpoints": True, "judge": ["a", "b"], "limit": None}) == [
-        "--max-steps", "4", "--no-lora", "--keep-checkpoints", "--judge", "a", "--judge", "b"]
     plan = Plan(PipelineSettings(steps={"judging": {"scope": "agent"}, "eval_base": {"num_turns": None}}), None)
     assert "--scope agent" in plan.step("judge_base").command_line() and "--scope agent" in plan.step("judge_trained").command_line()
-    # false: the command's --no-x where it has one, else the flag is left out
-    plan = Plan(PipelineSettings(steps={"speaker": {"thinking": False}, "metrics": {"skip_nli": False}}), None)
-    assert "--no-thinking" in plan.step("speaker").command_line()
+    # a false value the command defaults to true is its --no- spelling; one it defaults to false is left out
+    plan = Plan(PipelineSettings(steps={"speaker": {"lora": False}, "metrics": {"skip_nli": False}}), None)
+    assert "--no-lora" in plan.step("speaker").command_line()
     assert "skip-nli" not in plan.step("metrics_base").command_line()
     assert "--skip-nli" in Plan(PipelineSettings(), None).step("metrics_trained").command_line()
 
 
-def test_a_flag_the_step_command_does_not_take_fails_the_dry_run(stand_in_hub, tmp_path):
-    result = CliRunner().invoke(app, ["pipeline", "--preset", "toy", "--output-dir", str(tmp_path), "--steps", '{"speaker": {"no_such_flag": 1}}', "--dry-run"])
+def test_a_step_holds_its_commands_settings_and_its_command_line_builds_them_again(tmp_path):
+    from mascot.commands import command
+    from mascot.settings import command_flags
+
+    plan = Plan(PipelineSettings(output_dir=str(tmp_path), steps={"speaker": {"max_steps": 3, "lora_r": 8}}), None)
+    for step in plan.steps[:-1]:
+        assert isinstance(step.settings, command(*step.words).settings_class())
+        assert _plain(_parsed(step.words, command_flags(step.settings, step.given))) == _plain(step.settings), step.name
+    assert plan.step("speaker").settings.max_steps == 3 and plan.step("speaker").settings.lora_r == 8
+
+
+def _plain(settings):
+    """The settings as values: an empty list of repeated flags is none given."""
+    from mascot.settings import as_dict
+
+    return {k: (None if v in ([], ()) else str(v) if isinstance(v, Path) else v) for k, v in as_dict(settings).items()}
+
+
+def _parsed(words, flags):
+    """The settings the command line builds (parsed by the real command, nothing run)."""
+    from typer.main import get_command
+
+    from mascot.cli.settings_cli import build_settings
+    from mascot.commands import command
+
+    click_command = get_command(app)
+    for word in words:
+        click_command = click_command.get_command(None, word)
+    context = click_command.make_context("mascot", list(flags))
+    values = {k: v for k, v in context.params.items() if k not in ("config", "quiet", "dry_run") and not k.startswith("deprecated__")}
+    return build_settings(command(*words).settings_class(), values)
+
+
+def test_a_misspelt_step_setting_is_refused_when_the_plan_is_made(tmp_path):
+    with pytest.raises(MascotError, match=r"^pipeline step speaker \(`mascot train speaker`\): unknown setting max_stepz$"):
+        Plan(PipelineSettings(output_dir=str(tmp_path), steps={"speaker": {"max_stepz": 3}}), None)
+    result = CliRunner().invoke(app, ["pipeline", "--preset", "toy", "--output-dir", str(tmp_path), "--steps", '{"judging": {"scopee": "agent"}}', "--dry-run"])
+    assert result.exit_code != 0 and str(result.exception) == "pipeline step judge_base (`mascot judge`): unknown setting scopee"
+
+
+def test_the_paper_preset_dry_run_prints_its_whole_plan_then_every_problem(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    result = CliRunner().invoke(app, ["pipeline", "--preset", "paper", "--output-dir", str(tmp_path), "--dry-run"])
     assert result.exit_code != 0
-    assert "pipeline step speaker" in str(result.exception) and "--no-such-flag" in str(result.exception)
+    report = json.loads(result.stdout[: result.stdout.rindex("}") + 1])
+    assert [s["step"] for s in report["plan"]] == list(PipelineSettings().selected())
+    assert all(s["command"].startswith("mascot ") for s in report["plan"][:-1])
+    assert "--model-name Qwen/Qwen3-0.6B" in report["plan"][1]["command"]  # each step names its models
+    problems = report["problems"]
+    assert any("Qwen/Qwen3-0.6B" in p for p in problems) and any("unreachable" in p for p in problems)
+    assert sum("endpoint is unreachable" in p for p in problems) == 1  # the one server that is down, once
+    message = str(result.exception)
+    assert message.startswith(f"dry run of `mascot pipeline` found {len(problems)} problems") and all(p in message for p in problems)
 
 
 def test_presets_are_versioned_data_files():
@@ -123,7 +171,7 @@ def test_each_step_kind_tells_complete_partial_and_absent_from_its_files(tmp_pat
     (tmp_path / "group_pairs").mkdir()
     (tmp_path / "group_pairs" / "group_pairs_stats.json").write_text(json.dumps({"status": "failed"}))
     assert [st.step_status(s) for s in (generation, training, judging)] == [st.PARTIAL, st.PARTIAL, st.ABSENT]
-    assert Plan(PipelineSettings(output_dir=str(tmp_path)), None).step("episodes").argv(resume=True)[-1] == "--resume"
+    assert Plan(PipelineSettings(output_dir=str(tmp_path)), None).step("episodes").command_line(resume=True).count(" --resume") == 1
     (run / "run_summary.json").write_text(json.dumps({"status": "completed"}))
     (tmp_path / "speaker" / "mascot_metadata.json").write_text("{}")
     (tmp_path / "group_pairs" / "group_pairs_stats.json").write_text(json.dumps({"num_pairs": 0}))
@@ -131,18 +179,18 @@ def test_each_step_kind_tells_complete_partial_and_absent_from_its_files(tmp_pat
     assert st.artefact(generation) == run
     # complete but empty: the pipeline stops with one line naming the step and the file
     assert st.empty_output(judging).startswith(f"group_pairs: 0 group preference pairs in {tmp_path / 'group_pairs' / 'group_pairs.jsonl'}")
-    assert "director" in [s.name for s in plan.steps] and plan.step("director").flags["data_path"] == tmp_path / "episodes"
-    assert Plan(PipelineSettings(output_dir=str(tmp_path)), None).step("director").flags["data_path"] == run
+    assert "director" in [s.name for s in plan.steps] and Path(plan.step("director").settings.data_path) == tmp_path / "episodes"
+    assert Path(Plan(PipelineSettings(output_dir=str(tmp_path)), None).step("director").settings.data_path) == run
 
 
 def test_a_step_interrupted_by_ctrl_c_is_recorded_as_interrupted(tmp_path, monkeypatch):
-    import mascot.cli.invoke as invoke
     from mascot.pipeline.runner import run_pipeline
+    from mascot.pipeline.steps import Step
 
-    def interrupted(argv):  # what run_command reports for a command that caught Ctrl-C and exited 130
-        raise MascotError(f"mascot {' '.join(argv[:2])} exited with status 130")
+    def interrupted(step, *, resume=False):  # a command that saved its work on Ctrl-C
+        raise KeyboardInterrupt
 
-    monkeypatch.setattr(invoke, "run_command", interrupted)
+    monkeypatch.setattr(Step, "run", interrupted)
     with pytest.raises(KeyboardInterrupt):
         run_pipeline(PipelineSettings(output_dir=str(tmp_path), until="candidates"))
     record = json.loads((tmp_path / "pipeline.json").read_text())["steps"]["candidates"]

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from mascot.cli.invoke import run_command
+from cli_helpers import run_mascot as run_command
 from mascot.pipeline.figures import reward_curve
 
 pytestmark = pytest.mark.pipeline

@@ -125,8 +125,79 @@ def settings_from(settings_cls: type, values: dict[str, Any], where: str) -> Any
     unknown = sorted(set(given) - set(names))
     if unknown:
         raise MascotError(f"{where}: unknown setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}")
-    resolved = {names[k]: v for k, v in given.items()}
+    resolved = coerced(settings_cls, {names[k]: v for k, v in given.items()})
     for f in cli_fields(settings_cls):
         if f.metadata.get("required") and resolved.get(f.name) is None:
             raise MascotError(f"{where}: missing required setting {flag_name(f.name)}")
     return settings_cls(**resolved)
+
+
+def command_line(words: tuple[str, ...] | list[str], settings: Any, shown: frozenset[str] = frozenset()) -> str:
+    """`mascot WORDS... FLAGS...` that builds `settings`: every setting that differs from its
+    default, and those named in `shown` (the ones a pipeline step sets, even to a default), under
+    its main flag; what a pipeline step or an evaluation cell shows it runs."""
+    import shlex
+
+    return "mascot " + shlex.join([*words, *command_flags(settings, shown)])
+
+
+def command_flags(settings: Any, shown: frozenset[str] = frozenset()) -> list[str]:
+    options: list[str] = []
+    arguments: list[str] = []
+    for f in cli_fields(type(settings)):
+        value = getattr(settings, f.name)
+        if value is None or (_same(value, default_of(f)) and (f.name not in shown or value is False)):
+            continue
+        if f.metadata.get("argument"):
+            arguments += [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
+        else:
+            options += _rendered(f, value)
+    return [*options, *arguments]
+
+
+def _same(value: Any, default: Any) -> bool:
+    if isinstance(value, Path) or isinstance(default, Path):
+        return default is not None and str(value) == str(default)
+    return value == default
+
+
+def _rendered(f: dataclasses.Field, value: Any) -> list[str]:
+    pair = next((spelling for spelling in f.metadata.get("flags") or () if "/" in spelling), None)
+    positive, _, negative = (pair or "").partition("/")
+    flag = positive or flag_name(f.name)
+    if value is True:
+        return [flag]
+    if value is False:
+        return [negative or "--no-" + flag.removeprefix("--")]
+    if isinstance(value, (list, tuple)):
+        return [part for item in value for part in (flag, str(item))]
+    if isinstance(value, dict):
+        import json
+
+        return [flag, json.dumps(value, default=str)]
+    return [flag, str(value)]
+
+
+def coerced(settings_cls: type, values: dict[str, Any]) -> dict[str, Any]:
+    """Values from YAML or code in the types the command line gives: one value for a repeatable
+    setting becomes a list of one, text for a path a Path, a number a float where one is wanted."""
+    import typing
+
+    hints = typing.get_type_hints(settings_cls)
+    return {name: _coerce(hints.get(name), value) for name, value in values.items()}
+
+
+def _coerce(hint: Any, value: Any) -> Any:
+    import typing
+
+    if value is None or hint is None:
+        return value
+    kinds = [a for a in typing.get_args(hint) if a is not type(None)] if typing.get_origin(hint) in (typing.Union, getattr(__import__("types"), "UnionType", None)) else [hint]
+    kind = kinds[0] if len(kinds) == 1 else None
+    if typing.get_origin(kind) is list and not isinstance(value, (list, tuple)):
+        return [value]
+    if kind is Path and isinstance(value, str):
+        return Path(value)
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value

@@ -111,7 +111,7 @@ def run_case(case: str, workdir: Path) -> dict[str, str]:
     """Runs one case under `workdir`; returns {file name: normalised text} for its record files."""
     import os
 
-    from mascot.cli.invoke import run_command
+    from cli_helpers import run_mascot as run_command
     from mascot.testing.stub_server import start_stub_server
 
     folder, responder, extra = CASES[case]

@@ -10,7 +10,7 @@ from typing import Any
 
 import typer
 
-from mascot.cli.app import LazyGroup
+from mascot.cli.lazy import LazyGroup
 from mascot.cli.settings_cli import settings_command
 from mascot.commands import GROUPS, command
 

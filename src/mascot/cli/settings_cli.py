@@ -19,7 +19,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from mascot.errors import MascotError
-from mascot.settings import aliases, cli_fields, default_of, flag_name, read_config_file
+from mascot.settings import aliases, cli_fields, coerced, default_of, flag_name, read_config_file
 
 RUN_PANEL = "Run"
 ConfigFile = Annotated[
@@ -126,7 +126,7 @@ def merge_config(settings_cls: type, ctx: typer.Context | None, values: dict[str
 
 def build_settings(settings_cls: type, values: dict[str, Any] | None = None, config: str | Path | None = None, ctx: typer.Context | None = None) -> Any:
     """Settings from flag values and an optional YAML file (flags win), validated by the class."""
-    return settings_cls(**merge_config(settings_cls, ctx, dict(values or {}), read_config_file(config)))
+    return settings_cls(**coerced(settings_cls, merge_config(settings_cls, ctx, dict(values or {}), read_config_file(config))))
 
 
 def rerun_hint(ctx: typer.Context, settings_cls: type) -> str:

@@ -53,7 +53,7 @@ def _train(word: str, settings: str, run: str) -> Command:
     return Command(("train", word), f"mascot.train.config:{settings}", f"mascot.commands.train:{run}", "mascot.commands.train:dry_run_train")
 
 
-C = "mascot.commands"
+C = "mascot.commands"  # the modules of most commands
 # In pipeline order: `mascot --help` lists them so.
 COMMANDS = (
     Command(("demo",), f"{C}.demo:DemoSettings", f"{C}.demo:demo", no_args_is_help=False),
@@ -69,9 +69,9 @@ COMMANDS = (
     _train("director-dpo", "DirectorDPOSettings", "run_director_dpo"),
     _train("sft", "SFTSettings", "run_sft"),
     Command(("merge-lora",), "mascot.train.config:MergeSettings", f"{C}.train:run_merge", f"{C}.train:dry_run_train"),
-    Command(("eval",), "mascot.eval.settings:EvalSettings", f"{C}.eval:run_eval_command", f"{C}.eval:dry_run_eval"),
+    Command(("eval",), "mascot.eval.settings:EvalSettings", "mascot.eval.command:run_eval_command", "mascot.eval.command:dry_run_eval"),
     Command(("eval", "compare"), "mascot.judge.compare_settings:CompareSettings", f"{C}.compare:run_compare_command", f"{C}.compare:dry_run_compare"),
-    Command(("pipeline",), "mascot.pipeline.settings:PipelineSettings", f"{C}.pipeline:run_pipeline_command", f"{C}.pipeline:dry_run_pipeline_command", no_args_is_help=False),
+    Command(("pipeline",), "mascot.pipeline.settings:PipelineSettings", "mascot.pipeline.command:run_pipeline_command", "mascot.pipeline.command:dry_run_pipeline_command", no_args_is_help=False),
     Command(("serve",), f"{C}.serve:ServeSettings", f"{C}.serve:run_serve", f"{C}.serve:dry_run_serve", interrupts=False, no_args_is_help=False),
     Command(("chat",), "mascot.dialogue.chat_settings:ChatSettings", f"{C}.chat:run_chat_command", interrupts=False, no_args_is_help=False),
     Command(("web",), "mascot.web.settings:WebSettings", f"{C}.web:run_web", f"{C}.web:dry_run_web", interrupts=False, no_args_is_help=False),

@@ -149,6 +149,17 @@ def print_settings(command: str, settings: dict[str, Any]) -> None:
     typer.secho(f"dry run of `mascot {command}`: all checks passed; nothing was loaded or written", fg="green", err=True)
 
 
+def print_plan(command: str, report: dict[str, Any], problems: list[str]) -> None:
+    """A dry run that checks everything before it reports: the whole report, then every problem in
+    one list (and a failure), or the all-passed line."""
+    if not problems:
+        print_settings(command, report)
+        return
+    typer.echo(json.dumps({"dry_run": command, **_plain(report)}, indent=2, default=str))
+    listed = "\n".join(f"  - {p}" for p in problems)
+    raise DryRunError(f"dry run of `mascot {command}` found {len(problems)} problem{'s' if len(problems) > 1 else ''} (the plan above is complete):\n{listed}")
+
+
 def dry_run_generation(
     mode: str, *, dataset: str, data_file: Path | None, split: str, limit: int | None, roster: str | None, endpoints, roles: tuple[str, ...], run_dir: Path,
     outputs: tuple[str, ...], resume: bool, overwrite: bool, settings: dict,

@@ -1,5 +1,6 @@
-"""What an evaluation runs: one cell per (split, system, study point), each the argument lists of
-the `mascot generate`, `mascot judge` and `mascot metrics` calls a user would type.
+"""What an evaluation runs: one cell per (split, system, study point), each the settings of the
+`mascot generate`, `mascot judge` and `mascot metrics` calls it makes (the same objects those
+commands build from their flags, so a cell runs exactly what a user would type).
 
 Folders: OUTPUT_DIR/<dataset>/<split>/<system>/ holds the system's run; a Big Five profile or a
 sweep point gets its own folder below it (`big5/<profile>`, `sweep/<label>`).
@@ -11,6 +12,7 @@ import itertools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from mascot.errors import MascotError
 from mascot.eval.settings import EvalSettings
@@ -89,15 +91,15 @@ def check_supported(cell: Cell) -> None:
         raise MascotError(f"system {cell.system!r}: the user role takes no adapter (give it a model or an endpoint)")
 
 
-def role_flags(cell: Cell, settings: EvalSettings, catalogue: Catalogue, dataset: str) -> list[str]:
-    args: list[str] = []
+def role_flags(cell: Cell, settings: EvalSettings, catalogue: Catalogue, dataset: str) -> dict[str, Any]:
+    flags: dict[str, Any] = {}
     for role in ("director", "speaker", "user"):
         spec = cell.spec.role(role)
         model = cell.role_models.get(role) or spec.model
         if model:
-            args += [f"--{role}-model", model]
+            flags[f"{role}_model"] = model
         if spec.endpoint:
-            args += [f"--{role}-server-url", spec.endpoint]
+            flags[f"{role}_server_url"] = [spec.endpoint]
         if spec.adapter:
             base = model or settings.model_name or default_model()
             path = catalogue.adapter_path(spec.adapter, dataset=dataset, model=base)
@@ -106,8 +108,8 @@ def role_flags(cell: Cell, settings: EvalSettings, catalogue: Catalogue, dataset
                     f"system {cell.system!r}: {role} adapter {spec.adapter!r} not found at {path} "
                     f"(train it, or point it elsewhere with --adapter {spec.adapter}=PATH or --systems-file)"
                 )
-            args += [f"--{role}-adapter", str(path)]
-    return args
+            flags[f"{role}_adapter"] = str(path)
+    return flags
 
 
 def default_model() -> str:
@@ -116,38 +118,36 @@ def default_model() -> str:
     return DEFAULT_LOCAL_MODEL
 
 
-def generate_args(cell: Cell, settings: EvalSettings, catalogue: Catalogue, dataset: str) -> list[str]:
-    s = settings
-    args = ["generate", "--mode", "group", "--dataset", dataset, "--split", cell.split, "--seed", s.seed, "--num-turns", s.num_turns,
-            "--user-response-probability", s.user_response_probability, "--temperature", s.temperature, "--max-tokens", s.max_tokens,
-            "--turn-policy", cell.spec.turn_policy, "--system", cell.system, "--max-in-flight", s.max_in_flight,
-            "--output-dir", cell.folder, "--resume"]
-    if cell.spec.prompt_family != "persona":
-        args += ["--prompt-family", cell.spec.prompt_family]
-    for flag, value in (("--data-file", s.data_file), ("--limit", s.limit), ("--model-name", s.model_name), ("--vllm-server-url", s.vllm_server_url)):
-        if value is not None:
-            args += [flag, value]
-    if cell.study == "big5":
-        args += ["--user-big-five-profile", cell.point]
-    return [str(a) for a in args + role_flags(cell, settings, catalogue, dataset)]
+def cell_settings(words: str, cell: Cell, flags: dict[str, Any]) -> Any:
+    """The settings of the `mascot WORDS` call a cell makes (built and checked by that command's
+    settings class; a null flag keeps the command's default)."""
+    from mascot.commands import command
+    from mascot.settings import settings_from
+
+    given = {k: v for k, v in flags.items() if v is not None}
+    return settings_from(command(*words.split()).settings_class(), given, f"eval {cell.label}: mascot {words}")
 
 
-def judge_args(episodes: Path, cell: Cell, settings: EvalSettings, dataset: str) -> list[str]:
+def generate_settings(cell: Cell, settings: EvalSettings, catalogue: Catalogue, dataset: str) -> Any:
     s = settings
-    cache = s.cache_dir or str(Path(s.output_dir) / "judge_cache")
-    args = ["judge", "--input-file", episodes, "--output-dir", episodes.parent, "--rubric-version", s.rubric_version, "--cache-dir", cache,
-            "--dataset", dataset, "--max-in-flight", s.max_in_flight]
-    for judge in s.judges:
-        args += ["--judge", judge]
-    if s.judges_file:
-        args += ["--judges-file", s.judges_file]
-    if s.judge_server_url:
-        args += ["--judge-server-url", s.judge_server_url]
+    flags = dict(mode="group", dataset=dataset, split=cell.split, seed=s.seed, num_turns=s.num_turns, user_response_probability=s.user_response_probability,
+                 temperature=s.temperature, max_tokens=s.max_tokens, turn_policy=cell.spec.turn_policy, system=cell.system, max_in_flight=s.max_in_flight,
+                 output_dir=cell.folder, resume=True, prompt_family=cell.spec.prompt_family, data_file=s.data_file, limit=s.limit, model_name=s.model_name,
+                 vllm_server_url=[s.vllm_server_url] if s.vllm_server_url else None, user_big_five_profile=cell.point if cell.study == "big5" else None)  # fmt: skip
+    return cell_settings("generate", cell, {**flags, **role_flags(cell, settings, catalogue, dataset)})
+
+
+def judge_settings(episodes: Path, cell: Cell, settings: EvalSettings, dataset: str) -> Any:
+    s = settings
+    flags = dict(input_file=episodes, output_dir=episodes.parent, rubric_version=s.rubric_version, cache_dir=s.cache_dir or Path(s.output_dir) / "judge_cache",
+                 dataset=dataset, max_in_flight=s.max_in_flight, judges=list(s.judges) or None, judges_file=s.judges_file,
+                 judge_server_url=[s.judge_server_url] if s.judge_server_url else None)  # fmt: skip
     if s.data_file:  # the judge sees each episode's dataset context
-        args += ["--data-file", s.data_file, "--split", cell.split]
-    return [str(a) for a in args]
+        flags.update(data_file=s.data_file, split=cell.split)
+    return cell_settings("judge", cell, flags)
 
 
-def metrics_args(episodes: Path, settings: EvalSettings) -> list[str]:
-    args = ["metrics", "--input-file", str(episodes), "--output-file", str(episodes.parent / "metrics_auto.json"), "--skip-embeddings"]
-    return args + (["--nli-model", settings.nli_model] if settings.nli else ["--skip-nli"])
+def metrics_settings(episodes: Path, cell: Cell, settings: EvalSettings) -> Any:
+    flags = dict(input_file=episodes, output_file=episodes.parent / "metrics_auto.json", skip_embeddings=True)
+    flags.update(nli_model=settings.nli_model) if settings.nli else flags.update(skip_nli=True)
+    return cell_settings("metrics", cell, flags)

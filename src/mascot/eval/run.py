@@ -1,5 +1,6 @@
-"""`mascot eval` as a library call: each system generated, judged and measured with the same
-commands a user runs (in-process, with their resume rules), then the tables, plots and report.
+"""`mascot eval` as a library call: each system generated, judged and measured by the same
+command functions a user runs (on the settings those commands build, with their resume rules),
+then the tables, plots and report.
 
 Rerunning an evaluation reuses everything finished: `mascot generate --resume` skips the episodes
 already written, `mascot judge` answers from its cache (OUTPUT_DIR/judge_cache by default), and
@@ -12,10 +13,9 @@ import json
 import logging
 from pathlib import Path
 
-from mascot.cli.invoke import run_command
 from mascot.errors import MascotError
 from mascot.eval.collect import AUTO_REPORT, EPISODES, CellResult, check_one_rubric, find_run_dir, read_cell
-from mascot.eval.plan import Cell, check_supported, generate_args, judge_args, metrics_args, plan_cells
+from mascot.eval.plan import Cell, check_supported, generate_settings, judge_settings, metrics_settings, plan_cells
 from mascot.eval.settings import EvalSettings
 from mascot.eval.systems import Catalogue, parse_adapter_overrides
 
@@ -55,9 +55,11 @@ def prepare(settings: EvalSettings) -> tuple[str, Catalogue, list[Cell]]:
         raise MascotError(f"--baseline {settings.baseline!r} is not one of the evaluated systems ({', '.join(names)})")
     cells = plan_cells(settings, names, catalogue, dataset)
     if not settings.report_only:
-        for cell in cells:
+        for cell in cells:  # every call each cell makes is built (and so checked) before any runs
             check_supported(cell)
-            generate_args(cell, settings, catalogue, dataset)  # adapters exist
+            generate_settings(cell, settings, catalogue, dataset)  # adapters exist
+            judge_settings(cell.folder / EPISODES, cell, settings, dataset)
+            metrics_settings(cell.folder / EPISODES, cell, settings)
     return dataset, catalogue, cells
 
 
@@ -73,11 +75,15 @@ def metrics_are_current(run_dir: Path, settings: EvalSettings) -> bool:
 
 
 def run_cell(cell: Cell, settings: EvalSettings, catalogue: Catalogue, dataset: str) -> None:
-    run_command(generate_args(cell, settings, catalogue, dataset))
+    from mascot.commands.generate import run_generate
+    from mascot.commands.judge import run_judge
+    from mascot.commands.metrics import run_metrics
+
+    run_generate(generate_settings(cell, settings, catalogue, dataset))
     run_dir = find_run_dir(cell.folder)
-    run_command(judge_args(run_dir / EPISODES, cell, settings, dataset))
+    run_judge(judge_settings(run_dir / EPISODES, cell, settings, dataset))
     if not metrics_are_current(run_dir, settings):
-        run_command(metrics_args(run_dir / EPISODES, settings))
+        run_metrics(metrics_settings(run_dir / EPISODES, cell, settings))
 
 
 def run_eval(settings: EvalSettings) -> Path:

@@ -1,6 +1,12 @@
-"""`mascot pipeline --dry-run`: the plan (every step's command line and state) with every model,
-endpoint and path checked. A step whose inputs already exist gets its own command's --dry-run;
-the others have their flags parsed by their command and their models checked here."""
+"""`mascot pipeline --dry-run`: the whole plan (every step's command line, models, data and state),
+then every problem found, in one list.
+
+Every step's settings are built (and so checked) when the plan is made: a misspelt or invalid step
+setting stops the dry run at once, naming the step. Then each model is checked (a folder, the
+cache, the embedded model or the hub; or the endpoint that serves it), the data file, and each
+step whose inputs already exist runs its own command's --dry-run. The plan is printed whatever
+those checks find; the problems follow, all of them, and the dry run fails if there is any.
+"""
 
 from __future__ import annotations
 
@@ -18,49 +24,65 @@ from mascot.settings import as_dict
 
 
 def dry_run_pipeline(settings: PipelineSettings) -> dict[str, Any]:
-    from mascot.commands.dryrun import print_settings
+    from mascot.commands.dryrun import print_plan
     from mascot.pipeline.samples import pipeline_data_file
 
+    problems: list[str] = []
     with tempfile.TemporaryDirectory(prefix="mascot-pipeline-dry-") as scratch:
         shipped = settings.data_file is None
         data_file = pipeline_data_file(settings.dataset, settings.data_file, Path(scratch))
-        resolved = {"output_dir": str(settings.output_dir), "data_file": "shipped samples" if shipped else str(data_file or "hub"), "models": check_models(settings)}
-        if data_file is not None and not shipped:
-            from mascot.commands.dryrun import check_path
-
-            check_path(data_file, "--data-file", kind="file")
         plan = Plan(settings, data_file)
         # The plan shows where the real run writes the shipped samples; the checks read the scratch copy.
         shown = Plan(settings, Path(settings.output_dir) / "contexts" / data_file.name) if shipped and data_file else plan
-        steps = [check_step(plan.step(name), shown.step(name)) for name in settings.selected()]
-    report = {"resolved": resolved, "plan": steps, "settings": as_dict(settings)}
-    print_settings("pipeline", report)
+        resolved = {"output_dir": str(settings.output_dir), "data_file": "shipped samples" if shipped else str(data_file or "hub")}
+        resolved["models"] = check_models(settings, problems)
+        if data_file is not None and not shipped and not data_file.is_file():
+            problems.append(f"--data-file {data_file} does not exist")
+        steps = [check_step(plan.step(name), shown.step(name), problems) for name in settings.selected()]
+    report = {"resolved": resolved, "plan": steps, "settings": as_dict(settings), "problems": problems}
+    print_plan("pipeline", report, problems)
     return report
 
 
-def check_models(settings: PipelineSettings) -> dict[str, str]:
-    """Each model loads here (folder, cache, embedded or hub) or its endpoint serves it."""
+def check_models(settings: PipelineSettings, problems: list[str]) -> dict[str, str]:
+    """How each model would load (a folder, the cache, embedded, the hub) or which endpoint serves
+    it; what cannot is added to `problems`."""
     from mascot.commands.dryrun import check_endpoints, check_model
     from mascot.llm.providers import RoleEndpoint
 
-    found = {"reward models": f"{settings.reward_model} ({check_model(settings.reward_model, '--reward-model')})"}
+    local = {"reward models": (settings.reward_model, "--reward-model")}
     served = {}
-    if settings.generation_url:
-        served["policy"] = RoleEndpoint("speaker", settings.policy_model, settings.generation_url)
-    else:
-        found["policy"] = f"{settings.policy_model} ({check_model(settings.policy_model, '--policy-model')})"
-    if settings.judge_url:
-        served["judge"] = RoleEndpoint("judge", settings.judge_model, settings.judge_url)
-    else:
-        found["judge"] = f"{settings.judge_model} ({check_model(settings.judge_model, '--judge-model')})"
-    if settings.rollout_url:
-        served["rollouts"] = RoleEndpoint("rollout", settings.policy_model, settings.rollout_url)
-    for role, how in check_endpoints(served).items():
-        found[role] = f"{served[role].model} ({how})"
+    for role, model, url, flag in (("policy", settings.policy_model, settings.generation_url, "--policy-model"),
+                                   ("judge", settings.judge_model, settings.judge_url, "--judge-model"),
+                                   ("rollouts", settings.policy_model, settings.rollout_url, None)):  # fmt: skip
+        if url:
+            served[role] = RoleEndpoint(role, model, url)
+        elif flag:
+            local[role] = (model, flag)
+    found = {}
+    for role, (model, flag) in local.items():
+        found[role] = f"{model} ({_checked(lambda: check_model(model, flag), problems)})"
+    for role, endpoint in served.items():
+        found[role] = f"{endpoint.model} ({_checked(lambda: check_endpoints({role: endpoint})[role], problems)})"
     return found
 
 
-def check_step(step: Step, shown: Step | None = None) -> dict[str, Any]:
+def _checked(check, problems: list[str]) -> str:
+    try:
+        return check()
+    except MascotError as exc:
+        add_problem(problems, str(exc))
+        return "MISSING"
+
+
+def add_problem(problems: list[str], message: str) -> None:
+    """One entry per problem: a server that is down is listed once, not once per role and step."""
+    _, unreachable, where = message.partition(" is unreachable: ")
+    if not (unreachable and any(where in known for known in problems)):
+        problems.append(message)
+
+
+def check_step(step: Step, shown: Step, problems: list[str]) -> dict[str, Any]:
     """The step's command line (as `shown`), its state, and how it was checked."""
     status = st.step_status(step)
     entry: dict[str, Any] = {"step": step.name, "status": status}
@@ -68,41 +90,31 @@ def check_step(step: Step, shown: Step | None = None) -> dict[str, Any]:
         entry["command"] = "(writes report.md and plots from the other steps' files)"
         return entry
     resume = status == st.PARTIAL and step.kind in ("generation", "training")
-    entry["command"] = (shown or step).command_line(resume=resume)
-    parse_flags(step, resume)
+    entry["command"] = shown.command_line(resume=resume)
     if status == st.COMPLETE:
         entry["check"] = "complete: would be skipped"
     elif all(Path(p).exists() for p in step.inputs):
-        own_dry_run(step, resume)
-        entry["check"] = "its own --dry-run passed"
+        failed = own_dry_run(step, resume)
+        entry["check"] = f"its own --dry-run failed: {failed}" if failed else "its own --dry-run passed"
+        if failed:
+            add_problem(problems, f"pipeline step {step.name}: {failed}")
     else:
-        entry["check"] = "flags parsed; inputs come from earlier steps"
+        entry["check"] = "settings checked; inputs come from earlier steps"
     return entry
 
 
-def parse_flags(step: Step, resume: bool) -> None:
-    """The command takes every flag with a value of the right type (nothing runs)."""
-    from typer.main import get_command
+def own_dry_run(step: Step, resume: bool) -> str | None:
+    """The step's command's own --dry-run on its settings (its printout kept off the screen); the
+    problem it found, or None."""
+    from mascot.commands import command
 
-    from mascot.cli import app
-
-    command = get_command(app)
-    for word in step.command:
-        command = command.commands[word]  # type: ignore[attr-defined]
-    args = step.argv(resume=resume)[len(step.command) :]
-    try:
-        command.make_context("mascot " + " ".join(step.command), args)
-    except Exception as exc:  # noqa: BLE001 - click's usage errors have no common public base here
-        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
-        raise MascotError(f"pipeline step {step.name}: `{step.command_line(resume=resume)}` is refused: {message}") from None
-
-
-def own_dry_run(step: Step, resume: bool) -> None:
-    from mascot.cli.invoke import run_command
-
+    dry_run = command(*step.words).dry_runner()
+    if dry_run is None:
+        return None
     printed = io.StringIO()
     try:
-        with contextlib.redirect_stdout(printed):
-            run_command([*step.argv(resume=resume), "--dry-run"])
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(io.StringIO()):
+            dry_run(" ".join(step.words), step.settings_for(resume=resume))
     except MascotError as exc:
-        raise MascotError(f"pipeline step {step.name}: {exc}") from None
+        return str(exc)
+    return None

@@ -16,9 +16,6 @@ from mascot.pipeline.steps import Plan, Step
 from mascot.settings import as_dict
 
 
-INTERRUPTED_STATUS = 130  # what a mascot command exits with after Ctrl-C
-
-
 class PipelineStopped(MascotError):
     """A step failed or made nothing the next step can use: one line naming the step."""
 
@@ -54,16 +51,11 @@ def _run_step(step: Step, state: PipelineState) -> None:
     state.started(step.name, line)
     started = time.monotonic()
     try:
-        from mascot.cli.invoke import run_command
-
-        run_command(step.argv(resume=resume))
-    except KeyboardInterrupt:
+        step.run(resume=resume)
+    except KeyboardInterrupt:  # the command saved what it made; the pipeline says how to go on
         state.finished(step.name, "interrupted", time.monotonic() - started)
         raise
     except MascotError as exc:
-        if str(exc).endswith(f"exited with status {INTERRUPTED_STATUS}"):  # the command caught Ctrl-C and saved its work
-            state.finished(step.name, "interrupted", time.monotonic() - started)
-            raise KeyboardInterrupt from None
         state.finished(step.name, "failed", time.monotonic() - started, error=str(exc))
         raise PipelineStopped(f"pipeline step {step.name} failed: {exc}") from None
     wall = time.monotonic() - started

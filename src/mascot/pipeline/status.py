@@ -34,7 +34,7 @@ def judging_report(step: Step) -> Path:
     name = _JUDGING_OUTPUT.get(step.name)
     if name:
         return step.folder / name
-    return step.folder / f"metrics_{Path(step.flags['input_file']).stem}.json"
+    return step.folder / f"metrics_{Path(step.settings.input_file).stem}.json"
 
 
 def artefact(step: Step) -> Path:
@@ -44,7 +44,7 @@ def artefact(step: Step) -> Path:
     if step.kind == "judging":
         return judging_report(step)
     if step.kind == "metrics":
-        return Path(step.flags["output_file"])
+        return Path(step.settings.output_file)
     if step.kind == "report":
         return step.folder / "report.md"
     return step.folder

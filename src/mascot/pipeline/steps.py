@@ -1,18 +1,19 @@
-"""The plan: each step's `mascot` command line, its folder and how its output is found.
+"""The plan: each step's command and settings, its folder and how its output is found.
 
 The evaluation is `Plan._evaluation`: directed episodes of the base and the trained system on the
 same contexts and seeds, then `mascot judge` and `mascot metrics` on each; a dedicated evaluation
 command replaces those steps there.
 
 A step's flags are the pipeline's (models, endpoints, data, inputs from earlier steps) with the
-config's `steps` entries on top. Flags are kept as an ordered mapping until the end, so a config
-entry replaces a flag (or removes it, with null) instead of repeating it.
+config's `steps` entries on top (a config entry replaces a flag, or removes it with null). The
+step's command builds its settings from them when the plan is made, so a misspelt or invalid step
+setting is refused before anything runs; the step runs by calling the command's function on those
+settings, and the command line it shows is rendered from them (`mascot.settings.command_line`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from functools import lru_cache
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,59 +24,49 @@ Flags = dict[str, Any]
 
 @dataclass
 class Step:
-    """One step: the command it runs and where its output goes."""
+    """One step: the command it runs, its settings (validated when the plan is made) and where its
+    output goes."""
 
     name: str
     kind: str  # generation | training | judging | metrics | report
-    command: list[str]  # the subcommand words, e.g. ["train", "speaker"]
-    flags: Flags
+    words: tuple[str, ...]  # the command's words, e.g. ("train", "speaker"); () for the report
+    settings: Any  # that command's settings object; None for the report
     folder: Path  # everything the step writes is under it
     inputs: list[Path] = field(default_factory=list)  # outputs of earlier steps it reads
+    given: frozenset[str] = frozenset()  # the settings the plan sets (shown even at their default)
 
-    def argv(self, *, resume: bool = False) -> list[str]:
-        negatives = negative_flags(tuple(self.command)) if self.command else frozenset()
-        return [*self.command, *render_flags(self.flags, negatives), *(["--resume"] if resume else [])]
+    def settings_for(self, *, resume: bool = False) -> Any:
+        return replace(self.settings, resume=True) if resume else self.settings
 
     def command_line(self, *, resume: bool = False) -> str:
-        import shlex
+        from mascot.settings import command_line
 
-        return "mascot " + " ".join(shlex.quote(a) for a in self.argv(resume=resume))
+        return command_line(self.words, self.settings_for(resume=resume), self.given)
 
+    def run(self, *, resume: bool = False) -> None:
+        """Runs the step's command on its settings, as `mascot WORDS...` does."""
+        from mascot.commands import command
 
-@lru_cache(maxsize=None)
-def negative_flags(command: tuple[str, ...]) -> frozenset[str]:
-    """The `--no-x` spellings a mascot subcommand takes (a false boolean is passed as one of them)."""
-    from typer.main import get_command
-
-    from mascot.cli import app
-
-    click_command = get_command(app)
-    for word in command:
-        click_command = click_command.commands[word]  # type: ignore[attr-defined]
-    return frozenset(opt for param in click_command.params for opt in getattr(param, "secondary_opts", ()))
+        command(*self.words).runner()(self.settings_for(resume=resume))
 
 
-def render_flags(flags: Flags, negatives: frozenset[str] | None = None) -> list[str]:
-    """{"max_steps": 4, "lora": False, "judge": ["a", "b"]} -> --max-steps 4 --no-lora --judge a --judge b.
+def make_step(name: str, kind: str, words: tuple[str, ...], flags: Flags, folder: Path, inputs: list[Path] | None = None) -> Step:
+    """A step whose settings are its command's, built from `flags` (a null flag: the command's
+    default); a misspelt or invalid setting is one line naming the step."""
+    from mascot.commands import command
+    from mascot.errors import MascotError
+    from mascot.settings import aliases, settings_from
 
-    A false boolean becomes `--no-x` when the command takes it (`negatives`; all when None), and is
-    left out otherwise: a flag without a negative spelling is off unless given."""
-    out: list[str] = []
-    for name, value in flags.items():
-        flag = "--" + name.replace("_", "-").lstrip("-")
-        if value is None:
-            continue
-        if value is True:
-            out.append(flag)
-        elif value is False:
-            if negatives is None or "--no-" + flag[2:] in negatives:
-                out.append("--no-" + flag[2:])
-        elif isinstance(value, (list, tuple)):
-            for item in value:
-                out += [flag, str(item)]
-        else:
-            out += [flag, str(value)]
-    return out
+    given = {k: v for k, v in flags.items() if v is not None}
+    where = f"pipeline step {name} (`mascot {' '.join(words)}`)"
+    try:
+        cls = command(*words).settings_class()
+        settings = settings_from(cls, given, where)
+    except MascotError as exc:
+        message = str(exc)
+        raise MascotError(message if message.startswith(where) else f"{where}: {message}") from None
+    names = aliases(cls)
+    return Step(name, kind, words, settings, folder, list(inputs or []), frozenset(names[k.lstrip("-").replace("-", "_")] for k in given))
 
 
 def _merged(base: Flags, *extra: Flags) -> Flags:
@@ -157,32 +148,32 @@ class Plan:
 
     # ---- the steps
     def _build(self) -> list[Step]:
+        # Each step as (name, kind, command words, flags, folder, inputs): the config's `steps`
+        # entries go over the flags before the command's settings are built from them.
         s = self.settings
         candidates = self.run_dir("candidates")
         episodes = self.episodes_file("episodes")
         steps = [
-            Step("candidates", "generation", ["generate"], {"mode": "individual", **self._data(), **self._generation_roles(trained_speaker=False, trained_director=False),
+            ("candidates", "generation", ["generate"], {"mode": "individual", **self._data(), **self._generation_roles(trained_speaker=False, trained_director=False),
                  **self._judge("judge_model"), "output_dir": self.folder("candidates")}, self.folder("candidates")),
-            Step("reward_model", "training", ["train", "reward-model"], {"data_path": candidates, **self._training("reward_model", s.reward_model)},
+            ("reward_model", "training", ["train", "reward-model"], {"data_path": candidates, **self._training("reward_model", s.reward_model)},
                  self.folder("reward_model"), [candidates]),
-            Step("speaker", "training", ["train", "speaker"], {"data_path": candidates, **self._training("speaker", s.policy_model),
+            ("speaker", "training", ["train", "speaker"], {"data_path": candidates, **self._training("speaker", s.policy_model),
                  "reward_model_path": self.folder("reward_model")}, self.folder("speaker"), [candidates, self.folder("reward_model")]),
-            Step("episodes", "generation", ["generate"], {"mode": "group", "generation_mode": "independent", **self._data(),
+            ("episodes", "generation", ["generate"], {"mode": "group", "generation_mode": "independent", **self._data(),
                  **self._generation_roles(trained_speaker=True, trained_director=False), "output_dir": self.folder("episodes")}, self.folder("episodes"),
                  [] if s.generation_url else [self.folder("speaker")]),
-            Step("group_pairs", "judging", ["prefs", "group"], {"episodes": episodes, "mode": "episode", **self._judge("judge"), **self._contexts(),
+            ("group_pairs", "judging", ["prefs", "group"], {"episodes": episodes, "mode": "episode", **self._judge("judge"), **self._contexts(),
                  "output_dir": self.folder("group_pairs")}, self.folder("group_pairs"), [episodes]),
-            Step("group_reward_model", "training", ["train", "group-reward-model"], {"data_path": self.folder("group_pairs") / "group_pairs.jsonl",
+            ("group_reward_model", "training", ["train", "group-reward-model"], {"data_path": self.folder("group_pairs") / "group_pairs.jsonl",
                  **self._training("group_reward_model", s.reward_model)}, self.folder("group_reward_model"), [self.folder("group_pairs") / "group_pairs.jsonl"]),
-            Step("director", "training", ["train", "director-grpo"], {"data_path": self.run_dir("episodes"), **self._training("director", s.policy_model),
+            ("director", "training", ["train", "director-grpo"], {"data_path": self.run_dir("episodes"), **self._training("director", s.policy_model),
                  "group_reward_model_path": self.folder("group_reward_model"), **self._rollouts()}, self.folder("director"),
                  [self.run_dir("episodes"), self.folder("group_reward_model")]),
             *self._evaluation(),
-            Step("report", "report", [], {}, self.root),
         ]
-        for step in steps:
-            step.flags = _merged(step.flags, _extra(s, step.name))
-        return steps
+        planned = [make_step(name, kind, tuple(words), _merged(flags, _extra(s, name)), *rest) for name, kind, words, flags, *rest in steps]
+        return [*planned, Step("report", "report", (), None, self.root)]
 
     def _rollouts(self) -> Flags:
         s = self.settings
@@ -191,21 +182,21 @@ class Plan:
             return {"rollout_server_url": url, "rollout_model": s.policy_model, "speaker_adapter": s.speaker_served_name}
         return {"speaker_adapter": self.folder("speaker")}
 
-    def _evaluation(self) -> list[Step]:
+    def _evaluation(self) -> list[tuple]:
         steps = []
         for system, trained in (("base", False), ("trained", True)):
             name = f"eval_{system}"
             flags = {"mode": "group", "generation_mode": "directed", "system": "mascot" if trained else "base", **self._data(),
                      **self._generation_roles(trained_speaker=trained, trained_director=trained), "output_dir": self.folder(name)}
             inputs = [self.folder("speaker"), self.folder("director")] if trained and not self.settings.generation_url else []
-            steps.append(Step(name, "generation", ["generate"], flags, self.folder(name), inputs))
+            steps.append((name, "generation", ["generate"], flags, self.folder(name), inputs))
         for system in ("base", "trained"):
             episodes = self.episodes_file(f"eval_{system}")
             flags = {"input_file": episodes, **self._judge("judge"), **self._contexts(), "output_dir": self.folder(f"judge_{system}")}
-            steps.append(Step(f"judge_{system}", "judging", ["judge"], flags, self.folder(f"judge_{system}"), [episodes]))
+            steps.append((f"judge_{system}", "judging", ["judge"], flags, self.folder(f"judge_{system}"), [episodes]))
         for system in ("base", "trained"):
             episodes = self.episodes_file(f"eval_{system}")
             # No NLI model loads offline: NLI is opt-in (metrics: {skip_nli: false}).
             flags = {"input_file": episodes, "output_file": self.folder(f"metrics_{system}") / "metrics_auto.json", "skip_nli": True}
-            steps.append(Step(f"metrics_{system}", "metrics", ["metrics"], flags, self.folder(f"metrics_{system}"), [episodes]))
+            steps.append((f"metrics_{system}", "metrics", ["metrics"], flags, self.folder(f"metrics_{system}"), [episodes]))
         return steps
