@@ -109,7 +109,7 @@ def reference_self_bleu(episodes: list[Episode]) -> list[float]:
 def main(args: argparse.Namespace) -> None:
     import torch
 
-    from mascot.metrics.embeddings import Embedder
+    from mascot.llm.embeddings import Embedder
 
     torch.set_num_threads(args.threads)
     episodes = synthetic_episodes(args.episodes, args.rounds)
@@ -133,7 +133,7 @@ def main(args: argparse.Namespace) -> None:
 
 
 def compare_with_unoptimised(episodes: list[Episode], fast: dict, args: argparse.Namespace) -> None:
-    from mascot.metrics.embeddings import Embedder
+    from mascot.llm.embeddings import Embedder
 
     slow_bleu, bleu_s = timed(lambda: reference_self_bleu(episodes))
     print(f"unoptimised Self-BLEU (sacrebleu per response): {bleu_s:7.2f} s")

@@ -20,8 +20,9 @@ ESCONV = FIXTURES / "esconv_sample.jsonl"
 
 def leaf_commands(group=None, path=()):
     group = group or get_command(app)
-    for name, command in group.commands.items():
-        if hasattr(command, "commands"):
+    for name in group.list_commands(None):
+        command = group.get_command(None, name)
+        if hasattr(command, "list_commands"):
             yield from leaf_commands(command, (*path, name))
         else:
             yield (*path, name), command

@@ -211,7 +211,7 @@ def workdir(tmp_path, monkeypatch):
     """A scratch project folder, and no network."""
     import mascot.commands.dryrun as dryrun
     import mascot.llm.models as local
-    import mascot.serve as serve
+    import mascot.llm.served as serve
 
     work = tmp_path / "work"
     work.mkdir()
@@ -253,8 +253,8 @@ def check_flags_exist(runner: CliRunner, argv: list[str], doc: str, line: str) -
 
     command = typer.main.get_command(app)
     for word in [t for t in argv[:2] if not t.startswith("-")]:
-        assert hasattr(command, "commands") and word in command.commands, f"{doc}: `{line}`: no subcommand {word!r}"
-        command = command.commands[word]
+        assert hasattr(command, "list_commands") and word in command.list_commands(None), f"{doc}: `{line}`: no subcommand {word!r}"
+        command = command.get_command(None, word)
     known = {opt for param in command.params for opt in [*param.opts, *param.secondary_opts]} | {"--help"}
     for flag in (t.split("=")[0] for t in argv if t.startswith("--")):
         assert flag in known, f"{doc}: `{line}` uses {flag}, which `mascot {command.name}` does not take"

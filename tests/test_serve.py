@@ -15,13 +15,12 @@ from typer.testing import CliRunner
 
 from mascot.cli import app
 from mascot.schema import RoleIdentity
+from mascot.llm.served import ServerListingError, resolve_served_identities, served_identity
 from mascot.serve import (
     ServeError,
     ServePlan,
     adapter_from_artefact,
-    resolve_served_identities,
     role_flags,
-    served_identity,
     server_env,
     start_server,
     vllm_command,
@@ -197,8 +196,8 @@ def test_mascot_serve_runs_until_stopped_and_stops_its_server(tmp_path, fake_vll
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=40)
-    with pytest.raises(ServeError):  # the vLLM stand-in went with it
-        from mascot.serve import list_served_models
+    with pytest.raises(ServerListingError):  # the vLLM stand-in went with it
+        from mascot.llm.served import list_served_models
 
         list_served_models(f"http://127.0.0.1:{port}/v1", timeout_s=2)
 

@@ -92,7 +92,7 @@ def test_served_aliases_resolve_to_base_model_and_adapter(server, base_model, sp
     """What runs record for a role pointed at the alias, read from the real server's /v1/models."""
     from mascot.llm.providers import RoleEndpoint
     from mascot.schema import RoleIdentity
-    from mascot.serve import resolve_served_identities
+    from mascot.llm.served import resolve_served_identities
 
     endpoints = {"speaker": RoleEndpoint("speaker", "mascot-speaker", server["url"]), "director": RoleEndpoint("director", SERVED_BASE, server["url"])}
     identities = {role: RoleIdentity(base_model=ep.model, served_model=ep.model, backend="http") for role, ep in endpoints.items()}

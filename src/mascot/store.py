@@ -37,6 +37,7 @@ from mascot.files import (  # noqa: F401 - the file helpers are imported from he
     write_json_atomic,
     write_jsonl,
 )
+from mascot.errors import failure_cause
 from mascot.run_folder import existing_run_refusal
 from mascot.schema import Counters, RoleUsage, RunConfig, RunSummary, utc_now
 
@@ -264,8 +265,6 @@ class RunStore:
         in num_generation_failures, once per id: a resumed run that fails it again does not count
         it twice. Names it on screen, with the whole reason the first time of each cause; returns
         whether it is newly dropped."""
-        from mascot.llm.base import failure_cause
-
         cause = failure_cause(exc)
         message = " ".join(str(exc).split())
         failures = self.summary.failures

@@ -75,7 +75,7 @@ def _check_on_hub(model: str, label: str) -> str:
 def check_endpoints(endpoints: dict[str, Any]) -> dict[str, str]:
     """Every role with a URL: the server answers /models and lists the role's model id.
     Roles without one are local: their model must load (`check_model`). Returns role -> how."""
-    from mascot.serve import ServeError, list_served_models
+    from mascot.llm.served import ServerListingError, list_served_models
 
     found: dict[str, str] = {}
     listings: dict[str, list[str]] = {}
@@ -87,7 +87,7 @@ def check_endpoints(endpoints: dict[str, Any]) -> dict[str, str]:
             key = os.environ.get(getattr(ep, "api_key_env", "OPENAI_API_KEY") or "OPENAI_API_KEY") or os.environ.get("OPENAI_API_KEY")
             try:
                 listings[ep.url] = [m["id"] for m in list_served_models(ep.url, api_key=key)]
-            except ServeError as exc:
+            except ServerListingError as exc:
                 raise DryRunError(f"the {role} endpoint is unreachable: {exc}") from None
         served = listings[ep.url]
         if served and ep.model not in served:

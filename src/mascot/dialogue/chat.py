@@ -137,7 +137,7 @@ def chat_backends(settings: EndpointFields, trace: Path | None = None) -> tuple:
     from mascot.dialogue.run import role_identities
     from mascot.llm.providers import build_backends
     from mascot.llm.routing import resolve_roles
-    from mascot.serve import resolve_served_identities
+    from mascot.llm.served import resolve_served_identities
 
     if trace:
         trace.parent.mkdir(parents=True, exist_ok=True)

@@ -24,7 +24,7 @@ from mascot.llm.routing import EndpointOptions, resolve_roles
 from mascot.rosters import load_roster, roster_for_dataset
 from mascot.runs import GenerationFailed, OpenRun, RunSpec, announce_local_roles, failure_line, merged_usage, model_basename, open_run, require_contexts  # noqa: F401  (re-exported)
 from mascot.schema import Context, Episode, RoleIdentity, Roster
-from mascot.serve import resolve_served_identities
+from mascot.llm.served import resolve_served_identities
 from mascot.store import RunStore, read_jsonl
 
 

@@ -68,11 +68,6 @@ class LLMError(MascotError, RuntimeError):
         self.cause = cause
 
 
-def failure_cause(exc: BaseException) -> str:
-    """The counted kind of a failure: an LLMError's cause, otherwise the exception's type."""
-    return getattr(exc, "cause", None) or type(exc).__name__
-
-
 class LogprobsUnavailable(LLMError):
     """The backend cannot give the probabilities of an answer's tokens (no logprobs)."""
 

