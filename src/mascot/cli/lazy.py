@@ -16,8 +16,16 @@ from mascot.commands import COMMANDS, GROUPS, Command
 
 
 def _build(entry: Command) -> Any:
-    """The click command of one registry entry (generated from its settings class)."""
-    callback = settings_command(entry.settings_class(), entry.runner(), dry_run=entry.dry_runner(), interrupts=entry.interrupts)
+    """The click command of one registry entry, generated from its settings class; the module that
+    runs it loads only when it runs."""
+
+    def run(settings: Any) -> None:
+        entry.runner()(settings)
+
+    def dry_run(command: str, settings: Any) -> None:
+        entry.dry_runner()(command, settings)  # type: ignore[misc]
+
+    callback = settings_command(entry.settings_class(), run, dry_run=dry_run if entry.dry_run else None, interrupts=entry.interrupts)
     single = typer.Typer()
     single.command(entry.words[-1], cls=MascotCommand, no_args_is_help=entry.no_args_is_help)(callback)
     return typer.main.get_command(single)
