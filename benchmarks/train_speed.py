@@ -43,7 +43,7 @@ def group_reward_model(folder: Path, base: Path, steps: int):
     from train_helpers import keyword_pairs, write_jsonl, write_run_config
 
     from mascot.train.config import GroupRewardModelSettings
-    from mascot.train.group_reward_model import train_group_reward_model
+    from mascot.train.reward_model import train_group_reward_model
 
     run = folder / "run_grm"
     pairs = keyword_pairs(n_prompts=steps * 16, per_prompt=1, kind="episode")

@@ -271,7 +271,7 @@ def test_the_nli_progress_gives_the_labels_of_the_plain_scorer(monkeypatch, caps
 
 def test_the_training_callback_counts_optimizer_steps(monkeypatch, capsys):
     pytest.importorskip("transformers")
-    from mascot.train.progress_callback import progress_callback
+    from mascot.train.screen import progress_callback
 
     monkeypatch.setenv(progress.INTERVAL_ENV, "0.05")
     callback = progress_callback()

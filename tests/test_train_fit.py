@@ -10,7 +10,7 @@ from mascot.schema import PreferencePair
 from mascot.train import data
 from mascot.train.config import DirectorDPOSettings, GroupRewardModelSettings, RewardModelSettings, SpeakerGRPOSettings
 from mascot.train.reward_model import per_device_cap, train_reward_model
-from mascot.train.quiet import checkpointing_argument
+from mascot.train.screen import checkpointing_argument
 from mascot.train.runtime import derive_batch, trainer_arguments
 from mascot.train.scoring import RewardModelScorer, encode_fitted, fit_ids
 

@@ -15,7 +15,7 @@ from test_train_sft import candidates
 from mascot.errors import MascotError
 from mascot.train import config as cfg
 from mascot.train.data import TrainingDataError
-from mascot.train.minimum import NothingTrained, group_prompts_per_step, require_schedule
+from mascot.train.guard import NothingTrained, group_prompts_per_step, require_schedule
 
 
 def pairs_run(folder: Path, pairs, name: str = "pairs.jsonl") -> Path:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from train_helpers import one_thread_per_module, base, keyword_pairs, write_jsonl, write_run_config  # noqa: F401 - fixtures
 
-from mascot.train.quiet import report_loading
+from mascot.train.screen import report_loading
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 HEAD_LINE = "reward head initialised (new score layer)"
@@ -54,7 +54,7 @@ def test_reward_model_and_speaker_runs_print_no_library_noise(base, stage1_run, 
 
 
 def test_weights_other_than_the_new_head_that_did_not_load_are_still_reported(caplog, capsys):
-    with caplog.at_level(logging.WARNING, logger="mascot.train.quiet"):
+    with caplog.at_level(logging.WARNING, logger="mascot.train.screen"):
         report_loading({"missing_keys": {"score.weight", "model.norm.weight"}, "unexpected_keys": {"lm_head.weight"}, "mismatched_keys": set()}, "m", new_head_expected=True)
     assert HEAD_LINE in capsys.readouterr().err
     assert "1 missing (model.norm.weight); 1 unexpected (lm_head.weight)" in caplog.text

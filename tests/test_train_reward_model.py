@@ -9,7 +9,7 @@ from train_helpers import one_thread_per_module, base, KEYWORD, keyword_pairs, s
 
 from mascot.train.artefact import read_metadata
 from mascot.train.config import GroupRewardModelSettings, RewardModelSettings
-from mascot.train.group_reward_model import train_group_reward_model
+from mascot.train.reward_model import train_group_reward_model
 from mascot.train.reward_model import train_reward_model
 from mascot.train.scoring import RewardModelScorer
 

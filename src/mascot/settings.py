@@ -180,7 +180,8 @@ def _rendered(f: dataclasses.Field, value: Any) -> list[str]:
 
 def coerced(settings_cls: type, values: dict[str, Any]) -> dict[str, Any]:
     """Values from YAML or code in the types the command line gives: one value for a repeatable
-    setting becomes a list of one, text for a path a Path, a number a float where one is wanted."""
+    setting becomes a list of one, text for a path a Path and a path for text a str, a number a
+    float where one is wanted."""
     import typing
 
     hints = typing.get_type_hints(settings_cls)
@@ -194,8 +195,11 @@ def _coerce(hint: Any, value: Any) -> Any:
         return value
     kinds = [a for a in typing.get_args(hint) if a is not type(None)] if typing.get_origin(hint) in (typing.Union, getattr(__import__("types"), "UnionType", None)) else [hint]
     kind = kinds[0] if len(kinds) == 1 else None
-    if typing.get_origin(kind) is list and not isinstance(value, (list, tuple)):
-        return [value]
+    if typing.get_origin(kind) is list:
+        items = value if isinstance(value, (list, tuple)) else [value]
+        return [str(v) if isinstance(v, Path) else v for v in items]
+    if kind is str and isinstance(value, Path):
+        return str(value)
     if kind is Path and isinstance(value, str):
         return Path(value)
     if kind is float and isinstance(value, int) and not isinstance(value, bool):

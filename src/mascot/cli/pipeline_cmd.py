@@ -9,7 +9,8 @@ import typer
 
 from mascot.cli.help import MascotCommand
 from mascot.cli.settings_cli import rerun_hint, settings_command
-from mascot.pipeline.command import dry_run_pipeline_command, run_pipeline_command
+from mascot.pipeline.dryrun import dry_run_pipeline_command
+from mascot.pipeline.runner import run_pipeline_command
 from mascot.pipeline.settings import PipelineSettings, resolve_pipeline_settings
 from mascot.settings import read_config_file
 

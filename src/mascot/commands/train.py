@@ -41,7 +41,7 @@ def run_speaker(settings: cfg.SpeakerGRPOSettings) -> None:
 
 
 def run_group_reward_model(settings: cfg.GroupRewardModelSettings) -> None:
-    from mascot.train.group_reward_model import describe, train_group_reward_model
+    from mascot.train.reward_model import describe, train_group_reward_model
 
     _report("group reward model", describe(train_group_reward_model(settings)))
 

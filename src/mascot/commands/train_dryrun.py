@@ -25,7 +25,7 @@ def dry_run_training(command: str, settings: Any) -> None:
         print_settings("merge-lora", _merge(settings))
         return
     from mascot.train import artefact
-    from mascot.train.minimum import require_schedule
+    from mascot.train.guard import require_schedule
 
     require_schedule(settings)
     artefact.require_model_folder(settings.model_name, label="--model", task="causal_lm")

@@ -13,6 +13,8 @@ import json
 import logging
 from pathlib import Path
 
+import typer
+
 from mascot.errors import MascotError
 from mascot.eval.collect import AUTO_REPORT, EPISODES, CellResult, check_one_rubric, find_run_dir, read_cell
 from mascot.eval.plan import Cell, check_supported, generate_settings, judge_settings, metrics_settings, plan_cells
@@ -125,3 +127,32 @@ def provenance(results: list[CellResult], rubric_version: str, dataset: str, set
         "unscored_items": {r.cell.label: r.num_unscored for r in results if r.num_unscored},
         "score_mapping": "0-100 = (s - 1) / 4 * 100 for a 1-5 judge score; an item's score is the mean of its judges",
     }
+
+
+NO_NLI_FLAG = "--no-nli"  # eval's own way out; `mascot metrics`, which it runs, calls it --skip-nli
+
+
+def run_eval_command(settings: EvalSettings) -> None:
+    from mascot.metrics.nli import NLIUnavailable, require_reachable
+
+    try:
+        if settings.nli and not settings.report_only:
+            prepare(settings)  # the settings' own errors come first
+            require_reachable(settings.nli_model, NO_NLI_FLAG)  # then the NLI model, before any system is generated
+        typer.echo(str(run_eval(settings)))
+    except NLIUnavailable as exc:  # raised inside the metrics step: name this command's flag
+        raise exc.with_flag(NO_NLI_FLAG) from None
+
+
+def dry_run_eval(command: str, settings: EvalSettings) -> None:
+    from dataclasses import asdict
+
+    from mascot.commands.dryrun import print_settings
+
+    dataset, _, cells = prepare(settings)
+    resolved = {"dataset": dataset, "runs": [c.label for c in cells]}
+    if settings.data_file:  # each split's contexts are there (and the split is not empty)
+        from mascot.data import load_contexts
+
+        resolved["contexts"] = {s: len(load_contexts(dataset, split=s, data_file=settings.data_file, limit=settings.limit)) for s in settings.split_names}
+    print_settings("eval", {"resolved": resolved, "settings": asdict(settings)})

@@ -19,13 +19,12 @@ from typing import Any
 from mascot.errors import MascotError
 from mascot.pipeline import status as st
 from mascot.pipeline.settings import PipelineSettings
-from mascot.pipeline.steps import Plan, Step
+from mascot.pipeline.steps import Plan, Step, pipeline_data_file
 from mascot.settings import as_dict
 
 
 def dry_run_pipeline(settings: PipelineSettings) -> dict[str, Any]:
     from mascot.commands.dryrun import print_plan
-    from mascot.pipeline.samples import pipeline_data_file
 
     problems: list[str] = []
     with tempfile.TemporaryDirectory(prefix="mascot-pipeline-dry-") as scratch:
@@ -118,3 +117,7 @@ def own_dry_run(step: Step, resume: bool) -> str | None:
     except MascotError as exc:
         return str(exc)
     return None
+
+
+def dry_run_pipeline_command(_command: str, settings: PipelineSettings) -> None:
+    dry_run_pipeline(settings)

@@ -81,7 +81,7 @@ def _steps_table(root: Path, state: dict[str, Any]) -> str:
         wall = float(r.get("wall_s") or 0.0)
         lines.append(f"| {name} | {r.get('status')} | {wall:.1f} | {wall / total:.0%} | {_fmt(r.get('tokens'))} | {r.get('attempts', 0)} | `{r.get('artefact', '–')}` |")
     if records:
-        from mascot.pipeline.plots import plot_wall_time
+        from mascot.pipeline.figures import plot_wall_time
 
         plot_wall_time({n: float(records[n].get("wall_s") or 0.0) for n in STEP_NAMES if n in records}, root / TIME_FILE)
         lines += ["", f"![wall time per step]({TIME_FILE})"]
@@ -119,7 +119,7 @@ def _curves(root: Path) -> str:
     curves = {k: v for k, v in curves.items() if v}
     if not curves:
         return ""
-    from mascot.pipeline.plots import plot_curves
+    from mascot.pipeline.figures import plot_curves
 
     plot_curves(curves, root / CURVES_FILE)
     lines = ["## GRPO reward", f"![mean reward per step]({CURVES_FILE})", "", "| policy | first logged reward | last logged reward | logged steps |", "|---|---|---|---|"]

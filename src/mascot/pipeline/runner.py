@@ -11,8 +11,8 @@ import typer
 from mascot.errors import MascotError
 from mascot.pipeline import status as st
 from mascot.pipeline.settings import PipelineSettings
-from mascot.pipeline.state import PipelineState
-from mascot.pipeline.steps import Plan, Step
+from mascot.pipeline.status import PipelineState
+from mascot.pipeline.steps import Plan, Step, pipeline_data_file
 from mascot.settings import as_dict
 
 
@@ -22,8 +22,6 @@ class PipelineStopped(MascotError):
 
 def run_pipeline(settings: PipelineSettings) -> Path:
     """Runs the selected steps; returns the pipeline folder."""
-    from mascot.pipeline.samples import pipeline_data_file
-
     root = Path(settings.output_dir)
     data_file = pipeline_data_file(settings.dataset, settings.data_file, root / "contexts")
     state = PipelineState(root, as_dict(settings))
@@ -88,3 +86,9 @@ def _write_report(step: Step, state: PipelineState, settings: PipelineSettings) 
     path = write_report(Path(settings.output_dir), state.data)
     state.finished(step.name, "completed", time.monotonic() - started, artefact=str(path))
     _progress(step.name, f"written: {path}", "green")
+
+
+def run_pipeline_command(settings: PipelineSettings) -> None:
+    """`mascot pipeline`: runs it and prints where its state is."""
+    root = run_pipeline(settings)
+    typer.echo(str(root / "pipeline.json"))

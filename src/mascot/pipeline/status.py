@@ -1,5 +1,10 @@
 """What the files say about a step: complete (skip), partial (run with --resume) or absent (run),
-the artefact it wrote, how many records it made and the tokens it used."""
+the artefact it wrote, how many records it made and the tokens it used; and `<output>/pipeline.json`,
+what each step ran, how it ended, its wall time and tokens.
+
+pipeline.json is written atomically after every change, so a killed pipeline leaves the state of
+its last finished step; the files of the steps, not this record, decide what runs next.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from mascot.pipeline.steps import Step, find_run_dir
+from mascot.schema import utc_now
+from mascot.store import write_json_atomic
+
 
 COMPLETE, PARTIAL, ABSENT = "complete", "partial", "absent"
 # judging step -> the report file whose presence (without status failed) means it finished
@@ -112,3 +120,40 @@ def _judging_tokens(report: dict[str, Any]) -> int | None:
         roles = usage.values() if all(isinstance(v, dict) for v in usage.values()) else [usage]
         return sum(int(u.get("prompt_tokens", 0)) + int(u.get("completion_tokens", 0)) for u in roles) or None
     return None
+
+
+STATE_FILE = "pipeline.json"
+
+
+class PipelineState:
+    def __init__(self, root: Path, settings: dict[str, Any]) -> None:
+        self.path = Path(root) / STATE_FILE
+        saved = read_json(self.path) or {}
+        self.data: dict[str, Any] = {"settings": settings, "steps": saved.get("steps") or {}, "created_at": saved.get("created_at") or utc_now()}
+
+    def step(self, name: str) -> dict[str, Any]:
+        return self.data["steps"].setdefault(name, {"status": "pending", "attempts": 0, "wall_s": 0.0})
+
+    def started(self, name: str, command: str) -> None:
+        record = self.step(name)
+        record.update(status="running", command=command, started_at=utc_now(), error=None)
+        record["attempts"] += 1
+        self.save()
+
+    def finished(self, name: str, status: str, wall_s: float, **extra: Any) -> None:
+        record = self.step(name)
+        record.update(status=status, finished_at=utc_now(), **extra)
+        record["wall_s"] = round(record.get("wall_s", 0.0) + wall_s, 2)
+        self.save()
+
+    def skipped(self, name: str, **extra: Any) -> None:
+        record = self.step(name)
+        if record.get("status") != "completed":  # finished by hand or by an earlier pipeline
+            record.update(status="completed", **extra)
+        record["skipped"] = record.get("skipped", 0) + 1
+        self.save()
+
+    def save(self) -> None:
+        self.data["updated_at"] = utc_now()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(self.path, self.data)

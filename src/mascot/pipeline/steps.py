@@ -9,14 +9,20 @@ config's `steps` entries on top (a config entry replaces a flag, or removes it w
 step's command builds its settings from them when the plan is made, so a misspelt or invalid step
 setting is refused before anything runs; the step runs by calling the command's function on those
 settings, and the command line it shows is rendered from them (`mascot.settings.command_line`).
+
+Without a data file the pipeline reads the contexts shipped with mascot
+(`mascot/samples/contexts.jsonl`), written out as an ESConv file so that its generation steps read
+them through `--data-file` like any dataset file (`pipeline_data_file`).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from mascot.errors import MascotError
 from mascot.pipeline.settings import STEP_GROUPS, PipelineSettings
 
 Flags = dict[str, Any]
@@ -54,7 +60,6 @@ def make_step(name: str, kind: str, words: tuple[str, ...], flags: Flags, folder
     """A step whose settings are its command's, built from `flags` (a null flag: the command's
     default); a misspelt or invalid setting is one line naming the step."""
     from mascot.commands import command
-    from mascot.errors import MascotError
     from mascot.settings import aliases, settings_from
 
     given = {k: v for k, v in flags.items() if v is not None}
@@ -200,3 +205,46 @@ class Plan:
             flags = {"input_file": episodes, "output_file": self.folder(f"metrics_{system}") / "metrics_auto.json", "skip_nli": True}
             steps.append((f"metrics_{system}", "metrics", ["metrics"], flags, self.folder(f"metrics_{system}"), [episodes]))
         return steps
+
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples" / "contexts.jsonl"
+_SPEAKER = {"user": "usr", "supporter": "sys"}
+
+
+def write_esconv_samples(folder: Path) -> Path:
+    """The shipped ESConv contexts in ESConv's export format (situation, emotion_type, problem_type, dialog)."""
+    from mascot.schema import Context
+    from mascot.store import read_jsonl
+
+    lines = []
+    for context in read_jsonl(SAMPLES, Context):
+        if context.dataset != "ESConv":
+            continue
+        dialog = [{"speaker": _SPEAKER.get(t.speaker, "usr"), "text": t.text} for t in context.opening_turns]
+        record = {"situation": context.situation, "emotion_type": context.emotion, "problem_type": context.problem_type, "dialog": dialog}
+        lines.append(json.dumps(record, ensure_ascii=False))
+    if not lines:
+        raise MascotError(f"{SAMPLES} holds no ESConv contexts")
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "samples.jsonl"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+HUB = "hub"
+
+
+def pipeline_data_file(dataset: str, data_file: str | None, folder: Path) -> Path | None:
+    """The dataset file every generation step reads: the given one, the shipped ESConv samples when
+    none is given, or None for `hub` (the split is read from the Hugging Face hub)."""
+    if data_file == HUB:
+        return None
+    if data_file:
+        return Path(data_file)
+    from mascot.data import canonical_dataset_name
+
+    if canonical_dataset_name(dataset) != "ESConv":
+        raise MascotError(f"--data-file is needed for {dataset}: mascot ships sample contexts for ESConv only")
+    return write_esconv_samples(folder)

@@ -33,7 +33,7 @@ def open_output(settings: TrainSettings, default: Path) -> tuple[Path, Path | No
     the same in every process for a run to be reproducible and a resumed run to match."""
     from transformers import set_seed
 
-    from mascot.train.minimum import require_schedule
+    from mascot.train.guard import require_schedule
 
     require_schedule(settings)  # before the folder exists: a run of zero steps writes nothing
     set_seed(settings.seed)
@@ -48,8 +48,8 @@ def run_training(trainer, checkpoint: Path | None) -> dict[str, Any]:
     """trainer.train() with resume; returns the figures worth keeping in the metadata. A run that
     ended at step 0 is an error here, before anything is saved."""
     from mascot.train.guard import non_finite_guard
-    from mascot.train.minimum import require_steps_taken
-    from mascot.train.progress_callback import replace_default_progress
+    from mascot.train.guard import require_steps_taken
+    from mascot.train.screen import replace_default_progress
 
     trainer.add_callback(non_finite_guard())
     progress = replace_default_progress(trainer)  # steps done, rate and time left (mascot.progress)

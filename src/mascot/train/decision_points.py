@@ -132,7 +132,7 @@ def require_decision_points(settings: DirectorGRPOSettings, kept: int, sampled: 
     """One line when the decision points are fewer than one GRPO step's prompts (`num_episodes`
     counts the episodes they are sampled from: branch records are not)."""
     from mascot.train.common import validate_grpo
-    from mascot.train.minimum import require_group_prompts
+    from mascot.train.guard import require_group_prompts
 
     validate_grpo(settings)
     limited = f", {kept} kept by --limit" if kept < sampled else ""

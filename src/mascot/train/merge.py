@@ -38,7 +38,7 @@ def _task_type(adapter: Path) -> str:
 def _load_base(base: str, task_type: str, dtype):
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
-    from mascot.train.quiet import quiet_load_report, report_loading, silence_library_warnings
+    from mascot.train.screen import quiet_load_report, report_loading, silence_library_warnings
 
     silence_library_warnings()  # PEFT reads a deprecated property of the base as it wraps it
     if task_type != "SEQ_CLS":

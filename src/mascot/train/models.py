@@ -54,7 +54,7 @@ def adapter_base_model(folder: str | Path) -> str:
 
 
 def _load(loader, name: str, **kwargs):
-    from mascot.train.quiet import silence_library_warnings
+    from mascot.train.screen import silence_library_warnings
 
     silence_library_warnings()  # before PEFT and TRL first touch a model
     try:
@@ -90,7 +90,7 @@ def load_sequence_classifier(name: str, pad_token_id: int | None, *, new_head_ex
     replaces it right after; other weights that did not load are still reported."""
     from transformers import AutoModelForSequenceClassification
 
-    from mascot.train.quiet import quiet_load_report, report_loading
+    from mascot.train.screen import quiet_load_report, report_loading
     from mascot.train.runtime import model_dtype
 
     source = model_ref(name)

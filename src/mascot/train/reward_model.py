@@ -1,4 +1,8 @@
-"""Stage 1: the scalar persona reward model, trained with TRL's RewardTrainer on judged pairs.
+"""The reward models, trained with TRL's RewardTrainer on judged pairs: Stage 1's scalar persona
+reward model (reply-level pairs) and Stage 2's sequence-level group reward model (episode-level
+pairs, PreferencePair kind="episode" from `mascot.prefs.group`: the prompt is the dataset context,
+chosen and rejected are two whole trajectories rendered with the directives each Speaker followed;
+Director GRPO scores its rollouts with it through the same rendering).
 
 Bradley-Terry over (prompt, chosen, rejected); TRL subtracts a `margin` column inside the logistic
 loss, -log sigmoid(r_chosen - r_rejected - margin), so pairs the judge separated more widely must be
@@ -16,7 +20,7 @@ from mascot.schema import PreferencePair
 from mascot.train import artefact, data
 from mascot.train.artefact import TrainingMetadata
 from mascot.train.common import TrainOutcome, finish, open_output, run_training, save_model
-from mascot.train.config import RewardModelSettings
+from mascot.train.config import GroupRewardModelSettings, RewardModelSettings
 from mascot.train.models import base_model_id, count_parameters, load_sequence_classifier, load_tokenizer, lora_config
 from mascot.train.runtime import derive_batch, trainer_arguments, world_size
 from mascot.train.scoring import RewardModelScorer, pairwise_accuracy
@@ -28,6 +32,10 @@ TRAIN_ACCURACY_SAMPLE = 256  # training pairs re-scored at the end, to compare w
 
 def train_reward_model(settings: RewardModelSettings) -> TrainOutcome:
     return train_pairwise_reward_model(settings, kind="persona", role="persona_reward_model")
+
+
+def train_group_reward_model(settings: GroupRewardModelSettings) -> TrainOutcome:
+    return train_pairwise_reward_model(settings, kind="episode", role="group_reward_model")
 
 
 def train_pairwise_reward_model(settings: RewardModelSettings, *, kind: str, role: str) -> TrainOutcome:

@@ -76,7 +76,7 @@ def report_to() -> str:
 def trainer_arguments(settings: TrainSettings, output_dir: str, plan: BatchPlan) -> dict:
     """Keyword arguments every TRL config here shares (every trainer builds its config from them,
     so the library warnings that tell a user nothing are silenced here too)."""
-    from mascot.train.quiet import checkpointing_argument, silence_library_warnings
+    from mascot.train.screen import checkpointing_argument, silence_library_warnings
 
     silence_library_warnings()
     on_gpu = cuda_available()

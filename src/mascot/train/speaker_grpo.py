@@ -20,7 +20,7 @@ from mascot.train.artefact import TrainingMetadata
 from mascot.train.common import TrainOutcome, finish, first_last, grpo_config, open_output, run_training, save_model, validate_grpo
 from mascot.dialogue.prompts import with_think_instruction
 from mascot.train.config import DEFAULT_REWARD_BASE_MODEL, SpeakerGRPOSettings
-from mascot.train.minimum import require_group_prompts
+from mascot.train.guard import require_group_prompts
 from mascot.train.models import base_model_id, count_parameters, load_causal_lm, load_tokenizer, lora_config, model_ref
 from mascot.train.rewards import PersonaRewardModel, conciseness_reward, format_reward, plain_format_reward
 from mascot.train.runtime import TrainingSetupError, derive_batch, world_size

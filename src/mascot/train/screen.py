@@ -1,5 +1,11 @@
-"""Library output that every training run printed and that told the user nothing, silenced exactly.
+"""What a training run shows on screen: its progress, and none of the library output that told the
+user nothing.
 
+Progress (`mascot.progress`): optimizer steps done of the run's total, the rate and the time left,
+with the last logged loss. It replaces transformers' own tqdm bar, so that a run shows one bar on a
+terminal, plain lines in a log and none with --quiet. Only the main process shows it.
+
+Silenced exactly:
 - transformers 5 renamed `gradient_checkpointing` to `activation_checkpointing`: TRL's configs
   still default the old field, so passing the new name (where it exists) is the right argument
   and the FutureWarning goes; PEFT and TRL still call `model.is_gradient_checkpointing` and
@@ -19,6 +25,10 @@ import sys
 import warnings
 from contextlib import contextmanager
 from functools import lru_cache
+from typing import Any
+
+from mascot.progress import ProgressLine
+
 
 log = logging.getLogger(__name__)
 
@@ -88,3 +98,48 @@ def notice(line: str) -> None:
     not through `runtime`, which imports this module)."""
     if int(os.environ.get("RANK", "0")) == 0:
         print(line, file=sys.stderr, flush=True)
+
+
+def progress_callback():
+    """A fresh TrainerCallback (transformers is imported only when training)."""
+    from transformers import TrainerCallback
+
+    class StepProgress(TrainerCallback):
+        def __init__(self) -> None:
+            self.progress: ProgressLine | None = None
+            self.first_step = 0
+
+        def on_train_begin(self, args, state, control, **kwargs: Any):
+            if state.is_world_process_zero and self.progress is None:
+                self.first_step = state.global_step  # a resumed run starts at its checkpoint
+                total = max(0, state.max_steps - self.first_step)
+                self.progress = ProgressLine("training steps", total, unit="steps", already=self.first_step).__enter__()
+
+        def on_step_end(self, args, state, control, **kwargs: Any):
+            if self.progress is not None:
+                self.progress.update(state.global_step - self.first_step)
+
+        def on_log(self, args, state, control, logs=None, **kwargs: Any):
+            if self.progress is not None and logs and "loss" in logs:
+                self.progress.update(state.global_step - self.first_step, note=f"loss {float(logs['loss']):.4g}")
+
+        def on_train_end(self, args, state, control, **kwargs: Any):
+            self.close()
+
+        def close(self) -> None:
+            """Ends the line; also called when training stops with an error (no on_train_end)."""
+            if self.progress is not None:
+                self.progress.__exit__(None, None, None)
+                self.progress = None
+
+    return StepProgress()
+
+
+def replace_default_progress(trainer: Any):
+    """transformers' tqdm bar out, this module's line in; returns the callback (`close()` it)."""
+    from transformers.trainer_callback import ProgressCallback
+
+    trainer.remove_callback(ProgressCallback)
+    callback = progress_callback()
+    trainer.add_callback(callback)
+    return callback
