@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
+from mascot.llm.limits import ClientLimits
 from mascot.runs import GenerationFailed, OpenRun, failure_line, model_basename, require_contexts
 from mascot.store import RunStore
 
@@ -44,7 +46,8 @@ def _run_settings(s: GenerateSettings, roles: dict, roster_ident: str, num_conte
         "dataset": s.dataset, "split": s.split, "data_file": str(s.data_file) if s.data_file else None, "limit": s.limit,
         "transcript_window": s.token_budget, "roster": roster_ident, "rubric_version": s.rubric_version, "judge_scoring": s.judge_scoring,
         "judge_max_tokens": s.judge_max_tokens, "num_contexts": num_contexts, "judge_cache": str(cache.path) if cache else None,
-        "models": {role: {"model": ep.model, "adapter": ep.adapter} for role, ep in roles.items()},
+        "models": {role: {"model": ep.model, "adapter": ep.adapter, "extra_body": ep.extra_body or None} for role, ep in roles.items()},
+        "client_limits": {f.name: getattr(s, f.name) for f in fields(ClientLimits)}, "trace_role_calls": s.trace_role_calls,
         "num_candidates": s.num_candidates, "score_margin": s.score_margin, "temperature": s.temperature, "max_tokens": s.max_tokens,
         "seed": s.seed, "personas": s.personas, "max_concurrent_queries": s.max_concurrent_episodes,
         "speaker_think": speaker is not None and speaker.thinking is True, "reasoning_allowance": s.reasoning_allowance, "strict": s.strict,
