@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -23,7 +23,6 @@ from mascot.judge.rubric_judge import RubricJudge
 from mascot.llm.base import ChatClient
 from mascot.llm.providers import Backends, RoleEndpoint, build_backends
 from mascot.llm.limits import ClientLimits
-from mascot.settings_groups import RoleSettings
 from mascot.schema import Counters, Judgment
 
 OPENAI_URL = "https://api.openai.com/v1"
@@ -66,10 +65,10 @@ def load_judges_file(path: Path) -> list[JudgeSpec]:
     return specs
 
 
-def judge_endpoint(spec: JudgeSpec, role: RoleSettings | None = None) -> RoleEndpoint:
+def judge_endpoint(spec: JudgeSpec, role: Any = None) -> RoleEndpoint:
     """The endpoint the registry builds a judge's client from; every judge's requests play "judge".
-    `role`: the judge role's settings (--judge-thinking, --extra-body)."""
-    role = role or RoleSettings()
+    `role`: the judge role's `mascot.settings_groups.RoleSettings` (--judge-thinking, --extra-body)."""
+    thinking, extra_body = (role.thinking, role.extra_body) if role is not None else (None, {})
     if spec.provider in ("anthropic", "gemini"):
         key_env = spec.api_key_env or ("ANTHROPIC_API_KEY" if spec.provider == "anthropic" else "GOOGLE_API_KEY")
         return RoleEndpoint(spec.label, spec.model, spec.url or API_URLS[spec.provider], api_key_env=key_env,
@@ -80,11 +79,11 @@ def judge_endpoint(spec: JudgeSpec, role: RoleSettings | None = None) -> RoleEnd
     key_env = spec.api_key_env or ("OPENAI_API_KEY" if spec.provider == "openai" else "JUDGE_API_KEY")
     hosted = spec.provider == "openai"  # OpenAI's API refuses chat_template_kwargs
     return RoleEndpoint(spec.label, spec.model, url, api_key_env=key_env, template_kwargs=not hosted, role_tag="judge",
-                        thinking=role.thinking, extra_body=role.extra_body)
+                        thinking=thinking, extra_body=extra_body)
 
 
 def build_judge_backends(
-    specs: list[JudgeSpec], limits: ClientLimits, role: RoleSettings | None = None, *, trace_path: Path | None = None,
+    specs: list[JudgeSpec], limits: ClientLimits, role: Any = None, *, trace_path: Path | None = None,
     overrides: dict[str, ChatClient] | None = None,
 ) -> Backends:
     """One metered client per judge, keyed by the judge's label. Judges on the same endpoint share

@@ -5,6 +5,9 @@ The counterpart of `mascot.dialogue.run` (group episodes): both open their run w
 `mascot.runs.open_run`. It lives in `prefs` because what it writes is preference data for the
 persona reward model, built by `mascot.prefs.individual` with a rubric judge; the dialogue package
 then needs to know nothing about judges.
+
+The run is described by the command's settings (`mascot.commands.generate.GenerateSettings`: data,
+Speaker and judge endpoints, judging, concurrency, run folder), passed down unchanged.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import asyncio
 import json
 from dataclasses import fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.console import Console
 
@@ -21,13 +24,10 @@ from mascot.llm.limits import ClientLimits
 from mascot.runs import GenerationFailed, OpenRun, failure_line, model_basename, require_contexts
 from mascot.store import RunStore
 
-if TYPE_CHECKING:
-    from mascot.commands.generate import GenerateSettings
-
 COMMAND = "mascot generate --mode individual"
 
 
-def individual_run_dir(s: GenerateSettings) -> Path:
+def individual_run_dir(s: Any) -> Path:
     """`individual_<dataset>_<model>`, plus `_speaker-<adapter>` when the Speaker runs an adapter."""
     from mascot.llm.routing import resolve_roles
 
@@ -38,7 +38,7 @@ def individual_run_dir(s: GenerateSettings) -> Path:
     return Path(s.output_dir) / name
 
 
-def _run_settings(s: GenerateSettings, roles: dict, roster_ident: str, num_contexts: int, cache) -> dict:
+def _run_settings(s: Any, roles: dict, roster_ident: str, num_contexts: int, cache) -> dict:
     """The `settings` block of run_config.json; --resume compares it with the saved one (under the
     names Stage-1 runs have always recorded them by)."""
     speaker = s.roles.get("speaker")
@@ -54,7 +54,7 @@ def _run_settings(s: GenerateSettings, roles: dict, roster_ident: str, num_conte
     }  # fmt: skip
 
 
-async def generate_individual(s: GenerateSettings, *, clients: dict | None = None, console: Console | None = None) -> Path:
+async def generate_individual(s: Any, *, clients: dict | None = None, console: Console | None = None) -> Path:
     """Runs Stage-1 generation and returns the run directory. `clients` injects ready chat clients
     per role ("speaker", "judge"), for tests."""
     from mascot.data import load_contexts
@@ -88,7 +88,7 @@ async def generate_individual(s: GenerateSettings, *, clients: dict | None = Non
     return spec.run_dir
 
 
-async def _generate(s: GenerateSettings, run: OpenRun, roster, contexts, cache, report) -> None:
+async def _generate(s: Any, run: OpenRun, roster, contexts, cache, report) -> None:
     from mascot.dialogue.reasoning import role_thinks
     from mascot.judge.rubric_judge import RubricJudge
     from mascot.prefs.individual import run_individual
@@ -174,5 +174,5 @@ def fail_on_judgments(store: RunStore) -> None:
         raise GenerationFailed(f"{backend} of {failed + judged} judgments failed (the judge backend gave no answer); the candidates are kept: rerun with --resume to judge them")
 
 
-def run_individual_generation(s: GenerateSettings, **kwargs: Any) -> Path:
+def run_individual_generation(s: Any, **kwargs: Any) -> Path:
     return asyncio.run(generate_individual(s, **kwargs))

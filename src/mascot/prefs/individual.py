@@ -24,7 +24,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import Any
 
 from mascot.dialogue.agents import stop_strings  # candidates end where episode replies end
 from mascot.dialogue.reply_stream import clean_reply
@@ -41,9 +41,6 @@ from mascot.prefs.pairs import PairStats, preference_index_pairs
 from mascot.rubrics import domain_of, rubric_for
 from mascot.schema import Candidate, Context, Judgment, Persona, PreferencePair, Roster
 from mascot.store import RunStore, write_json_atomic
-
-if TYPE_CHECKING:
-    from mascot.commands.generate import GenerateSettings
 
 log = logging.getLogger(__name__)
 
@@ -90,9 +87,10 @@ def pair_record(query: str, prompt: list[Message], chosen: Candidate, rejected: 
 
 
 class IndividualRun:
-    """One Stage-1 run over contexts x personas, writing into an open RunStore."""
+    """One Stage-1 run over contexts x personas, writing into an open RunStore, with the command's
+    settings (`mascot.commands.generate.GenerateSettings`)."""
 
-    def __init__(self, roster: Roster, speaker: ChatClient, judge: RubricJudge, store: RunStore, settings: GenerateSettings) -> None:
+    def __init__(self, roster: Roster, speaker: ChatClient, judge: RubricJudge, store: RunStore, settings: Any) -> None:
         if settings.num_candidates < 2:
             raise MascotError("--num-candidates must be at least 2 to make preference pairs")
         self.roster = roster
@@ -313,7 +311,7 @@ async def run_individual(
     speaker: ChatClient,
     judge: RubricJudge,
     store: RunStore,
-    settings: GenerateSettings,
+    settings: Any,
     *,
     on_progress: Callable[[int], None] | None = None,
 ) -> PairStats:
