@@ -19,10 +19,9 @@ from typer.testing import CliRunner
 from mascot import progress
 from mascot.cli import app
 from mascot.commands.generate import GenerateSettings
-from mascot.dialogue.engine import EngineSettings
-from mascot.dialogue.run import GroupGenerationConfig, generate_group
+from mascot.commands.generate import GenerateSettings
+from mascot.dialogue.run import generate_group
 from mascot.errors import MascotError
-from mascot.llm.routing import EndpointOptions
 from mascot.schema import Episode
 from mascot.settings import cli_fields, flag_name
 from mascot.store import RunStore, StoreError, read_jsonl
@@ -186,7 +185,7 @@ def test_counts_agree_with_their_nouns():
 
 def test_the_generation_footer_says_one_episode_and_zero_plainly(tmp_path, es_contexts):
     console, out = plain_console()
-    cfg = GroupGenerationConfig(dataset="ESConv", engine=EngineSettings(num_turns=1, seed=1), endpoints=EndpointOptions(), output_dir=tmp_path)
+    cfg = GenerateSettings(dataset="ESConv", num_turns=1, seed=1, output_dir=tmp_path)
     asyncio.run(generate_group(cfg, contexts=es_contexts[:1], clients=scripted_clients(), console=console))
     assert "wrote 1 episode to " in out.getvalue()
     again, out_again = plain_console()
@@ -196,7 +195,7 @@ def test_the_generation_footer_says_one_episode_and_zero_plainly(tmp_path, es_co
 
 
 def test_data_that_gives_no_context_fails_before_the_run_folder(tmp_path):
-    cfg = GroupGenerationConfig(dataset="ESConv", engine=EngineSettings(num_turns=1), endpoints=EndpointOptions(), output_dir=tmp_path / "runs")
+    cfg = GenerateSettings(dataset="ESConv", num_turns=1, output_dir=tmp_path / "runs")
     with pytest.raises(MascotError, match="gave no context"):
         asyncio.run(generate_group(cfg, contexts=[], clients=scripted_clients(), console=plain_console()[0]))
     assert not (tmp_path / "runs").exists()
@@ -232,7 +231,7 @@ def test_quiet_mode_shows_no_progress(monkeypatch, capsys):
 
 def test_group_generation_reports_progress_and_the_quiet_flag_silences_it(tmp_path, es_contexts, monkeypatch, capsys):
     monkeypatch.setenv(progress.INTERVAL_ENV, "0.05")
-    cfg = GroupGenerationConfig(dataset="ESConv", engine=EngineSettings(num_turns=1, seed=1), endpoints=EndpointOptions(), output_dir=tmp_path)
+    cfg = GenerateSettings(dataset="ESConv", num_turns=1, seed=1, output_dir=tmp_path)
     asyncio.run(generate_group(cfg, contexts=es_contexts[:2], clients=scripted_clients(), console=plain_console()[0]))
     err = capsys.readouterr().err
     assert "episodes: 2/2 in " in err
@@ -315,9 +314,7 @@ def test_ctrl_c_in_a_step_that_cannot_drain_stops_it_where_it_is(capsys):
 
 
 def test_a_drained_generation_keeps_its_episodes_and_ends_interrupted(tmp_path, es_contexts):
-    cfg = GroupGenerationConfig(
-        dataset="ESConv", engine=EngineSettings(num_turns=1, seed=1, max_concurrent_episodes=1), endpoints=EndpointOptions(), output_dir=tmp_path
-    )
+    cfg = GenerateSettings(dataset="ESConv", num_turns=1, seed=1, max_concurrent_episodes=1, output_dir=tmp_path)
 
     def press_ctrl_c(_episode: Episode) -> None:
         if not progress.stop_requested():

@@ -9,7 +9,7 @@ from typer.main import get_command
 from typer.testing import CliRunner
 
 from mascot.cli import app
-from mascot.commands.generate import GenerateSettings, group_config, individual_config
+from mascot.commands.generate import GenerateSettings
 from mascot.dialogue.settings import EngineSettings
 from mascot.errors import MascotError
 from mascot.settings import cli_fields
@@ -104,22 +104,31 @@ def test_the_engine_settings_check_themselves_wherever_they_are_built():
     assert EngineSettings(user_big_five_profile="High Openness").enable_big_five
 
 
-def test_group_config_carries_every_engine_flag():
+def test_the_engine_record_carries_every_engine_flag_and_each_role_s_thinking():
+    from mascot.dialogue.run import engine_record
+
     s = GenerateSettings(num_turns=3, temperature=0.3, speaker_thinking="on", director_thinking="off", user_big_five_profile="High Openness")
-    cfg = group_config(s)
-    assert type(cfg.engine) is EngineSettings  # a plain engine dataclass: records do not depend on the command
-    assert cfg.engine.num_turns == 3 and cfg.engine.director_temperature == 0.3 and cfg.engine.enable_big_five
-    assert cfg.engine.speaker_think is True and cfg.engine.director_thinking is False
-    assert cfg.endpoints.speaker_thinking is True and cfg.endpoints.director_thinking is False and cfg.endpoints.user_thinking is None
+    record = engine_record(s)
+    assert record["num_turns"] == 3 and record["director_temperature"] == 0.3 and record["enable_big_five"]
+    assert record["speaker_think"] is True and record["director_thinking"] is False
+    assert s.roles["speaker"].thinking is True and s.roles["director"].thinking is False and s.roles["user"].thinking is None
 
 
-def test_individual_config_carries_the_stage1_flags():
-    s = GenerateSettings(mode="individual", num_candidates=3, score_margin=0.2, judge_max_tokens=64, speaker_model="m", output_dir=Path("o"))
-    cfg = individual_config(s)
-    assert cfg.settings.num_candidates == 3 and cfg.settings.score_margin == 0.2 and cfg.judge_max_tokens == 64
+def test_the_stage1_run_folder_follows_the_speaker_model():
     from mascot.prefs.generate import individual_run_dir
 
-    assert individual_run_dir(cfg) == Path("o/individual_ESConv_m")
+    s = GenerateSettings(mode="individual", num_candidates=3, score_margin=0.2, judge_max_tokens=64, speaker_model="m", output_dir=Path("o"))
+    assert individual_run_dir(s) == Path("o/individual_ESConv_m")
+
+
+def test_setting_groups_never_declare_a_name_twice():
+    """Multiple inheritance of groups must not collide: each flag is declared by one group."""
+    declared: dict[str, list[str]] = {}
+    for cls in reversed(GenerateSettings.__mro__):
+        for name in cls.__dict__.get("__annotations__", {}):
+            declared.setdefault(name, []).append(cls.__name__)
+    assert {name: owners for name, owners in declared.items() if len(owners) > 1} == {}
+    assert GenerateSettings().num_episodes == EngineSettings().num_episodes == 2  # one default
 
 
 def test_deprecated_spellings_still_work():
@@ -138,6 +147,6 @@ def test_a_command_body_gets_validated_settings(monkeypatch):
     monkeypatch.setattr(run, "run_group_generation", lambda cfg, command: seen.append(cfg))
     result = CliRunner().invoke(app, ["generate", "--dataset", "ESConv", "--num-turns", "2", "--temperature", "0.2"])
     assert result.exit_code == 0, result.output
-    assert seen[0].engine.num_turns == 2 and seen[0].engine.temperature == 0.2
+    assert seen[0].num_turns == 2 and seen[0].temperature == 0.2  # the settings object itself reaches the run
     refused = CliRunner().invoke(app, ["generate", "--num-turns", "0"])
     assert refused.exit_code != 0 and "--num-turns" in str(refused.exception) and len(seen) == 1

@@ -90,8 +90,8 @@ def fixture_episodes(dataset: str, branching: bool):
     from mascot.rosters import roster_for_dataset
 
     client = group_client()
-    settings = EngineSettings(num_turns=2, num_candidates=2, generation_mode="branching" if branching else "independent", dataset=dataset)
-    engine = EpisodeEngine(roster_for_dataset(dataset), {"director": client, "speaker": client, "user": client}, settings)
+    settings = EngineSettings(num_turns=2, num_candidates=2, generation_mode="branching" if branching else "independent")
+    engine = EpisodeEngine(roster_for_dataset(dataset), {"director": client, "speaker": client, "user": client}, settings, dataset=dataset)
 
     async def collect():
         return [e for c in fixture_contexts(dataset) async for e in engine.run_context(c, lambda key: False)]

@@ -5,19 +5,15 @@ import json
 
 from rich.console import Console
 
-from mascot.dialogue.engine import EngineSettings
-from mascot.dialogue.run import GroupGenerationConfig, generate_group
-from mascot.llm.routing import EndpointOptions
+from mascot.commands.generate import GenerateSettings
+from mascot.dialogue.run import generate_group
 from mascot.schema import Episode
 from mascot.store import read_jsonl
 
 
 def test_directed_episode_on_the_embedded_model(tmp_path, es_context, es_roster, embedded_model):
-    cfg = GroupGenerationConfig(
-        dataset="ESConv",
-        engine=EngineSettings(num_turns=2, user_response_probability=1.0, max_tokens=40, seed=1),
-        output_dir=tmp_path,
-        endpoints=EndpointOptions(model_name=str(embedded_model)),
+    cfg = GenerateSettings(
+        dataset="ESConv", num_turns=2, user_response_probability=1.0, max_tokens=40, seed=1, output_dir=tmp_path, model_name=str(embedded_model)
     )
     run_dir, store = asyncio.run(generate_group(cfg, contexts=[es_context], console=Console(quiet=True)))
     (episode,) = list(read_jsonl(run_dir / "episodes.jsonl", Episode))

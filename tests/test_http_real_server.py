@@ -150,13 +150,13 @@ async def test_judge_call_with_thinking_off(server):
     135M model may not parse, but the request itself must go through."""
     from mascot.judge.panel import JudgeSpec, build_judge_backends
     from mascot.judge.rubric_judge import RubricJudge
-    from mascot.llm.routing import EndpointOptions
+    from mascot.settings_groups import JudgePanelSettings
     from mascot.judge.prompt import JudgeItem
     from mascot.schema import Persona
 
     base_url, model_dir = server
-    opts = EndpointOptions(judge_thinking=False, timeout_s=300, max_stop_strings=4)
-    backends = build_judge_backends([JudgeSpec(model=model_dir, url=base_url)], opts)
+    opts = JudgePanelSettings(judge_thinking=False, request_timeout=300, max_stop_strings=4)
+    backends = build_judge_backends([JudgeSpec(model=model_dir, url=base_url)], opts, opts.roles["judge"])
     try:
         await backends.preflight()
         judge = RubricJudge(backends[model_dir], max_tokens=24)

@@ -270,13 +270,13 @@ def test_judges_file(tmp_path):
 @pytest.mark.parametrize("provider, module, package", [("anthropic", "anthropic", "anthropic"), ("gemini", "google.genai", "google-genai")])
 def test_api_judges_without_their_package_name_the_extra(monkeypatch, provider, module, package):
     from mascot.judge.panel import JudgeSpec, build_judge_backends
-    from mascot.llm.routing import EndpointOptions
+    from mascot.llm.limits import ClientLimits
 
     monkeypatch.setitem(sys.modules, module, None)  # makes the import fail like a missing package
     if module == "google.genai":
         monkeypatch.setitem(sys.modules, "google", None)
     with pytest.raises(MascotError) as info:  # the panel asks the provider registry for the client
-        build_judge_backends([JudgeSpec(model="some-model", provider=provider)], EndpointOptions())
+        build_judge_backends([JudgeSpec(model="some-model", provider=provider)], ClientLimits())
     message = str(info.value)
     assert "mascot[api-judges]" in message and package in message and "\n" not in message
 

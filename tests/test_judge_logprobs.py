@@ -46,7 +46,7 @@ def probability_judge(**kwargs) -> ScriptedClient:
 
 async def test_each_criterion_is_asked_alone_and_scored_by_its_expected_value():
     client = probability_judge()
-    judge = RubricJudge(client, scoring="logprobs")
+    judge = RubricJudge(client, judge_scoring="logprobs")
     judgment = await judge.judge(item())
     assert not judgment.failed and judgment.scoring == "logprobs"
     assert len(client.calls) == len(RUBRIC.keys)  # one prompt per criterion, no generation
@@ -73,7 +73,7 @@ def test_the_criterion_prompt_names_one_criterion_and_asks_for_one_digit():
 
 async def test_a_backend_without_probabilities_falls_back_to_json_once_and_counts_it(caplog):
     client = ScriptedClient(patterns=[(".", reply_json(ES_KEYS, 4))])  # no distributions: like a server without logprobs
-    judge = RubricJudge(client, scoring="logprobs")
+    judge = RubricJudge(client, judge_scoring="logprobs")
     judgments = await judge.judge_many([item(f"reply {i}", f"i{i}") for i in range(3)])
     assert [j.scoring for j in judgments] == ["json"] * 3 and all(j.overall == 4.0 for j in judgments)
     assert judge.stats.logprob_fallbacks == 3 and judge.effective_scoring == "json"
@@ -86,8 +86,10 @@ async def test_auto_uses_probabilities_only_where_the_backend_gives_them():
     judge = RubricJudge(plain)
     assert judge.effective_scoring == "json"
     assert (await judge.judge(item())).scoring == "json" and judge.stats.logprob_fallbacks == 0
+    from mascot.settings_groups import JudgingSettings
+
     with pytest.raises(MascotError, match="--judge-scoring"):
-        RubricJudge(plain, scoring="likert")
+        JudgingSettings(judge_scoring="likert")  # checked once, by the settings
 
 
 async def test_answers_missing_from_the_top_alternatives_fall_back_for_that_item_only():
@@ -95,7 +97,7 @@ async def test_answers_missing_from_the_top_alternatives_fall_back_for_that_item
         return LLMError("none of the answer choices", cause="no-choice-logprobs") if "odd" in request.messages[1]["content"] else {"2": 1.0}
 
     client = ScriptedClient(patterns=[(".", reply_json(ES_KEYS, 5))], distributions=sometimes)
-    judge = RubricJudge(client, scoring="logprobs")
+    judge = RubricJudge(client, judge_scoring="logprobs")
     odd, even = await judge.judge_many([item("odd reply", "a"), item("even reply", "b")])
     assert (odd.scoring, odd.overall) == ("json", 5.0) and (even.scoring, even.overall) == ("logprobs", 2.0)
     assert judge.effective_scoring == "logprobs" and judge.stats.logprob_fallbacks == 1
@@ -108,12 +110,12 @@ async def test_the_mode_is_part_of_the_cache_key_and_cached_distributions_come_b
     again = await RubricJudge(again_client, cache=JudgmentCache(tmp_path)).judge(item())
     assert again_client.calls == [] and again.distributions == first.distributions and again.scores == first.scores
     json_client = ScriptedClient(patterns=[(".", reply_json(ES_KEYS, 2))])
-    in_json = await RubricJudge(json_client, cache=JudgmentCache(tmp_path), scoring="json").judge(item())
+    in_json = await RubricJudge(json_client, cache=JudgmentCache(tmp_path), judge_scoring="json").judge(item())
     assert len(json_client.calls) == 1 and in_json.scoring == "json" and in_json.overall == 2.0
 
 
 def test_judgments_round_trip_with_fractional_scores_and_distributions():
-    record = Judgment(item_id="x", judge_model="m", rubric_version="paper_v1", scores={"a": 3.25, "b": 4}, scoring="logprobs",
+    record = Judgment(item_id="x", judge_model="m", rubric_version="paper_v1", scores={"a": 3.25, "b": 4}, judge_scoring="logprobs",
                       distributions={"a": {"3": 0.75, "4": 0.25}})
     back = Judgment.model_validate_json(record.model_dump_json())
     assert back.scores == {"a": 3.25, "b": 4} and isinstance(back.scores["b"], int) and back.distributions == record.distributions
@@ -124,7 +126,7 @@ async def test_metered_clients_pass_probabilities_through_and_count_them():
     meter = UsageMeter()
     metered = MeteredClient(probability_judge(), "judge", meter)
     assert metered.answer_logprobs is True
-    judgment = await RubricJudge(metered, scoring="auto").judge(item())
+    judgment = await RubricJudge(metered, judge_scoring="auto").judge(item())
     assert judgment.scoring == "logprobs" and meter.by_role["judge"].requests == len(RUBRIC.keys)
 
 
@@ -172,7 +174,7 @@ async def test_a_server_without_logprobs_says_so(stub):
 
 async def test_many_items_score_concurrently_without_failures():
     client = probability_judge(latency_s=0.0)
-    judge = RubricJudge(client, scoring="logprobs")
+    judge = RubricJudge(client, judge_scoring="logprobs")
     judgments = await asyncio.gather(*(judge.judge(item(f"text {i}", f"i{i}")) for i in range(5)))
     assert all(not j.failed and j.scoring == "logprobs" for j in judgments) and judge.counters.num_annotation_failures == 0
 

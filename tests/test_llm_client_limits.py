@@ -146,10 +146,11 @@ async def test_no_switch_is_sent_to_a_hosted_api_that_refuses_unknown_fields(stu
 
 def test_openai_judges_never_get_the_template_switch():
     from mascot.judge.panel import JudgeSpec, build_judge_backends
-    from mascot.llm.routing import EndpointOptions
+    from mascot.llm.limits import ClientLimits
+    from mascot.settings_groups import RoleSettings
 
     specs = [JudgeSpec(name="gpt", model="gpt-4o", provider="openai"), JudgeSpec(name="qwen", model="q", url="http://127.0.0.1:9/v1")]
-    backends = build_judge_backends(specs, EndpointOptions(judge_thinking=False))
+    backends = build_judge_backends(specs, ClientLimits(), RoleSettings(thinking=False))
     assert backends.endpoints["gpt"].template_kwargs is False and backends.endpoints["qwen"].template_kwargs is True
 
 
@@ -267,10 +268,15 @@ def test_thinking_flags_and_endpoint_settings():
     assert [parse_thinking(v) for v in ("on", "OFF", "default")] == [True, False, None]
     with pytest.raises(MascotError, match="on, off or default"):
         parse_thinking("maybe", "--judge-thinking")
+    assert parse_thinking(True) is True and parse_thinking(False) is False  # YAML booleans
+    with pytest.raises(MascotError, match="on, off or default"):
+        parse_thinking("yes", "--speaker-thinking")  # one parser: on | off | default
     options = EndpointSettings(request_timeout=30.0, retry_budget=5.0, extra_body='{"a": 1}',
-                               speaker_extra_body='{"chat_template_kwargs": {"x": 1}}', speaker_thinking="off").endpoint_options()
-    assert options.timeout_s == 30.0 and options.retry_budget_s == 5.0 and options.extra_body == {"a": 1}
-    assert options.speaker_thinking is False and options.speaker_extra_body == {"chat_template_kwargs": {"x": 1}}
+                               speaker_extra_body='{"chat_template_kwargs": {"x": 1}}', speaker_thinking="off")
+    assert options.request_timeout == 30.0 and options.retry_budget == 5.0
+    speaker = options.roles["speaker"]
+    assert speaker.thinking is False and speaker.extra_body == {"a": 1, "chat_template_kwargs": {"x": 1}}
+    assert options.roles["user"].thinking is None and options.roles["user"].extra_body == {"a": 1}
     with pytest.raises(MascotError, match="--request-timeout"):
         EndpointSettings(request_timeout=0)
     with pytest.raises(MascotError, match="--user-thinking"):

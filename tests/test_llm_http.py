@@ -16,7 +16,8 @@ from mascot.llm.http import HTTPClient
 from mascot.llm.metered import CallTracer, MeteredClient, UsageMeter
 from mascot.llm.base import DEFAULT_LOCAL_MODEL, redact_url
 from mascot.llm.providers import build_backends
-from mascot.llm.routing import EndpointOptions, resolve_roles
+from mascot.llm.routing import resolve_roles
+from mascot.settings_groups import EndpointSettings
 from mascot.testing.stub_server import load_responder, start_stub_server_process
 
 HELLO = ChatRequest(messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello there friend"}])
@@ -180,7 +181,7 @@ async def test_in_flight_bound_holds_for_chats_and_streams(stub):
 
 async def test_clients_sharing_an_endpoint_share_the_bound(stub):
     server = stub(gather=3)  # requests wait until three are in flight: the bound is reached, never passed
-    opts = EndpointOptions(vllm_server_url=server.url + "/", director_model="dir-model", speaker_model="spk-model", max_in_flight=3)
+    opts = EndpointSettings(vllm_server_url=server.url + "/", director_model="dir-model", speaker_model="spk-model", max_in_flight=3)
     endpoints = resolve_roles(opts, roles=("director", "speaker"))
     endpoints["speaker"].url = server.url  # the same server written without the trailing slash
     backends = build_backends(endpoints, opts)
@@ -269,7 +270,7 @@ async def test_role_call_trace_names_role_model_endpoint_and_never_the_key(stub,
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     monkeypatch.chdir(tmp_path)
     server = stub(model="served-model")
-    opts = EndpointOptions(vllm_server_url=server.url, director_model="mascot-director", speaker_model="mascot-speaker")
+    opts = EndpointSettings(vllm_server_url=server.url, director_model="mascot-director", speaker_model="mascot-speaker")
     endpoints = resolve_roles(opts, roles=("director", "speaker"))
     trace = tmp_path / "role_call_trace.jsonl"
     backends = build_backends(endpoints, opts, trace_path=trace)
@@ -309,7 +310,7 @@ async def test_trace_records_failures_and_redacts_endpoints(tmp_path):
 
 
 def test_shared_url_serves_director_speaker_and_user_but_not_the_judge():
-    opts = EndpointOptions(model_name="Qwen/Qwen3-8B", vllm_server_url="http://h:8008/v1")
+    opts = EndpointSettings(model_name="Qwen/Qwen3-8B", vllm_server_url="http://h:8008/v1")
     roles = resolve_roles(opts, roles=("director", "speaker", "user", "judge"))
     assert {r: (e.url, e.model, e.backend) for r, e in roles.items()} == {
         "director": ("http://h:8008/v1", "Qwen/Qwen3-8B", "http"),
@@ -320,7 +321,7 @@ def test_shared_url_serves_director_speaker_and_user_but_not_the_judge():
 
 
 def test_per_role_urls_and_models_override_the_shared_ones():
-    opts = EndpointOptions(
+    opts = EndpointSettings(
         vllm_server_url="http://shared:8008/v1",
         speaker_server_url="http://speaker:8009/v1",
         judge_server_url="http://judge:9000/v1",
@@ -341,14 +342,14 @@ def test_per_role_urls_and_models_override_the_shared_ones():
 
 
 def test_no_url_means_the_local_default_model():
-    roles = resolve_roles(EndpointOptions(), roles=("director", "speaker", "user", "judge"))
+    roles = resolve_roles(EndpointSettings(), roles=("director", "speaker", "user", "judge"))
     assert all(e.backend == "local" and e.model == DEFAULT_LOCAL_MODEL for e in roles.values())
     described = roles["speaker"].describe()
     assert described["endpoint"] is None and described["api_key_env"] is None
 
 
 def test_share_model_is_opt_in():
-    opts = EndpointOptions(
+    opts = EndpointSettings(
         director_server_url="http://dir:1/v1", speaker_server_url="http://spk:2/v1", director_model="d", speaker_model="s"
     )
     separate = resolve_roles(opts)
@@ -372,7 +373,7 @@ async def test_dotenv_supplies_the_key_without_overriding_the_environment(stub, 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("JUDGE_API_KEY", "judge-key-from-env")
     server = stub()
-    opts = EndpointOptions(vllm_server_url=server.url, judge_server_url=server.url)
+    opts = EndpointSettings(vllm_server_url=server.url, judge_server_url=server.url)
     backends = build_backends(resolve_roles(opts, roles=("speaker", "judge")), opts)
     try:
         await backends["speaker"].chat(HELLO)

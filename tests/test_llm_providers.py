@@ -12,7 +12,8 @@ from mascot.errors import MascotError
 from mascot.llm import providers
 from mascot.llm.base import BACKEND_KINDS, ChatRequest
 from mascot.llm.http import HTTPClient
-from mascot.llm.providers import ClientOptions, RoleEndpoint, build_backends, build_client
+from mascot.llm.limits import ClientLimits
+from mascot.llm.providers import RoleEndpoint, build_backends, build_client
 from mascot.testing.players import stub_responder
 from mascot.testing.scripted import ScriptedClient
 
@@ -94,7 +95,7 @@ def test_hosted_providers_are_built_by_the_registry(monkeypatch, kind, variable)
             built.append((model, kwargs))
 
     monkeypatch.setattr(hosted, "AnthropicClient" if kind == "anthropic" else "GeminiClient", Recorder)
-    client = build_client(RoleEndpoint("judge", "big-model", "https://api.example", api_key_env="", kind=kind), ClientOptions(max_in_flight=3))
+    client = build_client(RoleEndpoint("judge", "big-model", "https://api.example", api_key_env="", kind=kind), ClientLimits(max_in_flight=3))
     assert isinstance(client, Recorder)
     assert built[0][0] == "big-model" and built[0][1]["api_key_env"] == variable and built[0][1]["max_in_flight"] == 3
 

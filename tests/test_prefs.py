@@ -15,7 +15,8 @@ from mascot.judge.rubric_judge import RubricJudge
 from mascot.llm.base import LLMError
 from mascot.testing.scripted import ScriptedClient
 from mascot.prefs.group import episode_pairs, group_preferences, render_trajectory
-from mascot.prefs.individual import OUTPUTS, IndividualSettings, run_individual
+from mascot.commands.generate import GenerateSettings
+from mascot.prefs.individual import OUTPUTS, run_individual
 from mascot.prefs.pairs import max_pairs, preference_index_pairs
 from mascot.rosters import load_roster
 from mascot.schema import BranchInfo, Candidate, Context, DialogueLine, PreferencePair
@@ -77,7 +78,7 @@ def test_margin_edge_ties_and_identical_texts():
 async def run_stage1(tmp_path, speaker, judge_client, *, ctxs=None, resume=False, overwrite=False, k=4, margin=0.5):
     store = RunStore(tmp_path / "run", outputs=OUTPUTS, resume=resume, overwrite=overwrite)
     with store:
-        settings = IndividualSettings(num_candidates=k, score_margin=margin, personas=("The Anchor", "The Beacon"))
+        settings = GenerateSettings(mode="individual", num_candidates=k, score_margin=margin, personas=("The Anchor", "The Beacon"))
         stats = await run_individual(ctxs or contexts(), ROSTER, speaker, RubricJudge(judge_client), store, settings)
     return store, stats
 
@@ -94,7 +95,7 @@ async def test_stage1_writes_candidates_pairs_and_stats(tmp_path):
         assert pair.chosen_score - pair.rejected_score == pytest.approx(pair.margin) and pair.margin >= 0.5
         assert pair.prompt[0]["role"] == "system" and pair.persona in pair.prompt[0]["content"]
         assert pair.chosen[0]["role"] == "assistant" and pair.rejected[0]["role"] == "assistant"
-        assert (pair.roster, pair.roster_version, pair.rubric_version) == ("emotional_support", "1.0", "paper_v1")
+        assert (pair.roster, pair.roster_version, pair.rubric_version) == ("emotional_support", "1.0", "paper_v2")  # the default rubric
     assert all(c.roster_version == "1.0" and c.prompt_version for c in candidates)
     report = json.loads(store.path("pairs_stats.json").read_text())
     assert report["num_pairs"] == len(pairs) and report["max_pairs_per_query"] == 6 and report["num_queries"] == 4

@@ -8,7 +8,7 @@ import pytest
 
 from mascot.dialogue.director import Director, directive_schema, directive_token_budget
 from mascot.dialogue.engine import EngineSettings, EpisodeEngine
-from mascot.dialogue.reasoning import parse_thinking_flag, role_thinking, split_reasoning, token_budget
+from mascot.dialogue.reasoning import role_thinks, split_reasoning, token_budget
 from mascot.dialogue.tally import Tally
 from mascot.testing.players import group_reply
 from mascot.judge.prompt import JudgeItem
@@ -51,15 +51,20 @@ def test_split_reasoning_handles_inline_unclosed_and_template_opened_blocks():
 
 
 def test_thinking_flags_and_budgets():
-    assert [parse_thinking_flag(v) for v in ("on", "off", "default", True, None)] == [True, False, None, True, None]
-    assert role_thinking("on") and not role_thinking("default") and not role_thinking(None)
+    from types import SimpleNamespace
+
+    from mascot.settings_groups import parse_thinking
+
+    assert [parse_thinking(v) for v in ("on", "off", "default", True, None)] == [True, False, None, True, None]
+    assert role_thinks(SimpleNamespace(thinking=True)) and not role_thinks(SimpleNamespace(thinking=None)) and not role_thinks(object())
     assert token_budget(160, False, 512) == 160 and token_budget(160, True, 512) == 672 and token_budget(160, None, 512) == 672
 
 
 @pytest.mark.parametrize("thinking", [False, True])
 def test_episode_requests_set_thinking_and_transcripts_never_hold_reasoning(es_roster, es_context, thinking):
     client = ReasoningClient()
-    settings = EngineSettings(num_turns=4, user_response_probability=1.0, speaker_think=thinking, director_thinking=thinking, user_thinking=thinking, reasoning_allowance=300)
+    settings = EngineSettings(num_turns=4, user_response_probability=1.0, reasoning_allowance=300)
+    client.thinking = thinking  # every role's endpoint: --<role>-thinking on / off
     engine = EpisodeEngine(es_roster, {"director": client, "speaker": client, "user": client}, settings, Tally())
     episode = asyncio.run(engine.run_episode(es_context))
     for request in client.calls:
@@ -151,7 +156,8 @@ def test_judge_thinking_on_widens_the_budget(es_roster):
 async def test_stage1_candidates_keep_reasoning_apart_and_pairs_never_hold_it(tmp_path):
     from judge_helpers import scoring_judge
 
-    from mascot.prefs.individual import OUTPUTS, IndividualSettings, run_individual
+    from mascot.commands.generate import GenerateSettings
+    from mascot.prefs.individual import OUTPUTS, run_individual
     from mascot.rosters import load_roster
     from mascot.schema import Context, DialogueLine, PreferencePair
     from mascot.store import RunStore, read_jsonl
@@ -171,7 +177,7 @@ async def test_stage1_candidates_keep_reasoning_apart_and_pairs_never_hold_it(tm
     context = Context(context_id="c1", dataset="ESConv", situation="Work.", emotion="anxiety", opening_turns=[DialogueLine(speaker="user", text="Hi.")])
     store = RunStore(tmp_path / "run", outputs=OUTPUTS)
     with store:
-        settings = IndividualSettings(num_candidates=4, personas=("The Anchor",), speaker_think=True, reasoning_allowance=200)
+        settings = GenerateSettings(mode="individual", num_candidates=4, personas=("The Anchor",), speaker_thinking="on", reasoning_allowance=200)
         await run_individual([context], load_roster("emotional_support"), speaker, RubricJudge(scoring_judge(lambda t: int(t.split()[-1]) % 5 + 1)), store, settings)
     assert speaker.calls[0].thinking is True and speaker.calls[0].max_tokens == 360
     assert "<think>" in speaker.calls[0].messages[0]["content"]  # the prompt invites the reasoning
@@ -184,11 +190,9 @@ async def test_stage1_candidates_keep_reasoning_apart_and_pairs_never_hold_it(tm
 
 
 def test_per_role_flags_turn_thinking_on_only_when_asked():
-    from types import SimpleNamespace
+    from mascot.commands.generate import GenerateSettings
 
-    from mascot.dialogue.reasoning import thinking_for
-
-    options = SimpleNamespace(director_thinking="on", speaker_thinking="default", user_thinking=False)
-    assert thinking_for(options, "director") is True
-    assert thinking_for(options, "speaker") is False and thinking_for(options, "user") is False
-    assert thinking_for(options, "judge") is False  # no flag at all
+    roles = GenerateSettings(director_thinking="on", speaker_thinking="default", user_thinking=False).roles
+    assert roles["director"].thinking is True
+    assert roles["speaker"].thinking is None and roles["user"].thinking is False
+    assert roles["judge"].thinking is None  # no flag given

@@ -10,11 +10,10 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from mascot.cli import app
-from mascot.dialogue.engine import EngineSettings
-from mascot.dialogue.run import GroupGenerationConfig, generate_group
+from mascot.commands.generate import GenerateSettings
+from mascot.dialogue.run import generate_group
 from mascot.dialogue.tally import Tally, describe_counters
 from mascot.testing.players import group_client
-from mascot.llm.routing import EndpointOptions
 from mascot.schema import Counters
 
 NARROW = 40  # columns: far fewer than the paths below
@@ -41,7 +40,7 @@ def test_a_parse_failure_and_its_fallback_count_as_one_failure_and_show_by_name(
 def test_generation_footer_prints_the_path_whole_and_counters_by_name(tmp_path, es_contexts):
     deep = tmp_path / "a-rather-long-folder-name-for-runs" / "and-another-level-below-it"
     console, out = narrow_console()
-    cfg = GroupGenerationConfig(dataset="ESConv", engine=EngineSettings(num_turns=2, seed=1), endpoints=EndpointOptions(), output_dir=deep)
+    cfg = GenerateSettings(dataset="ESConv", num_turns=2, seed=1, output_dir=deep)
     _, store = asyncio.run(generate_group(cfg, contexts=es_contexts[:2], clients=scripted_clients(), console=console))
     text = out.getvalue()
     assert any(str(store.path()) in line for line in text.splitlines())
@@ -53,8 +52,8 @@ def test_demo_prints_records_path_unwrapped_and_its_elapsed_time(tmp_path, monke
 
     original = demo.run_demo
 
-    async def scripted_demo(endpoints, run_root, **kwargs):
-        return await original(endpoints, run_root, **{**kwargs, "clients": scripted_clients()})
+    async def scripted_demo(model_name, server_url, run_root, **kwargs):
+        return await original(model_name, server_url, run_root, **{**kwargs, "clients": scripted_clients()})
 
     monkeypatch.setattr(demo, "run_demo", scripted_demo)
     monkeypatch.setenv("COLUMNS", str(NARROW))
@@ -86,9 +85,9 @@ def test_without_a_server_the_demo_runs_every_role_of_both_datasets_on_one_clien
         await original_aclose()
 
     client.aclose = aclose
-    monkeypatch.setattr(demo, "shared_local_client", lambda endpoints: client)
+    monkeypatch.setattr(demo, "shared_local_client", lambda model_name: client)
     console, _ = narrow_console()
-    results = asyncio.run(demo.run_demo(EndpointOptions(local_batch_size=8), tmp_path, num_turns=2, seed=1, console=console))
+    results = asyncio.run(demo.run_demo(None, None, tmp_path, num_turns=2, seed=1, console=console))
     assert sorted(dataset for dataset, _, _ in results) == ["ESConv", "QMSum"]
     systems = {call.messages[0]["content"].split("\n")[0] for call in client.calls}
     assert any("Anchor" in s or "Catalyst" in s or "Beacon" in s for s in systems)  # the emotional-support roster

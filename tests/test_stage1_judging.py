@@ -192,10 +192,11 @@ def test_a_judge_model_the_server_does_not_list_is_refused_in_one_line(stub, tmp
 
 async def test_served_adapter_aliases_pass_preflight(stub):
     from mascot.llm.providers import build_backends
-    from mascot.llm.routing import EndpointOptions, resolve_roles
+    from mascot.llm.routing import resolve_roles
+    from mascot.settings_groups import EndpointSettings
 
     server = stub(served_models=["Qwen/Qwen3-8B", "mascot-speaker"])  # as `mascot serve` lists a LoRA alias
-    opts = EndpointOptions(vllm_server_url=server.url, model_name="Qwen/Qwen3-8B", speaker_model="mascot-speaker")
+    opts = EndpointSettings(vllm_server_url=server.url, model_name="Qwen/Qwen3-8B", speaker_model="mascot-speaker")
     backends = build_backends(resolve_roles(opts, ("director", "speaker")), opts)
     try:
         await backends.preflight(probe_structured=False)
@@ -208,10 +209,11 @@ async def test_a_server_that_loads_models_on_demand_is_not_refused_for_an_unlist
     """`transformers serve` lists only the models it has cached or loaded and loads others when asked:
     an unlisted name is one warning and the run goes on (vLLM, which serves exactly its list, refuses)."""
     from mascot.llm.providers import build_backends
-    from mascot.llm.routing import EndpointOptions, resolve_roles
+    from mascot.llm.routing import resolve_roles
+    from mascot.settings_groups import EndpointSettings
 
     server = stub(model="HuggingFaceTB/SmolLM2-360M-Instruct")  # listed, owned by its hub owner, no context field
-    opts = EndpointOptions(vllm_server_url=server.url, model_name="/models/SmolLM2-135M-Instruct")
+    opts = EndpointSettings(vllm_server_url=server.url, model_name="/models/SmolLM2-135M-Instruct")
     backends = build_backends(resolve_roles(opts, ("speaker",)), opts)
     with caplog.at_level(logging.WARNING):
         try:

@@ -314,10 +314,11 @@ def test_real_server_directive_pairs_use_parsed_directives_only(base_server, wor
 def _ask(url: str, messages: list[dict], count: int = 1, timeout_s: float = 120.0, max_tokens: int = 24):
     """Replies and the role's usage, from one backend whose preflight read the server's models."""
     from mascot.llm.base import ChatRequest
-    from mascot.llm.providers import ClientOptions, RoleEndpoint, build_backends
+    from mascot.llm.limits import ClientLimits
+    from mascot.llm.providers import RoleEndpoint, build_backends
 
     async def run():
-        backends = build_backends({"speaker": RoleEndpoint("speaker", SERVED_BASE, url)}, ClientOptions(timeout_s=timeout_s))
+        backends = build_backends({"speaker": RoleEndpoint("speaker", SERVED_BASE, url)}, ClientLimits(request_timeout=timeout_s))
         try:
             await backends.preflight(probe_structured=False)
             request = ChatRequest(messages=messages, max_tokens=max_tokens, temperature=0.0)

@@ -46,7 +46,7 @@ class RunSpec:
     outputs: tuple[str, ...]
     command: str
     roles: dict  # role -> mascot.llm.routing.RoleEndpoint
-    endpoints: Any  # mascot.llm.routing.EndpointOptions
+    limits: Any  # mascot.llm.limits.ClientLimits (a command's settings hold them)
     settings: dict  # run_config.json's `settings`; --resume compares it with the saved one
     resume: bool = False
     overwrite: bool = False
@@ -146,7 +146,7 @@ async def open_run(spec: RunSpec, console: Console | None = None) -> AsyncIterat
         check_resume_settings(spec.run_dir, spec.settings)
     # Servers are asked before the run folder is made too; the call trace, which lives in the
     # folder, is attached once the store has opened it.
-    backends = build_backends(spec.roles, spec.endpoints, overrides=spec.clients)
+    backends = build_backends(spec.roles, spec.limits, overrides=spec.clients)
     async with opened_backends(backends, console):
         with RunStore(spec.run_dir, outputs=spec.outputs, resume=spec.resume, overwrite=spec.overwrite, command=spec.command, key_of=spec.key_of) as store:
             if spec.trace_role_calls:

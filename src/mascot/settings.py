@@ -65,8 +65,9 @@ def flag_name(name: str) -> str:
 
 
 def as_dict(settings: Any) -> dict[str, Any]:
-    """The settings as a plain dict (for run_config.json and artefact metadata)."""
-    return {f.name: getattr(settings, f.name) for f in fields(settings)}
+    """The settings as a plain dict (for run_config.json and artefact metadata); fields derived
+    from others (the role mapping folded from the role flags) are left out."""
+    return {f.name: getattr(settings, f.name) for f in fields(settings) if not f.metadata.get("derived")}
 
 
 def read_config_file(path: str | Path | None) -> dict[str, Any]:

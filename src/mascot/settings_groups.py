@@ -1,10 +1,12 @@
 """Groups of settings that several commands share, as dataclasses their settings inherit from.
 
 - `DataSettings`: which contexts (dataset, data file, split, limit, seed, QMSum window);
-- `ClientSettings`: how requests are sent (in flight, timeout, retries, stop strings, extra body);
-- `EndpointSettings`: per-role servers, models, adapters, extra bodies and reasoning modes;
+- `ClientSettings`: how requests are sent (`mascot.llm.limits.ClientLimits`, plus the extra body);
+- `EndpointSettings`: per-role servers, models, adapters, extra bodies and reasoning modes, as
+  flags; `__post_init__` folds them into `roles` (role -> `RoleSettings`), which the library reads;
 - `OutputSettings`: the run folder (output dir, resume, overwrite, strict, trace);
-- `JudgePanelSettings`: the judges, their rubric, cache and client.
+- `JudgingSettings`: rubric, scoring, reply length and cache of a judge (Stage 1 and Stage 2);
+- `JudgePanelSettings`: the judges, with their judging settings and client.
 
 Each group checks its own values in `check_*` (called from `__post_init__` of the groups and of
 the command settings that combine them). Imports nothing heavy: `mascot --help` reads it.
@@ -13,15 +15,16 @@ the command settings that combine them). Imports nothing heavy: `mascot --help` 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from mascot import vocab
 from mascot.errors import MascotError
+from mascot.llm.base import joined_urls, split_urls
+from mascot.llm.limits import ClientLimits, check_limits
 from mascot.settings import require, setting
 
-DEFAULT_TOKEN_BUDGET = 1500  # mascot.data.qmsum.DEFAULT_TOKEN_BUDGET, kept here so that --help stays cheap
-DIALOGUE_ROLES = ("director", "speaker", "user")
 THINKING_HELP = "on | off | default: the role's reasoning mode (sent as chat_template_kwargs.enable_thinking)."
 _SEVERAL = " Repeat (or separate with commas) for several servers sharing the load."
 MODEL_NAME_HELP = (
@@ -29,9 +32,13 @@ MODEL_NAME_HELP = (
 )
 SPLIT_HELP = "Dataset split (train/valid/test; QMSum: train/val/test). Default: the split a --data-file's name states (valid.jsonl), else test."
 SHARED_URL_HELP = "Shared OpenAI-compatible endpoint for Director, Speaker and User." + _SEVERAL
+JUDGE_SCORING_HELP = (
+    "auto | logprobs | json: score each criterion by the judge's probabilities of the answers 1-5 (logprobs; falls back "
+    "to JSON where a server returns none) or by JSON verdicts; auto: logprobs on the local backend, JSON on servers."
+)
 
 
-# ---- parsing flag values
+# ---- parsing flag values: one parser per kind (URL lists: `mascot.llm.base.split_urls`)
 
 
 def parse_extra_body(text: str | dict | None, flag: str = "--extra-body") -> dict | None:
@@ -50,45 +57,85 @@ def parse_extra_body(text: str | dict | None, flag: str = "--extra-body") -> dic
 
 
 def parse_thinking(value: str | bool | None, flag: str = "--thinking") -> bool | None:
-    if isinstance(value, bool):
+    """on | off | default (or a YAML boolean) as a request setting: True, False or None (the
+    server's default)."""
+    if value is None or isinstance(value, bool):
         return value
-    choices = {"on": True, "off": False, "default": None, "": None}
-    key = (value or "").strip().lower()
-    if key not in choices:
+    key = str(value).strip().lower() or "default"
+    if key not in vocab.THINKING_CHOICES:
         raise MascotError(f"{flag} must be on, off or default (got {value!r})")
-    return choices[key]
+    return {"on": True, "off": False}.get(key)
 
 
-def joined_urls(urls: list[str] | str | None) -> str | None:
-    """Several URL flags (or comma-separated ones) as one comma-separated string; None for none."""
-    if not urls:
-        return None
-    items = [urls] if isinstance(urls, str) else urls
-    found = [u.strip() for item in items for u in item.split(",") if u.strip()]
-    return ",".join(found) or None
+def merged_extra_body(shared: dict | None, own: dict | None) -> dict:
+    """The run's extra request fields with a role's own on top (chat_template_kwargs merged)."""
+    shared, own = dict(shared or {}), dict(own or {})
+    kwargs = {**(shared.get("chat_template_kwargs") or {}), **(own.get("chat_template_kwargs") or {})}
+    merged = {**shared, **own}
+    if kwargs:
+        merged["chat_template_kwargs"] = kwargs
+    return merged
+
+
+# ---- per-role settings
+
+
+@dataclass
+class RoleSettings:
+    """What one role calls and how it reasons: the `--<role>-*` flags, parsed. The library reads
+    these (`settings.roles["speaker"].thinking`), never the flat flags."""
+
+    model: Optional[str] = None
+    adapter: Optional[str] = None
+    server_url: list[str] = field(default_factory=list)  # several servers share the role's load
+    extra_body: dict = field(default_factory=dict)  # the run's --extra-body with the role's own on top
+    thinking: Optional[bool] = None  # None: the server's default
+
+
+_ROLE_FLAGS = ("model", "adapter", "server_url", "extra_body", "thinking")
+
+
+def role_mapping(s: Any) -> dict[str, RoleSettings]:
+    """The `--<role>-*` flags a settings class declares, folded into role -> RoleSettings (the one
+    place that reads the flat flags; roles without any flag are left out)."""
+    shared = parse_extra_body(getattr(s, "extra_body", None))
+    roles = {}
+    for role in vocab.ROLES:
+        given = {k: getattr(s, f"{role}_{k}") for k in _ROLE_FLAGS if hasattr(s, f"{role}_{k}")}
+        if given:
+            roles[role] = RoleSettings(
+                model=given.get("model"),
+                adapter=given.get("adapter"),
+                server_url=split_urls(given.get("server_url")),
+                extra_body=merged_extra_body(shared, parse_extra_body(given.get("extra_body"), f"--{role}-extra-body")),
+                thinking=parse_thinking(given.get("thinking"), f"--{role}-thinking"),
+            )
+    return roles
+
+
+def roles_field() -> Any:
+    """The `roles` mapping of a settings class, filled from its flags in `__post_init__`."""
+    return field(default_factory=dict, repr=False, compare=False, metadata={"cli": False, "derived": True})
 
 
 # ---- groups
 
 
-# mascot.judge.logprob.SCORING_MODES, kept here so that --help stays cheap
-JUDGE_SCORING_MODES = ("auto", "logprobs", "json")
-JUDGE_SCORING_HELP = (
-    "auto | logprobs | json: score each criterion by the judge's probabilities of the answers 1-5 (logprobs; falls back "
-    "to JSON where a server returns none) or by JSON verdicts; auto: logprobs on the local backend, JSON on servers."
-)
+@dataclass
+class SeedSettings:
+    seed: int = setting(vocab.SEED, "Run seed; every episode's seed derives from it.", panel="Data")
+
 
 @dataclass
-class DataSettings:
+class DataSettings(SeedSettings):
     """Which contexts seed the run."""
 
     dataset: str = setting("ESConv", "ESConv, EmpatheticDialogues (ED) or QMSum.")
     data_file: Optional[Path] = setting(None, "Read the dataset from a local file in its hub export format instead of the hub.")
     split: Optional[str] = setting(None, SPLIT_HELP)
     limit: Optional[int] = setting(None, "Use at most this many contexts.")
-    seed: int = setting(42, "Run seed; every episode's seed derives from it.")
     token_budget: int = setting(
-        DEFAULT_TOKEN_BUDGET,
+        vocab.TRANSCRIPT_WINDOW,
         "QMSum: size of the meeting-transcript window each context carries, in estimated tokens (smaller: shorter prompts and pairs).",
         flags=("--transcript-window",),
     )
@@ -108,35 +155,17 @@ def check_data(s: Any) -> None:
 
 
 @dataclass
-class ClientSettings:
+class ClientSettings(ClientLimits):
     """How requests reach a server."""
 
-    max_in_flight: int = setting(64, "Requests in flight per endpoint.")
-    request_timeout: float = setting(120.0, "Seconds a server may take to answer one request; a timed-out request is retried with a longer one.")
-    retry_budget: float = setting(60.0, "Seconds a failing request may spend retrying (backoff included) before it is given up.")
-    max_stop_strings: int = setting(4, "Stop strings sent per request (stock vLLM refuses more than 4); the rest are cut when the reply arrives.")
-    extra_body: Optional[str] = setting(None, 'JSON object merged into every request body, e.g. \'{"top_k": 20}\'.')
+    extra_body: Optional[str] = setting(None, 'JSON object merged into every request body, e.g. \'{"top_k": 20}\'.', panel="Requests")
 
     def __post_init__(self) -> None:
         check_client(self)
 
-    def client_options(self) -> dict[str, Any]:
-        """The `EndpointOptions` fields these settings fill."""
-        return dict(
-            max_in_flight=self.max_in_flight,
-            timeout_s=self.request_timeout,
-            retry_budget_s=self.retry_budget,
-            max_stop_strings=self.max_stop_strings,
-            extra_body=parse_extra_body(self.extra_body),
-        )
-
 
 def check_client(s: Any) -> None:
-    require(
-        s.request_timeout > 0 and s.retry_budget >= 0 and s.max_stop_strings >= 0,
-        "--request-timeout must be positive; --retry-budget and --max-stop-strings must not be negative",
-    )
-    require(s.max_in_flight >= 1, "--max-in-flight must be at least 1")
+    check_limits(s)
     parse_extra_body(s.extra_body)
 
 
@@ -157,26 +186,10 @@ class GroupEndpointSettings(ClientSettings):
     speaker_extra_body: Optional[str] = setting(None, "JSON object merged into the Speakers' request bodies (over --extra-body).")
     director_thinking: str = setting("default", "Director: " + THINKING_HELP)
     speaker_thinking: str = setting("default", "Speakers: " + THINKING_HELP)
+    roles: dict[str, RoleSettings] = roles_field()
 
     def __post_init__(self) -> None:
         check_endpoints(self)
-
-    def roles(self) -> tuple[str, ...]:
-        """The roles these settings name endpoints for."""
-        return tuple(r for r in (*DIALOGUE_ROLES, "judge") if hasattr(self, f"{r}_server_url"))
-
-    def endpoint_options(self, **extra: Any):
-        """The `mascot.llm.routing.EndpointOptions` these settings describe."""
-        from mascot.llm.routing import EndpointOptions
-
-        names = ("model_name", "director_adapter", "speaker_adapter", "share_model", *(f"{r}_model" for r in self.roles()))
-        urls = {f"{role}_server_url": getattr(self, f"{role}_server_url") for role in self.roles()}
-        roles = {}
-        for role in self.roles():
-            roles[f"{role}_extra_body"] = parse_extra_body(getattr(self, f"{role}_extra_body"), f"--{role}-extra-body")
-            roles[f"{role}_thinking"] = parse_thinking(getattr(self, f"{role}_thinking"), f"--{role}-thinking")
-        values = {n: getattr(self, n) for n in names}
-        return EndpointOptions(**values, vllm_server_url=self.vllm_server_url, **urls, **self.client_options(), **roles, **extra)
 
 
 @dataclass
@@ -194,10 +207,9 @@ class EndpointSettings(GroupEndpointSettings):
 
 
 def check_endpoints(s: Any) -> None:
+    """Checks the endpoint flags and folds them into `s.roles`."""
     check_client(s)
-    for role in s.roles():
-        parse_extra_body(getattr(s, f"{role}_extra_body"), f"--{role}-extra-body")
-        parse_thinking(getattr(s, f"{role}_thinking"), f"--{role}-thinking")
+    s.roles = role_mapping(s)
 
 
 @dataclass
@@ -222,7 +234,29 @@ PROVIDERS = ("openai-compatible", "vllm", "openai", "anthropic", "gemini")
 
 
 @dataclass
-class JudgePanelSettings(ClientSettings):
+class JudgingSettings:
+    """How a judge scores: rubric, scoring mode, reply length and cache (Stage 1 and Stage 2 alike)."""
+
+    rubric_version: str = setting(vocab.DEFAULT_RUBRIC_VERSION, "Rubric version (built-in name or a rubric YAML file).", panel="Judging")
+    judge_scoring: str = setting("auto", JUDGE_SCORING_HELP, panel="Judging")
+    judge_max_tokens: int = setting(vocab.JUDGE_MAX_TOKENS, "Longest judge reply in tokens.", panel="Judging")
+    cache_dir: Optional[Path] = setting(
+        None, "Judgment cache folder (default $MASCOT_JUDGE_CACHE_DIR, $MASCOT_CACHE_DIR or ~/.cache/mascot).", panel="Judging"
+    )
+    no_cache: bool = setting(False, "Judge everything again instead of reusing cached judgments.", panel="Judging")
+
+    def __post_init__(self) -> None:
+        check_judging(self)
+
+
+def check_judging(s: Any) -> None:
+    require(s.judge_max_tokens >= 1, "--judge-max-tokens must be at least 1")
+    modes = vocab.JUDGE_SCORING_MODES
+    require(s.judge_scoring in modes, f"--judge-scoring must be one of {', '.join(modes)} (got {s.judge_scoring!r})")
+
+
+@dataclass
+class JudgePanelSettings(JudgingSettings, ClientSettings):
     """The judges (one or several), their rubric, cache and client."""
 
     judges: Optional[list[str]] = setting(
@@ -231,13 +265,9 @@ class JudgePanelSettings(ClientSettings):
     judges_file: Optional[Path] = setting(None, "YAML list of judges: name, model, url, provider, api_key_env.")
     provider: str = setting("openai-compatible", "openai-compatible (vllm) | openai | anthropic | gemini, for --judge.")
     judge_server_url: Optional[list[str]] = setting(None, "Endpoint for the judge; never inherits --vllm-server-url (no URL: local model)." + _SEVERAL)
-    rubric_version: str = setting("paper_v1", "Rubric version (built-in name or a rubric YAML file).")
-    cache_dir: Optional[Path] = setting(None, "Judgment cache folder (default $MASCOT_JUDGE_CACHE_DIR, $MASCOT_CACHE_DIR or ~/.cache/mascot).")
-    no_cache: bool = setting(False, "Judge everything again instead of reusing cached judgments.")
-    judge_max_tokens: int = setting(512, "Longest judge reply in tokens.")
-    judge_scoring: str = setting("auto", JUDGE_SCORING_HELP)
     judge_thinking: str = setting("default", "Judge: " + THINKING_HELP)
     strict: bool = setting(False, "Stop at the first failure instead of counting and continuing.")
+    roles: dict[str, RoleSettings] = roles_field()
 
     def __post_init__(self) -> None:
         check_judge_panel(self)
@@ -245,22 +275,17 @@ class JudgePanelSettings(ClientSettings):
     def judge_specs(self) -> list:
         """One JudgeSpec per judge (from --judges-file, or --judge ids on --judge-server-url)."""
         from mascot.judge.panel import JudgeSpec, load_judges_file
-        from mascot.llm.base import DEFAULT_LOCAL_MODEL
 
         if self.judges_file:
             return load_judges_file(self.judges_file)
         provider = "openai-compatible" if self.provider == "vllm" else self.provider
         url = joined_urls(self.judge_server_url)
-        return [JudgeSpec(model=m, url=url, provider=provider) for m in self.judges or [DEFAULT_LOCAL_MODEL]]  # type: ignore[arg-type]
-
-    def client_options(self) -> dict[str, Any]:
-        return {**super().client_options(), "judge_thinking": parse_thinking(self.judge_thinking, "--judge-thinking")}
+        return [JudgeSpec(model=m, url=url, provider=provider) for m in self.judges or [vocab.DEFAULT_LOCAL_MODEL]]  # type: ignore[arg-type]
 
 
 def check_judge_panel(s: Any) -> None:
     check_client(s)
+    check_judging(s)
     require(not (s.judges_file and s.judges), "use either --judge or --judges-file, not both")
     require(s.provider in PROVIDERS, f"unknown --provider {s.provider!r}: use openai-compatible, vllm, openai, anthropic or gemini")
-    require(s.judge_max_tokens >= 1, "--judge-max-tokens must be at least 1")
-    require(s.judge_scoring in JUDGE_SCORING_MODES, f"--judge-scoring must be one of {', '.join(JUDGE_SCORING_MODES)} (got {s.judge_scoring!r})")
-    parse_thinking(s.judge_thinking, "--judge-thinking")
+    s.roles = role_mapping(s)

@@ -31,7 +31,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 FIXTURE = HERE.parent / "fixtures" / "esconv_sample.jsonl"
 RECORD_FILES = ("episodes.jsonl", "candidates.jsonl", "pairs.jsonl", "pairs_stats.json", "judgments.jsonl", "run_config.json", "run_summary.json")
-COMMON = ["generate", "--dataset", "ESConv", "--data-file", str(FIXTURE), "--seed", "7", "--model-name", "stub-model"]
+# The rubric version is pinned: the records name it (and episode ids digest it), whatever the default.
+COMMON = ["generate", "--dataset", "ESConv", "--data-file", str(FIXTURE), "--seed", "7", "--model-name", "stub-model", "--rubric-version", "paper_v1"]
 
 # case -> (run folder name, stub responder, extra flags; {url} is the stub server's URL)
 CASES = {

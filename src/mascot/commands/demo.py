@@ -36,8 +36,6 @@ class DemoSettings:
 def demo(s: DemoSettings) -> None:
     from rich.console import Console
 
-    from mascot.llm.routing import EndpointOptions
-
     started = time.monotonic()
     console = Console()
     # Said before torch loads (seconds on a busy machine), so that the screen is never blank.
@@ -46,9 +44,8 @@ def demo(s: DemoSettings) -> None:
         import torch
 
         torch.set_num_threads(s.threads or free_cores())
-    endpoints = EndpointOptions(model_name=s.model_name, vllm_server_url=s.vllm_server_url, local_batch_size=8)
     run_root = s.output_dir / datetime.now().strftime("%Y%m%d-%H%M%S")
-    results = asyncio.run(run_demo(endpoints, run_root, num_turns=s.num_turns, seed=s.seed, console=console, show=True))
+    results = asyncio.run(run_demo(s.model_name, s.vllm_server_url, run_root, num_turns=s.num_turns, seed=s.seed, console=console, show=True))
     console.print()
     for dataset, _contexts, store in results:
         show_run(console, dataset, store)
@@ -71,12 +68,14 @@ def episode_printer(console, dataset: str, contexts: list):
     return lambda episode: show_episode(console, episode, by_id.get(episode.context_id or ""), names)
 
 
-async def run_demo(endpoints, run_root: Path, *, num_turns: int, seed: int, console, clients=None, show: bool = False) -> list:
+async def run_demo(
+    model_name: str | None, server_url: list[str] | None, run_root: Path, *, num_turns: int, seed: int, console, clients=None, show: bool = False
+) -> list:
     """One run per dataset of the samples, all at once. Without a server every role of every run
     calls one local client, so the episodes of both datasets share each batched `generate`.
     `show`: each episode's transcript is printed as soon as it is written."""
-    from mascot.dialogue.engine import EngineSettings
-    from mascot.dialogue.run import GroupGenerationConfig, generate_group
+    from mascot.commands.generate import GenerateSettings
+    from mascot.dialogue.run import generate_group
     from mascot.schema import Context
     from mascot.store import read_jsonl
 
@@ -84,15 +83,17 @@ async def run_demo(endpoints, run_root: Path, *, num_turns: int, seed: int, cons
     for context in read_jsonl(SAMPLES, Context):
         by_dataset.setdefault(context.dataset, []).append(context)
     shared = None
-    if clients is None and not endpoints.vllm_server_url:
-        shared = shared_local_client(endpoints)
+    if clients is None and not server_url:
+        shared = shared_local_client(model_name)
         clients = {role: shared for role in ("director", "speaker", "user")}
 
     async def one(dataset: str, contexts: list[Context]):
-        settings = EngineSettings(num_turns=num_turns, seed=seed, user_response_probability=0.5, max_tokens=DEMO_MAX_TOKENS)
-        cfg = GroupGenerationConfig(dataset=dataset, engine=settings, endpoints=endpoints, output_dir=run_root)
+        settings = GenerateSettings(
+            dataset=dataset, num_turns=num_turns, seed=seed, user_response_probability=0.5, max_tokens=DEMO_MAX_TOKENS,
+            model_name=model_name, vllm_server_url=server_url, output_dir=run_root,
+        )  # fmt: skip
         on_episode = episode_printer(console, dataset, contexts) if show else None
-        _, store = await generate_group(cfg, contexts=contexts, console=console, command="mascot demo", clients=clients, on_episode=on_episode)
+        _, store = await generate_group(settings, contexts=contexts, console=console, command="mascot demo", clients=clients, on_episode=on_episode)
         return dataset, contexts, store
 
     try:
@@ -113,11 +114,11 @@ def free_cores() -> int:
     return max(1, min(cores, cores - busy))
 
 
-def shared_local_client(endpoints):
+def shared_local_client(model_name: str | None):
     from mascot.llm.local import LocalClient
-    from mascot.llm.base import DEFAULT_LOCAL_MODEL
+    from mascot.vocab import DEFAULT_LOCAL_MODEL, LOCAL_BATCH_SIZE
 
-    return LocalClient(endpoints.model_name or DEFAULT_LOCAL_MODEL, max_batch_size=endpoints.local_batch_size)
+    return LocalClient(model_name or DEFAULT_LOCAL_MODEL, max_batch_size=LOCAL_BATCH_SIZE)
 
 
 def show_run(console, dataset: str, store) -> None:

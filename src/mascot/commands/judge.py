@@ -88,17 +88,16 @@ async def open_panel(s: JudgePanelSettings, console=None):
     and cache are closed on the way out."""
     from mascot.judge.cache import JudgmentCache
     from mascot.judge.panel import JudgePanel, build_judge_backends
-    from mascot.llm.routing import EndpointOptions
     from mascot.rubrics import load_rubric_set
     from mascot.runs import opened_backends
 
     load_rubric_set(s.rubric_version)  # fail early on an unknown version
-    backends = build_judge_backends(s.judge_specs(), EndpointOptions(**s.client_options()))
+    backends = build_judge_backends(s.judge_specs(), s, s.roles.get("judge"))
     cache = None if s.no_cache else JudgmentCache(s.cache_dir)
     try:
         async with opened_backends(backends, console, notice=_local_judges_notice):
             yield JudgePanel.from_backends(
-                backends, rubric_version=s.rubric_version, cache=cache, strict=s.strict, max_tokens=s.judge_max_tokens, scoring=s.judge_scoring
+                backends, rubric_version=s.rubric_version, cache=cache, strict=s.strict, max_tokens=s.judge_max_tokens, judge_scoring=s.judge_scoring
             )
     finally:
         if cache:

@@ -26,7 +26,7 @@ def dry_run_web(command: str, settings: WebSettings) -> None:
     from mascot.settings import as_dict
     from mascot.web.security import scrub
 
-    roles = check_endpoints(resolve_roles(settings.endpoint_options(), CHAT_ROLES))
+    roles = check_endpoints(resolve_roles(settings, CHAT_ROLES))
     values = as_dict(settings)
     for name in ("vllm_server_url", "director_server_url", "speaker_server_url"):
         values[name] = [redact_url(url) for url in values[name] or []] or None

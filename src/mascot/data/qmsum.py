@@ -27,6 +27,7 @@ from mascot.data.sources import (
     require_str,
 )
 from mascot.schema import Context, DialogueLine
+from mascot.vocab import TRANSCRIPT_WINDOW
 
 NAME = "QMSum"
 # No re-upload on the hub keeps the original layout, so the default source is the QMSum
@@ -34,7 +35,7 @@ NAME = "QMSum"
 SOURCE_URL = "https://raw.githubusercontent.com/Yale-LILY/QMSum/main/data/ALL/jsonl/{split}.jsonl"
 SPLIT_NAMES = {"train": "train", "valid": "val", "test": "test"}
 HUB_SPLITS = SPLIT_NAMES
-DEFAULT_TOKEN_BUDGET = 1500
+DEFAULT_TOKEN_BUDGET = TRANSCRIPT_WINDOW
 MeetingFilter = Callable[[dict[str, Any]], bool]
 
 _MARKER = re.compile(r"\{(?:disfmarker|vocalsound|nonvocalsound|pause|gap|comment)\}", re.IGNORECASE)

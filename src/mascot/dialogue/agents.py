@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from mascot.dialogue.emotion import UserReply, read_user_reply, user_turn_schema
 from mascot.dialogue.prompts import speaker_messages, user_label, user_messages
 from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE, response_parts, token_budget
-from mascot.dialogue.settings import USER_MAX_TOKENS
+from mascot.vocab import USER_MAX_TOKENS
 from mascot.dialogue.reply_stream import ReplyStream, RoundListener, clean_reply, first_paragraph
 from mascot.dialogue.tally import Tally
 from mascot.llm.base import ChatClient, ChatRequest, cut_at_stop, split_reasoning

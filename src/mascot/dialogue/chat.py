@@ -16,7 +16,6 @@ from pathlib import Path
 
 from mascot.dialogue.chat_settings import CHAT_SYSTEM, DEFAULT_SESSION_DIR, ChatSettings, ConversationSettings, EndpointFields
 from mascot.dialogue.engine import EngineSettings, EpisodeEngine, EpisodeState
-from mascot.dialogue.reasoning import role_thinking
 from mascot.dialogue.reply_stream import RoundListener, SilentListener
 from mascot.dialogue.tally import Tally
 from mascot.errors import MascotError
@@ -141,8 +140,7 @@ def chat_backends(settings: EndpointFields, trace: Path | None = None) -> tuple:
 
     if trace:
         trace.parent.mkdir(parents=True, exist_ok=True)
-    endpoints = settings.endpoint_options()
-    backends = build_backends(resolve_roles(endpoints, CHAT_ROLES), endpoints, trace_path=trace)
+    backends = build_backends(resolve_roles(settings, CHAT_ROLES), settings, trace_path=trace)
     return backends, resolve_served_identities(role_identities(backends), backends.endpoints)
 
 
@@ -163,23 +161,19 @@ async def preload_local_models(backends) -> None:
 # --------------------------------------------------------------------------- the session
 
 
-def engine_settings(settings: ConversationSettings, dataset: str, session_id: str) -> EngineSettings:
-    """The engine settings of a chat: the Director picks every speaker, nobody simulates the person."""
+def engine_settings(settings: ConversationSettings, session_id: str) -> EngineSettings:
+    """The engine settings of a chat: the Director picks every speaker, nobody simulates the person
+    (each role's reasoning mode is its endpoint's: --speaker-thinking, --director-thinking)."""
     return EngineSettings(
         turn_policy="director",
         enable_user_simulation=False,
         seed=settings.seed,
         system=settings.system,
-        dataset=dataset,
         run_id=session_id,
         temperature=settings.temperature,
-        director_temperature=settings.temperature,
         max_tokens=settings.max_tokens,
         safety=settings.safety,
         safety_locale=settings.safety_locale,
-        # --speaker-thinking / --director-thinking on (chat and web settings carry the endpoint flags)
-        speaker_think=role_thinking(getattr(settings, "speaker_thinking", None)),
-        director_thinking=role_thinking(getattr(settings, "director_thinking", None)),
     )
 
 
@@ -207,7 +201,7 @@ class ChatSession:
         self.created_at = (episode.metadata.created_at if episode else None) or utc_now()
         self.tally = Tally(episode.counters.model_copy() if episode and episode.counters else Counters())
         chat_clients = {role: clients[role] for role in CHAT_ROLES}
-        self.engine = EpisodeEngine(roster, chat_clients, engine_settings(self.settings, self.dataset, self.session_id), self.tally, role_identities=role_identities)
+        self.engine = EpisodeEngine(roster, chat_clients, engine_settings(self.settings, self.session_id), self.tally, role_identities=role_identities, dataset=self.dataset)
         # Seeds derive from (run seed, session id, round, purpose), whatever the session's file name.
         self.state = EpisodeState(context, 0, (self.settings.seed, self.session_id), None, turns=list(episode.turns) if episode else [])
         self.state.safety_events = list(episode.safety_events or []) if episode else []

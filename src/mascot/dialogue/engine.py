@@ -22,7 +22,7 @@ from mascot.dialogue.emotion import EmotionReports
 from mascot.dialogue.policies import TurnPolicy, make_policy
 from mascot.dialogue.prompt_families import check_prompt_family, family_prompt_version, family_thinks
 from mascot.dialogue.prompts import PROMPT_VERSION
-from mascot.dialogue.reasoning import OutputPaths
+from mascot.dialogue.reasoning import OutputPaths, role_thinks
 from mascot.dialogue.reply_stream import RoundListener
 from mascot.dialogue.seeds import derive_seed, derived_rng
 from mascot.dialogue.settings import EngineSettings, GenerationMode  # noqa: F401  (re-exported)
@@ -30,6 +30,7 @@ from mascot.dialogue.tally import Tally
 from mascot.llm.base import ChatClient, route_together
 from mascot.rosters import big_five_profile, load_big_five
 from mascot.safety import SAFETY_ACTION, Finding, SafetyScreen, screen_applies
+from mascot.vocab import DEFAULT_RUBRIC_VERSION
 from mascot.schema import (
     BigFiveProfile,
     BranchInfo,
@@ -73,8 +74,12 @@ class EpisodeEngine:
         tally: Tally | None = None,
         *,
         role_identities: dict[str, RoleIdentity] | None = None,
+        dataset: str | None = None,
     ) -> None:
         self.roster = roster
+        # Labels the episodes carry: from the command's data and judging settings where it has them.
+        self.dataset = dataset or getattr(settings, "dataset", None)
+        self.rubric_version = getattr(settings, "rubric_version", None) or DEFAULT_RUBRIC_VERSION
         self.settings = settings
         self.tally = tally or Tally()
         self.clients = clients
@@ -86,16 +91,16 @@ class EpisodeEngine:
                 clients["director"],
                 roster,
                 self.tally,
-                temperature=s.director_temperature,
+                temperature=s.temperature,
                 max_tokens=s.director_max_tokens,  # None: what the longest valid directive needs
-                thinking=s.director_thinking,
+                thinking=role_thinks(clients["director"]),
                 reasoning_allowance=s.reasoning_allowance,
                 output_paths=self.output_paths,
             )
             if "director" in clients
             else None
         )
-        think = s.speaker_think or family_thinks(check_prompt_family(s.prompt_family))
+        think = role_thinks(clients["speaker"]) or family_thinks(check_prompt_family(s.prompt_family))
         self.speaker = Speaker(
             clients["speaker"], roster, self.tally, temperature=s.temperature, max_tokens=s.max_tokens, think=think, reasoning_allowance=s.reasoning_allowance,
             prompt_family=s.prompt_family,
@@ -205,7 +210,7 @@ class EpisodeEngine:
     async def _user_turn(self, state: EpisodeState, round_id: int) -> None:
         s = self.settings
         user = SimulatedUser(
-            self.clients["user"], self.roster, self.tally, profile=state.profile, temperature=s.temperature, max_tokens=s.user_max_tokens, thinking=s.user_thinking,
+            self.clients["user"], self.roster, self.tally, profile=state.profile, temperature=s.temperature, max_tokens=s.user_max_tokens, thinking=role_thinks(self.clients["user"]),
             reasoning_allowance=s.reasoning_allowance,
         )
         reply = await user.respond(state.context, state.turns, derive_seed(*state.seed_key, round_id, "user"))
@@ -258,12 +263,12 @@ class EpisodeEngine:
         ident = self.role_identities
         metadata = EpisodeMetadata(
             system=s.system,
-            dataset=s.dataset or ctx.dataset,
+            dataset=self.dataset or ctx.dataset,
             persona_set="big5" if state.profile else "default",
             director_model=ident["director"].served_model if "director" in ident and s.turn_policy == "director" else None,
             speaker_model=ident["speaker"].served_model if "speaker" in ident else None,
             user_model=ident["user"].served_model if ran_user and "user" in ident else None,
-            rubric_version=s.rubric_version,
+            rubric_version=self.rubric_version,
             roster=self.roster.name,
             roster_version=self.roster.version,
             roles={r: i for r, i in ident.items() if r != "user" or ran_user},

@@ -7,7 +7,7 @@ import random
 from typing import Protocol
 
 from mascot.dialogue.director import Director, DirectorDecision, fallback_directive
-from mascot.dialogue.settings import TURN_POLICIES
+from mascot.vocab import TURN_POLICIES
 from mascot.schema import Context, Directive, Roster, Turn
 
 

@@ -22,8 +22,8 @@ from mascot.errors import MascotError
 from mascot.llm.base import Message
 from mascot.prompt_text import PROMPT_DIR, Trusted, neutralize, prompt_environment
 from mascot.schema import Context, Directive, Persona
+from mascot.vocab import PROMPT_FAMILIES
 
-PROMPT_FAMILIES = ("persona", "zero-shot", "zero-shot-cot", "few-shot-cot")
 REASONING_FAMILIES = ("zero-shot-cot", "few-shot-cot")
 BASELINE_PROMPT_VERSION = "baseline_v1"
 COT_INSTRUCTION = (

@@ -17,29 +17,18 @@ import re
 from dataclasses import dataclass, field
 
 from mascot.llm.base import ChatResponse, strip_think
+from mascot.vocab import REASONING_ALLOWANCE
 
-DEFAULT_REASONING_ALLOWANCE = 1024  # extra completion tokens for a role that thinks
+DEFAULT_REASONING_ALLOWANCE = REASONING_ALLOWANCE
 
 _THINK_BLOCK = re.compile(r"<think>(.*?)(?:</think>|\Z)", re.DOTALL | re.IGNORECASE)
 _CLOSE = re.compile(r"</think>", re.IGNORECASE)
 
 
-def parse_thinking_flag(value: object) -> bool | None:
-    """A per-role flag value (True/False, "on"/"off"/"default", None) as a request setting:
-    True/False, or None for "leave the server's default"."""
-    if value is None or isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("on", "true", "yes", "1"):
-        return True
-    if text in ("off", "false", "no", "0"):
-        return False
-    return None
-
-
-def role_thinking(flag: object) -> bool:
-    """Parse-critical roles think only when the user asks: anything but an explicit "on" is off."""
-    return parse_thinking_flag(flag) is True
+def role_thinks(client: object) -> bool:
+    """Parse-critical roles think only when the user asks: on only when the role's endpoint says
+    on (`--<role>-thinking on`, which the run's metered client for the role carries)."""
+    return getattr(client, "thinking", None) is True
 
 
 def token_budget(max_tokens: int, thinking: bool | None, allowance: int = DEFAULT_REASONING_ALLOWANCE) -> int:
@@ -87,9 +76,3 @@ class OutputPaths:
 
     def get(self, role: str, path: str) -> int:
         return self.counts.get(role, {}).get(path, 0)
-
-
-def thinking_for(options: object, role: str) -> bool:
-    """The reasoning mode a role uses from the per-role endpoint flag (`<role>_thinking` on the
-    endpoint options, "on"/"off"/"default" or a bool): on only when the user turned it on."""
-    return role_thinking(getattr(options, f"{role}_thinking", None))

@@ -1,4 +1,8 @@
-"""A group-generation run: contexts in, episodes streamed into a run directory, summary out."""
+"""A group-generation run: contexts in, episodes streamed into a run directory, summary out.
+
+The run is described by the command's settings (`mascot.commands.generate.GenerateSettings`, or
+any settings with its data, engine, endpoint and output fields), which reach the engine unchanged.
+"""
 
 from __future__ import annotations
 
@@ -8,81 +12,62 @@ import json
 import re
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict
+from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 
 from mascot.dialogue.batch import RunProgress, run_all
 from mascot.dialogue.engine import EngineSettings, EpisodeEngine
 from mascot.dialogue.tally import Tally
 from mascot.llm.base import ChatClient
-from mascot.llm.base import DEFAULT_LOCAL_MODEL
+from mascot.llm.limits import ClientLimits
 from mascot.llm.providers import Backends
-from mascot.llm.routing import EndpointOptions, resolve_roles
+from mascot.llm.routing import resolve_roles
 from mascot.rosters import load_roster, roster_for_dataset
 from mascot.runs import GenerationFailed, OpenRun, RunSpec, announce_local_roles, failure_line, merged_usage, model_basename, open_run, require_contexts  # noqa: F401  (re-exported)
 from mascot.schema import Context, Episode, RoleIdentity, Roster
 from mascot.llm.served import resolve_served_identities
+from mascot.settings_groups import RoleSettings, parse_extra_body
 from mascot.store import RunStore, read_jsonl
-
-
-class GroupGenerationConfig(BaseModel):
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    dataset: str
-    data_file: Path | None = None
-    split: str = "test"
-    limit: int | None = None
-    # QMSum transcript window in estimated tokens (mascot.data.qmsum.DEFAULT_TOKEN_BUDGET). Not named
-    # token_*: run_config.json redacts keys that contain "token".
-    transcript_window: int = 1500
-    roster: str | None = None
-    engine: EngineSettings = Field(default_factory=EngineSettings)
-    endpoints: EndpointOptions = Field(default_factory=EndpointOptions)
-    score_margin: float = 0.5  # accepted here, used when the episodes are judged into pairs
-    output_dir: Path = Path("data/rl")
-    run_name: str | None = None
-    resume: bool = False
-    overwrite: bool = False
-    strict: bool = False
-    trace_role_calls: bool = False
+from mascot.vocab import DEFAULT_LOCAL_MODEL, ROLES
 
 
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9.+-]+", "-", text).strip("-") or "x"
 
 
-def run_variant(cfg: GroupGenerationConfig) -> list[str]:
+def _role(s: Any, role: str) -> RoleSettings:
+    return s.roles.get(role) or RoleSettings()
+
+
+def run_variant(s: Any) -> list[str]:
     """What sets a run apart from the default MASCOT run, as folder-name parts: turn policy, system
     label, adapters, Big Five users. The default run has none (`group_QMSum_Qwen3-8B`)."""
-    e, ep = cfg.engine, cfg.endpoints
     parts = []
-    if e.turn_policy != "director":
-        parts.append(_slug(e.turn_policy))
-    if e.prompt_family != "persona":
-        parts.append(_slug(e.prompt_family))
-    if e.system != "mascot" and _slug(e.system) not in parts:
-        parts.append(_slug(e.system))
-    for role, adapter in (("director", ep.director_adapter), ("speaker", ep.speaker_adapter)):
-        if adapter:
+    if s.turn_policy != "director":
+        parts.append(_slug(s.turn_policy))
+    if s.prompt_family != "persona":
+        parts.append(_slug(s.prompt_family))
+    if s.system != "mascot" and _slug(s.system) not in parts:
+        parts.append(_slug(s.system))
+    for role in ("director", "speaker"):
+        if adapter := _role(s, role).adapter:
             parts.append(f"{role}-{_slug(model_basename(adapter))}")
-    if e.user_big_five_profile:
-        parts.append(f"big5-{_slug(e.user_big_five_profile)}")
-    elif e.enable_big_five:
+    if s.user_big_five_profile:
+        parts.append(f"big5-{_slug(s.user_big_five_profile)}")
+    elif s.enable_big_five:
         parts.append("big5")
     return parts
 
 
-def run_dir_for(cfg: GroupGenerationConfig) -> Path:
+def run_dir_for(s: Any) -> Path:
     """`<mode>_<dataset>_<model>` as the research code names it, then the variant parts."""
-    if cfg.run_name:
-        return cfg.output_dir / cfg.run_name
-    prefix = {"independent": "group", "branching": "branching", "directed": "directed"}[cfg.engine.generation_mode]
-    model = cfg.endpoints.speaker_model or cfg.endpoints.model_name or DEFAULT_LOCAL_MODEL
-    name = "_".join([prefix, cfg.dataset, model_basename(model), *run_variant(cfg)])
-    return cfg.output_dir / name
+    prefix = {"independent": "group", "branching": "branching", "directed": "directed"}[s.generation_mode]
+    model = _role(s, "speaker").model or s.model_name or DEFAULT_LOCAL_MODEL
+    name = "_".join([prefix, s.dataset, model_basename(model), *run_variant(s)])
+    return Path(s.output_dir) / name
 
 
 # Engine settings that do not change what an episode is (speed, bookkeeping).
@@ -95,25 +80,55 @@ _TAGGED_ALWAYS = (
     "director_max_tokens", "reasoning_allowance", "rubric_version", "dataset", "director_temperature", "speaker_think",
     "director_thinking", "user_thinking",
 )  # fmt: skip
+_ENGINE_DEFAULTS = {f.name: getattr(EngineSettings(), f.name) for f in fields(EngineSettings)}
 
 
-def _identity_settings(engine: EngineSettings) -> dict:
-    defaults = EngineSettings()
+def engine_record(s: Any) -> dict:
+    """The engine's resolved configuration (run_config.json's `engine`, the tag's digest): its
+    settings, the labels the episodes carry and each role's reasoning mode (under the names runs
+    have always recorded them by)."""
+    labels = {
+        "rubric_version": s.rubric_version, "dataset": s.dataset, "director_temperature": s.temperature,
+        "speaker_think": _role(s, "speaker").thinking is True, "director_thinking": _role(s, "director").thinking is True,
+        "user_thinking": _role(s, "user").thinking is True,
+    }  # fmt: skip
+    return {**{name: getattr(s, name) for name in _ENGINE_DEFAULTS}, **labels}
+
+
+def _identity_settings(s: Any) -> dict:
     return {
         k: v
-        for k, v in asdict(engine).items()
-        if k not in _NOT_IDENTITY and (k in _TAGGED_ALWAYS or v != getattr(defaults, k))
+        for k, v in engine_record(s).items()
+        if k not in _NOT_IDENTITY and (k in _TAGGED_ALWAYS or v != _ENGINE_DEFAULTS.get(k))
     }
 
 
-def run_tag(cfg: GroupGenerationConfig, roster: Roster) -> str:
+def endpoint_identity(s: Any) -> dict:
+    """The models and adapters each role runs (what the tag digests of the endpoints)."""
+    models = {f"{role}_model": _role(s, role).model for role in ROLES}
+    adapters = {f"{role}_adapter": _role(s, role).adapter for role in ("director", "speaker")}
+    return {"model_name": s.model_name, "share_model": s.share_model, **models, **adapters}
+
+
+def endpoint_record(s: Any) -> dict:
+    """run_config.json's `endpoints`: models, adapters, extra bodies, reasoning modes and client
+    limits (never a URL: the roles' endpoints are recorded, redacted, under `roles`)."""
+    per_role = {}
+    for role in ROLES:
+        per_role[f"{role}_extra_body"] = _role(s, role).extra_body or None
+        per_role[f"{role}_thinking"] = _role(s, role).thinking
+    limits = {f.name: getattr(s, f.name) for f in fields(ClientLimits)}
+    return {**endpoint_identity(s), "extra_body": parse_extra_body(s.extra_body), **per_role, **limits}
+
+
+def run_tag(s: Any, roster: Roster) -> str:
     """`<system>-<6 hex>`: the system label and a digest of every setting that shapes the episodes
     (policy, models, adapters, seed, turns, users...), so that two systems or runs on the same
     contexts give different episode ids while a resumed run gives the same ones."""
-    engine = _identity_settings(cfg.engine)
-    endpoints = {k: v for k, v in asdict(cfg.endpoints).items() if k.endswith(("_model", "_adapter", "model_name")) or k == "share_model"}
-    identity = json.dumps({"engine": engine, "endpoints": endpoints, "roster": roster.ident, "dataset": cfg.dataset}, sort_keys=True, default=str)
-    return f"{_slug(cfg.engine.system)}-{hashlib.sha256(identity.encode()).hexdigest()[:6]}"
+    identity = json.dumps(
+        {"engine": _identity_settings(s), "endpoints": endpoint_identity(s), "roster": roster.ident, "dataset": s.dataset}, sort_keys=True, default=str
+    )
+    return f"{_slug(s.system)}-{hashlib.sha256(identity.encode()).hexdigest()[:6]}"
 
 
 def saved_run_tag(run_dir: Path, resume: bool) -> str | None:
@@ -129,18 +144,17 @@ def saved_run_tag(run_dir: Path, resume: bool) -> str | None:
     return engine.get("run_tag") or ""
 
 
-def run_settings(cfg: GroupGenerationConfig, roster: Roster, num_contexts: int) -> dict:
+def run_settings(s: Any, roster: Roster, num_contexts: int) -> dict:
     """The `settings` block of run_config.json; --resume compares it with the saved one."""
-    return {
-        **json.loads(cfg.model_dump_json(exclude={"engine", "endpoints"})),
-        "engine": asdict(cfg.engine),
-        "endpoints": {k: v for k, v in asdict(cfg.endpoints).items() if not k.endswith("_url")},
-        "roster": roster.ident,
-        "num_contexts": num_contexts,
-    }
+    data = {
+        "dataset": s.dataset, "data_file": str(s.data_file) if s.data_file else None, "split": s.split, "limit": s.limit,
+        "transcript_window": s.token_budget, "output_dir": str(s.output_dir), "resume": s.resume, "overwrite": s.overwrite,
+        "strict": s.strict, "trace_role_calls": s.trace_role_calls,
+    }  # fmt: skip
+    return {**data, "engine": engine_record(s), "endpoints": endpoint_record(s), "roster": roster.ident, "num_contexts": num_contexts}
 
 
-def roles_needed(settings: EngineSettings) -> tuple[str, ...]:
+def roles_needed(settings: Any) -> tuple[str, ...]:
     roles = ["speaker"]
     if settings.turn_policy == "director" or settings.generation_mode == "branching":
         roles.insert(0, "director")
@@ -164,16 +178,16 @@ def load_spines(path: Path) -> dict[str, Episode]:
     return {e.context_id or "": e for e in read_jsonl(path, Episode, drop_torn_tail=True) if e.episode_id.endswith(":spine")}
 
 
-def _load_contexts(cfg: GroupGenerationConfig) -> list[Context]:
+def _load_contexts(s: Any) -> list[Context]:
     from mascot.data import load_contexts
 
     return list(
-        load_contexts(cfg.dataset, split=cfg.split, data_file=cfg.data_file, limit=cfg.limit, seed=cfg.engine.seed, token_budget=cfg.transcript_window)
+        load_contexts(s.dataset, split=s.split, data_file=s.data_file, limit=s.limit, seed=s.seed, token_budget=s.token_budget)
     )
 
 
 async def generate_group(
-    cfg: GroupGenerationConfig,
+    s: Any,
     *,
     contexts: Iterable[Context] | None = None,
     clients: dict[str, ChatClient] | None = None,
@@ -183,44 +197,42 @@ async def generate_group(
     on_episode: Callable[[Episode], None] | None = None,
 ) -> tuple[Path, RunStore]:
     console = console or Console(stderr=True)
-    roster = roster or (load_roster(cfg.roster) if cfg.roster else roster_for_dataset(cfg.dataset))
-    contexts = list(contexts) if contexts is not None else _load_contexts(cfg)
-    require_contexts(contexts, cfg.dataset, cfg.split)
-    settings = cfg.engine
-    settings.dataset = settings.dataset or cfg.dataset
-    run_dir = run_dir_for(cfg)
-    settings.run_id = run_dir.name
-    if not settings.run_tag:
-        legacy = saved_run_tag(run_dir, cfg.resume)
-        settings.run_tag = legacy if legacy is not None else run_tag(cfg, roster)
+    roster = roster or (load_roster(s.roster) if s.roster else roster_for_dataset(s.dataset))
+    contexts = list(contexts) if contexts is not None else _load_contexts(s)
+    require_contexts(contexts, s.dataset, s.split)
+    run_dir = run_dir_for(s)
+    s.run_id = run_dir.name
+    if not s.run_tag:
+        legacy = saved_run_tag(run_dir, s.resume)
+        s.run_tag = legacy if legacy is not None else run_tag(s, roster)
     spec = RunSpec(
-        run_dir, ("episodes.jsonl",), command, resolve_roles(cfg.endpoints, roles_needed(settings)), cfg.endpoints,
-        run_settings(cfg, roster, len(contexts)), resume=cfg.resume, overwrite=cfg.overwrite, trace_role_calls=cfg.trace_role_calls,
+        run_dir, ("episodes.jsonl",), command, resolve_roles(s, roles_needed(s)), s,
+        run_settings(s, roster, len(contexts)), resume=s.resume, overwrite=s.overwrite, trace_role_calls=s.trace_role_calls,
         record_local_roles=True, clients=clients,
     )  # fmt: skip
     async with open_run(spec, console) as run:
-        await _run(cfg, run, roster, contexts, console, on_episode)
+        await _run(s, run, roster, contexts, console, on_episode)
     return run_dir, run.store
 
 
-async def _engine(cfg: GroupGenerationConfig, run: OpenRun, roster: Roster) -> EpisodeEngine:
-    tally = Tally(run.store.counters, strict=cfg.strict, drop_sink=run.store.drop)
+async def _engine(s: Any, run: OpenRun, roster: Roster) -> EpisodeEngine:
+    tally = Tally(run.store.counters, strict=s.strict, drop_sink=run.store.drop)
     backends = run.backends
     identities = await asyncio.to_thread(resolve_served_identities, role_identities(backends), backends.endpoints)  # LoRA aliases -> base + adapter
-    return EpisodeEngine(roster, {r: backends[r] for r in backends.endpoints}, cfg.engine, tally, role_identities=identities)
+    return EpisodeEngine(roster, {r: backends[r] for r in backends.endpoints}, s, tally, role_identities=identities)
 
 
 async def _run(
-    cfg: GroupGenerationConfig, run: OpenRun, roster: Roster, contexts: list[Context], console: Console, on_episode: Callable[[Episode], None] | None = None
+    s: Any, run: OpenRun, roster: Roster, contexts: list[Context], console: Console, on_episode: Callable[[Episode], None] | None = None
 ) -> None:
     from mascot.progress import ProgressLine, calls_and_tokens
 
     store, meter = run.store, run.backends.meter
-    engine = await _engine(cfg, run, roster)
-    spines = load_spines(store.path()) if cfg.resume and cfg.engine.generation_mode == "branching" else None
+    engine = await _engine(s, run, roster)
+    spines = load_spines(store.path()) if s.resume and s.generation_mode == "branching" else None
     total = len(contexts) * engine.records_per_context()
     remaining = max(0, total - len(store.done_keys))
-    label = f"{cfg.dataset} episodes" if on_episode else "episodes"
+    label = f"{s.dataset} episodes" if on_episode else "episodes"
 
     def detail() -> str:
         return f"{calls_and_tokens(meter)}, failures {engine.tally.failures}"
@@ -278,5 +290,5 @@ def counting_safety_events(store: RunStore, on_episode: Callable[[Episode], None
     return write
 
 
-def run_group_generation(cfg: GroupGenerationConfig, **kwargs) -> tuple[Path, RunStore]:
-    return asyncio.run(generate_group(cfg, **kwargs))
+def run_group_generation(s: Any, **kwargs) -> tuple[Path, RunStore]:
+    return asyncio.run(generate_group(s, **kwargs))

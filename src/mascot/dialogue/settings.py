@@ -1,8 +1,8 @@
 """The episode engine's settings: one dataclass, whose flag fields become `mascot generate` options.
 
 A new engine setting is one line here: a `setting(...)` field appears as a flag of every command
-whose settings inherit this class, and reaches the engine unchanged (`engine_part`). Fields made
-with `fixed(...)` are filled in by code (the run id, the reasoning modes from the endpoint flags).
+whose settings inherit this class, and reaches the engine unchanged (the engine is given the
+command's settings object). Fields made with `fixed(...)` are filled in by code (the run id and tag).
 
 Imports nothing heavy: `mascot --help` reads it.
 """
@@ -12,24 +12,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
-from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE
-from mascot.settings import fixed, part, require, setting
-
-USER_MAX_TOKENS = 120
+from mascot import vocab
+from mascot.settings import fixed, require, setting
+from mascot.settings_groups import SeedSettings
+from mascot.vocab import GENERATION_MODES, SAFETY_MODES, TURN_POLICIES, USER_MAX_TOKENS
 
 GenerationMode = Literal["directed", "independent", "branching"]
-GENERATION_MODES = ("directed", "independent", "branching")
-TURN_POLICIES = ("director", "round-robin", "random", "multiagentesc")
 
 
 @dataclass
-class EngineSettings:
+class EngineSettings(SeedSettings):
     """How episodes unfold: rounds, generation mode, turn policy, simulated users, sampling."""
 
     num_turns: int = setting(5, "Rounds per episode (one round = Director -> Speaker -> maybe User).")
     generation_mode: str = setting("directed", "directed | independent | branching.")
-    num_episodes: int = setting(1, "Episodes per context (independent mode).")
-    num_candidates: int = setting(8, "Directives per decision point (branching) or replies per persona (individual).")
+    num_episodes: int = setting(vocab.NUM_EPISODES, "Episodes per context (independent mode).")
+    num_candidates: int = setting(vocab.NUM_CANDIDATES, "Directives per decision point (branching) or replies per persona (individual).")
     user_response_probability: float = setting(0.5, "Chance the simulated user speaks after a round.")
     enable_user_simulation: bool = setting(True, "Simulate the user between rounds.", flags=("--enable-user-simulation/--no-user-simulation",))
     enable_big_five: bool = setting(False, "Give simulated users Big Five profiles (persona_set big5).")
@@ -39,46 +37,39 @@ class EngineSettings:
         "persona", "Speaker prompts: persona (MASCOT's) | zero-shot | zero-shot-cot | few-shot-cot (prompting baselines)."
     )
     mesc_strategists: int = setting(3, "multiagentesc: agents that each propose a support strategy and vote.")
-    seed: int = setting(42, "Run seed; every episode's seed derives from it.")
-    max_concurrent_episodes: int = setting(64, "Contexts in flight at once.")
+    max_concurrent_episodes: int = setting(vocab.MAX_CONCURRENT_EPISODES, "Contexts (group) or queries (individual) in flight at once.")
     system: str = setting("mascot", "System label written to metadata (mascot, mascot-g, mascot-i, a baseline name).")
-    temperature: float = setting(0.7, "Sampling temperature of Speakers and User.")
-    max_tokens: int = setting(160, "Longest reply in tokens.")
+    temperature: float = setting(vocab.TEMPERATURE, "Sampling temperature of the Director, Speakers and User.")
+    max_tokens: int = setting(vocab.MAX_TOKENS, "Longest reply in tokens.")
     director_max_tokens: Optional[int] = setting(
         None, "Longest Director reply in tokens (default: what the longest valid directive needs, about 230 for the shipped rosters)."
     )
     user_max_tokens: int = setting(USER_MAX_TOKENS, "Longest simulated-user reply in tokens.")
     reasoning_allowance: int = setting(
-        DEFAULT_REASONING_ALLOWANCE, "Extra tokens a role that thinks (its --thinking flag on) may spend on reasoning before its reply."
+        vocab.REASONING_ALLOWANCE, "Extra tokens a role that thinks (its --thinking flag on) may spend on reasoning before its reply."
     )
     safety: str = setting(
         "auto", "Crisis-language screen of user messages (mascot.safety): auto (emotional-support roster only), on or off."
     )
     safety_locale: Optional[str] = setting(None, "Locale section of the crisis resources (default: the file's default section).")
     safety_embeddings: bool = setting(False, "Add the embedding-similarity check (MiniLM) to the screen's rules.")
-    # Filled in by code, not flags.
-    rubric_version: str = fixed("paper_v1")
-    dataset: str = fixed("")
+    # Filled in by code, not flags. Each role's reasoning mode is its endpoint's (`--<role>-thinking`,
+    # on the clients the engine is given); the dataset and rubric labels come from the command's
+    # data and judging settings where it has them.
     run_id: Optional[str] = fixed(None)
-    director_temperature: float = fixed(0.7)
-    speaker_think: bool = fixed(False)  # the Speaker reasons (prompt and request); off: thinking disabled
-    director_thinking: bool = fixed(False)  # off unless asked: a directive cut inside <think> fails to parse
-    user_thinking: bool = fixed(False)
     # A short tag of the run's settings (system, policy, models...) inside every episode id, so
     # that episodes of two systems or runs on the same contexts never share an id.
     run_tag: str = fixed("")
 
     def __post_init__(self) -> None:
         check_engine(self)
-        if self.user_big_five_profile:
-            self.enable_big_five = True  # one profile for every user implies Big Five users
 
 
 def check_engine(s: Any) -> None:
     """The engine settings' own checks (also run by command settings that inherit the fields)."""
     require(s.generation_mode in GENERATION_MODES, f"unknown --generation-mode {s.generation_mode!r}: choose one of {', '.join(GENERATION_MODES)}")
     require(s.turn_policy in TURN_POLICIES, f"unknown --turn-policy {s.turn_policy!r}: choose one of {', '.join(TURN_POLICIES)}")
-    require(s.safety in ("auto", "on", "off"), f"unknown --safety {s.safety!r}: choose auto, on or off")
+    require(s.safety in SAFETY_MODES, f"unknown --safety {s.safety!r}: choose auto, on or off")
     from mascot.dialogue.prompt_families import check_prompt_family
 
     check_prompt_family(s.prompt_family)
@@ -90,8 +81,4 @@ def check_engine(s: Any) -> None:
         from mascot.rosters import big_five_profile
 
         big_five_profile(s.user_big_five_profile)  # fail early on a typo
-
-
-def engine_part(settings: Any, **filled: Any) -> EngineSettings:
-    """The EngineSettings inside a command's settings (which inherit its flag fields)."""
-    return part(settings, EngineSettings, **filled)
+        s.enable_big_five = True  # one profile for every user implies Big Five users

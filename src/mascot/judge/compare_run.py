@@ -64,10 +64,10 @@ def run_compare(settings: CompareSettings, *, clients: dict | None = None) -> Co
 async def _judge_all(settings: CompareSettings, names: list[str], matchups: list, clients: dict | None):
     from mascot.judge.cache import JudgmentCache
     from mascot.judge.panel import build_judge_backends
-    from mascot.llm.routing import EndpointOptions
+    from mascot.llm.limits import ClientLimits
 
     specs = judge_specs(settings)
-    options = EndpointOptions(max_in_flight=settings.max_in_flight, timeout_s=settings.request_timeout)
+    options = ClientLimits(max_in_flight=settings.max_in_flight, request_timeout=settings.request_timeout)
     backends = build_judge_backends(specs, options, overrides=clients)
     cache = None if settings.no_cache else JudgmentCache(settings.cache_dir)
     try:

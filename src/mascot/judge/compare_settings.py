@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from mascot import vocab
 from mascot.settings import require, setting
 
 DEFAULT_COMPARE_ROOT = "outputs/mascot_eval/compare"
@@ -21,15 +22,15 @@ class CompareSettings:
     judges_file: Optional[str] = setting(None, "YAML list of judges: name, model, url, provider, api_key_env.")
     provider: str = setting("openai-compatible", "openai-compatible (vllm) | openai | anthropic | gemini, for --judge.")
     judge_server_url: Optional[list[str]] = setting(None, "Endpoint of the judge (no URL: local model); repeat or comma-separate to spread the load.")
-    rubric_version: str = setting("paper_v1", "Rubric version whose collective criteria are compared (plus overall).")
+    rubric_version: str = setting(vocab.DEFAULT_RUBRIC_VERSION, "Rubric version whose collective criteria are compared (plus overall).")
     orders: str = setting("all", "Presentation orders: all (every permutation: 2 for two systems, 6 for three) | rotations (3 for three systems).")
     limit: Optional[int] = setting(None, "Compare only the first N shared contexts.")
     output_dir: Optional[str] = setting(None, f"Report folder (default: {DEFAULT_COMPARE_ROOT}/<A>_vs_<B>[_vs_<C>]).")
     cache_dir: Optional[str] = setting(None, "Judgment cache folder (default $MASCOT_JUDGE_CACHE_DIR, $MASCOT_CACHE_DIR or ~/.cache/mascot).")
     no_cache: bool = setting(False, "Judge everything again instead of reusing cached verdicts.")
-    judge_max_tokens: int = setting(512, "Longest judge reply in tokens.")
-    max_in_flight: int = setting(64, "Requests in flight per endpoint.")
-    request_timeout: float = setting(120.0, "Seconds a server may take to answer one request.")
+    judge_max_tokens: int = setting(vocab.JUDGE_MAX_TOKENS, "Longest judge reply in tokens.")
+    max_in_flight: int = setting(vocab.MAX_IN_FLIGHT, "Requests in flight per endpoint.")
+    request_timeout: float = setting(vocab.REQUEST_TIMEOUT_S, "Seconds a server may take to answer one request.")
 
     def __post_init__(self) -> None:
         require(self.systems is not None and 2 <= len(self.systems) <= 3, "mascot eval compare takes two or three episode files (A B [C])")

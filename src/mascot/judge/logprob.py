@@ -13,19 +13,11 @@ from __future__ import annotations
 import asyncio
 from typing import Literal
 
-from mascot.errors import MascotError
 from mascot.judge.prompt import JudgeItem, criterion_messages
 from mascot.llm.base import ChatClient, ChatRequest
 from mascot.rubrics import Rubric
 
 Scoring = Literal["auto", "logprobs", "json"]
-SCORING_MODES = ("auto", "logprobs", "json")
-
-
-def check_scoring(mode: str, flag: str = "--judge-scoring") -> str:
-    if mode not in SCORING_MODES:
-        raise MascotError(f"{flag} must be one of {', '.join(SCORING_MODES)} (got {mode!r})")
-    return mode
 
 
 def scale_choices(rubric: Rubric) -> tuple[str, ...]:

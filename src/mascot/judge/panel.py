@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -22,7 +22,7 @@ from mascot.judge.prompt import DEFAULT_TEMPLATE_VERSION, JudgeItem
 from mascot.judge.rubric_judge import RubricJudge
 from mascot.llm.base import ChatClient
 from mascot.llm.providers import Backends, RoleEndpoint, build_backends
-from mascot.llm.routing import EndpointOptions
+from mascot.llm.limits import ClientLimits
 from mascot.schema import Counters, Judgment
 
 OPENAI_URL = "https://api.openai.com/v1"
@@ -65,8 +65,10 @@ def load_judges_file(path: Path) -> list[JudgeSpec]:
     return specs
 
 
-def judge_endpoint(spec: JudgeSpec, opts: EndpointOptions) -> RoleEndpoint:
-    """The endpoint the registry builds a judge's client from; every judge's requests play "judge"."""
+def judge_endpoint(spec: JudgeSpec, role: Any = None) -> RoleEndpoint:
+    """The endpoint the registry builds a judge's client from; every judge's requests play "judge".
+    `role`: the judge role's `mascot.settings_groups.RoleSettings` (--judge-thinking, --extra-body)."""
+    thinking, extra_body = (role.thinking, role.extra_body) if role is not None else (None, {})
     if spec.provider in ("anthropic", "gemini"):
         key_env = spec.api_key_env or ("ANTHROPIC_API_KEY" if spec.provider == "anthropic" else "GOOGLE_API_KEY")
         return RoleEndpoint(spec.label, spec.model, spec.url or API_URLS[spec.provider], api_key_env=key_env,
@@ -77,14 +79,18 @@ def judge_endpoint(spec: JudgeSpec, opts: EndpointOptions) -> RoleEndpoint:
     key_env = spec.api_key_env or ("OPENAI_API_KEY" if spec.provider == "openai" else "JUDGE_API_KEY")
     hosted = spec.provider == "openai"  # OpenAI's API refuses chat_template_kwargs
     return RoleEndpoint(spec.label, spec.model, url, api_key_env=key_env, template_kwargs=not hosted, role_tag="judge",
-                        thinking=opts.judge_thinking, extra_body=opts.role_extra_body("judge"))  # --judge-thinking, --extra-body
+                        thinking=thinking, extra_body=extra_body)
 
 
-def build_judge_backends(specs: list[JudgeSpec], opts: EndpointOptions, *, trace_path: Path | None = None, overrides: dict[str, ChatClient] | None = None) -> Backends:
+def build_judge_backends(
+    specs: list[JudgeSpec], limits: ClientLimits, role: Any = None, *, trace_path: Path | None = None,
+    overrides: dict[str, ChatClient] | None = None,
+) -> Backends:
     """One metered client per judge, keyed by the judge's label. Judges on the same endpoint share
-    its in-flight bound; judges without a URL share the one local model."""
-    endpoints = {spec.label: judge_endpoint(spec, opts) for spec in specs}
-    return build_backends(endpoints, opts, trace_path=trace_path, overrides=overrides)
+    its in-flight bound; judges without a URL share the one local model. `limits`: the client
+    limits (a command's settings hold them); `role`: the judge role's settings."""
+    endpoints = {spec.label: judge_endpoint(spec, role) for spec in specs}
+    return build_backends(endpoints, limits, trace_path=trace_path, overrides=overrides)
 
 
 @dataclass
@@ -136,12 +142,12 @@ class JudgePanel:
         counters: Counters | None = None,
         strict: bool = False,
         max_tokens: int = 512,
-        scoring: str = "auto",
+        judge_scoring: str = "auto",
     ) -> JudgePanel:
         counters = counters if counters is not None else Counters()
         judges = [
             RubricJudge(
-                client, rubric_version, template_version, cache, name=label, max_tokens=max_tokens, counters=counters, strict=strict, scoring=scoring
+                client, rubric_version, template_version, cache, name=label, max_tokens=max_tokens, counters=counters, strict=strict, judge_scoring=judge_scoring
             )
             for label, client in backends.clients.items()
         ]

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from mascot.errors import MascotError
 from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE, response_parts, token_budget
 from mascot.judge.cache import JudgmentCache, cache_key
-from mascot.judge.logprob import check_scoring, score_by_logprobs, wants_logprobs
+from mascot.judge.logprob import score_by_logprobs, wants_logprobs
 from mascot.judge.patterns import PatternTally
 from mascot.judge.parse import JudgeParseError, parse_judgment
 from mascot.judge.prompt import DEFAULT_TEMPLATE_VERSION, JudgeItem, corrective_message, judge_messages
@@ -96,17 +96,14 @@ class RubricJudge:
     # grows by reasoning_allowance.
     thinking: bool = False
     reasoning_allowance: int = DEFAULT_REASONING_ALLOWANCE
-    scoring: str = "auto"  # auto | logprobs | json: see the module docstring
+    judge_scoring: str = "auto"  # auto | logprobs | json (--judge-scoring, checked by its settings): see the module docstring
     _rubrics: dict = field(default_factory=dict, repr=False)
     _no_logprobs: bool = field(default=False, repr=False)  # the backend said it gives none
-
-    def __post_init__(self) -> None:
-        check_scoring(self.scoring)
 
     @property
     def effective_scoring(self) -> str:
         """The mode the next item is scored in."""
-        return "logprobs" if wants_logprobs(self.scoring, self.client) and not self._no_logprobs else "json"
+        return "logprobs" if wants_logprobs(self.judge_scoring, self.client) and not self._no_logprobs else "json"
 
     @property
     def label(self) -> str:

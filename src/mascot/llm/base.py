@@ -15,12 +15,10 @@ from typing import Protocol, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
 
 from mascot.errors import MascotError
+from mascot.vocab import DEFAULT_LOCAL_MODEL  # noqa: F401  (the model a role without server or model runs on)
 
 Message = dict[str, str]
 
-# The model a role runs on when no server and no model are named: small enough for any laptop, and
-# shipped inside the package (`mascot.llm.local` converts it once).
-DEFAULT_LOCAL_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 # The header the HTTP client carries a request's role tag in: servers ignore headers they do not
 # know, and the test stub server (`mascot.testing`) answers by it.
@@ -42,6 +40,11 @@ def split_urls(urls: str | list[str] | tuple[str, ...] | None) -> list[str]:
             if url and url not in found:
                 found.append(url)
     return found
+
+
+def joined_urls(urls: str | list[str] | tuple[str, ...] | None) -> str | None:
+    """One comma-separated string for one or several URLs (`split_urls`), None for none."""
+    return ",".join(split_urls(urls)) or None
 
 
 def redact_url(url: str | None) -> str | None:

@@ -14,6 +14,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from mascot import vocab
 from mascot.llm.base import redact_url
 
 log = logging.getLogger("mascot.llm.endpoints")
@@ -39,7 +40,7 @@ class EndpointState:
 
     url: str
     label: str
-    max_in_flight: int = 64
+    max_in_flight: int = vocab.MAX_IN_FLIGHT
     outstanding: int = 0
     requests: int = 0  # attempts of the roles' requests (what usage.<role>.attempts sums to)
     failures: int = 0  # failed attempts: retried ones and those given up
@@ -141,7 +142,7 @@ def pick(endpoints: list[EndpointState], turn: int = 0, affinity: str | None = N
 class EndpointRegistry:
     """One EndpointState per URL for a run; the summary's per-endpoint usage comes from here."""
 
-    def __init__(self, max_in_flight: int = 64) -> None:
+    def __init__(self, max_in_flight: int = vocab.MAX_IN_FLIGHT) -> None:
         self.max_in_flight = max_in_flight
         self.states: dict[str, EndpointState] = {}
 

@@ -24,6 +24,7 @@ from mascot.llm.base import (
     AnswerDistribution, BaseClient, ChatRequest, ChatResponse, LLMError, LogprobsUnavailable, StopCutter, current_call,
     cut_at_stop, redact_url, split_reasoning, split_urls,
 )
+from mascot import vocab
 from mascot.llm.endpoints import EndpointState, pick, request_url
 from mascot.llm.http_errors import Clock, RequestFailure, connection_failure, gather_or_cancel, one_line, role_headers, status_failure
 from mascot.llm.http_exchange import exchange_within
@@ -32,8 +33,6 @@ from mascot.llm.http_logprobs import TOP_LOGPROBS, answer_from_completion, first
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_STOP_STRINGS = 4  # vLLM's VLLM_MAX_STOP_STRINGS
-DEFAULT_RETRY_BUDGET_S = 60.0  # rides out a server restart of about 30 s
 MAX_TIMEOUT_RETRIES = 2
 class HTTPClient(ServerQuestions, BaseClient):
     backend = "http"
@@ -45,14 +44,14 @@ class HTTPClient(ServerQuestions, BaseClient):
         *,
         api_key: str | None = None,
         semaphore: asyncio.Semaphore | None = None,
-        max_in_flight: int = 64,
-        timeout_s: float = 120.0,
-        max_retries: int = 10,
-        retry_budget_s: float = DEFAULT_RETRY_BUDGET_S,
+        max_in_flight: int = vocab.MAX_IN_FLIGHT,
+        timeout_s: float = vocab.REQUEST_TIMEOUT_S,
+        max_retries: int = vocab.MAX_RETRIES,
+        retry_budget_s: float = vocab.RETRY_BUDGET_S,
         backoff_base_s: float = 0.5,
         backoff_max_s: float = 10.0,
         extra_body: dict | None = None,
-        max_stop_strings: int = DEFAULT_MAX_STOP_STRINGS,
+        max_stop_strings: int = vocab.MAX_STOP_STRINGS,
         endpoints: list[EndpointState] | None = None,
         template_kwargs: bool = True,
         clock: Clock | None = None,

@@ -34,6 +34,7 @@ from mascot.llm.local_decoding import (
 )
 from mascot.llm.local_loading import LoadedModel, load_local_model
 from mascot.llm.models import EMBEDDED_DIRNAME, cache_root, embedded_model_dir, first_line, hub_online, resolve_local_model
+from mascot.vocab import LOCAL_BATCH_SIZE
 
 __all__ = [  # also re-exported for callers of the former single module
     "EMBEDDED_DIRNAME", "LocalClient", "PerRowSampling", "RowOutput", "StreamTrimmer", "cache_root",
@@ -107,7 +108,7 @@ class LocalClient(BaseClient):
         *,
         adapter: str | None = None,
         device: str | None = None,
-        max_batch_size: int = 8,
+        max_batch_size: int = LOCAL_BATCH_SIZE,
         dtype: Any = None,
     ) -> None:
         self.model = model

@@ -30,25 +30,13 @@ from pathlib import Path
 from mascot.errors import MascotError
 from mascot.llm.base import BACKEND_KINDS, ChatClient, LLMError, redact_url, split_urls
 from mascot.llm.endpoints import EndpointRegistry
+from mascot.llm.limits import ClientLimits
 from mascot.llm.metered import CallTracer, MeteredClient, UsageMeter
 
 log = logging.getLogger("mascot.llm")
 
 # Backend kinds whose clients run without a server URL.
 _IN_PROCESS = ("local", "scripted")
-
-
-@dataclass
-class ClientOptions:
-    """Limits shared by the clients of a run (`routing.EndpointOptions` carries the same fields,
-    and either may be passed wherever these are asked for)."""
-
-    max_in_flight: int = 64
-    timeout_s: float = 120.0
-    max_retries: int = 10
-    retry_budget_s: float = 60.0
-    max_stop_strings: int = 4
-    local_batch_size: int = 8
 
 
 @dataclass
@@ -112,7 +100,7 @@ def api_key(endpoint: RoleEndpoint) -> str | None:
 
 # --------------------------------------------------------------------------- the registry
 
-Factory = Callable[[RoleEndpoint, ClientOptions, EndpointRegistry], ChatClient]
+Factory = Callable[[RoleEndpoint, ClientLimits, EndpointRegistry], ChatClient]
 _FACTORIES: dict[str, Factory] = {}
 SCRIPTED_PLAYERS = "mascot.testing.players"
 
@@ -122,49 +110,49 @@ def register_provider(kind: str, factory: Factory) -> None:
     _FACTORIES[kind] = factory
 
 
-def build_client(endpoint: RoleEndpoint, opts: ClientOptions | None = None, registry: EndpointRegistry | None = None) -> ChatClient:
+def build_client(endpoint: RoleEndpoint, opts: ClientLimits | None = None, registry: EndpointRegistry | None = None) -> ChatClient:
     """The bare client for one endpoint (not metered: `build_backends` wraps it for its role)."""
-    opts = opts or ClientOptions()
+    opts = opts or ClientLimits()
     factory = _FACTORIES.get(endpoint.kind)
     if factory is None:
         raise MascotError(f"no provider registered for backend kind {endpoint.kind!r}")
     return factory(endpoint, opts, registry or EndpointRegistry(opts.max_in_flight))
 
 
-def _openai_compatible(ep: RoleEndpoint, opts: ClientOptions, registry: EndpointRegistry) -> ChatClient:
+def _openai_compatible(ep: RoleEndpoint, opts: ClientLimits, registry: EndpointRegistry) -> ChatClient:
     from mascot.llm.http import HTTPClient
 
     if not ep.urls:
         raise MascotError(f"{ep.role}: an openai-compatible endpoint needs a server URL")
     # One in-flight bound and one load figure per server, shared by every client calling it.
     return HTTPClient(
-        ep.urls, ep.model, api_key=api_key(ep), max_in_flight=opts.max_in_flight, timeout_s=opts.timeout_s,
-        max_retries=opts.max_retries, retry_budget_s=opts.retry_budget_s, extra_body=ep.extra_body,
+        ep.urls, ep.model, api_key=api_key(ep), max_in_flight=opts.max_in_flight, timeout_s=opts.request_timeout,
+        max_retries=opts.max_retries, retry_budget_s=opts.retry_budget, extra_body=ep.extra_body,
         max_stop_strings=opts.max_stop_strings, endpoints=[registry.get(url) for url in ep.urls],
         template_kwargs=ep.template_kwargs,
     )
 
 
-def _local(ep: RoleEndpoint, opts: ClientOptions, registry: EndpointRegistry) -> ChatClient:
+def _local(ep: RoleEndpoint, opts: ClientLimits, registry: EndpointRegistry) -> ChatClient:
     from mascot.llm.local import LocalClient  # imports torch: only when a local role is built
 
     return LocalClient(ep.model, adapter=ep.adapter, max_batch_size=opts.local_batch_size)
 
 
-def _scripted(ep: RoleEndpoint, opts: ClientOptions, registry: EndpointRegistry) -> ChatClient:
+def _scripted(ep: RoleEndpoint, opts: ClientLimits, registry: EndpointRegistry) -> ChatClient:
     # The test players, found by name as a plug-in is: the clients never depend on the test doubles.
     from importlib import import_module
 
     return import_module(SCRIPTED_PLAYERS).role_player_client(model=ep.model)
 
 
-def _anthropic(ep: RoleEndpoint, opts: ClientOptions, registry: EndpointRegistry) -> ChatClient:
+def _anthropic(ep: RoleEndpoint, opts: ClientLimits, registry: EndpointRegistry) -> ChatClient:
     from mascot.llm.hosted import AnthropicClient
 
-    return AnthropicClient(ep.model, api_key_env=ep.api_key_env or "ANTHROPIC_API_KEY", max_in_flight=opts.max_in_flight, timeout_s=opts.timeout_s)
+    return AnthropicClient(ep.model, api_key_env=ep.api_key_env or "ANTHROPIC_API_KEY", max_in_flight=opts.max_in_flight, timeout_s=opts.request_timeout)
 
 
-def _gemini(ep: RoleEndpoint, opts: ClientOptions, registry: EndpointRegistry) -> ChatClient:
+def _gemini(ep: RoleEndpoint, opts: ClientLimits, registry: EndpointRegistry) -> ChatClient:
     from mascot.llm.hosted import GeminiClient
 
     return GeminiClient(ep.model, api_key_env=ep.api_key_env or "GOOGLE_API_KEY", max_in_flight=opts.max_in_flight)
@@ -288,7 +276,7 @@ def _sharing_key(ep: RoleEndpoint) -> tuple:
 
 def build_backends(
     endpoints: dict[str, RoleEndpoint],
-    opts: ClientOptions | None = None,
+    opts: ClientLimits | None = None,
     *,
     trace_path: Path | None = None,
     overrides: dict[str, ChatClient] | None = None,
@@ -296,7 +284,7 @@ def build_backends(
     """One metered client per role. Clients of the same endpoint (`_sharing_key`) are shared, so
     the in-flight bound holds per server and a local model is loaded once. `overrides` injects
     ready clients for some roles (tests)."""
-    opts = opts or ClientOptions()
+    opts = opts or ClientLimits()
     load_env_file()
     meter = UsageMeter()
     tracer = CallTracer(trace_path) if trace_path else None

@@ -5,83 +5,56 @@ The counterpart of `mascot.dialogue.run` (group episodes): both open their run w
 `mascot.runs.open_run`. It lives in `prefs` because what it writes is preference data for the
 persona reward model, built by `mascot.prefs.individual` with a rubric judge; the dialogue package
 then needs to know nothing about judges.
+
+The run is described by the command's settings (`mascot.commands.generate.GenerateSettings`: data,
+Speaker and judge endpoints, judging, concurrency, run folder), passed down unchanged.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
-from mascot.prefs.individual import IndividualSettings
+from mascot.llm.limits import ClientLimits
 from mascot.runs import GenerationFailed, OpenRun, failure_line, model_basename, require_contexts
 from mascot.store import RunStore
 
 COMMAND = "mascot generate --mode individual"
 
 
-@dataclass
-class IndividualGenerationConfig:
-    dataset: str
-    data_file: Path | None = None
-    split: str = "test"
-    limit: int | None = None
-    transcript_window: int = 1500  # QMSum window in estimated tokens
-    roster: str | None = None
-    settings: IndividualSettings = field(default_factory=IndividualSettings)
-    endpoints: Any = None  # mascot.llm.routing.EndpointOptions; None: the defaults
-    output_dir: Path = Path("data/rl")
-    resume: bool = False
-    overwrite: bool = False
-    trace_role_calls: bool = False
-    rubric_version: str = "paper_v1"
-    cache_dir: Path | None = None
-    no_cache: bool = False
-    judge_max_tokens: int = 512
-    judge_scoring: str = "auto"  # mascot.judge.logprob.SCORING_MODES
-
-
-def _endpoints(cfg: IndividualGenerationConfig):
-    from mascot.llm.routing import EndpointOptions
-
-    return cfg.endpoints or EndpointOptions()
-
-
-def individual_run_dir(cfg: IndividualGenerationConfig) -> Path:
+def individual_run_dir(s: Any) -> Path:
     """`individual_<dataset>_<model>`, plus `_speaker-<adapter>` when the Speaker runs an adapter."""
-    from mascot.llm.base import DEFAULT_LOCAL_MODEL
     from mascot.llm.routing import resolve_roles
 
-    speaker = resolve_roles(_endpoints(cfg), ("speaker",))["speaker"]
-    name = f"individual_{cfg.dataset}_{model_basename(speaker.model or DEFAULT_LOCAL_MODEL)}"
+    speaker = resolve_roles(s, ("speaker",))["speaker"]
+    name = f"individual_{s.dataset}_{model_basename(speaker.model)}"
     if speaker.adapter:
         name += f"_speaker-{model_basename(speaker.adapter)}"
-    return Path(cfg.output_dir) / name
+    return Path(s.output_dir) / name
 
 
-def _run_settings(cfg: IndividualGenerationConfig, roles: dict, roster_ident: str, num_contexts: int, cache) -> dict:
-    """The `settings` block of run_config.json; --resume compares it with the saved one."""
+def _run_settings(s: Any, roles: dict, roster_ident: str, num_contexts: int, cache) -> dict:
+    """The `settings` block of run_config.json; --resume compares it with the saved one (under the
+    names Stage-1 runs have always recorded them by)."""
+    speaker = s.roles.get("speaker")
     return {
-        "dataset": cfg.dataset,
-        "split": cfg.split,
-        "data_file": str(cfg.data_file) if cfg.data_file else None,
-        "limit": cfg.limit,
-        "transcript_window": cfg.transcript_window,
-        "roster": roster_ident,
-        "rubric_version": cfg.rubric_version,
-        "judge_scoring": cfg.judge_scoring,
-        "num_contexts": num_contexts,
-        "judge_cache": str(cache.path) if cache else None,
-        "models": {role: {"model": ep.model, "adapter": ep.adapter} for role, ep in roles.items()},
-        **asdict(cfg.settings),
-    }
+        "dataset": s.dataset, "split": s.split, "data_file": str(s.data_file) if s.data_file else None, "limit": s.limit,
+        "transcript_window": s.token_budget, "roster": roster_ident, "rubric_version": s.rubric_version, "judge_scoring": s.judge_scoring,
+        "judge_max_tokens": s.judge_max_tokens, "num_contexts": num_contexts, "judge_cache": str(cache.path) if cache else None,
+        "models": {role: {"model": ep.model, "adapter": ep.adapter, "extra_body": ep.extra_body or None} for role, ep in roles.items()},
+        "client_limits": {f.name: getattr(s, f.name) for f in fields(ClientLimits)}, "trace_role_calls": s.trace_role_calls,
+        "num_candidates": s.num_candidates, "score_margin": s.score_margin, "temperature": s.temperature, "max_tokens": s.max_tokens,
+        "seed": s.seed, "personas": s.personas, "max_concurrent_queries": s.max_concurrent_episodes,
+        "speaker_think": speaker is not None and speaker.thinking is True, "reasoning_allowance": s.reasoning_allowance, "strict": s.strict,
+    }  # fmt: skip
 
 
-async def generate_individual(cfg: IndividualGenerationConfig, *, clients: dict | None = None, console: Console | None = None) -> Path:
+async def generate_individual(s: Any, *, clients: dict | None = None, console: Console | None = None) -> Path:
     """Runs Stage-1 generation and returns the run directory. `clients` injects ready chat clients
     per role ("speaker", "judge"), for tests."""
     from mascot.data import load_contexts
@@ -93,21 +66,21 @@ async def generate_individual(cfg: IndividualGenerationConfig, *, clients: dict 
     from mascot.runs import RunSpec, open_run
 
     console = console or Console(stderr=True)
-    roster = load_roster(cfg.roster) if cfg.roster else roster_for_dataset(cfg.dataset)
-    rubric_for(cfg.dataset, "agent", cfg.rubric_version)  # fail early on an unknown version
-    contexts = load_contexts(cfg.dataset, split=cfg.split, data_file=cfg.data_file, limit=cfg.limit, seed=cfg.settings.seed, token_budget=cfg.transcript_window)
-    require_contexts(contexts, cfg.dataset, cfg.split)
-    roles = resolve_roles(_endpoints(cfg), ("speaker", "judge"))
-    cache = None if cfg.no_cache else JudgmentCache(cfg.cache_dir)
-    settings = _run_settings(cfg, roles, roster.ident, len(contexts), cache)
+    roster = load_roster(s.roster) if s.roster else roster_for_dataset(s.dataset)
+    rubric_for(s.dataset, "agent", s.rubric_version)  # fail early on an unknown version
+    contexts = load_contexts(s.dataset, split=s.split, data_file=s.data_file, limit=s.limit, seed=s.seed, token_budget=s.token_budget)
+    require_contexts(contexts, s.dataset, s.split)
+    roles = resolve_roles(s, ("speaker", "judge"))
+    cache = None if s.no_cache else JudgmentCache(s.cache_dir)
+    settings = _run_settings(s, roles, roster.ident, len(contexts), cache)
     spec = RunSpec(
-        individual_run_dir(cfg), OUTPUTS, COMMAND, roles, _endpoints(cfg), settings, resume=cfg.resume, overwrite=cfg.overwrite,
-        trace_role_calls=cfg.trace_role_calls, key_of=candidate_key, clients=clients,
+        individual_run_dir(s), OUTPUTS, COMMAND, roles, s, settings, resume=s.resume, overwrite=s.overwrite,
+        trace_role_calls=s.trace_role_calls, key_of=candidate_key, clients=clients,
     )  # fmt: skip
-    total = len(contexts) * len(cfg.settings.personas or roster.names)
+    total = len(contexts) * len(s.personas or roster.names)
     try:
         async with open_run(spec, console) as run:
-            await _generate(cfg, run, roster, contexts, cache, lambda stats: _closing_lines(run.store, stats, total, console))
+            await _generate(s, run, roster, contexts, cache, lambda stats: _closing_lines(run.store, stats, total, console))
     finally:
         if cache:
             cache.close()
@@ -115,37 +88,37 @@ async def generate_individual(cfg: IndividualGenerationConfig, *, clients: dict 
     return spec.run_dir
 
 
-async def _generate(cfg: IndividualGenerationConfig, run: OpenRun, roster, contexts, cache, report) -> None:
-    from mascot.dialogue.reasoning import thinking_for
+async def _generate(s: Any, run: OpenRun, roster, contexts, cache, report) -> None:
+    from mascot.dialogue.reasoning import role_thinks
     from mascot.judge.rubric_judge import RubricJudge
     from mascot.prefs.individual import run_individual
     from mascot.progress import calls_and_tokens, raise_if_stopped
 
     judge = RubricJudge(
         run.backends["judge"],
-        rubric_version=cfg.rubric_version,
+        rubric_version=s.rubric_version,
         cache=cache,
-        max_tokens=cfg.judge_max_tokens,
-        scoring=cfg.judge_scoring,
-        strict=cfg.settings.strict,
-        thinking=thinking_for(_endpoints(cfg), "judge"),
-        reasoning_allowance=cfg.settings.reasoning_allowance,
+        max_tokens=s.judge_max_tokens,
+        judge_scoring=s.judge_scoring,
+        strict=s.strict,
+        thinking=role_thinks(run.backends["judge"]),
+        reasoning_allowance=s.reasoning_allowance,
     )
     store = run.store
-    num_queries = len(contexts) * len(cfg.settings.personas or roster.names)
+    num_queries = len(contexts) * len(s.personas or roster.names)
     resumed = store.summary.num_resumed_records
     queries_done = [0]
 
     def detail() -> str:
         return f"queries {queries_done[0]}/{num_queries}, {calls_and_tokens(run.backends.meter)}"
 
-    with candidates_progress(store, num_queries * cfg.settings.num_candidates - resumed, resumed, detail):
+    with candidates_progress(store, num_queries * s.num_candidates - resumed, resumed, detail):
 
         def on_progress(done: int) -> None:
             queries_done[0] = done
             store.write_summary(usage=run.usage())
 
-        stats = await run_individual(contexts, roster, run.backends["speaker"], judge, store, cfg.settings, on_progress=on_progress)
+        stats = await run_individual(contexts, roster, run.backends["speaker"], judge, store, s, on_progress=on_progress)
     raise_if_stopped()
     report(stats)
     fail_if_nothing_succeeded(store)
@@ -201,5 +174,5 @@ def fail_on_judgments(store: RunStore) -> None:
         raise GenerationFailed(f"{backend} of {failed + judged} judgments failed (the judge backend gave no answer); the candidates are kept: rerun with --resume to judge them")
 
 
-def run_individual_generation(cfg: IndividualGenerationConfig, **kwargs: Any) -> Path:
-    return asyncio.run(generate_individual(cfg, **kwargs))
+def run_individual_generation(s: Any, **kwargs: Any) -> Path:
+    return asyncio.run(generate_individual(s, **kwargs))

@@ -24,12 +24,12 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from typing import Any
 
 from mascot.dialogue.agents import stop_strings  # candidates end where episode replies end
 from mascot.dialogue.reply_stream import clean_reply
 from mascot.dialogue.prompts import PROMPT_VERSION, speaker_messages
-from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE, response_parts, token_budget
+from mascot.dialogue.reasoning import response_parts, token_budget
 from mascot.dialogue.seeds import derive_seed
 from mascot.errors import MascotError
 from mascot.judge.episodes import opening_lines, render_context
@@ -52,20 +52,6 @@ OUTPUTS = (CANDIDATES_FILE, PAIRS_FILE)
 
 class GenerationStop(MascotError):
     """--strict: the Speaker failed or answered empty."""
-
-
-@dataclass
-class IndividualSettings:
-    num_candidates: int = 8
-    score_margin: float = 0.5
-    temperature: float = 0.7
-    max_tokens: int = 160
-    seed: int = 42
-    personas: tuple[str, ...] | None = None  # default: the whole roster
-    max_concurrent_queries: int = 32
-    speaker_think: bool = False  # the Speaker reasons (prompt and request); reasoning kept apart
-    reasoning_allowance: int = DEFAULT_REASONING_ALLOWANCE
-    strict: bool = False
 
 
 def query_id(context: Context, persona: Persona) -> str:
@@ -101,9 +87,10 @@ def pair_record(query: str, prompt: list[Message], chosen: Candidate, rejected: 
 
 
 class IndividualRun:
-    """One Stage-1 run over contexts x personas, writing into an open RunStore."""
+    """One Stage-1 run over contexts x personas, writing into an open RunStore, with the command's
+    settings (`mascot.commands.generate.GenerateSettings`)."""
 
-    def __init__(self, roster: Roster, speaker: ChatClient, judge: RubricJudge, store: RunStore, settings: IndividualSettings) -> None:
+    def __init__(self, roster: Roster, speaker: ChatClient, judge: RubricJudge, store: RunStore, settings: Any) -> None:
         if settings.num_candidates < 2:
             raise MascotError("--num-candidates must be at least 2 to make preference pairs")
         self.roster = roster
@@ -111,6 +98,8 @@ class IndividualRun:
         self.judge = judge
         self.store = store
         self.settings = settings
+        speaker_role = settings.roles.get("speaker")
+        self.speaker_thinks = speaker_role is not None and speaker_role.thinking is True  # --speaker-thinking on
         self.judge.counters = store.counters  # judge failures land in run_summary.json
         self.stats = PairStats(score_margin=settings.score_margin, num_candidates=settings.num_candidates)
         self.written: dict[str, dict[int, Candidate]] = {}
@@ -189,12 +178,12 @@ class IndividualRun:
         request = ChatRequest(
             messages=prompt,
             temperature=s.temperature,
-            max_tokens=token_budget(s.max_tokens, s.speaker_think, s.reasoning_allowance),
+            max_tokens=token_budget(s.max_tokens, self.speaker_thinks, s.reasoning_allowance),
             n=count,
             seed=derive_seed(s.seed, query, "candidates", count),
             stop=stop_strings(self.roster, context),
             role="speaker",
-            thinking=s.speaker_think,
+            thinking=self.speaker_thinks,
         )
         try:
             response = await self.speaker.chat(request)
@@ -237,7 +226,7 @@ class IndividualRun:
         route_together(query)  # the query's candidates and criteria on one server: its prefix cache holds their beginning
         existing = self.written.setdefault(query, {})
         missing = [k for k in range(self.settings.num_candidates) if k not in existing]
-        prompt = speaker_messages(persona, self.roster, context, [], None, think=self.settings.speaker_think)
+        prompt = speaker_messages(persona, self.roster, context, [], None, think=self.speaker_thinks)
         generated = await self._generate(query, prompt, context, len(missing)) if missing else []
         replies = [(k, clean_reply(t, persona.name), r) for k, (t, r) in zip(missing, generated or [])]
         retry = [k for k in sorted(existing) if judgment_failed(existing[k])]  # judged again, text kept
@@ -275,7 +264,7 @@ class IndividualRun:
         queries = [(c, p) for c in contexts for p in personas]
         if queries:
             self._scale_min = rubric_for(domain_of(queries[0][0].dataset), "agent", self.judge.rubric_version).scale_min
-        semaphore = asyncio.Semaphore(max(1, self.settings.max_concurrent_queries))
+        semaphore = asyncio.Semaphore(max(1, self.settings.max_concurrent_episodes))  # --max-concurrent-episodes
         done = 0
 
         from mascot.progress import stop_requested
@@ -322,9 +311,10 @@ async def run_individual(
     speaker: ChatClient,
     judge: RubricJudge,
     store: RunStore,
-    settings: IndividualSettings | None = None,
+    settings: Any,
     *,
     on_progress: Callable[[int], None] | None = None,
 ) -> PairStats:
-    """Runs Stage-1 generation into an open `store` (outputs=OUTPUTS); returns the pair statistics."""
-    return await IndividualRun(roster, speaker, judge, store, settings or IndividualSettings()).run(contexts, on_progress)
+    """Runs Stage-1 generation into an open `store` (outputs=OUTPUTS) with the command's settings
+    (`mascot generate --mode individual`); returns the pair statistics."""
+    return await IndividualRun(roster, speaker, judge, store, settings).run(contexts, on_progress)

@@ -17,9 +17,9 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from mascot.errors import MascotError
+from mascot.vocab import DEFAULT_RUBRIC_VERSION
 
 RUBRIC_DIR = Path(__file__).parent
-DEFAULT_RUBRIC_VERSION = "paper_v1"
 DOMAINS = ("emotional_support", "meetings")
 SCOPES = ("agent", "collective")
 Scope = Literal["agent", "collective"]

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from mascot.llm.base import ChatClient, LLMError, Message, split_urls, strip_think
-from mascot.llm.providers import Backends, ClientOptions, RoleEndpoint, build_backends
+from mascot.llm.limits import ClientLimits
+from mascot.llm.providers import Backends, RoleEndpoint, build_backends
 from mascot.schema import Directive, Roster, Turn
 from mascot.train import artefact, data
 from mascot.train.artefact import TrainingMetadata
@@ -231,7 +232,7 @@ def build_rollout_backends(settings: DirectorGRPOSettings, trace_path: Path | No
     outstanding requests, one client (and one local model) shared by the roles that call the same
     model."""
     concurrency = max(1, settings.rollout_concurrency)
-    options = ClientOptions(max_in_flight=concurrency, local_batch_size=concurrency)
+    options = ClientLimits(max_in_flight=concurrency, local_batch_size=concurrency)
     if trace_path is not None:
         trace_path.parent.mkdir(parents=True, exist_ok=True)
     return build_backends(rollout_endpoints(settings), options, trace_path=trace_path)

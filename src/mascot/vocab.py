@@ -1,0 +1,49 @@
+"""MASCOT's vocabulary: the names and default sizes that several modules (and --help) share.
+
+One declaration each: a settings class, a client, a validator and a help text import the name
+from here, so that a new turn policy or a changed default is one line. This module imports
+nothing, not even other mascot modules, so any module (however cheap it must stay) may read it.
+"""
+
+from __future__ import annotations
+
+# ---- roles
+DIRECTOR, SPEAKER, USER, JUDGE = "director", "speaker", "user", "judge"
+DIALOGUE_ROLES = (DIRECTOR, SPEAKER, USER)  # the roles of a group conversation
+ROLES = (*DIALOGUE_ROLES, JUDGE)  # every role a run may name an endpoint for
+
+# ---- how a conversation unfolds
+TURN_POLICIES = ("director", "round-robin", "random", "multiagentesc")
+PROMPT_FAMILIES = ("persona", "zero-shot", "zero-shot-cot", "few-shot-cot")
+GENERATION_MODES = ("directed", "independent", "branching")
+GENERATE_MODES = ("group", "individual")  # `mascot generate --mode`
+SAFETY_MODES = ("auto", "on", "off")
+
+# ---- judging
+JUDGE_SCORING_MODES = ("auto", "logprobs", "json")
+DEFAULT_RUBRIC_VERSION = "paper_v2"  # paper_v1's prompts, reported under the names the paper uses
+THINKING_CHOICES = ("on", "off", "default")  # a role's reasoning mode; default: the server's
+
+# ---- models
+DEFAULT_LOCAL_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the embedded model, in-process
+
+# ---- sizes
+TRANSCRIPT_WINDOW = 1500  # QMSum: estimated tokens of meeting transcript a context carries
+MAX_TOKENS = 160  # longest Speaker reply
+USER_MAX_TOKENS = 120  # longest simulated-user reply
+JUDGE_MAX_TOKENS = 512
+REASONING_ALLOWANCE = 1024  # extra completion tokens for a role that thinks
+NUM_CANDIDATES = 8
+NUM_EPISODES = 2  # episodes per context in independent mode
+MAX_CONCURRENT_EPISODES = 64  # contexts (group) or queries (Stage 1) in flight at once
+SCORE_MARGIN = 0.5
+SEED = 42
+TEMPERATURE = 0.7
+
+# ---- client limits (mascot.llm.limits.ClientLimits)
+MAX_IN_FLIGHT = 64  # requests in flight per endpoint
+REQUEST_TIMEOUT_S = 120.0
+RETRY_BUDGET_S = 60.0  # rides out a server restart of about 30 s
+MAX_RETRIES = 10
+MAX_STOP_STRINGS = 4  # stock vLLM refuses more than 4
+LOCAL_BATCH_SIZE = 8

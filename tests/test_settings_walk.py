@@ -1,0 +1,187 @@
+"""Every setting of `mascot generate` reaches what it names: changed to a valid non-default value,
+each CLI field changes the resolved configuration the run records (run_config.json's settings
+and roles, the run folder, the episode ids' tag), or is listed below with the reason it does not.
+A setting accepted and ignored fails here.
+
+Stage 1 is also checked by its effects, on scripted clients: the concurrency its queries run at,
+the rubric version its records carry, the scoring mode its judge uses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import MISSING
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from rich.console import Console
+
+from judge_helpers import judged_block, numbered_speaker, scoring_judge
+from mascot.commands.generate import GenerateSettings
+from mascot.schema import Candidate
+from mascot.settings import cli_fields, settings_from
+from mascot.store import read_jsonl
+
+ESCONV = Path(__file__).parent / "fixtures" / "esconv_sample.jsonl"
+BASE = {"dataset": "ESConv", "data_file": ESCONV, "output_dir": Path("runs")}
+
+# Valid non-default values where "default + 1" or "not default" does not make one.
+VALUES = {
+    "dataset": "ED", "data_file": Path("other/test.jsonl"), "split": "valid", "extra_body": '{"top_k": 20}',
+    "generation_mode": "independent", "turn_policy": "round-robin", "prompt_family": "zero-shot", "safety": "on",
+    "safety_locale": "en-GB", "user_big_five_profile": "High Openness", "system": "baseline", "rubric_version": "paper_v1",
+    "judge_scoring": "json", "cache_dir": Path("cache"), "output_dir": Path("elsewhere"), "roster": "meetings",
+    "mode": "individual", "user_response_probability": 0.9, "temperature": 0.2,
+}  # fmt: skip
+
+# Settings that shape neither what is generated nor what is recorded, by design.
+PRESENTATION_ONLY = {
+    "resume": "continues a run folder; --resume refuses other settings instead of recording new ones",
+    "overwrite": "deletes a run folder's outputs before it starts; what the run is stays the same",
+}
+# Settings of the other mode: a group run never judges, Stage 1 has no Director, user or turns.
+NOT_IN_GROUP = {
+    name: "Stage 1 only: a group run does not judge" for name in (
+        "score_margin", "judge_scoring", "judge_max_tokens", "cache_dir", "no_cache", "judge_server_url", "judge_model",
+        "judge_extra_body", "judge_thinking",
+    )
+}  # fmt: skip
+NOT_IN_INDIVIDUAL = {
+    name: "group mode only: Stage 1 asks the Speaker alone, for one reply per candidate" for name in (
+        "num_turns", "generation_mode", "num_episodes", "user_response_probability", "enable_user_simulation", "enable_big_five",
+        "user_big_five_profile", "turn_policy", "prompt_family", "mesc_strategists", "system", "director_max_tokens",
+        "user_max_tokens", "safety", "safety_locale", "safety_embeddings", "director_server_url", "director_model",
+        "director_adapter", "director_extra_body", "director_thinking", "user_server_url", "user_model", "user_extra_body",
+        "user_thinking", "share_model",
+    )
+}  # fmt: skip
+
+
+def changed_value(f):
+    """A valid value for field `f` other than its default."""
+    name, default = f.name, (f.default if f.default is not MISSING else f.default_factory())  # type: ignore[misc]
+    if name in VALUES:
+        return VALUES[name]
+    if name.endswith("_thinking"):
+        return "on"
+    if name.endswith("_extra_body"):
+        return '{"k": 1}'
+    if name.endswith("_server_url"):
+        return ["http://127.0.0.1:9/v1"]
+    if name.endswith(("_model", "_adapter")) or name == "model_name":
+        return f"some/{name}"
+    if isinstance(default, bool):
+        return not default
+    if isinstance(default, (int, float)):
+        return default + 1
+    if default is None and "int" in str(f.type):
+        return 7
+    raise AssertionError(f"no changed value for {name}: add one to VALUES")
+
+
+def resolved_group(s: GenerateSettings) -> str:
+    """What a group run records: run_config.json's settings and roles, its folder, its tag."""
+    from mascot.dialogue.run import roles_needed, run_dir_for, run_settings, run_tag
+    from mascot.llm.routing import resolve_roles
+    from mascot.rosters import load_roster, roster_for_dataset
+
+    roster = load_roster(s.roster) if s.roster else roster_for_dataset(s.dataset)
+    roles = {role: ep.describe() for role, ep in resolve_roles(s, roles_needed(s)).items()}
+    return json.dumps([run_settings(s, roster, 1), roles, str(run_dir_for(s)), run_tag(s, roster)], sort_keys=True, default=str)
+
+
+def resolved_individual(s: GenerateSettings) -> str:
+    """What a Stage-1 run records: run_config.json's settings and roles, its folder."""
+    from mascot.llm.routing import resolve_roles
+    from mascot.prefs.generate import _run_settings, individual_run_dir
+    from mascot.rosters import load_roster, roster_for_dataset
+
+    roster = load_roster(s.roster) if s.roster else roster_for_dataset(s.dataset)
+    roles = resolve_roles(s, ("speaker", "judge"))
+    cache = None if s.no_cache else SimpleNamespace(path=Path(s.cache_dir or "default-cache"))  # the path only, nothing opened
+    settings = _run_settings(s, roles, roster.ident, 1, cache)
+    described = {role: ep.describe() for role, ep in roles.items()}
+    return json.dumps([settings, described, str(individual_run_dir(s))], sort_keys=True, default=str)
+
+
+@pytest.mark.parametrize(("mode", "resolve", "exempt"), [("group", resolved_group, NOT_IN_GROUP), ("individual", resolved_individual, NOT_IN_INDIVIDUAL)])
+def test_every_generate_setting_changes_the_recorded_configuration(mode, resolve, exempt):
+    base = {**BASE, "mode": mode}
+    reference = resolve(settings_from(GenerateSettings, base, "walk"))
+    ignored = []
+    for f in cli_fields(GenerateSettings):
+        if f.name in PRESENTATION_ONLY or f.name in exempt or f.name == "mode":
+            continue
+        changed = settings_from(GenerateSettings, {**base, f.name: changed_value(f)}, f"walk {f.name}")
+        if resolve(changed) == reference:
+            ignored.append(f.name)
+    assert ignored == [], f"accepted and ignored by generate --mode {mode}: {', '.join(ignored)}"
+
+
+def test_the_exemption_lists_name_real_settings():
+    names = {f.name for f in cli_fields(GenerateSettings)}
+    assert set(PRESENTATION_ONLY) | set(NOT_IN_GROUP) | set(NOT_IN_INDIVIDUAL) <= names
+
+
+# --------------------------------------------------------------------------- Stage 1, by its effects
+
+
+class CountingSpeaker:
+    """A scripted Speaker that notes how many of its requests were in flight at once."""
+
+    def __init__(self) -> None:
+        self.inner = numbered_speaker(latency_s=0.02)
+        self.model, self.backend = "scripted", "scripted"
+        self.in_flight = self.most_in_flight = 0
+
+    async def chat(self, request):
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            return await self.inner.chat(request)
+        finally:
+            self.in_flight -= 1
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def run_stage1(tmp_path: Path, **flags):
+    """`mascot generate --mode individual` (its settings, as the command line makes them) on
+    scripted clients; returns the Speaker and the candidates written."""
+    from mascot.prefs.generate import generate_individual
+
+    values = {**BASE, "mode": "individual", "num_candidates": 2, "limit": 2, "output_dir": tmp_path, "no_cache": True, **flags}
+    s = settings_from(GenerateSettings, values, "stage 1")
+    speaker = CountingSpeaker()
+    def score(text: str) -> int:
+        return int(text.split()[-1]) % 5 + 1
+
+    def distribution(request, choices):  # the logprob judge's answer: all mass on the same score
+        return {choices[score(judged_block(request.messages, "REPLY")) - 1]: 1.0}
+
+    judge = scoring_judge(score, distributions=distribution)
+    run_dir = asyncio.run(generate_individual(s, clients={"speaker": speaker, "judge": judge}, console=Console(quiet=True)))
+    return speaker, list(read_jsonl(run_dir / "candidates.jsonl", Candidate))
+
+
+def test_max_concurrent_episodes_sets_stage1_concurrency(tmp_path):
+    one, _ = run_stage1(tmp_path / "one", max_concurrent_episodes=1)
+    many, _ = run_stage1(tmp_path / "many", max_concurrent_episodes=8)
+    assert one.most_in_flight == 1 and many.most_in_flight > 1
+
+
+def test_rubric_version_reaches_stage1_records(tmp_path):
+    _, v1 = run_stage1(tmp_path / "v1", rubric_version="paper_v1")
+    _, default = run_stage1(tmp_path / "default")
+    assert {c.rubric_version for c in v1} == {"paper_v1"} and {c.rubric_version for c in default} == {"paper_v2"}
+
+
+def test_judge_scoring_reaches_the_stage1_judge(tmp_path):
+    _, by_json = run_stage1(tmp_path / "json", judge_scoring="json")
+    _, by_logprobs = run_stage1(tmp_path / "logprobs", judge_scoring="logprobs")
+    assert all(isinstance(v, int) for c in by_json for v in (c.scores or {}).values())  # JSON verdicts
+    assert all(isinstance(v, float) for c in by_logprobs for v in (c.scores or {}).values())  # expected scores
+    assert by_json and by_logprobs
