@@ -225,7 +225,7 @@ def run_settings(data_file: Path) -> dict[str, Any]:
 
 
 def resolve_dataset(flag: str | None, settings: dict[str, Any]) -> str:
-    from mascot.data import canonical_dataset_name
+    from mascot.data.registry import canonical_dataset_name
 
     name = flag or settings.get("dataset")
     if not name:
