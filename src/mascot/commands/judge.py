@@ -118,7 +118,7 @@ def run_judge(s: JudgeSettings) -> None:
 
     from rich.console import Console
 
-    from mascot.judge.episodes import load_episode_file
+    from mascot.episodes import load_episode_file
     from mascot.progress import plural
     from mascot.judge.run import items_for, judge_episode_file, output_paths
 

@@ -39,7 +39,7 @@ class PrefsGroupSettings(JudgedFileSettings):
 
 def _prepare(s: PrefsGroupSettings):
     """The episodes and the resolved mode, checked before any model call."""
-    from mascot.judge.episodes import load_episode_file
+    from mascot.episodes import load_episode_file
     from mascot.prefs.group import resolve_mode
     from mascot.store import ensure_writable_dir
 

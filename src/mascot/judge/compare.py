@@ -22,7 +22,8 @@ from pathlib import Path
 
 from mascot.errors import MascotError
 from mascot.judge.cache import JudgmentCache, cache_key
-from mascot.judge.episodes import episode_context, episode_domain, load_episode_file, opening_lines, render_context, turn_lines
+from mascot.episodes import episode_context, episode_domain, episode_file_path, load_episode_file
+from mascot.judge.items import opening_lines, render_context, turn_lines
 from mascot.judge.parse import _load_object, json_object_spans, normalize_key
 from mascot.judge.prompt import defuse, render_lines
 from mascot.llm.base import ChatClient, ChatRequest, LLMError, Message, strip_think
@@ -50,16 +51,6 @@ class Matchup:
     episodes: dict[str, Episode]  # system label -> episode
 
 
-def episodes_path(path: Path) -> Path:
-    """An episode file, or a run folder's episodes.jsonl."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "episodes.jsonl"
-    if not path.is_file():
-        raise MascotError(f"no episode file at {path} (give an episodes JSONL or a run folder holding episodes.jsonl)")
-    return path
-
-
 def system_label(path: Path, episodes: list[Episode]) -> str:
     systems = {e.metadata.system for e in episodes if e.metadata.system}
     return systems.pop() if len(systems) == 1 else Path(path).stem
@@ -68,7 +59,7 @@ def system_label(path: Path, episodes: list[Episode]) -> str:
 def load_matchups(paths: list[Path], labels: list[str] | None = None, limit: int | None = None) -> tuple[list[str], list[Matchup], dict]:
     """System labels, the contexts all systems share (directed episodes, matched by context and
     episode index, in the first file's order) and what could not be matched."""
-    loaded = [load_episode_file(episodes_path(p), fallback_dataset="unknown") for p in paths]
+    loaded = [load_episode_file(episode_file_path(p), fallback_dataset="unknown") for p in paths]
     names = list(labels or [system_label(p, f.episodes) for p, f in zip(paths, loaded)])
     if len(set(names)) != len(names):
         raise MascotError(f"the systems need distinct labels, got {', '.join(names)}: pass --labels")

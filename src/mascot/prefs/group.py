@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from mascot.dialogue.director import NEUTRAL_ACTION, NEUTRAL_TONE, render_directive
-from mascot.judge.episodes import episode_context, episode_domain, episode_roster, render_context, user_label
+from mascot.episodes import episode_context, episode_domain, episode_roster
+from mascot.judge.items import collective_item, render_context, user_label
 from mascot.judge.panel import JudgePanel, mean_scores
 from mascot.judge.prompt import JudgeItem
-from mascot.judge.episodes import collective_item
 from mascot.llm.base import Message
 from mascot.prefs.pairs import PairStats, max_pairs, preference_index_pairs
 from mascot.prompt_text import neutralize
