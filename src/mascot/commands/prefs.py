@@ -54,7 +54,8 @@ def run_prefs_group(s: PrefsGroupSettings) -> None:
 
     from rich.console import Console
 
-    from mascot.commands.judge import fail_if_nothing_judged, judging_progress, load_context_index, open_panel
+    from mascot.commands.judge import fail_if_nothing_judged, judging_progress, load_context_index
+    from mascot.judge.opener import open_panel
     from mascot.prefs.group import group_preferences, items_for_mode
     from mascot.store import write_json_atomic, write_jsonl
 
