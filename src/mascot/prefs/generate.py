@@ -117,20 +117,14 @@ async def generate_individual(cfg: IndividualGenerationConfig, *, clients: dict 
 
 async def _generate(cfg: IndividualGenerationConfig, run: OpenRun, roster, contexts, cache, report) -> None:
     from mascot.dialogue.reasoning import thinking_for
-    from mascot.judge.rubric_judge import RubricJudge
+    from mascot.judge.opener import JudgeConfig, rubric_judge
     from mascot.prefs.individual import run_individual
     from mascot.progress import calls_and_tokens, raise_if_stopped
 
-    judge = RubricJudge(
-        run.backends["judge"],
-        rubric_version=cfg.rubric_version,
-        cache=cache,
-        max_tokens=cfg.judge_max_tokens,
-        scoring=cfg.judge_scoring,
-        strict=cfg.settings.strict,
-        thinking=thinking_for(_endpoints(cfg), "judge"),
-        reasoning_allowance=cfg.settings.reasoning_allowance,
+    judge_config = JudgeConfig(
+        cfg.rubric_version, cfg.judge_scoring, cfg.judge_max_tokens, cfg.settings.strict, thinking_for(_endpoints(cfg), "judge"), cfg.settings.reasoning_allowance
     )
+    judge = rubric_judge(run.backends["judge"], judge_config, cache)
     store = run.store
     num_queries = len(contexts) * len(cfg.settings.personas or roster.names)
     resumed = store.summary.num_resumed_records
