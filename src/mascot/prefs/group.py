@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from mascot.dialogue.director import NEUTRAL_ACTION, NEUTRAL_TONE, render_directive
@@ -237,6 +238,39 @@ def resolve_mode(episodes: list[Episode], mode: str) -> GroupMode:
     return "directive" if any(is_branch(e) for e in episodes) else "episode"
 
 
+def judgments_by_judge(judgments: list[Judgment]) -> dict[str, list[Judgment]]:
+    """Judgments as a panel returns them: by judge label (the `judge` field; else the model)."""
+    per_judge: dict[str, list[Judgment]] = defaultdict(list)
+    for j in judgments:
+        per_judge[str((j.model_extra or {}).get("judge") or j.judge_model)].append(j)
+    return dict(per_judge)
+
+
+def read_judgments(path: Path, items: list[JudgeItem]) -> tuple[dict[str, list[Judgment]], list[str]]:
+    """The judgments of `items` in a judgments file (`mascot judge` writes one), by judge, and the
+    ids of the items it has none for; the file's other judgments (agent scope) are left out."""
+    from mascot.store import read_jsonl
+
+    wanted = {item.item_id for item in items}
+    kept = [j for j in read_jsonl(Path(path), Judgment) if j.item_id in wanted]
+    return judgments_by_judge(kept), sorted(wanted - {j.item_id for j in kept})
+
+
+def pairs_from_judgments(
+    episodes: list[Episode], per_judge: dict[str, list[Judgment]], *, mode: GroupMode, margin: float, contexts: dict[str, Context] | None = None,
+    usage: dict[str, dict] | None = None,
+) -> GroupPreferences:
+    """The pairs that collective judgments (by judge) make of the episodes."""
+    scores = {s.provenance.get("episode_id", s.item_id): s.overall for s in mean_scores(per_judge)}
+    build = episode_pairs if mode == "episode" else directive_pairs
+    pairs, stats = build(episodes, scores, margin, contexts)
+    judgments = [j for js in per_judge.values() for j in js]
+    if judgments:  # the pairs were made with the judges' rubric, whatever the episodes intended
+        for pair in pairs:
+            pair.rubric_version = judgments[0].rubric_version
+    return GroupPreferences(pairs, stats, judgments, usage or {})
+
+
 async def group_preferences(
     episodes: list[Episode],
     panel: JudgePanel,
@@ -247,13 +281,5 @@ async def group_preferences(
 ) -> GroupPreferences:
     """Judges what `mode` compares with the collective rubric and builds the pairs."""
     resolved = resolve_mode(episodes, mode)
-    items = items_for_mode(episodes, resolved, contexts)
-    per_judge = await panel.judge_many(items)
-    scores = {s.provenance.get("episode_id", s.item_id): s.overall for s in mean_scores(per_judge)}
-    build = episode_pairs if resolved == "episode" else directive_pairs
-    pairs, stats = build(episodes, scores, margin, contexts)
-    judgments = [j for js in per_judge.values() for j in js]
-    if judgments:  # the pairs were made with the judges' rubric, whatever the episodes intended
-        for pair in pairs:
-            pair.rubric_version = judgments[0].rubric_version
-    return GroupPreferences(pairs, stats, judgments, panel.usage())
+    per_judge = await panel.judge_many(items_for_mode(episodes, resolved, contexts))
+    return pairs_from_judgments(episodes, per_judge, mode=resolved, margin=margin, contexts=contexts, usage=panel.usage())
