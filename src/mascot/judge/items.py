@@ -9,19 +9,13 @@ from __future__ import annotations
 
 from mascot.episodes import episode_context, episode_domain, episode_roster, persona_of
 from mascot.judge.prompt import JudgeItem, Line
+from mascot.prompt_text import context_text
 from mascot.schema import Context, Episode, Turn
 
 
 def render_context(context: Context | None) -> str:
-    if context is None:
-        return ""
-    if context.is_meeting:
-        transcript = "\n".join(f"{line.speaker}: {line.text}" for line in context.transcript)
-        return f"Meeting: {context.meeting}\nParticipant's question: {context.query or '(none given)'}\nTranscript excerpt:\n{transcript}"
-    parts = [f"The person's situation: {context.situation or '(not stated)'}"]
-    if context.emotion:
-        parts.append(f"The person feels: {context.emotion}")
-    return "\n".join(parts)
+    """The context as the judge reads it (`context.j2`, judged wording)."""
+    return context_text(context, judged=True) if context is not None else ""
 
 
 def user_label(domain: str) -> str:

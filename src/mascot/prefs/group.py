@@ -28,12 +28,12 @@ from typing import Literal
 
 from mascot.dialogue.director import NEUTRAL_ACTION, NEUTRAL_TONE, render_directive
 from mascot.episodes import episode_context, episode_domain, episode_roster
-from mascot.judge.items import collective_item, render_context, user_label
+from mascot.judge.items import collective_item, opening_lines, render_context, user_label
 from mascot.judge.panel import JudgePanel, mean_scores
 from mascot.judge.prompt import JudgeItem
 from mascot.llm.base import Message
 from mascot.prefs.pairs import PairStats, max_pairs, preference_index_pairs
-from mascot.prompt_text import neutralize
+from mascot.prompt_text import Trusted, render_prompt, transcript_text
 from mascot.schema import Context, Directive, Episode, Judgment, PreferencePair, Turn
 
 log = logging.getLogger(__name__)
@@ -42,29 +42,28 @@ GroupMode = Literal["episode", "directive"]
 GROUP_RM_INSTRUCTION = "Here is a conversation between a group of companions and a person. How good is the group's conversation?"
 
 
-def render_trajectory(turns: list[Turn], domain: str) -> str:
-    """A trajectory as text: one line per turn; agent turns carry the directive they followed."""
+def trajectory_lines(turns: list[Turn], domain: str) -> list[tuple[str, str]]:
+    """(speaker, text) of a trajectory; an agent's speaker carries the directive it followed."""
     who = user_label(domain)
     lines = []
     for t in turns:
-        if t.is_user:
-            lines.append(f"{who}: {t.response}")
-            continue
         d = t.directive
-        steer = f" [{d.action}; {d.tone}]" if d and (d.action or d.tone) else ""
-        lines.append(f"{t.agent_name}{steer}: {t.response}")
-    return "\n".join(lines)
+        steer = f" [{d.action}; {d.tone}]" if not t.is_user and d and (d.action or d.tone) else ""
+        lines.append((who if t.is_user else f"{t.agent_name}{steer}", t.response))
+    return lines
+
+
+def render_trajectory(turns: list[Turn], domain: str) -> str:
+    """A trajectory as text (`transcript.j2`): one line per turn."""
+    return transcript_text(trajectory_lines(turns, domain))
 
 
 def group_rm_prompt(context: Context | None, domain: str) -> list[Message]:
-    """The prompt of an episode-level pair: the context, then the question the reward model answers."""
-    body = render_context(context)
-    if context is not None and context.opening_turns:
-        who = user_label(domain)
-        opening = "\n".join(f"{who if l.speaker in ('user', 'usr', 'seeker') else l.speaker}: {l.text}" for l in context.opening_turns)
-        body = f"{body}\n\nOpening:\n{opening}" if body else opening
-    body = neutralize(body)  # dataset text, built here without a template
-    return [{"role": "user", "content": f"{body}\n\n{GROUP_RM_INSTRUCTION}" if body else GROUP_RM_INSTRUCTION}]
+    """The prompt of an episode-level pair (`group_rm_user.j2`): the context and opening lines as
+    the judge reads them, then the question the reward model answers."""
+    opening = transcript_text(opening_lines(context, domain))
+    content = render_prompt("group_rm_user.j2", context=render_context(context), opening=opening, instruction=Trusted(GROUP_RM_INSTRUCTION))
+    return [{"role": "user", "content": content}]
 
 
 def is_fallback_turn(turn: Turn) -> bool:
