@@ -24,9 +24,8 @@ from pathlib import Path
 def worker(url: str, episodes: int, rounds: int, concurrency: int) -> dict:
     from rich.console import Console
 
-    from mascot.dialogue.engine import EngineSettings
-    from mascot.dialogue.run import GroupGenerationConfig, generate_group
-    from mascot.llm.routing import EndpointOptions
+    from mascot.commands.generate import GenerateSettings
+    from mascot.dialogue.run import generate_group
     from mascot.schema import Context, DialogueLine
 
     import aiohttp  # noqa: F401 - imported before the clock starts: throughput, not start-up, is measured
@@ -37,11 +36,9 @@ def worker(url: str, episodes: int, rounds: int, concurrency: int) -> dict:
         for i in range(episodes)
     )
     with tempfile.TemporaryDirectory() as out:
-        cfg = GroupGenerationConfig(
-            dataset="ESConv",
-            engine=EngineSettings(num_turns=rounds, max_concurrent_episodes=concurrency, user_response_probability=0.5),
-            endpoints=EndpointOptions(model_name="stub-model", vllm_server_url=url, max_in_flight=max(64, concurrency)),
-            output_dir=Path(out),
+        cfg = GenerateSettings(
+            dataset="ESConv", num_turns=rounds, max_concurrent_episodes=concurrency, user_response_probability=0.5,
+            model_name="stub-model", vllm_server_url=[url], max_in_flight=max(64, concurrency), output_dir=Path(out),
         )
         started = time.perf_counter()
         _, store = asyncio.run(generate_group(cfg, contexts=contexts, console=Console(quiet=True)))

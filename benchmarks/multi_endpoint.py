@@ -31,16 +31,13 @@ def contexts(count: int):
 def episodes_per_s(urls: list[str], episodes: int, rounds: int, concurrency: int) -> tuple[float, dict]:
     from rich.console import Console
 
-    from mascot.dialogue.engine import EngineSettings
-    from mascot.dialogue.run import GroupGenerationConfig, generate_group
-    from mascot.llm.routing import EndpointOptions
+    from mascot.commands.generate import GenerateSettings
+    from mascot.dialogue.run import generate_group
 
     with tempfile.TemporaryDirectory() as out:
-        cfg = GroupGenerationConfig(
-            dataset="ESConv",
-            engine=EngineSettings(num_turns=rounds, max_concurrent_episodes=concurrency, user_response_probability=0.5),
-            endpoints=EndpointOptions(model_name="stub-model", vllm_server_url=urls, max_in_flight=concurrency),
-            output_dir=Path(out),
+        cfg = GenerateSettings(
+            dataset="ESConv", num_turns=rounds, max_concurrent_episodes=concurrency, user_response_probability=0.5,
+            model_name="stub-model", vllm_server_url=list(urls), max_in_flight=concurrency, output_dir=Path(out),
         )
         started = time.perf_counter()
         _, store = asyncio.run(generate_group(cfg, contexts=contexts(episodes), console=Console(quiet=True)))

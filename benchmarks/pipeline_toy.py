@@ -16,10 +16,12 @@ import tempfile
 from pathlib import Path
 
 
-def run_toy(folder: Path, extra: list[str]) -> None:
-    from mascot.cli.invoke import run_command
+def run_toy(folder: Path, steps: dict | None) -> None:
+    from mascot.pipeline.runner import run_pipeline
+    from mascot.pipeline.settings import resolve_pipeline_settings
 
-    run_command(["pipeline", "--preset", "toy", "--output-dir", str(folder), *extra])
+    flags = {"preset": "toy", "output_dir": str(folder), **({"steps": steps} if steps else {})}
+    run_pipeline(resolve_pipeline_settings(flags, {}))
 
 
 def print_shares(folder: Path) -> None:
@@ -38,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--read", type=Path, help="A finished pipeline folder to read instead of running one.")
     parser.add_argument("--output-dir", type=Path, help="Where to run the toy pipeline (default: a temporary folder).")
-    args, extra = parser.parse_known_args(argv)
+    parser.add_argument("--steps", type=json.loads, help='Extra settings per step, as `mascot pipeline --steps` (JSON).')
+    args = parser.parse_args(argv)
     if args.read:
         print_shares(args.read)
         return 0
@@ -47,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     folder = args.output_dir or Path(tempfile.mkdtemp(prefix="mascot-toy-pipeline-"))
     status = 0
     try:
-        run_toy(folder, extra)
+        run_toy(folder, args.steps)
     except MascotError as exc:  # a step that stopped the pipeline still has its time recorded
         print(f"error: {exc}", file=sys.stderr)
         status = 2

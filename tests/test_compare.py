@@ -11,7 +11,7 @@ import pytest
 from judge_helpers import agent_turn, episode, user_turn, write_episodes
 from mascot.errors import MascotError
 from mascot.judge.compare import parse_verdict, VerdictParseError
-from mascot.judge.compare_run import run_compare
+from mascot.judge.compare import run_compare
 from mascot.judge.compare_settings import CompareSettings
 from mascot.testing.scripted import ScriptedClient
 from mascot.rubrics import rubric_for

@@ -14,7 +14,8 @@ from mascot.cli import app
 from mascot.errors import MascotError
 from mascot.judge.agreement import agreement, average_ranks, spearman
 from mascot.judge.cache import JudgmentCache
-from mascot.judge.episodes import agent_items, collective_item, load_episode_file
+from mascot.episodes import load_episode_file
+from mascot.judge.items import agent_items, collective_item
 from mascot.judge.panel import JudgePanel, load_judges_file, mean_scores
 from mascot.judge.parse import JudgeParseError, parse_judgment
 from mascot.judge.prompt import JudgeItem, judge_messages, nonce_for

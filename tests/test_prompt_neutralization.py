@@ -17,7 +17,8 @@ import pytest
 
 from mascot.data import load_contexts
 from mascot.dialogue.prompts import director_correction, director_messages, speaker_messages, user_messages
-from mascot.judge.episodes import agent_items, collective_item, episode_domain
+from mascot.episodes import episode_domain
+from mascot.judge.items import agent_items, collective_item
 from mascot.judge.prompt import judge_messages
 from mascot.prefs.group import director_prompt, group_rm_prompt
 from mascot.prefs.individual import IndividualRun

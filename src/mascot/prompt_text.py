@@ -65,3 +65,18 @@ def prompt_environment() -> jinja2.Environment:
     )
     env.filters["neutralize"] = neutralize
     return env
+
+
+def render_prompt(template: str, **values: object) -> str:
+    """A prompt template rendered with `values` (every printed value neutralised), stripped."""
+    return prompt_environment().get_template(template).render(**values).strip()
+
+
+def transcript_text(lines: list[tuple[str, str]], empty: str = "") -> str:
+    """Lines of a conversation as every prompt shows them (`transcript.j2`): "speaker: text"."""
+    return prompt_environment().get_template("transcript.j2").render(lines=lines, empty=empty)
+
+
+def context_text(context: object, *, judged: bool = False) -> str:
+    """A dataset context as the prompts show it (`context.j2`); `judged`: the judge's wording."""
+    return prompt_environment().get_template("context.j2").render(context=context, judged=judged)

@@ -272,16 +272,6 @@ class JudgePanelSettings(JudgingSettings, ClientSettings):
     def __post_init__(self) -> None:
         check_judge_panel(self)
 
-    def judge_specs(self) -> list:
-        """One JudgeSpec per judge (from --judges-file, or --judge ids on --judge-server-url)."""
-        from mascot.judge.panel import JudgeSpec, load_judges_file
-
-        if self.judges_file:
-            return load_judges_file(self.judges_file)
-        provider = "openai-compatible" if self.provider == "vllm" else self.provider
-        url = joined_urls(self.judge_server_url)
-        return [JudgeSpec(model=m, url=url, provider=provider) for m in self.judges or [vocab.DEFAULT_LOCAL_MODEL]]  # type: ignore[arg-type]
-
 
 def check_judge_panel(s: Any) -> None:
     check_client(s)

@@ -8,7 +8,7 @@ from mascot.judge.compare_settings import CompareSettings
 
 
 def run_compare_command(settings: CompareSettings) -> None:
-    from mascot.judge.compare_run import run_compare
+    from mascot.judge.compare import run_compare
     from mascot.progress import plural
 
     result = run_compare(settings)
@@ -23,8 +23,7 @@ def dry_run_compare(command: str, settings: CompareSettings) -> None:
     from pathlib import Path
 
     from mascot.commands.dryrun import check_judges, print_settings
-    from mascot.judge.compare import load_matchups, orders_for
-    from mascot.judge.compare_run import default_output_dir, judge_specs
+    from mascot.judge.compare import compare_judge_specs, default_output_dir, load_matchups, orders_for
 
     names, matchups, unmatched = load_matchups([Path(p) for p in settings.systems], settings.label_list, settings.limit)
     resolved = {
@@ -32,7 +31,7 @@ def dry_run_compare(command: str, settings: CompareSettings) -> None:
         "num_shared_contexts": len(matchups),
         "unmatched_episodes": unmatched,
         "orders_per_context": len(orders_for(len(names), settings.orders)),
-        "judges": check_judges(judge_specs(settings), settings.rubric_version),
+        "judges": check_judges(compare_judge_specs(settings), settings.rubric_version),
         "output_dir": settings.output_dir or str(default_output_dir(names)),
     }
     print_settings("eval compare", {"resolved": resolved, "settings": asdict(settings)})

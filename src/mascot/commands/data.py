@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import typer
 
+from mascot.data.registry import DATASET_CHOICES
 from mascot.settings import setting
 from mascot.settings_groups import DataSettings
 
@@ -17,7 +18,7 @@ TRANSCRIPT_PREVIEW_TURNS = 6
 class PreviewSettings(DataSettings):
     """Print the first contexts of a split (or --jsonl records for other tools)."""
 
-    dataset: str = setting(None, "ESConv, EmpatheticDialogues (ED) or QMSum.", required=True)
+    dataset: str = setting(None, f"{DATASET_CHOICES}.", required=True)
     limit: int = setting(3, "Use at most this many contexts.")
     seed: int = setting(0, "Seed of --shuffle.")
     shuffle: bool = setting(False, "Pick contexts at random (with --seed).")

@@ -1,12 +1,11 @@
 """`mascot judge`: rubric LLM-as-a-judge over an episode file (per agent turn and per episode).
 
 `JudgedFileSettings` (the judge panel plus where the episodes' contexts come from) is shared with
-`mascot prefs group`, and so are `open_panel` and the dry run.
+`mascot prefs group`, and so is the dry run; both open their judges with `mascot.judge.opener`.
 """
 
 from __future__ import annotations
 
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -68,40 +67,14 @@ def load_context_index(s: JudgedFileSettings) -> dict | None:
 def dry_run_judging(command: str, input_file: Path, s: JudgedFileSettings, settings: dict) -> None:
     """--dry-run of `mascot judge` and `mascot prefs group`: input, contexts, rubric, judges."""
     from mascot.commands.dryrun import check_judges, check_path, print_settings
+    from mascot.judge.opener import panel_specs
 
     check_path(input_file, "--input-file", kind="file")
-    resolved = {"input_file": input_file, "judges": check_judges(s.judge_specs(), s.rubric_version), "rubric_version": s.rubric_version}
+    resolved = {"input_file": input_file, "judges": check_judges(panel_specs(s), s.rubric_version), "rubric_version": s.rubric_version}
     if s.data_file is not None:
         check_path(s.data_file, "--data-file")
         resolved["num_contexts"] = len(load_context_index(s) or {})
     print_settings(command, {"resolved": resolved, "settings": settings})
-
-
-def _local_judges_notice(backends, console) -> None:
-    if backends.local_roles:
-        console.print(f"[yellow]judges {', '.join(backends.local_roles)} run in-process on the local backend (no --judge-server-url).[/yellow]")
-
-
-@asynccontextmanager
-async def open_panel(s: JudgePanelSettings, console=None):
-    """A judge panel whose servers answered preflight (`mascot.runs.opened_backends`); its clients
-    and cache are closed on the way out."""
-    from mascot.judge.cache import JudgmentCache
-    from mascot.judge.panel import JudgePanel, build_judge_backends
-    from mascot.rubrics import load_rubric_set
-    from mascot.runs import opened_backends
-
-    load_rubric_set(s.rubric_version)  # fail early on an unknown version
-    backends = build_judge_backends(s.judge_specs(), s, s.roles.get("judge"))
-    cache = None if s.no_cache else JudgmentCache(s.cache_dir)
-    try:
-        async with opened_backends(backends, console, notice=_local_judges_notice):
-            yield JudgePanel.from_backends(
-                backends, rubric_version=s.rubric_version, cache=cache, strict=s.strict, max_tokens=s.judge_max_tokens, judge_scoring=s.judge_scoring
-            )
-    finally:
-        if cache:
-            cache.close()
 
 
 def judging_progress(panel, num_items: int):
@@ -117,9 +90,10 @@ def run_judge(s: JudgeSettings) -> None:
 
     from rich.console import Console
 
-    from mascot.judge.episodes import load_episode_file
-    from mascot.progress import plural
+    from mascot.episodes import load_episode_file
+    from mascot.judge.opener import open_panel
     from mascot.judge.run import items_for, judge_episode_file, output_paths
+    from mascot.progress import plural
 
     output_paths(s.input_file, s.output_dir)  # an unwritable output folder is refused before any model call
     loaded = load_episode_file(s.input_file, dataset=s.dataset)  # a bad input file is refused before any server is asked

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -20,10 +21,11 @@ MODES = ("auto", "episode", "directive")
 class PrefsGroupSettings(JudgedFileSettings):
     """Stage-2 pairs: group reward model (episode) or Director DPO (directive) data.
 
-    Judges episodes (or branch continuations) with the collective rubric and writes group_pairs.jsonl / directive_pairs.jsonl, their stats and the judgments.
+    Reads the collective judgments `mascot judge` wrote (--judgments, or judgments_<stem>.jsonl next to the episodes); without them judges the episodes (or branch continuations) with the collective rubric. Writes group_pairs.jsonl / directive_pairs.jsonl, their stats and the judgments used.
     """
 
     episodes: Path = setting(None, "Episode JSONL from `mascot generate --mode group`.", flags=("--input-file",), required=True)
+    judgments: Optional[Path] = setting(None, "Judgments from `mascot judge` (its judgments_<stem>.jsonl); default: that file next to the episodes when it judges every item with these judges and --rubric-version, else the episodes are judged here.")
     mode: str = setting("auto", "episode (independent episodes -> group reward model) | directive (branching -> Director DPO) | auto.")
     score_margin: float = setting(0.5, "Minimum collective Overall gap (1-5 scale) for a pair.")
 
@@ -39,7 +41,7 @@ class PrefsGroupSettings(JudgedFileSettings):
 
 def _prepare(s: PrefsGroupSettings):
     """The episodes and the resolved mode, checked before any model call."""
-    from mascot.judge.episodes import load_episode_file
+    from mascot.episodes import load_episode_file
     from mascot.prefs.group import resolve_mode
     from mascot.store import ensure_writable_dir
 
@@ -49,20 +51,58 @@ def _prepare(s: PrefsGroupSettings):
     return loaded, resolved
 
 
-def run_prefs_group(s: PrefsGroupSettings) -> None:
+@dataclass
+class JudgmentsSource:
+    """Where the collective judgments come from: a file (`per_judge` read from it) or the panel
+    (`per_judge` None); `note` is the one line that says which."""
+
+    note: str
+    path: Path | None = None
+    per_judge: dict | None = None
+
+
+def judgments_source(s: PrefsGroupSettings, items: list) -> JudgmentsSource:
+    """--judgments as given (every item must be judged there); else `mascot judge`'s file next to the
+    episodes when it judges every item with these judges and --rubric-version; else the panel judges."""
+    from mascot.judge.run import output_paths
+    from mascot.prefs.group import read_judgments
+    from mascot.progress import plural
+
+    path = s.judgments or output_paths(s.episodes, None)[1]
+    if s.judgments is None and not path.is_file():
+        return JudgmentsSource(f"no judgments given (--judgments) or found at {path}: judging {plural(len(items), 'item')} here")
+    per_judge, missing = read_judgments(path, items)
+    rubrics = sorted({j.rubric_version for js in per_judge.values() for j in js})
+    problem = f"it has no judgment for {len(missing)} of {len(items)} items (e.g. {missing[0]})" if missing else None
+    if problem is None and s.judgments is None:
+        problem = _not_this_panel(s, sorted(per_judge), rubrics)
+    if problem and s.judgments is not None:
+        raise MascotError(f"--judgments {path}: {problem}: judge them with `mascot judge --scope collective`, or leave --judgments out")
+    if problem:
+        return JudgmentsSource(f"judgments at {path} not used ({problem}): judging {plural(len(items), 'item')} here")
+    num = sum(len(js) for js in per_judge.values())
+    note = f"read {plural(num, 'judgment')} of {plural(len(items), 'item')} by {', '.join(per_judge)} from {path} (rubric {', '.join(rubrics)}); nothing judged here"
+    return JudgmentsSource(note, path, per_judge)
+
+
+def _not_this_panel(s: PrefsGroupSettings, judges: list[str], rubrics: list[str]) -> str | None:
+    """Why found judgments are not what this command's judges would give, if they are not."""
+    if rubrics != [s.rubric_version]:
+        return f"its rubric is {', '.join(rubrics)}, not --rubric-version {s.rubric_version}"
+    from mascot.judge.opener import panel_specs
+
+    wanted = sorted(spec.label for spec in panel_specs(s))
+    if judges != wanted:
+        return f"judged by {', '.join(judges)}, not {', '.join(wanted)}"
+    return None
+
+
+def _judged_here(s: PrefsGroupSettings, loaded, resolved: str, contexts, num_items: int):
     import asyncio
 
-    from rich.console import Console
-
-    from mascot.commands.judge import fail_if_nothing_judged, judging_progress, load_context_index, open_panel
-    from mascot.prefs.group import group_preferences, items_for_mode
-    from mascot.store import write_json_atomic, write_jsonl
-
-    loaded, resolved = _prepare(s)
-    contexts = load_context_index(s)
-    num_items = len(items_for_mode(loaded.episodes, resolved, contexts))
-    if num_items == 0:  # before any model loads or server is asked
-        raise MascotError(f"{s.episodes}: nothing to judge in {resolved} mode (no {'episode' if resolved == 'episode' else 'branch'} to compare)")
+    from mascot.commands.judge import judging_progress
+    from mascot.judge.opener import open_panel
+    from mascot.prefs.group import group_preferences
 
     async def run():
         async with open_panel(s) as panel:
@@ -70,13 +110,43 @@ def run_prefs_group(s: PrefsGroupSettings) -> None:
                 result = await group_preferences(loaded.episodes, panel, mode=resolved, margin=s.score_margin, contexts=contexts)
             return result, panel.judges[0].counters
 
-    result, counters = asyncio.run(run())
+    return asyncio.run(run())
+
+
+def _read_here(s: PrefsGroupSettings, loaded, resolved: str, contexts, source: JudgmentsSource):
+    from mascot.prefs.group import pairs_from_judgments
+    from mascot.schema import Counters
+
+    result = pairs_from_judgments(loaded.episodes, source.per_judge or {}, mode=resolved, margin=s.score_margin, contexts=contexts)  # type: ignore[arg-type]
+    return result, Counters(num_annotation_failures=sum(1 for j in result.judgments if j.failed))
+
+
+def run_prefs_group(s: PrefsGroupSettings) -> None:
+    from rich.console import Console
+
+    from mascot.commands.judge import fail_if_nothing_judged, load_context_index
+    from mascot.prefs.group import items_for_mode
+    from mascot.store import write_json_atomic, write_jsonl
+
+    loaded, resolved = _prepare(s)
+    contexts = load_context_index(s)
+    items = items_for_mode(loaded.episodes, resolved, contexts)
+    if not items:  # before any model loads or server is asked
+        raise MascotError(f"{s.episodes}: nothing to judge in {resolved} mode (no {'episode' if resolved == 'episode' else 'branch'} to compare)")
+    console = Console(stderr=True)
+    source = judgments_source(s, items)
+    console.print(source.note, soft_wrap=True, markup=False)
+    if source.per_judge is None:
+        result, counters = _judged_here(s, loaded, resolved, contexts, len(items))
+    else:
+        result, counters = _read_here(s, loaded, resolved, contexts, source)
     name, folder = OUTPUT_NAMES[resolved], s.folder
     write_jsonl(folder / f"{name}.jsonl", result.pairs)
     write_jsonl(folder / f"{name}_judgments.jsonl", result.judgments)
-    stats = {"mode": resolved, "input_file": str(s.episodes), **result.stats.to_dict(), "counters": counters.model_dump(), "usage": result.usage}
+    judgments = {"source": "file" if source.path else "judged", "file": str(source.path) if source.path else None, "note": source.note}
+    stats = {"mode": resolved, "input_file": str(s.episodes), "judgments": judgments, **result.stats.to_dict(), "counters": counters.model_dump(), "usage": result.usage}
     write_json_atomic(folder / f"{name}_stats.json", stats)
-    _closing_line(Console(stderr=True), result, resolved, s.score_margin, counters, folder / f"{name}.jsonl")
+    _closing_line(console, result, resolved, s.score_margin, counters, folder / f"{name}.jsonl")
     fail_if_nothing_judged(len(result.judgments), sum(1 for j in result.judgments if j.failed), folder / f"{name}_stats.json")
     if not result.pairs:  # nothing to train on: the next step would stop; say what to change here
         from mascot.store import mark_failed
@@ -117,8 +187,11 @@ def dry_run_prefs_group(_command: str, s: PrefsGroupSettings) -> None:
 
     if not Path(s.episodes).is_file():
         raise DryRunError(f"--episodes {s.episodes} does not exist")
+    from mascot.prefs.group import items_for_mode
+
     loaded, resolved = _prepare(s)
-    settings = {"mode": resolved, "num_episodes": len(loaded.episodes), "score_margin": s.score_margin, "output_dir": s.folder}
+    source = judgments_source(s, items_for_mode(loaded.episodes, resolved, None))
+    settings = {"mode": resolved, "num_episodes": len(loaded.episodes), "score_margin": s.score_margin, "output_dir": s.folder, "judgments": source.note}
     dry_run_judging("prefs group", s.episodes, s, settings)
 
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from mascot.data.names import DatasetError
+from mascot.data.registry import DatasetError
 from mascot.data.sources import load_hub_split, no_contexts_error, require_file
 from mascot.schema import Context, DialogueLine
 
@@ -22,7 +22,6 @@ HUB_ID = "facebook/empathetic_dialogues"
 # The hub repository holds a loading script that recent `datasets` no longer runs; its parquet
 # conversion branch has the same columns.
 HUB_REVISION = "refs/convert/parquet"
-SPLIT_NAMES = {"train": "train", "valid": "valid", "test": "test"}
 HUB_SPLITS = {"train": "train", "valid": "validation", "test": "test"}
 COLUMNS = ["conv_id", "utterance_idx", "context", "prompt", "speaker_idx", "utterance", "selfeval", "tags"]
 
@@ -115,3 +114,17 @@ def iter_hub(split: str, **_: Any) -> Iterator[Context]:
     if not contexts:
         raise no_contexts_error(NAME, HUB_ID, split)
     yield from contexts
+
+
+def supporter_dialogues(path: Path) -> list[tuple[Context, list[DialogueLine]]]:
+    """Each whole conversation of a file, for SFT on the listener's turns: the speaker (the person)
+    opens and the listener answers, alternately."""
+    conversations: dict[str, list[dict]] = {}
+    for _, row in _csv_rows(path):
+        conversations.setdefault(row["conv_id"], []).append(row)
+    out = []
+    for conv_id, rows in conversations.items():
+        rows.sort(key=lambda r: int(r["utterance_idx"]))
+        lines = [DialogueLine(speaker="user" if i % 2 == 0 else "supporter", text=decode_text(r["utterance"])) for i, r in enumerate(rows)]
+        out.append((Context(context_id=conv_id, dataset=NAME, situation=decode_text(rows[0]["prompt"]), emotion=rows[0]["context"].strip()), lines))
+    return out

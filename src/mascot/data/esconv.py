@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from mascot.data.names import DatasetError
+from mascot.data.registry import DatasetError
 from mascot.data.sources import (
     iter_json_lines,
     load_hub_split,
@@ -23,7 +23,6 @@ from mascot.schema import Context, DialogueLine
 
 NAME = "ESConv"
 HUB_ID = "thu-coai/esconv"
-SPLIT_NAMES = {"train": "train", "valid": "valid", "test": "test"}
 HUB_SPLITS = {"train": "train", "valid": "validation", "test": "test"}
 
 # The re-formatted split says usr/sys; the original ESConv.json says seeker/supporter.
@@ -108,3 +107,15 @@ def iter_hub(split: str, **_: Any) -> Iterator[Context]:
         yield context_from_record(_hub_record(dict(row), where), split=split, number=number, where=where)
     if not count:
         raise no_contexts_error(NAME, HUB_ID, split)
+
+
+def supporter_dialogues(path: Path) -> list[tuple[Context, list[DialogueLine]]]:
+    """Each whole dialogue of a file, speakers as user / supporter (other speakers: other), for SFT
+    on the dataset's own supporter turns."""
+    out = []
+    for number, record in iter_json_lines(path):
+        lines = [DialogueLine(speaker=_SPEAKERS.get(str(t.get("speaker", "")).lower(), "other"), text=str(t.get("content", t.get("text", ""))).strip())
+                 for t in record.get("dialog") or [] if isinstance(t, dict)]
+        ctx = Context(context_id=f"esconv-{number}", dataset=NAME, situation=str(record.get("situation", "")), emotion=record.get("emotion_type"))
+        out.append((ctx, lines))
+    return out

@@ -12,26 +12,19 @@ import re
 from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
-from types import ModuleType
 
-from mascot.data.names import DatasetError, canonical_dataset_name
-from mascot.data import empathetic, esconv, qmsum  # submodules: no package import cycle
-from mascot.data.sources import SPLIT_ALIASES, canonical_split, resolve_split_file
+from mascot.data import qmsum  # a submodule: no package import cycle
+from mascot.data.registry import DatasetError, dataset as registered
+from mascot.data.sources import SPLIT_ALIASES, resolve_split_file
 from mascot.data.subsets import filter_contexts, loader_hooks, parse_split
 from mascot.schema import Context
-
-_MODULES: dict[str, ModuleType] = {
-    "ESConv": esconv,
-    "EmpatheticDialogues": empathetic,
-    "QMSum": qmsum,
-}
 
 
 def split_name(dataset: str, split: str) -> str:
     """The split as the dataset names it in files and ids (ESConv `valid`, QMSum `val`); an
     evaluation subset (`negative`, `product`) names its base split."""
-    dataset = canonical_dataset_name(dataset)
-    return _MODULES[dataset].SPLIT_NAMES[parse_split(dataset, split)[0]]
+    entry = registered(dataset)
+    return entry.split_name(parse_split(entry.name, split)[0])
 
 
 def iter_contexts(
@@ -43,20 +36,20 @@ def iter_contexts(
 ) -> Iterator[Context]:
     """Contexts in file order, read as they are needed (a QMSum meeting at a time). `split` may be
     an evaluation subset (`mascot.data.subsets`): its base split, filtered."""
-    dataset = canonical_dataset_name(dataset)
-    module = _MODULES[dataset]
-    base, subset = parse_split(dataset, split)
-    name = module.SPLIT_NAMES[base]
+    entry = registered(dataset)
+    reader = entry.loader()
+    base, subset = parse_split(entry.name, split)
+    name = entry.split_name(base)
     if token_budget < 1:
         raise DatasetError(f"token budget must be positive (got {token_budget})")
-    hooks = loader_hooks(dataset, subset)
+    hooks = loader_hooks(entry, subset)
     if data_file is None:
-        return filter_contexts(module.iter_hub(name, token_budget=token_budget, **hooks), dataset, split, subset)
+        return filter_contexts(reader.iter_hub(name, token_budget=token_budget, **hooks), entry, split, subset)
     given = Path(data_file).expanduser()
-    path = resolve_split_file(given, module.file_candidates(name))
+    path = resolve_split_file(given, reader.file_candidates(name))
     if not given.is_dir():
         check_split_matches_file(path, base)
-    return filter_contexts(module.iter_file(path, name, token_budget=token_budget, **hooks), dataset, split, subset)
+    return filter_contexts(reader.iter_file(path, name, token_budget=token_budget, **hooks), entry, split, subset)
 
 
 def split_named_by(path: Path) -> str | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mascot.data import qmsum
-from mascot.data.names import DatasetError
+from mascot.data.registry import DatasetError
 from mascot.files import iter_json_objects
 from mascot.schema import DialogueLine
 

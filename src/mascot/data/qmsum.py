@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from mascot.data.names import DatasetError
+from mascot.data.registry import DatasetError
 from mascot.data.sources import (
     estimate_tokens,
     iter_json_lines,
@@ -33,10 +33,8 @@ NAME = "QMSum"
 # No re-upload on the hub keeps the original layout, so the default source is the QMSum
 # repository's own JSONL files, read with the `json` builder of `datasets`.
 SOURCE_URL = "https://raw.githubusercontent.com/Yale-LILY/QMSum/main/data/ALL/jsonl/{split}.jsonl"
-SPLIT_NAMES = {"train": "train", "valid": "val", "test": "test"}
-HUB_SPLITS = SPLIT_NAMES
 DEFAULT_TOKEN_BUDGET = TRANSCRIPT_WINDOW
-MeetingFilter = Callable[[dict[str, Any]], bool]
+RecordFilter = Callable[[dict[str, Any]], bool]
 
 _MARKER = re.compile(r"\{(?:disfmarker|vocalsound|nonvocalsound|pause|gap|comment)\}", re.IGNORECASE)
 _SPACE_BEFORE = re.compile(r"\s+(?=[.,!?;:%)\]]|n't\b|'(?:s|re|ve|ll|d|m|t)\b)", re.IGNORECASE)
@@ -148,11 +146,11 @@ def meeting_contexts(
         )
 
 
-def iter_file(path: Path, split: str, *, token_budget: int = DEFAULT_TOKEN_BUDGET, keep_meeting: MeetingFilter | None = None, **_: Any) -> Iterator[Context]:
-    """`keep_meeting`: a filter on whole meeting records (the evaluation splits by domain)."""
+def iter_file(path: Path, split: str, *, token_budget: int = DEFAULT_TOKEN_BUDGET, keep_record: RecordFilter | None = None, **_: Any) -> Iterator[Context]:
+    """`keep_record`: a filter on whole meeting records (the evaluation splits by domain)."""
     count = skipped = 0
     for number, record in iter_json_lines(path):
-        if keep_meeting is not None and not keep_meeting(record):
+        if keep_record is not None and not keep_record(record):
             skipped += 1
             continue
         for context in meeting_contexts(record, split=split, number=number, where=f"{path}:{number}", token_budget=token_budget):
@@ -162,12 +160,12 @@ def iter_file(path: Path, split: str, *, token_budget: int = DEFAULT_TOKEN_BUDGE
         raise no_contexts_error(NAME, str(path), split)
 
 
-def iter_hub(split: str, *, token_budget: int = DEFAULT_TOKEN_BUDGET, keep_meeting: MeetingFilter | None = None, **_: Any) -> Iterator[Context]:
+def iter_hub(split: str, *, token_budget: int = DEFAULT_TOKEN_BUDGET, keep_record: RecordFilter | None = None, **_: Any) -> Iterator[Context]:
     url = SOURCE_URL.format(split=split)
     rows = load_hub_split(NAME, "json", "train", source=url, shown_split=split, data_files=url)  # one file per split: datasets calls it "train"
     count = skipped = 0
     for number, row in enumerate(rows, start=1):
-        if keep_meeting is not None and not keep_meeting(dict(row)):
+        if keep_record is not None and not keep_record(dict(row)):
             skipped += 1
             continue
         where = f"{url} line {number}"

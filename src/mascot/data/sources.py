@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from mascot.data.names import DatasetError
+from mascot.data.registry import DatasetError
 from mascot.store import iter_json_objects
 
 # Splits users may type, mapped to one canonical name per split; each dataset then maps the

@@ -19,16 +19,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from mascot.data.names import DatasetError
+from mascot.data.registry import DATASETS, Dataset, DatasetError, dataset
 from mascot.data.sources import SPLIT_ALIASES, canonical_split
 from mascot.schema import Context
 
-SUBSETS = {
-    "EmpatheticDialogues": ("positive", "neutral", "negative"),
-    "QMSum": ("product", "academic", "committee"),
-    "ESConv": ("ood",),
-}
-OUT_OF_DOMAIN = {"ESConv"}
+# Read by `mascot eval` (its report's out_of_domain flag); the registry entry is where it is set.
+OUT_OF_DOMAIN = {d.name for d in DATASETS if d.out_of_domain}
 VALENCE_FILE = Path(__file__).with_name("ed_valence.yaml")
 ED_EMOTIONS = 32
 
@@ -39,21 +35,21 @@ PRODUCT_ROLES = {"project manager", "marketing", "industrial designer", "user in
 ACADEMIC_LABEL = re.compile(r"^(grad|phd|postdoc|professor|undergrad)\s+[a-z]$", re.IGNORECASE)
 
 
-def parse_split(dataset: str, split: str) -> tuple[str, str | None]:
+def parse_split(name: str, split: str) -> tuple[str, str | None]:
     """(canonical base split, subset or None) for a `--split` value of a canonical dataset name."""
     key = split.strip().lower()
     if key in SPLIT_ALIASES:
         return SPLIT_ALIASES[key], None
     base, _, subset = key.rpartition(":")
-    subsets = SUBSETS.get(dataset, ())
+    subsets = subset_names(name)
     if subset not in subsets:
         names = ", ".join(["train", "valid (validation, val)", "test", *subsets])
-        raise DatasetError(f"unknown split {split!r} for {dataset}: choose one of {names}")
+        raise DatasetError(f"unknown split {split!r} for {name}: choose one of {names}")
     return canonical_split(base or "test"), subset
 
 
-def subset_names(dataset: str) -> tuple[str, ...]:
-    return SUBSETS.get(dataset, ())
+def subset_names(name: str) -> tuple[str, ...]:
+    return dataset(name).subsets
 
 
 @lru_cache(maxsize=1)
@@ -63,7 +59,7 @@ def ed_valence() -> dict[str, str]:
 
     data = yaml.safe_load(VALENCE_FILE.read_text(encoding="utf-8"))
     mapping: dict[str, str] = {}
-    for valence in SUBSETS["EmpatheticDialogues"]:
+    for valence in dataset("EmpatheticDialogues").subsets:
         for label in data.get(valence) or []:
             if label in mapping:
                 raise DatasetError(f"{VALENCE_FILE}: {label!r} is listed under {mapping[label]} and {valence}")
@@ -97,21 +93,28 @@ def record_domain(record: dict[str, Any]) -> str:
     return meeting_domain(str(t.get("speaker") or "") for t in turns if isinstance(t, dict))
 
 
-def loader_hooks(dataset: str, subset: str | None) -> dict[str, Callable[[dict[str, Any]], bool]]:
-    """Keyword arguments for the dataset module's readers: QMSum keeps only meetings of the domain
-    (decided on the whole meeting's speakers, which a context's transcript window may not show)."""
-    if dataset == "QMSum" and subset is not None:
-        return {"keep_meeting": lambda record: record_domain(record) == subset}
-    return {}
+def context_valence(context: Context) -> str:
+    return emotion_valence(context.emotion)
 
 
-def filter_contexts(contexts: Iterable[Context], dataset: str, split: str, subset: str | None) -> Iterator[Context]:
+def loader_hooks(entry: Dataset, subset: str | None) -> dict[str, Callable[[dict[str, Any]], bool]]:
+    """Keyword arguments for the dataset's reader: a dataset whose subset is decided on whole
+    records (QMSum: the meeting's speakers, which a context's transcript window may not show) keeps
+    only the records of the subset."""
+    of_record = entry.subset_of_record() if subset is not None else None
+    if of_record is None:
+        return {}
+    return {"keep_record": lambda record: of_record(record) == subset}
+
+
+def filter_contexts(contexts: Iterable[Context], entry: Dataset, split: str, subset: str | None) -> Iterator[Context]:
     """The contexts of the subset; an empty subset is one clear error."""
+    of_context = entry.subset_of_context() if subset is not None else None
     count = 0
     for context in contexts:
-        if dataset == "EmpatheticDialogues" and subset is not None and emotion_valence(context.emotion) != subset:
+        if of_context is not None and of_context(context) != subset:
             continue
         count += 1
         yield context
     if subset is not None and count == 0:
-        raise DatasetError(f"no {dataset} contexts in split {split!r}")
+        raise DatasetError(f"no {entry.name} contexts in split {split!r}")

@@ -28,7 +28,6 @@ __all__ = ["CHAT_SYSTEM", "DEFAULT_SESSION_DIR", "ChatSettings", "ChatSession", 
 
 CHAT_MODE = "chat"
 CHAT_ROLES = ("director", "speaker")
-_DOMAINS = ("emotional_support", "meetings")
 
 # The terminal's and the web app's names for what a session tells about each round.
 ChatView = RoundListener
@@ -45,7 +44,7 @@ class ChatSessionError(MascotError):
 def choose_roster(roster: str | None, dataset: str | None) -> tuple[Roster, str]:
     """The roster (`--roster`, else the dataset's, else emotional support) and the dataset label
     written to metadata: the dataset when given, else the roster's domain (which the judge reads)."""
-    from mascot.data import canonical_dataset_name
+    from mascot.data.registry import canonical_dataset_name
 
     dataset = canonical_dataset_name(dataset) if dataset else None
     chosen = load_roster(roster) if roster else roster_for_dataset(dataset) if dataset else load_roster("emotional_support")
@@ -55,7 +54,9 @@ def choose_roster(roster: str | None, dataset: str | None) -> tuple[Roster, str]
 def dataset_label(roster: Roster, dataset: str | None = None) -> str:
     if dataset:
         return dataset
-    if roster.domain in _DOMAINS:
+    from mascot.rubrics import DOMAINS
+
+    if roster.domain in DOMAINS:
         return roster.domain
     return roster.datasets[0] if roster.datasets else "emotional_support"
 

@@ -9,7 +9,7 @@ cannot close a block or forge a directive.
 from __future__ import annotations
 
 from mascot.llm.base import Message
-from mascot.prompt_text import PROMPT_DIR, Trusted, neutralize, prompt_environment
+from mascot.prompt_text import PROMPT_DIR, Trusted, neutralize, prompt_environment, transcript_text
 from mascot.schema import BigFiveProfile, Context, Directive, Persona, Roster, Turn
 
 PROMPT_VERSION = "v1"
@@ -26,15 +26,12 @@ def user_label(context: Context) -> str:
 
 
 def render_transcript(context: Context, history: list[Turn]) -> str:
-    """Opening lines from the dataset, then the episode's turns, one line each, all neutralised."""
-    lines = []
-    for line in context.opening_turns:
-        who = user_label(context) if line.speaker in ("user", "usr", "seeker") else line.speaker
-        lines.append(f"{who}: {neutralize(line.text)}")
-    for turn in history:
-        who = user_label(context) if turn.is_user else turn.agent_name
-        lines.append(f"{who}: {neutralize(turn.response)}")
-    return "\n".join(lines) if lines else "(nothing has been said yet)"
+    """Opening lines from the dataset, then the episode's turns, one line each (`transcript.j2`:
+    speakers and texts neutralised)."""
+    who = user_label(context)
+    lines = [(who if line.speaker in ("user", "usr", "seeker") else line.speaker, line.text) for line in context.opening_turns]
+    lines += [(who if turn.is_user else turn.agent_name, turn.response) for turn in history]
+    return transcript_text(lines, empty="(nothing has been said yet)")
 
 
 def director_messages(roster: Roster, context: Context, history: list[Turn]) -> list[Message]:

@@ -22,7 +22,10 @@ from pathlib import Path
 
 from mascot.errors import MascotError
 from mascot.judge.cache import JudgmentCache, cache_key
-from mascot.judge.episodes import episode_context, episode_domain, load_episode_file, opening_lines, render_context, turn_lines
+from mascot.judge.compare_report import TIE, summarize, write_outputs
+from mascot.judge.compare_settings import DEFAULT_COMPARE_ROOT, CompareSettings
+from mascot.episodes import episode_context, episode_domain, episode_file_path, load_episode_file
+from mascot.judge.items import opening_lines, render_context, turn_lines
 from mascot.judge.parse import _load_object, json_object_spans, normalize_key
 from mascot.judge.prompt import defuse, render_lines
 from mascot.llm.base import ChatClient, ChatRequest, LLMError, Message, strip_think
@@ -33,7 +36,6 @@ from mascot.schema import Episode
 log = logging.getLogger(__name__)
 
 COMPARE_PROMPT_VERSION = "compare_v1"
-TIE = "tie"
 OVERALL = "overall"
 ORDER_MODES = ("all", "rotations")
 
@@ -50,16 +52,6 @@ class Matchup:
     episodes: dict[str, Episode]  # system label -> episode
 
 
-def episodes_path(path: Path) -> Path:
-    """An episode file, or a run folder's episodes.jsonl."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "episodes.jsonl"
-    if not path.is_file():
-        raise MascotError(f"no episode file at {path} (give an episodes JSONL or a run folder holding episodes.jsonl)")
-    return path
-
-
 def system_label(path: Path, episodes: list[Episode]) -> str:
     systems = {e.metadata.system for e in episodes if e.metadata.system}
     return systems.pop() if len(systems) == 1 else Path(path).stem
@@ -68,7 +60,7 @@ def system_label(path: Path, episodes: list[Episode]) -> str:
 def load_matchups(paths: list[Path], labels: list[str] | None = None, limit: int | None = None) -> tuple[list[str], list[Matchup], dict]:
     """System labels, the contexts all systems share (directed episodes, matched by context and
     episode index, in the first file's order) and what could not be matched."""
-    loaded = [load_episode_file(episodes_path(p), fallback_dataset="unknown") for p in paths]
+    loaded = [load_episode_file(episode_file_path(p), fallback_dataset="unknown") for p in paths]
     names = list(labels or [system_label(p, f.episodes) for p, f in zip(paths, loaded)])
     if len(set(names)) != len(names):
         raise MascotError(f"the systems need distinct labels, got {', '.join(names)}: pass --labels")
@@ -230,3 +222,54 @@ async def judge_matchups(judges: list[CompareJudge], matchups: list[Matchup], na
     orders = [[names[i] for i in order] for order in orders_for(len(names), order_mode)]
     tasks = [judge.judge(m, order) for m in matchups for order in orders for judge in judges]
     return list(await asyncio.gather(*tasks))
+
+
+# --------------------------------------------------------------------------- a whole comparison
+
+
+@dataclass
+class CompareResult:
+    output_dir: Path
+    report: dict
+
+
+def compare_judge_specs(settings: CompareSettings) -> list:
+    from mascot.judge.opener import judge_specs
+
+    return judge_specs(settings.judge, settings.judges_file, settings.provider, settings.judge_server_url)
+
+
+def default_output_dir(names: list[str]) -> Path:
+    return Path(DEFAULT_COMPARE_ROOT) / "_vs_".join(names)
+
+
+def run_compare(settings: CompareSettings, *, clients: dict | None = None) -> CompareResult:
+    """`clients` (judge label -> ChatClient) replaces the endpoints (tests, embedded judges)."""
+    names, matchups, unmatched = load_matchups([Path(p) for p in settings.systems], settings.label_list, settings.limit)
+    output = Path(settings.output_dir) if settings.output_dir else default_output_dir(names)
+    from mascot.store import ensure_writable_dir
+
+    ensure_writable_dir(output, "--output-dir")  # refused before any model call
+    rubric = rubric_for(episode_domain(next(iter(matchups[0].episodes.values()))), "collective", settings.rubric_version)
+    records, judges = asyncio.run(_judge_all(settings, names, matchups, clients))
+    orders = [[names[i] for i in order] for order in orders_for(len(names), settings.orders)]
+    report = summarize(records, names, [*rubric.keys, OVERALL], [j.label for j in judges], orders)
+    report.update(
+        inputs={n: str(p) for n, p in zip(names, settings.systems)}, rubric_version=settings.rubric_version, prompt_version=COMPARE_PROMPT_VERSION,
+        domain=rubric.domain, criterion_names={**rubric.names, OVERALL: "Overall"}, unmatched_episodes=unmatched,
+        judge_stats={j.label: dict(j.stats) for j in judges},
+    )
+    write_outputs(output, records, report)
+    if records and report["num_failed_verdicts"] == len(records):
+        raise MascotError(f"every verdict failed ({len(records)}); see the warnings above and {output / 'verdicts.jsonl'}")
+    return CompareResult(output, report)
+
+
+async def _judge_all(settings: CompareSettings, names: list[str], matchups: list, clients: dict | None):
+    from mascot.judge.opener import open_judges
+    from mascot.llm.limits import ClientLimits
+
+    limits = ClientLimits(max_in_flight=settings.max_in_flight, request_timeout=settings.request_timeout)
+    async with open_judges(compare_judge_specs(settings), limits, cache_dir=settings.cache_dir, no_cache=settings.no_cache, clients=clients) as opened:
+        judges = [CompareJudge(client, label, settings.rubric_version, opened.cache, settings.judge_max_tokens) for label, client in opened.clients.items()]
+        return await judge_matchups(judges, matchups, names, settings.orders), judges

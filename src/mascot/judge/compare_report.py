@@ -1,4 +1,5 @@
-"""The numbers of a head-to-head comparison, from its verdict records.
+"""The numbers of a head-to-head comparison, from its verdict records, and the files they are
+written to (verdicts.jsonl, compare.json, compare.csv, compare_pairwise.csv, compare.md and a plot).
 
 Per criterion (and overall):
 - per context, the verdicts of every order and judge are pooled: the system named best most often
@@ -16,12 +17,14 @@ Per criterion (and overall):
 
 from __future__ import annotations
 
+import csv
+import json
 import math
 from collections import Counter, defaultdict
 from itertools import combinations
+from pathlib import Path
 
-from mascot.judge.compare import TIE
-
+TIE = "tie"  # a verdict or a context without a single best system
 Z95 = 1.959963984540054
 
 
@@ -105,3 +108,85 @@ def summarize(records: list[dict], names: list[str], criteria: list[str], judges
         "num_failed_verdicts": failed,
         "criteria": {c: criterion_summary(records, c, names, len(orders), len(judges)) for c in criteria},
     }
+
+
+# --------------------------------------------------------------------------- outputs
+
+
+def write_outputs(output: Path, records: list[dict], report: dict) -> None:
+    from mascot.store import write_json_atomic
+
+    with open(output / "verdicts.jsonl", "w", encoding="utf-8") as fh:
+        fh.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+    write_json_atomic(output / "compare.json", report)
+    write_csvs(output, report)
+    (output / "compare.md").write_text(markdown(report), encoding="utf-8")
+    plot_win_rates(report, output / "compare_win_rates.png")
+
+
+def write_csvs(output: Path, report: dict) -> None:
+    with open(output / "compare.csv", "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["criterion", "system", "wins", "win_rate", "win_ci95_low", "win_ci95_high", "ties", "tie_rate", "num_contexts", "order_agreement", "first_position_rate", "judge_agreement"])
+        for key, c in report["criteria"].items():
+            for name, s in c["systems"].items():
+                judges = c["judge_agreement"]["rate"] if c["judge_agreement"] else ""
+                writer.writerow([key, name, s["wins"], s["win_rate"], *s["win_ci95"], c["ties"], c["tie_rate"], c["num_contexts"], c["order_agreement"]["rate"], c["first_position_rate"], judges])
+    with open(output / "compare_pairwise.csv", "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["criterion", "system", "opponent", "wins", "losses", "p_value"])
+        for key, c in report["criteria"].items():
+            for p in c["pairwise"]:
+                writer.writerow([key, p["system"], p["opponent"], p["wins"], p["losses"], p["p_value"]])
+
+
+def _pct(value) -> str:
+    return "-" if value is None else f"{100 * value:.1f}"
+
+
+def markdown(report: dict) -> str:
+    names = report["systems"]
+    lines = [f"# Head to head: {' vs '.join(names)}", "",
+             f"Judges: {', '.join(report['judges'])}; rubric {report['rubric_version']} ({report['domain']}, collective criteria + overall); "
+             f"prompt {report['prompt_version']}; {len(report['orders'])} orders per context; {report['num_verdicts']} verdicts, {report['num_failed_verdicts']} failed.", "",
+             "Win rates over contexts (verdicts of every order and judge pooled per context), % with 95% Wilson interval.", "",
+             "| criterion | " + " | ".join(f"{n} wins" for n in names) + " | ties | n | p (binomial) | order agreement | first-position rate |",
+             "|---" * (len(names) + 6) + "|"]
+    for key, c in report["criteria"].items():
+        wins = [f"{_pct(s['win_rate'])} [{_pct(s['win_ci95'][0])}, {_pct(s['win_ci95'][1])}]" for s in c["systems"].values()]
+        p_values = "; ".join(f"{p['system']}/{p['opponent']} {p['p_value']:.3g}" if p["p_value"] is not None else f"{p['system']}/{p['opponent']} -" for p in c["pairwise"])
+        name = report["criterion_names"].get(key, key)
+        lines.append(f"| {name} | " + " | ".join(wins) + f" | {_pct(c['tie_rate'])} | {c['num_contexts']} | {p_values} | {_pct(c['order_agreement']['rate'])} | {_pct(c['first_position_rate'])} |")
+    if len(report["judges"]) > 1:
+        lines += ["", "Agreement between judges (same winner from every judge, per context and order): "
+                  + ", ".join(f"{report['criterion_names'].get(k, k)} {_pct(c['judge_agreement']['rate'])}%" for k, c in report["criteria"].items())]
+    return "\n".join(lines) + "\n"
+
+
+def plot_win_rates(report: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    criteria = list(report["criteria"])
+    names = report["systems"]
+    width = 0.8 / (len(names) + 1)
+    fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(criteria)), 4))
+    for i, name in enumerate([*names, "tie"]):
+        xs = [k + (i - len(names) / 2) * width for k in range(len(criteria))]
+        if name == "tie":
+            ax.bar(xs, [report["criteria"][c]["tie_rate"] or 0 for c in criteria], width, label="tie", color="lightgray")
+            continue
+        stats = [report["criteria"][c]["systems"][name] for c in criteria]
+        rates = [s["win_rate"] or 0 for s in stats]
+        errors = [[r - (s["win_ci95"][0] or 0) for r, s in zip(rates, stats)], [(s["win_ci95"][1] or 0) - r for r, s in zip(rates, stats)]]
+        ax.bar(xs, rates, width, yerr=errors, capsize=3, label=f"{name} wins")
+    ax.set_xticks(range(len(criteria)), [report["criterion_names"].get(c, c) for c in criteria], rotation=20, ha="right")
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("share of contexts (95% Wilson interval)")
+    ax.set_title(" vs ".join(names))
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

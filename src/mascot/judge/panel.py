@@ -17,13 +17,12 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from mascot.errors import MascotError
-from mascot.judge.cache import JudgmentCache
-from mascot.judge.prompt import DEFAULT_TEMPLATE_VERSION, JudgeItem
+from mascot.judge.prompt import JudgeItem
 from mascot.judge.rubric_judge import RubricJudge
 from mascot.llm.base import ChatClient
 from mascot.llm.providers import Backends, RoleEndpoint, build_backends
 from mascot.llm.limits import ClientLimits
-from mascot.schema import Counters, Judgment
+from mascot.schema import Judgment
 
 OPENAI_URL = "https://api.openai.com/v1"
 API_URLS = {"anthropic": "https://api.anthropic.com", "gemini": "https://generativelanguage.googleapis.com"}
@@ -130,28 +129,6 @@ def mean_scores(per_judge: dict[str, list[Judgment]]) -> list[ItemScore]:
 @dataclass
 class JudgePanel:
     judges: list[RubricJudge]
-
-    @classmethod
-    def from_backends(
-        cls,
-        backends: Backends,
-        *,
-        rubric_version: str,
-        template_version: str = DEFAULT_TEMPLATE_VERSION,
-        cache: JudgmentCache | None = None,
-        counters: Counters | None = None,
-        strict: bool = False,
-        max_tokens: int = 512,
-        judge_scoring: str = "auto",
-    ) -> JudgePanel:
-        counters = counters if counters is not None else Counters()
-        judges = [
-            RubricJudge(
-                client, rubric_version, template_version, cache, name=label, max_tokens=max_tokens, counters=counters, strict=strict, judge_scoring=judge_scoring
-            )
-            for label, client in backends.clients.items()
-        ]
-        return cls(judges)
 
     @property
     def labels(self) -> list[str]:

@@ -17,7 +17,7 @@ import jinja2
 
 from mascot.errors import MascotError
 from mascot.llm.base import Message
-from mascot.prompt_text import PROMPT_DIR, neutralize, prompt_environment
+from mascot.prompt_text import PROMPT_DIR, neutralize, prompt_environment, transcript_text
 from mascot.rubrics import Rubric
 from mascot.schema import Persona
 
@@ -64,7 +64,8 @@ def defuse(text: str) -> str:
 
 
 def render_lines(lines: list[Line]) -> str:
-    return "\n".join(f"{defuse(speaker)}: {defuse(text)}" for speaker, text in lines)
+    """Judged lines as the transcript template writes them (neutralised, one "speaker: text" each)."""
+    return transcript_text([(speaker or "", text or "") for speaker, text in lines])
 
 
 def nonce_for(item: JudgeItem) -> str:

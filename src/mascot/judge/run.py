@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mascot.judge.agreement import agreement
-from mascot.judge.episodes import EpisodeFile, agent_items, collective_item, load_episode_file
+from mascot.episodes import EpisodeFile, load_episode_file
+from mascot.judge.items import agent_items, collective_item
 from mascot.judge.panel import JudgePanel
 from mascot.judge.patterns import pattern_warning
 from mascot.judge.prompt import JudgeItem

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mascot.errors import MascotError
-from mascot.judge.episodes import load_episode_file
+from mascot.episodes import load_episode_file
 from mascot.metrics.lexical import DISTINCT_SETTINGS, SELF_BLEU_SETTINGS, distinct_n, self_bleu
 from mascot.metrics.nli import NLI_LABELS
 from mascot.metrics.settings import MetricsSettings  # noqa: F401  (re-exported)

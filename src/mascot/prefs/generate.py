@@ -89,21 +89,12 @@ async def generate_individual(s: Any, *, clients: dict | None = None, console: C
 
 
 async def _generate(s: Any, run: OpenRun, roster, contexts, cache, report) -> None:
-    from mascot.dialogue.reasoning import role_thinks
-    from mascot.judge.rubric_judge import RubricJudge
+    from mascot.judge.opener import JudgeConfig, rubric_judge
     from mascot.prefs.individual import run_individual
     from mascot.progress import calls_and_tokens, raise_if_stopped
 
-    judge = RubricJudge(
-        run.backends["judge"],
-        rubric_version=s.rubric_version,
-        cache=cache,
-        max_tokens=s.judge_max_tokens,
-        judge_scoring=s.judge_scoring,
-        strict=s.strict,
-        thinking=role_thinks(run.backends["judge"]),
-        reasoning_allowance=s.reasoning_allowance,
-    )
+    judge_config = JudgeConfig(s.rubric_version, s.judge_scoring, s.judge_max_tokens, s.strict, reasoning_allowance=s.reasoning_allowance)
+    judge = rubric_judge(run.backends["judge"], judge_config, cache)
     store = run.store
     num_queries = len(contexts) * len(s.personas or roster.names)
     resumed = store.summary.num_resumed_records

@@ -23,16 +23,17 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from mascot.dialogue.director import NEUTRAL_ACTION, NEUTRAL_TONE, render_directive
-from mascot.judge.episodes import episode_context, episode_domain, episode_roster, render_context, user_label
+from mascot.episodes import episode_context, episode_domain, episode_roster
+from mascot.judge.items import collective_item, opening_lines, render_context, user_label
 from mascot.judge.panel import JudgePanel, mean_scores
 from mascot.judge.prompt import JudgeItem
-from mascot.judge.episodes import collective_item
 from mascot.llm.base import Message
 from mascot.prefs.pairs import PairStats, max_pairs, preference_index_pairs
-from mascot.prompt_text import neutralize
+from mascot.prompt_text import Trusted, render_prompt, transcript_text
 from mascot.schema import Context, Directive, Episode, Judgment, PreferencePair, Turn
 
 log = logging.getLogger(__name__)
@@ -41,29 +42,28 @@ GroupMode = Literal["episode", "directive"]
 GROUP_RM_INSTRUCTION = "Here is a conversation between a group of companions and a person. How good is the group's conversation?"
 
 
-def render_trajectory(turns: list[Turn], domain: str) -> str:
-    """A trajectory as text: one line per turn; agent turns carry the directive they followed."""
+def trajectory_lines(turns: list[Turn], domain: str) -> list[tuple[str, str]]:
+    """(speaker, text) of a trajectory; an agent's speaker carries the directive it followed."""
     who = user_label(domain)
     lines = []
     for t in turns:
-        if t.is_user:
-            lines.append(f"{who}: {t.response}")
-            continue
         d = t.directive
-        steer = f" [{d.action}; {d.tone}]" if d and (d.action or d.tone) else ""
-        lines.append(f"{t.agent_name}{steer}: {t.response}")
-    return "\n".join(lines)
+        steer = f" [{d.action}; {d.tone}]" if not t.is_user and d and (d.action or d.tone) else ""
+        lines.append((who if t.is_user else f"{t.agent_name}{steer}", t.response))
+    return lines
+
+
+def render_trajectory(turns: list[Turn], domain: str) -> str:
+    """A trajectory as text (`transcript.j2`): one line per turn."""
+    return transcript_text(trajectory_lines(turns, domain))
 
 
 def group_rm_prompt(context: Context | None, domain: str) -> list[Message]:
-    """The prompt of an episode-level pair: the context, then the question the reward model answers."""
-    body = render_context(context)
-    if context is not None and context.opening_turns:
-        who = user_label(domain)
-        opening = "\n".join(f"{who if l.speaker in ('user', 'usr', 'seeker') else l.speaker}: {l.text}" for l in context.opening_turns)
-        body = f"{body}\n\nOpening:\n{opening}" if body else opening
-    body = neutralize(body)  # dataset text, built here without a template
-    return [{"role": "user", "content": f"{body}\n\n{GROUP_RM_INSTRUCTION}" if body else GROUP_RM_INSTRUCTION}]
+    """The prompt of an episode-level pair (`group_rm_user.j2`): the context and opening lines as
+    the judge reads them, then the question the reward model answers."""
+    opening = transcript_text(opening_lines(context, domain))
+    content = render_prompt("group_rm_user.j2", context=render_context(context), opening=opening, instruction=Trusted(GROUP_RM_INSTRUCTION))
+    return [{"role": "user", "content": content}]
 
 
 def is_fallback_turn(turn: Turn) -> bool:
@@ -237,6 +237,39 @@ def resolve_mode(episodes: list[Episode], mode: str) -> GroupMode:
     return "directive" if any(is_branch(e) for e in episodes) else "episode"
 
 
+def judgments_by_judge(judgments: list[Judgment]) -> dict[str, list[Judgment]]:
+    """Judgments as a panel returns them: by judge label (the `judge` field; else the model)."""
+    per_judge: dict[str, list[Judgment]] = defaultdict(list)
+    for j in judgments:
+        per_judge[str((j.model_extra or {}).get("judge") or j.judge_model)].append(j)
+    return dict(per_judge)
+
+
+def read_judgments(path: Path, items: list[JudgeItem]) -> tuple[dict[str, list[Judgment]], list[str]]:
+    """The judgments of `items` in a judgments file (`mascot judge` writes one), by judge, and the
+    ids of the items it has none for; the file's other judgments (agent scope) are left out."""
+    from mascot.store import read_jsonl
+
+    wanted = {item.item_id for item in items}
+    kept = [j for j in read_jsonl(Path(path), Judgment) if j.item_id in wanted]
+    return judgments_by_judge(kept), sorted(wanted - {j.item_id for j in kept})
+
+
+def pairs_from_judgments(
+    episodes: list[Episode], per_judge: dict[str, list[Judgment]], *, mode: GroupMode, margin: float, contexts: dict[str, Context] | None = None,
+    usage: dict[str, dict] | None = None,
+) -> GroupPreferences:
+    """The pairs that collective judgments (by judge) make of the episodes."""
+    scores = {s.provenance.get("episode_id", s.item_id): s.overall for s in mean_scores(per_judge)}
+    build = episode_pairs if mode == "episode" else directive_pairs
+    pairs, stats = build(episodes, scores, margin, contexts)
+    judgments = [j for js in per_judge.values() for j in js]
+    if judgments:  # the pairs were made with the judges' rubric, whatever the episodes intended
+        for pair in pairs:
+            pair.rubric_version = judgments[0].rubric_version
+    return GroupPreferences(pairs, stats, judgments, usage or {})
+
+
 async def group_preferences(
     episodes: list[Episode],
     panel: JudgePanel,
@@ -247,13 +280,5 @@ async def group_preferences(
 ) -> GroupPreferences:
     """Judges what `mode` compares with the collective rubric and builds the pairs."""
     resolved = resolve_mode(episodes, mode)
-    items = items_for_mode(episodes, resolved, contexts)
-    per_judge = await panel.judge_many(items)
-    scores = {s.provenance.get("episode_id", s.item_id): s.overall for s in mean_scores(per_judge)}
-    build = episode_pairs if resolved == "episode" else directive_pairs
-    pairs, stats = build(episodes, scores, margin, contexts)
-    judgments = [j for js in per_judge.values() for j in js]
-    if judgments:  # the pairs were made with the judges' rubric, whatever the episodes intended
-        for pair in pairs:
-            pair.rubric_version = judgments[0].rubric_version
-    return GroupPreferences(pairs, stats, judgments, panel.usage())
+    per_judge = await panel.judge_many(items_for_mode(episodes, resolved, contexts))
+    return pairs_from_judgments(episodes, per_judge, mode=resolved, margin=margin, contexts=contexts, usage=panel.usage())

@@ -32,7 +32,7 @@ from mascot.dialogue.prompts import PROMPT_VERSION, speaker_messages
 from mascot.dialogue.reasoning import response_parts, token_budget
 from mascot.dialogue.seeds import derive_seed
 from mascot.errors import MascotError
-from mascot.judge.episodes import opening_lines, render_context
+from mascot.judge.items import opening_lines, render_context
 from mascot.judge.prompt import JudgeItem
 from mascot.judge.rubric_judge import RubricJudge
 from mascot.llm.base import ChatClient, ChatRequest, LLMError, Message, route_together

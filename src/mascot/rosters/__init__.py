@@ -56,10 +56,10 @@ def load_roster(name_or_path: str) -> Roster:
 
 
 def roster_for_dataset(dataset: str) -> Roster:
-    from mascot.data import canonical_dataset_name, dataset_domain
+    """The registry's default roster of a dataset (`mascot.data.registry`)."""
+    from mascot.data.registry import dataset as registered
 
-    domain = dataset_domain(canonical_dataset_name(dataset))
-    return load_roster("meetings" if domain == "meetings" else "emotional_support")
+    return load_roster(registered(dataset).roster)
 
 
 @lru_cache(maxsize=1)

@@ -145,7 +145,7 @@ def domain_of(domain_or_dataset: str) -> str:
     """Accepts a domain name or a dataset name (ESConv, ED, QMSum) and returns the domain."""
     if domain_or_dataset in DOMAINS:
         return domain_or_dataset
-    from mascot.data import DatasetError, dataset_domain
+    from mascot.data.registry import DatasetError, dataset_domain
 
     try:
         return dataset_domain(domain_or_dataset)

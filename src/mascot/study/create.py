@@ -14,7 +14,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from mascot.files import read_jsonl
+from mascot.errors import MascotError
 from mascot.schema import Episode, utc_now
 from mascot.study.db import StudyError, meta, opened, transaction
 
@@ -36,8 +36,14 @@ class BuiltStudy:
 
 def episodes_by_context(path: Path, flag: str) -> dict[str, Episode]:
     """The first episode of each context in a file (later ones for the same context are ignored)."""
+    from mascot.episodes import load_episode_file
+
+    try:
+        loaded = load_episode_file(Path(path), fallback_dataset="unknown")
+    except MascotError as exc:
+        raise StudyError(f"{flag} {exc}") from None
     found: dict[str, Episode] = {}
-    for episode in read_jsonl(Path(path), Episode):
+    for episode in loaded.episodes:
         key = episode.context_id or episode.conv_id or episode.episode_id
         found.setdefault(key, episode)
     if not found:

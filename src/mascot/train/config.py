@@ -12,6 +12,7 @@ This module imports nothing heavy: `mascot --help` reads it.
 from dataclasses import dataclass, field
 from typing import Optional
 
+from mascot.data.registry import DATASET_CHOICES
 from mascot.settings import as_dict, cli_fields, help_for, setting  # noqa: F401  (re-exported)
 
 DEFAULT_POLICY_MODEL = "Qwen/Qwen3-8B"
@@ -27,7 +28,7 @@ class TrainSettings:
     data_path: str = setting(None, "Run directory or JSONL file with the training records.", required=True)
     model_name: str = setting(DEFAULT_POLICY_MODEL, "Base model: hub id or local folder.", flags=("--model",))
     dataset: Optional[str] = setting(
-        None, "Dataset name (ESConv, EmpatheticDialogues/ED, QMSum); read from the run's run_config.json when omitted."
+        None, f"Dataset name ({DATASET_CHOICES}); read from the run's run_config.json when omitted."
     )
     output_dir: Optional[str] = setting(None, "Artefact folder. Default: derived from the stage, dataset and model under outputs/.")
     seed: int = setting(42, "Seed for data order, held-out split, LoRA init and sampling.")

@@ -60,12 +60,12 @@ def load_pairs(path: str | Path, kind: str) -> tuple[Path, list[PreferencePair]]
     return file, wanted
 
 
-def load_episodes(path: str | Path) -> tuple[Path, list[Episode]]:
+def load_episodes(path: str | Path, dataset: str | None = None) -> tuple[Path, list[Episode]]:
+    """The episodes of a file or run folder, read by the one episode reader (`mascot.episodes`)."""
+    from mascot.episodes import load_episode_file
+
     file = resolve_data_file(path, EPISODE_FILES)
-    episodes = list(read_jsonl(file, Episode, drop_torn_tail=True))
-    if not episodes:
-        raise TrainingDataError(f"{file}: no episodes")
-    return file, episodes
+    return file, load_episode_file(file, dataset=dataset).episodes
 
 
 def prompt_key(prompt: list[dict[str, str]]) -> str:
@@ -225,7 +225,7 @@ def run_settings(data_file: Path) -> dict[str, Any]:
 
 
 def resolve_dataset(flag: str | None, settings: dict[str, Any]) -> str:
-    from mascot.data import canonical_dataset_name
+    from mascot.data.registry import canonical_dataset_name
 
     name = flag or settings.get("dataset")
     if not name:

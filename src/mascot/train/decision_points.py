@@ -52,7 +52,7 @@ def sample_decision_points(
     roster: Roster | None = None,
 ) -> tuple[list[DecisionPoint], int]:
     """Seeded decision points, and how many episodes had no recorded context (a bare one is used)."""
-    from mascot.judge.episodes import episode_context, episode_domain, episode_roster
+    from mascot.episodes import episode_context, episode_domain, episode_roster
     from mascot.rosters import roster_for_dataset
 
     rng = random.Random(seed)

@@ -14,8 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mascot.errors import MascotError
-from mascot.schema import Candidate, Context, DialogueLine, Roster
+from mascot.schema import Candidate, Roster
 from mascot.store import read_jsonl
 from mascot.train.data import TrainingDataError, resolve_data_file
 
@@ -65,46 +64,16 @@ def best_candidates(path: str | Path) -> SFTData:
     return SFTData(file, examples, len(candidates), skipped)
 
 
-def _esconv_dialogues(path: Path) -> list[tuple[Context, list[DialogueLine]]]:
-    from mascot.data.sources import iter_json_lines
-
-    speakers = {"usr": "user", "seeker": "user", "sys": "supporter", "supporter": "supporter"}
-    out = []
-    for number, record in iter_json_lines(path):
-        lines = [DialogueLine(speaker=speakers.get(str(t.get("speaker", "")).lower(), "other"), text=str(t.get("content", t.get("text", ""))).strip())
-                 for t in record.get("dialog") or [] if isinstance(t, dict)]
-        ctx = Context(context_id=f"esconv-{number}", dataset="ESConv", situation=str(record.get("situation", "")), emotion=record.get("emotion_type"))
-        out.append((ctx, lines))
-    return out
-
-
-def _ed_dialogues(path: Path) -> list[tuple[Context, list[DialogueLine]]]:
-    from mascot.data.empathetic import _csv_rows, decode_text
-
-    conversations: dict[str, list[dict]] = {}
-    for _, row in _csv_rows(path):
-        conversations.setdefault(row["conv_id"], []).append(row)
-    out = []
-    for conv_id, rows in conversations.items():
-        rows.sort(key=lambda r: int(r["utterance_idx"]))
-        # Empathetic Dialogues alternates: the speaker (the person) opens, the listener answers.
-        lines = [DialogueLine(speaker="user" if i % 2 == 0 else "supporter", text=decode_text(r["utterance"])) for i, r in enumerate(rows)]
-        out.append((Context(context_id=conv_id, dataset="EmpatheticDialogues", situation=decode_text(rows[0]["prompt"]), emotion=rows[0]["context"].strip()), lines))
-    return out
-
-
 def dataset_turns(path: str | Path, dataset: str, roster: Roster) -> SFTData:
     """Every supporter turn that answers something, as a persona's Speaker prompt and reply."""
+    from mascot.data.registry import dataset as registered
     from mascot.dialogue.prompts import speaker_messages
 
     path = Path(path)
     if not path.is_file():
         raise TrainingDataError(f"--sft-data dataset needs the dataset file as --data-path: {path} is not a file")
-    readers = {"ESConv": _esconv_dialogues, "EmpatheticDialogues": _ed_dialogues}
-    if dataset not in readers:
-        raise MascotError(f"--sft-data dataset reads ESConv or EmpatheticDialogues files (supporter turns); {dataset} has none")
     examples: list[SFTExample] = []
-    dialogues = readers[dataset](path)
+    dialogues = registered(dataset).sft_dialogues(path)
     for ctx, lines in dialogues:
         for i, line in enumerate(lines):
             if line.speaker != "supporter" or i == 0 or not line.text or not any(x.speaker == "user" for x in lines[:i]):
