@@ -19,7 +19,6 @@ from typer.testing import CliRunner
 from mascot import progress
 from mascot.cli import app
 from mascot.commands.generate import GenerateSettings
-from mascot.commands.generate import GenerateSettings
 from mascot.dialogue.run import generate_group
 from mascot.errors import MascotError
 from mascot.schema import Episode

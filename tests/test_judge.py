@@ -271,7 +271,7 @@ def test_judges_file(tmp_path):
 @pytest.mark.parametrize("provider, module, package", [("anthropic", "anthropic", "anthropic"), ("gemini", "google.genai", "google-genai")])
 def test_api_judges_without_their_package_name_the_extra(monkeypatch, provider, module, package):
     from mascot.judge.panel import JudgeSpec, build_judge_backends
-    from mascot.llm.limits import ClientLimits
+    from mascot.settings_groups import ClientLimits
 
     monkeypatch.setitem(sys.modules, module, None)  # makes the import fail like a missing package
     if module == "google.genai":

@@ -146,7 +146,7 @@ async def test_no_switch_is_sent_to_a_hosted_api_that_refuses_unknown_fields(stu
 
 def test_openai_judges_never_get_the_template_switch():
     from mascot.judge.panel import JudgeSpec, build_judge_backends
-    from mascot.llm.limits import ClientLimits
+    from mascot.settings_groups import ClientLimits
     from mascot.settings_groups import RoleSettings
 
     specs = [JudgeSpec(name="gpt", model="gpt-4o", provider="openai"), JudgeSpec(name="qwen", model="q", url="http://127.0.0.1:9/v1")]

@@ -12,7 +12,7 @@ import torch
 from train_helpers import one_thread_per_module  # noqa: F401 - fixture
 
 from mascot.errors import MascotError
-from mascot.llm import local, models
+from mascot.llm import models
 from mascot.llm.base import ChatRequest, LLMError
 from mascot.llm.local import LocalClient, PerRowSampling, StreamTrimmer, embedded_model_dir, resolve_local_model
 from mascot.llm.base import DEFAULT_LOCAL_MODEL

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from mascot.testing.players import group_client
-from mascot.llm.base import ChatRequest, LLMError
+from mascot.llm.base import LLMError
 from mascot.testing.scripted import ScriptedClient
 from mascot.rosters import load_roster
 from mascot.schema import Context, Directive, Turn

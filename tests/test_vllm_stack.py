@@ -314,7 +314,7 @@ def test_real_server_directive_pairs_use_parsed_directives_only(base_server, wor
 def _ask(url: str, messages: list[dict], count: int = 1, timeout_s: float = 120.0, max_tokens: int = 24):
     """Replies and the role's usage, from one backend whose preflight read the server's models."""
     from mascot.llm.base import ChatRequest
-    from mascot.llm.limits import ClientLimits
+    from mascot.settings_groups import ClientLimits
     from mascot.llm.providers import RoleEndpoint, build_backends
 
     async def run():

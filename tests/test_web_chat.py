@@ -7,7 +7,6 @@ import json
 import re
 from pathlib import Path
 
-import pytest
 from fastapi.testclient import TestClient
 
 from mascot.testing.players import group_client, stub_responder

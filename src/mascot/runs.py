@@ -46,7 +46,7 @@ class RunSpec:
     outputs: tuple[str, ...]
     command: str
     roles: dict  # role -> mascot.llm.routing.RoleEndpoint
-    limits: Any  # mascot.llm.limits.ClientLimits (a command's settings hold them)
+    limits: Any  # mascot.settings_groups.ClientLimits (a command's settings hold them)
     settings: dict  # run_config.json's `settings`; --resume compares it with the saved one
     resume: bool = False
     overwrite: bool = False

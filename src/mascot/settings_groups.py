@@ -1,7 +1,7 @@
 """Groups of settings that several commands share, as dataclasses their settings inherit from.
 
 - `DataSettings`: which contexts (dataset, data file, split, limit, seed, QMSum window);
-- `ClientSettings`: how requests are sent (`mascot.llm.limits.ClientLimits`, plus the extra body);
+- `ClientSettings`: how requests are sent (`ClientLimits`, plus the extra body);
 - `EndpointSettings`: per-role servers, models, adapters, extra bodies and reasoning modes, as
   flags; `__post_init__` folds them into `roles` (role -> `RoleSettings`), which the library reads;
 - `OutputSettings`: the run folder (output dir, resume, overwrite, strict, trace);
@@ -21,9 +21,7 @@ from typing import Any, Optional
 
 from mascot import vocab
 from mascot.errors import MascotError
-from mascot.llm.base import joined_urls, split_urls
-from mascot.llm.limits import ClientLimits, check_limits
-from mascot.settings import require, setting
+from mascot.settings import fixed, require, setting
 
 THINKING_HELP = "on | off | default: the role's reasoning mode (sent as chat_template_kwargs.enable_thinking)."
 _SEVERAL = " Repeat (or separate with commas) for several servers sharing the load."
@@ -38,7 +36,28 @@ JUDGE_SCORING_HELP = (
 )
 
 
-# ---- parsing flag values: one parser per kind (URL lists: `mascot.llm.base.split_urls`)
+# ---- parsing flag values: one parser per kind
+
+
+def split_urls(urls: str | list[str] | tuple[str, ...] | None) -> list[str]:
+    """URLs from repeated flags and/or comma-separated lists, without trailing slashes or repeats."""
+    if not urls:
+        return []
+    items = [urls] if isinstance(urls, str) else list(urls)
+    found: list[str] = []
+    for item in items:
+        for url in str(item).split(","):
+            url = url.strip().rstrip("/")
+            if url and url not in found:
+                found.append(url)
+    return found
+
+
+def joined_urls(urls: str | list[str] | tuple[str, ...] | None) -> str | None:
+    """One comma-separated string for one or several URLs (`split_urls`), None for none."""
+    return ",".join(split_urls(urls)) or None
+
+
 
 
 def parse_extra_body(text: str | dict | None, flag: str = "--extra-body") -> dict | None:
@@ -119,6 +138,34 @@ def roles_field() -> Any:
 
 
 # ---- groups
+
+
+@dataclass
+class ClientLimits:
+    """How many requests a server gets at once, how long each may take and how often it is tried."""
+
+    max_in_flight: int = setting(vocab.MAX_IN_FLIGHT, "Requests in flight per endpoint.")
+    request_timeout: float = setting(
+        vocab.REQUEST_TIMEOUT_S, "Seconds a server may take to answer one request; a timed-out request is retried with a longer one."
+    )
+    retry_budget: float = setting(vocab.RETRY_BUDGET_S, "Seconds a failing request may spend retrying (backoff included) before it is given up.")
+    max_stop_strings: int = setting(
+        vocab.MAX_STOP_STRINGS, "Stop strings sent per request (stock vLLM refuses more than 4); the rest are cut when the reply arrives."
+    )
+    max_retries: int = fixed(vocab.MAX_RETRIES)
+    local_batch_size: int = fixed(vocab.LOCAL_BATCH_SIZE)  # prompts the in-process model decodes together
+
+    def __post_init__(self) -> None:
+        check_limits(self)
+
+
+def check_limits(s: Any) -> None:
+    require(
+        s.request_timeout > 0 and s.retry_budget >= 0 and s.max_stop_strings >= 0,
+        "--request-timeout must be positive; --retry-budget and --max-stop-strings must not be negative",
+    )
+    require(s.max_in_flight >= 1, "--max-in-flight must be at least 1")
+
 
 
 @dataclass

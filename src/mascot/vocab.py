@@ -40,7 +40,7 @@ SCORE_MARGIN = 0.5
 SEED = 42
 TEMPERATURE = 0.7
 
-# ---- client limits (mascot.llm.limits.ClientLimits)
+# ---- client limits (mascot.settings_groups.ClientLimits)
 MAX_IN_FLIGHT = 64  # requests in flight per endpoint
 REQUEST_TIMEOUT_S = 120.0
 RETRY_BUDGET_S = 60.0  # rides out a server restart of about 30 s

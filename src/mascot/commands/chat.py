@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from mascot.dialogue.chat_settings import ChatSettings

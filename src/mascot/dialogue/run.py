@@ -22,7 +22,7 @@ from mascot.dialogue.batch import RunProgress, run_all
 from mascot.dialogue.engine import EngineSettings, EpisodeEngine
 from mascot.dialogue.tally import Tally
 from mascot.llm.base import ChatClient
-from mascot.llm.limits import ClientLimits
+from mascot.settings_groups import ClientLimits
 from mascot.llm.providers import Backends
 from mascot.llm.routing import resolve_roles
 from mascot.rosters import load_roster, roster_for_dataset

@@ -267,7 +267,7 @@ def run_compare(settings: CompareSettings, *, clients: dict | None = None) -> Co
 
 async def _judge_all(settings: CompareSettings, names: list[str], matchups: list, clients: dict | None):
     from mascot.judge.opener import open_judges
-    from mascot.llm.limits import ClientLimits
+    from mascot.settings_groups import ClientLimits
 
     limits = ClientLimits(max_in_flight=settings.max_in_flight, request_timeout=settings.request_timeout)
     async with open_judges(compare_judge_specs(settings), limits, cache_dir=settings.cache_dir, no_cache=settings.no_cache, clients=clients) as opened:

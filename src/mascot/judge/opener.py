@@ -26,7 +26,7 @@ from mascot.judge.prompt import DEFAULT_TEMPLATE_VERSION
 from mascot.judge.rubric_judge import RubricJudge
 from mascot.llm.base import ChatClient
 from mascot.llm.providers import Backends
-from mascot.llm.limits import ClientLimits
+from mascot.settings_groups import ClientLimits
 from mascot.schema import Counters
 
 

@@ -21,7 +21,7 @@ from mascot.judge.prompt import JudgeItem
 from mascot.judge.rubric_judge import RubricJudge
 from mascot.llm.base import ChatClient
 from mascot.llm.providers import Backends, RoleEndpoint, build_backends
-from mascot.llm.limits import ClientLimits
+from mascot.settings_groups import ClientLimits
 from mascot.schema import Judgment
 
 OPENAI_URL = "https://api.openai.com/v1"

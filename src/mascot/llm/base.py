@@ -15,6 +15,7 @@ from typing import Protocol, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
 
 from mascot.errors import MascotError
+from mascot.settings_groups import split_urls
 from mascot.vocab import DEFAULT_LOCAL_MODEL  # noqa: F401  (the model a role without server or model runs on)
 
 Message = dict[str, str]
@@ -26,25 +27,6 @@ ROLE_HEADER = "X-Mascot-Role"
 
 # The kinds of backend the provider registry (`mascot.llm.providers`) builds for a role.
 BACKEND_KINDS = ("openai-compatible", "local", "scripted", "anthropic", "gemini")
-
-
-def split_urls(urls: str | list[str] | tuple[str, ...] | None) -> list[str]:
-    """URLs from repeated flags and/or comma-separated lists, without trailing slashes or repeats."""
-    if not urls:
-        return []
-    items = [urls] if isinstance(urls, str) else list(urls)
-    found: list[str] = []
-    for item in items:
-        for url in str(item).split(","):
-            url = url.strip().rstrip("/")
-            if url and url not in found:
-                found.append(url)
-    return found
-
-
-def joined_urls(urls: str | list[str] | tuple[str, ...] | None) -> str | None:
-    """One comma-separated string for one or several URLs (`split_urls`), None for none."""
-    return ",".join(split_urls(urls)) or None
 
 
 def redact_url(url: str | None) -> str | None:

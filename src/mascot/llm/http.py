@@ -20,16 +20,14 @@ import random
 import time
 from collections.abc import AsyncIterator, Sequence
 
-from mascot.llm.base import (
-    AnswerDistribution, BaseClient, ChatRequest, ChatResponse, LLMError, LogprobsUnavailable, StopCutter, current_call,
-    cut_at_stop, redact_url, split_reasoning, split_urls,
-)
+from mascot.llm.base import AnswerDistribution, BaseClient, ChatRequest, ChatResponse, LLMError, LogprobsUnavailable, StopCutter, current_call, cut_at_stop, redact_url, split_reasoning
 from mascot import vocab
-from mascot.llm.endpoints import EndpointState, pick, request_url
+from mascot.llm.endpoints import EndpointState, pick
 from mascot.llm.http_errors import Clock, RequestFailure, connection_failure, gather_or_cancel, one_line, role_headers, status_failure
 from mascot.llm.http_exchange import exchange_within
 from mascot.llm.http_preflight import ServerQuestions
 from mascot.llm.http_logprobs import TOP_LOGPROBS, answer_from_completion, first_token_alternatives
+from mascot.settings_groups import split_urls
 
 log = logging.getLogger(__name__)
 

@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mascot.errors import MascotError
-from mascot.llm.base import BACKEND_KINDS, ChatClient, LLMError, redact_url, split_urls
+from mascot.llm.base import BACKEND_KINDS, ChatClient, LLMError, redact_url
+from mascot.settings_groups import split_urls
 from mascot.llm.endpoints import EndpointRegistry
-from mascot.llm.limits import ClientLimits
+from mascot.settings_groups import ClientLimits
 from mascot.llm.metered import CallTracer, MeteredClient, UsageMeter
 
 log = logging.getLogger("mascot.llm")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mascot.llm.base import joined_urls
+from mascot.settings_groups import joined_urls
 from mascot.llm.providers import RoleEndpoint
 from mascot.settings_groups import RoleSettings, merged_extra_body, parse_extra_body
 from mascot.vocab import DEFAULT_LOCAL_MODEL, DIALOGUE_ROLES

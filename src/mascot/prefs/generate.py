@@ -20,7 +20,7 @@ from typing import Any
 
 from rich.console import Console
 
-from mascot.llm.limits import ClientLimits
+from mascot.settings_groups import ClientLimits
 from mascot.runs import GenerationFailed, OpenRun, failure_line, model_basename, require_contexts
 from mascot.store import RunStore
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from mascot.llm.base import ChatClient, LLMError, Message, split_urls, strip_think
-from mascot.llm.limits import ClientLimits
+from mascot.llm.base import ChatClient, LLMError, Message, strip_think
+from mascot.settings_groups import ClientLimits, split_urls
 from mascot.llm.providers import Backends, RoleEndpoint, build_backends
 from mascot.schema import Directive, Roster, Turn
 from mascot.train import artefact, data
