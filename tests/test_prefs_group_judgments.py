@@ -38,7 +38,7 @@ def injected(monkeypatch):
     """The judge every opened panel gets instead of its endpoint: a scripted client, counted."""
     client = quality_judge()
     build = opener.build_judge_backends
-    monkeypatch.setattr(opener, "build_judge_backends", lambda specs, options, overrides=None: build(specs, options, overrides={s.label: client for s in specs}))
+    monkeypatch.setattr(opener, "build_judge_backends", lambda specs, limits, role=None, overrides=None: build(specs, limits, role, overrides={s.label: client for s in specs}))
     return client
 
 

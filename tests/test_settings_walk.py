@@ -19,7 +19,7 @@ import pytest
 from rich.console import Console
 
 from judge_helpers import judged_block, numbered_speaker, scoring_judge
-from mascot.commands.generate import GenerateSettings
+from mascot.commands.generate import GROUP_ONLY, STAGE_1_ONLY, GenerateSettings, ignored_by_mode
 from mascot.schema import Candidate
 from mascot.settings import cli_fields, settings_from
 from mascot.store import read_jsonl
@@ -41,22 +41,10 @@ PRESENTATION_ONLY = {
     "resume": "continues a run folder; --resume refuses other settings instead of recording new ones",
     "overwrite": "deletes a run folder's outputs before it starts; what the run is stays the same",
 }
-# Settings of the other mode: a group run never judges, Stage 1 has no Director, user or turns.
-NOT_IN_GROUP = {
-    name: "Stage 1 only: a group run does not judge" for name in (
-        "score_margin", "judge_scoring", "judge_max_tokens", "cache_dir", "no_cache", "judge_server_url", "judge_model",
-        "judge_extra_body", "judge_thinking",
-    )
-}  # fmt: skip
-NOT_IN_INDIVIDUAL = {
-    name: "group mode only: Stage 1 asks the Speaker alone, for one reply per candidate" for name in (
-        "num_turns", "generation_mode", "num_episodes", "user_response_probability", "enable_user_simulation", "enable_big_five",
-        "user_big_five_profile", "turn_policy", "prompt_family", "mesc_strategists", "system", "director_max_tokens",
-        "user_max_tokens", "safety", "safety_locale", "safety_embeddings", "director_server_url", "director_model",
-        "director_adapter", "director_extra_body", "director_thinking", "user_server_url", "user_model", "user_extra_body",
-        "user_thinking", "share_model",
-    )
-}  # fmt: skip
+# Settings of the other mode (a group run never judges, Stage 1 has no Director, user or turns):
+# each run says, in one warning, which of them it was given and does not read.
+NOT_IN_GROUP = {name: "Stage 1 only: a group run does not judge" for name in STAGE_1_ONLY}
+NOT_IN_INDIVIDUAL = {name: "group mode only: Stage 1 asks the Speaker alone, for one reply per candidate" for name in GROUP_ONLY}
 
 
 def changed_value(f):
@@ -185,3 +173,68 @@ def test_judge_scoring_reaches_the_stage1_judge(tmp_path):
     assert all(isinstance(v, int) for c in by_json for v in (c.scores or {}).values())  # JSON verdicts
     assert all(isinstance(v, float) for c in by_logprobs for v in (c.scores or {}).values())  # expected scores
     assert by_json and by_logprobs
+
+
+def test_a_setting_the_mode_does_not_read_is_named_in_one_warning():
+    group = settings_from(GenerateSettings, {**BASE, "score_margin": 0.9, "judge_scoring": "json"}, "test")
+    assert sorted(ignored_by_mode(group)) == ["--judge-scoring", "--score-margin"]
+    stage_1 = settings_from(GenerateSettings, {**BASE, "mode": "individual", "num_turns": 9}, "test")
+    assert ignored_by_mode(stage_1) == ["--num-turns"]
+    assert ignored_by_mode(settings_from(GenerateSettings, BASE, "test")) == []
+
+
+# ---- every command: each setting is read by the code that runs it
+
+SRC = Path(__file__).resolve().parent.parent / "src" / "mascot"
+CHECKS = ("__post_init__",)  # validation reads a setting without using it
+
+
+def reads_outside_checks() -> set[str]:
+    """Every attribute name read, and every string constant (getattr, as_dict keys), anywhere in
+    the library except inside the settings' own checks (`__post_init__`, `check_*`)."""
+    import ast
+
+    names: set[str] = set()
+    for path in SRC.rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        skipped = {id(n) for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and (f.name in CHECKS or f.name.startswith("check_")) for n in ast.walk(f)}
+        for node in ast.walk(tree):
+            if id(node) in skipped:
+                continue
+            if isinstance(node, ast.Attribute):
+                names.add(node.attr)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                names.add(node.value)
+            elif isinstance(node, ast.keyword) and node.arg:
+                names.add(node.arg)
+    return names
+
+
+def test_every_commands_settings_are_read_by_what_runs_it():
+    from mascot.commands import COMMANDS
+
+    from mascot import vocab
+
+    # The `--<role>-*` flags are read once, by their fold into the role mapping (checked below).
+    role_flags = {f"{role}_{kind}" for role in vocab.ROLES for kind in ("model", "adapter", "server_url", "extra_body", "thinking")}
+    read = reads_outside_checks() | role_flags
+    unread = sorted({f"mascot {entry.name}: {f.name}" for entry in COMMANDS for f in cli_fields(entry.settings_class()) if f.name not in read})
+    assert not unread, "settings accepted and never read: " + "; ".join(unread)
+
+
+def test_every_role_flag_reaches_the_role_mapping():
+    from mascot.commands import COMMANDS
+    from mascot.settings_groups import role_mapping
+
+    given = {"model": "m-x", "adapter": "a-x", "server_url": ["http://127.0.0.1:9/v1"], "extra_body": '{"top_k": 3}', "thinking": "on"}
+    expected = {"model": "m-x", "adapter": "a-x", "server_url": ["http://127.0.0.1:9/v1"], "extra_body": {"top_k": 3}, "thinking": True}
+    for entry in COMMANDS:
+        cls = entry.settings_class()
+        names = {f.name for f in cli_fields(cls)}
+        for role in ("director", "speaker", "user", "judge"):
+            for kind, value in given.items():
+                if f"{role}_{kind}" not in names:
+                    continue
+                probe = SimpleNamespace(**{f"{role}_{kind}": value})
+                got = getattr(role_mapping(probe)[role], kind)
+                assert got == expected[kind] or (kind == "extra_body" and expected[kind].items() <= got.items()), (entry.name, role, kind)

@@ -16,6 +16,19 @@ from mascot.settings import fixed, require, setting
 from mascot.settings_groups import DataSettings, EndpointSettings, JudgingSettings, OutputSettings, check_data, check_endpoints, check_judging, check_output
 
 MODES = vocab.GENERATE_MODES
+# The settings only one mode reads: a group run never judges; Stage 1 asks the Speaker alone, for
+# one reply per candidate (no Director, no simulated user, no turns).
+STAGE_1_ONLY = (
+    "score_margin", "judge_scoring", "judge_max_tokens", "cache_dir", "no_cache", "judge_server_url", "judge_model",
+    "judge_extra_body", "judge_thinking",
+)  # fmt: skip
+GROUP_ONLY = (
+    "num_turns", "generation_mode", "num_episodes", "user_response_probability", "enable_user_simulation", "enable_big_five",
+    "user_big_five_profile", "turn_policy", "prompt_family", "mesc_strategists", "system", "director_max_tokens",
+    "user_max_tokens", "safety", "safety_locale", "safety_embeddings", "director_server_url", "director_model",
+    "director_adapter", "director_extra_body", "director_thinking", "user_server_url", "user_model", "user_extra_body",
+    "user_thinking", "share_model",
+)  # fmt: skip
 
 
 @dataclass
@@ -39,7 +52,26 @@ class GenerateSettings(OutputSettings, JudgingSettings, EngineSettings, Endpoint
             require(self.num_candidates >= 2, "--num-candidates must be at least 2 to make preference pairs")
 
 
+def ignored_by_mode(s: GenerateSettings) -> list[str]:
+    """The flags set away from their defaults that this mode does not read."""
+    from dataclasses import fields
+
+    from mascot.settings import default_of, flag_name
+
+    unread = GROUP_ONLY if s.mode == "individual" else STAGE_1_ONLY
+    return [flag_name(f.name) for f in fields(s) if f.name in unread and getattr(s, f.name) not in (default_of(f), None, [], ())]
+
+
+def warn_ignored(s: GenerateSettings) -> None:
+    ignored = ignored_by_mode(s)
+    if ignored:
+        import typer
+
+        typer.secho(f"warning: {', '.join(ignored)} {'has' if len(ignored) == 1 else 'have'} no effect with --mode {s.mode}", fg="yellow", err=True)
+
+
 def run_generate(s: GenerateSettings) -> None:
+    warn_ignored(s)
     if s.mode == "individual":
         from mascot.prefs.generate import run_individual_generation
 
@@ -53,6 +85,7 @@ def run_generate(s: GenerateSettings) -> None:
 def dry_run_generate(_command: str, s: GenerateSettings) -> None:
     from mascot.commands.dryrun import dry_run_generation
 
+    warn_ignored(s)
     if s.mode == "individual":
         from mascot.prefs.generate import individual_run_dir
         from mascot.prefs.individual import OUTPUTS
