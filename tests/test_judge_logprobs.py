@@ -14,7 +14,7 @@ from mascot.judge.prompt import JudgeItem, criterion_messages
 from mascot.judge.rubric_judge import RubricJudge
 from mascot.llm.base import ChatRequest, LLMError
 from mascot.llm.http import HTTPClient
-from mascot.llm.http_logprobs import answer_from_completion
+from mascot.llm.http import answer_from_completion
 from mascot.llm.metered import MeteredClient, UsageMeter
 from mascot.testing.scripted import ScriptedClient
 from mascot.rosters import load_roster

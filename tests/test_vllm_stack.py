@@ -338,7 +338,7 @@ def test_a_prompt_past_max_model_len_is_fitted_counted_and_answered(base_server)
     raw = httpx.post(server["url"] + "/chat/completions", json={"model": SERVED_BASE, "messages": messages, "max_tokens": 8}, timeout=120)
     assert raw.status_code == 400  # unfitted, the real server refuses it
     from mascot.llm.context_fit import is_context_refusal
-    from mascot.llm.http_errors import server_reason
+    from mascot.llm.http_exchange import server_reason
 
     assert is_context_refusal(400, server_reason(raw.content)), raw.text[:500]
     (reply,), usage, client = _ask(server["url"], messages)

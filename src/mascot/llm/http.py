@@ -1,4 +1,19 @@
-"""OpenAI-compatible HTTP backend (vLLM, `transformers serve`, llama.cpp, hosted APIs).
+"""The OpenAI-compatible HTTP client: chat requests spread over a role's servers with retries,
+streaming, the preflight questions it asks a server before a run, and answer probabilities read
+from `logprobs`.
+
+Preflight: What the HTTP client asks a server before a run: the models it serves (with vLLM's `root`,
+`parent` and `max_model_len`) and whether it honours structured outputs. These questions are the
+client's own: the endpoint table counts them as `preflight`, apart from the roles' requests.
+
+Logprobs: Reading answer probabilities from an OpenAI-compatible chat completion asked for `logprobs`.
+
+The shape (OpenAI API, vLLM): `choices[0].logprobs.content[0].top_logprobs` lists the first
+token's most likely alternatives as {"token", "logprob", "bytes"}. Servers limit how many may be
+asked for: 20 in OpenAI's API and by vLLM's default `--max-logprobs`.
+
+The client:
+OpenAI-compatible HTTP backend (vLLM, `transformers serve`, llama.cpp, hosted APIs).
 
 Posts chat-completion JSON over one aiohttp session (no SDK objects per request: they cost more
 CPU than everything else in the client). Retries 429, 5xx, timeouts and refused connections with
@@ -16,20 +31,111 @@ import asyncio
 import dataclasses
 import json
 import logging
+import math
 import random
 import time
 from collections.abc import AsyncIterator, Sequence
 
-from mascot.llm.base import AnswerDistribution, BaseClient, ChatRequest, ChatResponse, LLMError, LogprobsUnavailable, StopCutter, current_call, cut_at_stop, redact_url, split_reasoning
 from mascot import vocab
+from mascot.llm.base import (
+    AnswerDistribution, BaseClient, ChatRequest, ChatResponse, LLMError, LogprobsUnavailable, StopCutter, current_call, cut_at_stop,
+    normalised_choices, redact_url, split_reasoning,
+)
 from mascot.llm.endpoints import EndpointState, pick
-from mascot.llm.http_errors import Clock, RequestFailure, connection_failure, gather_or_cancel, one_line, role_headers, status_failure
-from mascot.llm.http_exchange import exchange_within
-from mascot.llm.http_preflight import ServerQuestions
-from mascot.llm.http_logprobs import TOP_LOGPROBS, answer_from_completion, first_token_alternatives
+from mascot.llm.http_exchange import Clock, RequestFailure, connection_failure, exchange_within, gather_or_cancel, one_line, role_headers, status_failure
 from mascot.settings_groups import split_urls
 
 log = logging.getLogger(__name__)
+
+
+TOP_LOGPROBS = 20
+
+
+def first_token_alternatives(completion: dict) -> list[dict] | None:
+    """The top_logprobs of the reply's first token, or None when the server sent no logprobs."""
+    try:
+        alternatives = completion["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
+    except (KeyError, IndexError, TypeError):
+        return None
+    if not isinstance(alternatives, list) or not alternatives:
+        return None
+    return [a for a in alternatives if isinstance(a, dict)]
+
+
+def answer_from_completion(completion: dict, choices: tuple[str, ...], model: str, latency_s: float) -> AnswerDistribution:
+    """The choices' probabilities among the first token's alternatives ("3" and " 3" both count
+    for "3"), normalised over the choices; LLMError when none of them is among the alternatives."""
+    raw = {choice: 0.0 for choice in choices}
+    for alternative in first_token_alternatives(completion) or []:
+        token = str(alternative.get("token", "")).strip()
+        logprob = alternative.get("logprob")
+        if token in raw and isinstance(logprob, (int, float)) and math.isfinite(logprob):
+            raw[token] += math.exp(logprob)
+    probs, mass = normalised_choices(raw)
+    usage = completion.get("usage") or {}
+    return AnswerDistribution(probs, mass, completion.get("model") or model, usage.get("prompt_tokens") or 0, latency_s)
+
+
+PROBE_SCHEMA = {
+    "type": "object",
+    "properties": {"answer": {"type": "string", "enum": ["yes"]}},
+    "required": ["answer"],
+    "additionalProperties": False,
+}
+
+
+class ServerQuestions:
+    """Preflight questions, mixed into `HTTPClient` (whose attempts and errors they use)."""
+
+    async def list_models(self, max_retries: int | None = None, endpoint: EndpointState | None = None) -> list[str]:
+        return [m.get("id", "") for m in await self.list_model_entries(max_retries, endpoint)]
+
+    async def list_model_entries(self, max_retries: int | None = None, endpoint: EndpointState | None = None) -> list[dict]:
+        """The server's /models entries (vLLM adds `root`, `parent` and `max_model_len`)."""
+        if endpoint is not None:  # one server, asked twice at most: preflight needs a quick answer
+            try:
+                data = await self._attempt(endpoint, b"", self.timeout_s, "/models", counted=False)
+            except RequestFailure as failure:
+                if not failure.retryable:
+                    raise self._error(f"{endpoint.label}: {failure}", failure.cause) from None
+                await asyncio.sleep(0.5)
+                try:
+                    data = await self._attempt(endpoint, b"", self.timeout_s, "/models", counted=False)
+                except RequestFailure as again:
+                    raise self._error(f"{endpoint.label}: {again}", again.cause) from None
+        else:
+            data = await self._send(b"", path="/models", max_retries=max_retries)
+        return [m for m in data.get("data") or [] if isinstance(m, dict)]
+
+    async def probe_structured_outputs(self) -> bool:
+        """Asks each server once whether it honours `response_format` json_schema for this model
+        (the answer is cached per server and model); structured requests are sent only when all do."""
+        results = []
+        for endpoint in self._endpoints:
+            if self.model not in endpoint.structured_outputs:
+                endpoint.structured_outputs[self.model] = await self._probe(endpoint)
+            results.append(endpoint.structured_outputs[self.model])
+        self.structured_outputs = all(results)
+        return self.structured_outputs
+
+    async def _probe(self, endpoint: EndpointState) -> bool:
+        body = {
+            "model": self.model, "max_tokens": 32, "temperature": 0.0,
+            "messages": [{"role": "user", "content": 'Reply with the JSON object {"answer": "yes"}.'}],
+            "response_format": {"type": "json_schema", "json_schema": {"name": "probe", "schema": PROBE_SCHEMA}},
+            **self.extra_body,
+        }
+        if self.template_kwargs:
+            body["chat_template_kwargs"] = {**(self.extra_body.get("chat_template_kwargs") or {}), "enable_thinking": False}
+        try:
+            completion = await self._attempt(endpoint, json.dumps(body).encode(), self.timeout_s, counted=False)
+            content = ((completion.get("choices") or [{}])[0].get("message") or {}).get("content") or ""
+            reply = json.loads(split_reasoning(content)[0])
+        except (RequestFailure, ValueError, IndexError, AttributeError) as exc:
+            log.info("%s: no structured outputs for %s (%s)", endpoint.label, self.model, exc)
+            return False
+        return isinstance(reply, dict) and reply.get("answer") == "yes"
+
 
 MAX_TIMEOUT_RETRIES = 2
 class HTTPClient(ServerQuestions, BaseClient):

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 from mascot.llm.base import current_call
 from mascot.llm.endpoints import EndpointState, pick, request_url
-from mascot.llm.http_errors import RequestFailure, connection_failure, status_failure
+from mascot.llm.http_exchange import RequestFailure, connection_failure, status_failure
 
 log = logging.getLogger("mascot.llm.http")
 
