@@ -56,7 +56,7 @@ def judge_client(args):
 
         return HTTPClient(args.judge_server_url, args.judge_model, max_in_flight=8)
     from mascot.llm.local import LocalClient
-    from mascot.llm.base import DEFAULT_LOCAL_MODEL
+    from mascot.vocab import DEFAULT_LOCAL_MODEL
 
     return LocalClient(args.judge_model or DEFAULT_LOCAL_MODEL)
 

@@ -22,7 +22,8 @@ import os
 import random
 import time
 
-from mascot.metrics.auto import MetricsSettings, compute_metrics
+from mascot.metrics.auto import compute_metrics
+from mascot.metrics.settings import MetricsSettings
 from mascot.schema import Directive, Episode, EpisodeMetadata, Turn
 
 AGENTS = ("The Anchor", "The Catalyst", "The Beacon")

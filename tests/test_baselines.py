@@ -4,14 +4,15 @@ import asyncio
 
 import pytest
 
-from mascot.dialogue.engine import EngineSettings, EpisodeEngine
+from mascot.dialogue.engine import EpisodeEngine
 from mascot.dialogue.multiagentesc import STRATEGIES, parse_strategy, ranked_strategies
 from mascot.dialogue.prompts import speaker_messages
+from mascot.dialogue.settings import EngineSettings
 from mascot.dialogue.tally import Tally
-from mascot.testing.players import group_client
 from mascot.errors import MascotError
-from mascot.testing.scripted import ScriptedClient
 from mascot.schema import Episode
+from mascot.testing.players import group_client
+from mascot.testing.scripted import ScriptedClient
 
 
 def run_episode(roster, context, clients, **settings):

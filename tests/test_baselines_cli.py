@@ -6,10 +6,10 @@ import pytest
 from typer.testing import CliRunner
 
 from mascot.cli import app
+from mascot.files import read_jsonl
+from mascot.schema import Episode
 from mascot.testing.players import stub_responder
 from mascot.testing.stub_server import start_stub_server
-from mascot.schema import Episode
-from mascot.store import read_jsonl
 
 ESCONV_SAMPLE = Path(__file__).parent / "fixtures" / "esconv_sample.jsonl"
 

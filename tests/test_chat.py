@@ -13,27 +13,19 @@ from typer.testing import CliRunner
 
 from mascot.cli import app
 from mascot.commands.chat import run_chat
-from mascot.dialogue.agents import stop_strings
-from mascot.dialogue.reply_stream import clean_reply
 from mascot.data.meeting_file import read_meeting_file
-from mascot.dialogue.chat import (
-    ChatSessionError,
-    ChatSettings,
-    SilentView,
-    choose_roster,
-    load_session_episode,
-    open_session,
-)
-from mascot.dialogue.reply_stream import ReplyStream
-from mascot.testing.players import group_client, stub_responder
+from mascot.dialogue.agents import stop_strings
+from mascot.dialogue.chat import ChatSessionError, ChatSettings, SilentView, choose_roster, load_session_episode, open_session
+from mascot.dialogue.reply_stream import ReplyStream, clean_reply
 from mascot.errors import MascotError
+from mascot.files import read_jsonl
 from mascot.llm.base import LLMError, cut_at_stop
 from mascot.llm.metered import MeteredClient, UsageMeter
-from mascot.testing.scripted import ScriptedClient
-from mascot.testing.stub_server import start_stub_server
 from mascot.rosters import load_roster
 from mascot.schema import Episode
-from mascot.store import read_jsonl
+from mascot.testing.players import group_client, stub_responder
+from mascot.testing.scripted import ScriptedClient
+from mascot.testing.stub_server import start_stub_server
 
 ROSTER = load_roster("emotional_support")
 
@@ -490,7 +482,8 @@ def test_a_reply_opening_as_another_companion_is_discarded_in_chat_as_in_episode
 
 
 def test_typed_and_simulated_user_messages_enter_through_one_engine_entry_point(tmp_path, monkeypatch):
-    from mascot.dialogue.engine import EngineSettings, EpisodeEngine
+    from mascot.dialogue.engine import EpisodeEngine
+    from mascot.dialogue.settings import EngineSettings
     from mascot.schema import Context
 
     seen = []

@@ -21,9 +21,10 @@ from mascot.cli import app
 from mascot.commands.generate import GenerateSettings
 from mascot.dialogue.run import generate_group
 from mascot.errors import MascotError
+from mascot.files import StoreError, read_jsonl
 from mascot.schema import Episode
 from mascot.settings import cli_fields, flag_name
-from mascot.store import RunStore, StoreError, read_jsonl
+from mascot.store import RunStore
 from mascot.testing.players import group_client
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -456,6 +457,7 @@ def test_a_second_ctrl_c_stops_a_real_process_at_once(tmp_path):
 
 def test_mascot_judge_shows_its_judgments_and_counts_them_in_words(tmp_path, monkeypatch):
     from judge_helpers import sample_episode, write_episodes
+
     from mascot.testing.players import stub_judge_responder
     from mascot.testing.stub_server import start_stub_server
 

@@ -85,9 +85,10 @@ def fixture_contexts(dataset: str):
 
 
 def fixture_episodes(dataset: str, branching: bool):
-    from mascot.dialogue.engine import EngineSettings, EpisodeEngine
-    from mascot.testing.players import group_client
+    from mascot.dialogue.engine import EpisodeEngine
+    from mascot.dialogue.settings import EngineSettings
     from mascot.rosters import roster_for_dataset
+    from mascot.testing.players import group_client
 
     client = group_client()
     settings = EngineSettings(num_turns=2, num_candidates=2, generation_mode="branching" if branching else "independent")

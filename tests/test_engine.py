@@ -3,10 +3,11 @@ import asyncio
 import pytest
 
 from mascot.dialogue.batch import run_all
-from mascot.dialogue.engine import EngineSettings, EpisodeEngine
+from mascot.dialogue.engine import EpisodeEngine
+from mascot.dialogue.settings import EngineSettings
 from mascot.dialogue.tally import StrictModeStop, Tally
-from mascot.testing.players import group_client, group_reply
 from mascot.llm.base import LLMError
+from mascot.testing.players import group_client, group_reply
 from mascot.testing.scripted import ScriptedClient
 
 

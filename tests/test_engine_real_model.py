@@ -7,8 +7,8 @@ from rich.console import Console
 
 from mascot.commands.generate import GenerateSettings
 from mascot.dialogue.run import generate_group
+from mascot.files import read_jsonl
 from mascot.schema import Episode
-from mascot.store import read_jsonl
 
 
 def test_directed_episode_on_the_embedded_model(tmp_path, es_context, es_roster, embedded_model):

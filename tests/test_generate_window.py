@@ -9,11 +9,10 @@ import pytest
 from typer.testing import CliRunner
 
 from mascot.cli import app
-from mascot.testing.players import stub_responder
-from mascot.testing.players import stub_judge_responder
-from mascot.testing.stub_server import start_stub_server
+from mascot.files import read_jsonl
 from mascot.schema import Candidate, Episode
-from mascot.store import read_jsonl
+from mascot.testing.players import stub_judge_responder, stub_responder
+from mascot.testing.stub_server import start_stub_server
 
 QMSUM_SAMPLE = Path(__file__).parent / "fixtures" / "qmsum_sample.jsonl"
 

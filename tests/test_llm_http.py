@@ -11,14 +11,14 @@ import types
 
 import pytest
 
-from mascot.llm.base import ChatRequest, LLMError
+from mascot.llm.base import ChatRequest, LLMError, redact_url
 from mascot.llm.http import HTTPClient
 from mascot.llm.metered import CallTracer, MeteredClient, UsageMeter
-from mascot.llm.base import DEFAULT_LOCAL_MODEL, redact_url
 from mascot.llm.providers import build_backends
 from mascot.llm.routing import resolve_roles
 from mascot.settings_groups import EndpointSettings
 from mascot.testing.stub_server import load_responder, start_stub_server_process
+from mascot.vocab import DEFAULT_LOCAL_MODEL
 
 HELLO = ChatRequest(messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello there friend"}])
 SECRET = "sk-test-0123456789-do-not-log"

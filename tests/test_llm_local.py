@@ -15,7 +15,7 @@ from mascot.errors import MascotError
 from mascot.llm import models
 from mascot.llm.base import ChatRequest, LLMError
 from mascot.llm.local import LocalClient, PerRowSampling, StreamTrimmer, embedded_model_dir, resolve_local_model
-from mascot.llm.base import DEFAULT_LOCAL_MODEL
+from mascot.vocab import DEFAULT_LOCAL_MODEL
 
 QUESTIONS = [
     "What is the capital of France?",

@@ -7,15 +7,16 @@ import json
 import math
 
 import pytest
+from judge_helpers import agent_turn, episode, user_turn, write_episodes
 from typer.testing import CliRunner
 
-from judge_helpers import agent_turn, episode, user_turn, write_episodes
 from mascot.cli import app
 from mascot.errors import MascotError
-from mascot.metrics.auto import MetricsSettings, compute_metrics
+from mascot.metrics.auto import compute_metrics
 from mascot.metrics.lexical import distinct_n, self_bleu
 from mascot.metrics.nli import NLIScorer, label_indices
 from mascot.metrics.pairing import inferred_rounds, response_pairs
+from mascot.metrics.settings import MetricsSettings
 
 
 def engine_episode():
@@ -112,9 +113,8 @@ def test_files_without_round_ids_need_inference_or_another_mode(tmp_path):
 def tiny_nli_model(folder, id2label: dict[int, str], winner: int):
     """A random 1-layer BERT classifier whose head always predicts index `winner`."""
     import torch
-    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
-
     from train_helpers import tokenizer_dir
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir(2048))  # any tokenizer will do for a random model
     config = BertConfig(

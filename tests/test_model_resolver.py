@@ -9,8 +9,8 @@ import pytest
 
 from mascot.errors import MascotError
 from mascot.llm import models
-from mascot.llm.base import DEFAULT_LOCAL_MODEL
 from mascot.train.models import ModelLoadError, base_model_id, model_ref
+from mascot.vocab import DEFAULT_LOCAL_MODEL
 
 
 @pytest.fixture

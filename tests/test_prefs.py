@@ -6,21 +6,22 @@ import json
 import random
 
 import pytest
+from judge_helpers import agent_turn, episode, numbered_speaker, sample_episode, scoring_judge, user_turn, write_episodes
 from typer.testing import CliRunner
 
-from judge_helpers import agent_turn, episode, numbered_speaker, sample_episode, scoring_judge, user_turn, write_episodes
 from mascot.cli import app
+from mascot.commands.generate import GenerateSettings
+from mascot.files import StoreError, read_jsonl
 from mascot.judge.panel import JudgePanel
 from mascot.judge.rubric_judge import RubricJudge
 from mascot.llm.base import LLMError
-from mascot.testing.scripted import ScriptedClient
 from mascot.prefs.group import episode_pairs, group_preferences, render_trajectory
-from mascot.commands.generate import GenerateSettings
 from mascot.prefs.individual import OUTPUTS, run_individual
 from mascot.prefs.pairs import max_pairs, preference_index_pairs
 from mascot.rosters import load_roster
 from mascot.schema import BranchInfo, Candidate, Context, DialogueLine, PreferencePair
-from mascot.store import RunStore, StoreError, read_jsonl
+from mascot.store import RunStore
+from mascot.testing.scripted import ScriptedClient
 
 ROSTER = load_roster("emotional_support")
 
@@ -243,12 +244,12 @@ def test_generate_individual_end_to_end_feeds_trl_reward_trainer(tmp_path, monke
     """`mascot generate --mode individual` on the embedded local Speaker (the judge is the stub
     server: the 135M model cannot write rubric JSON), then one RewardTrainer step on the pairs."""
     from datasets import load_dataset
+    from train_helpers import tiny_model
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
     from trl import RewardConfig, RewardTrainer
 
     from mascot.testing.players import stub_judge_responder
     from mascot.testing.stub_server import start_stub_server
-    from train_helpers import tiny_model
 
     fixture = __import__("pathlib").Path(__file__).parent / "fixtures" / "esconv_sample.jsonl"
     monkeypatch.setenv("MASCOT_JUDGE_CACHE_DIR", str(tmp_path / "judge-cache"))

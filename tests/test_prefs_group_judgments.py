@@ -7,16 +7,16 @@ import asyncio
 import json
 
 import pytest
+from judge_helpers import agent_turn, episode, scoring_judge, user_turn, write_episodes
 from typer.testing import CliRunner
 
-from judge_helpers import agent_turn, episode, scoring_judge, user_turn, write_episodes
 from mascot.cli import app
+from mascot.files import read_jsonl
 from mascot.judge import opener
 from mascot.judge.panel import JudgePanel
 from mascot.judge.rubric_judge import RubricJudge
 from mascot.judge.run import judge_episode_file
 from mascot.schema import PreferencePair
-from mascot.store import read_jsonl
 
 PREFS = ["prefs", "group", "--mode", "episode", "--score-margin", "0.5", "--judge", "stub", "--judge-server-url", "http://127.0.0.1:9/v1", "--no-cache"]
 

@@ -10,22 +10,22 @@ import os
 from pathlib import Path
 
 import pytest
+from judge_helpers import numbered_speaker, sample_episode, scoring_judge, write_episodes
 from typer.testing import CliRunner
 
-from judge_helpers import numbered_speaker, sample_episode, scoring_judge, write_episodes
 from mascot.cli import app
-from mascot.data import DatasetError, load_contexts
 from mascot.commands.generate import GenerateSettings
+from mascot.data import DatasetError, load_contexts
 from mascot.dialogue.run import generate_group, run_dir_for
-from mascot.testing.players import group_client, stub_responder
 from mascot.errors import MascotError
-from mascot.testing.players import stub_judge_responder
-from mascot.testing.scripted import ScriptedClient
-from mascot.prefs.individual import OUTPUTS, run_individual
+from mascot.files import StoreError, read_jsonl, redact, write_jsonl
 from mascot.judge.rubric_judge import RubricJudge
+from mascot.prefs.individual import OUTPUTS, run_individual
 from mascot.rosters import load_roster
 from mascot.schema import Candidate, Context, DialogueLine, Episode, PreferencePair
-from mascot.store import RunStore, StoreError, read_jsonl, redact, write_jsonl
+from mascot.store import RunStore
+from mascot.testing.players import group_client, stub_judge_responder, stub_responder
+from mascot.testing.scripted import ScriptedClient
 from mascot.testing.stub_server import start_stub_server
 
 ESCONV_SAMPLE = Path(__file__).parent / "fixtures" / "esconv_sample.jsonl"

@@ -7,15 +7,16 @@ import json
 import pytest
 
 from mascot.dialogue.director import Director, directive_schema, directive_token_budget
-from mascot.dialogue.engine import EngineSettings, EpisodeEngine
+from mascot.dialogue.engine import EpisodeEngine
 from mascot.dialogue.reasoning import role_thinks, split_reasoning, token_budget
+from mascot.dialogue.settings import EngineSettings
 from mascot.dialogue.tally import Tally
-from mascot.testing.players import group_reply
 from mascot.judge.prompt import JudgeItem
 from mascot.judge.rubric_judge import RubricJudge, rubric_schema
 from mascot.llm.base import BaseClient, ChatRequest, ChatResponse
 from mascot.rubrics import rubric_for
 from mascot.schema import Candidate, Turn
+from mascot.testing.players import group_reply
 
 
 class ReasoningClient(BaseClient):
@@ -157,10 +158,11 @@ async def test_stage1_candidates_keep_reasoning_apart_and_pairs_never_hold_it(tm
     from judge_helpers import scoring_judge
 
     from mascot.commands.generate import GenerateSettings
+    from mascot.files import read_jsonl
     from mascot.prefs.individual import OUTPUTS, run_individual
     from mascot.rosters import load_roster
     from mascot.schema import Context, DialogueLine, PreferencePair
-    from mascot.store import RunStore, read_jsonl
+    from mascot.store import RunStore
 
     counter = {"n": 0}
 

@@ -12,16 +12,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mascot.dialogue.engine import EngineSettings, EpisodeEngine
+from mascot.dialogue.engine import EpisodeEngine
 from mascot.dialogue.run import counting_safety_events
+from mascot.dialogue.settings import EngineSettings
 from mascot.dialogue.tally import Tally
-from mascot.testing.players import group_reply
-from mascot.testing.scripted import ScriptedClient
 from mascot.safety import SAFETY_ACTION, SafetyScreen, screen_applies
 from mascot.safety.embedding import ExampleSimilarity
 from mascot.safety.resources import load_resources, parse_resources
 from mascot.safety.rules import SafetyConfigError, load_rules, parse_rules
 from mascot.schema import Episode
+from mascot.testing.players import group_reply
+from mascot.testing.scripted import ScriptedClient
 
 ROOT = Path(__file__).resolve().parents[1]
 CRISIS = "Honestly I think everyone would be better off without me."

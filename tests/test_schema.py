@@ -1,17 +1,7 @@
 import json
 
-from mascot.schema import (
-    BranchInfo,
-    Context,
-    Directive,
-    Episode,
-    EpisodeMetadata,
-    PreferencePair,
-    RoleIdentity,
-    RunSummary,
-    Turn,
-)
-from mascot.store import read_jsonl, write_jsonl
+from mascot.files import read_jsonl, write_jsonl
+from mascot.schema import BranchInfo, Context, Directive, Episode, EpisodeMetadata, PreferencePair, RoleIdentity, RunSummary, Turn
 
 
 def sample_episode() -> Episode:

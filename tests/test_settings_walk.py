@@ -16,13 +16,13 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from judge_helpers import judged_block, numbered_speaker, scoring_judge
 from rich.console import Console
 
-from judge_helpers import judged_block, numbered_speaker, scoring_judge
 from mascot.commands.generate import GROUP_ONLY, STAGE_1_ONLY, GenerateSettings, ignored_by_mode
+from mascot.files import read_jsonl
 from mascot.schema import Candidate
 from mascot.settings import cli_fields, settings_from
-from mascot.store import read_jsonl
 
 ESCONV = Path(__file__).parent / "fixtures" / "esconv_sample.jsonl"
 BASE = {"dataset": "ESConv", "data_file": ESCONV, "output_dir": Path("runs")}
@@ -211,9 +211,8 @@ def reads_outside_checks() -> set[str]:
 
 
 def test_every_commands_settings_are_read_by_what_runs_it():
-    from mascot.commands import COMMANDS
-
     from mascot import vocab
+    from mascot.commands import COMMANDS
 
     # The `--<role>-*` flags are read once, by their fold into the role mapping (checked below).
     role_flags = {f"{role}_{kind}" for role in vocab.ROLES for kind in ("model", "adapter", "server_url", "extra_body", "thinking")}

@@ -2,8 +2,9 @@ import json
 
 import pytest
 
+from mascot.files import RecordFormatError, StoreError, read_jsonl, redact, repair_torn_tail
 from mascot.schema import Context, RunConfig
-from mascot.store import RecordFormatError, RunStore, StoreError, read_jsonl, redact, repair_torn_tail
+from mascot.store import RunStore
 
 
 def ctx(i: int) -> Context:

@@ -13,12 +13,13 @@ from typer.testing import CliRunner
 from mascot.cli import app
 from mascot.dialogue.director import ACTION_MAX_CHARS, TONE_MAX_CHARS, Director, directive_schema, directive_token_budget
 from mascot.dialogue.emotion import read_user_reply, user_turn_schema
-from mascot.dialogue.engine import EngineSettings, EpisodeEngine
+from mascot.dialogue.engine import EpisodeEngine
+from mascot.dialogue.settings import EngineSettings
 from mascot.dialogue.tally import Tally
+from mascot.files import read_jsonl
 from mascot.llm.http import HTTPClient
 from mascot.rosters import load_roster
 from mascot.schema import Episode
-from mascot.store import read_jsonl
 from mascot.testing.players import prose_user_responder, stub_responder
 
 ESCONV_SAMPLE = Path(__file__).parent / "fixtures" / "esconv_sample.jsonl"
@@ -40,8 +41,8 @@ async def structured_client(server, *, probe: bool = True) -> HTTPClient:
 
 
 def test_the_budget_holds_the_longest_valid_directive_in_real_tokens():
-    from transformers import AutoTokenizer
     from train_helpers import tokenizer_dir
+    from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir())
     for roster in (load_roster("emotional_support"), load_roster("meetings")):

@@ -11,14 +11,9 @@ from typer.testing import CliRunner
 from mascot.cli import app
 from mascot.errors import MascotError
 from mascot.schema import PreferencePair
+from mascot.settings import cli_fields
 from mascot.train import artefact, data
-from mascot.train.config import (
-    DirectorDPOSettings,
-    DirectorGRPOSettings,
-    RewardModelSettings,
-    SpeakerGRPOSettings,
-    cli_fields,
-)
+from mascot.train.config import DirectorDPOSettings, DirectorGRPOSettings, RewardModelSettings, SpeakerGRPOSettings
 from mascot.train.runtime import TrainingSetupError, derive_batch
 
 runner = CliRunner()

@@ -7,7 +7,7 @@ import json
 import pytest
 from train_helpers import keyword_pairs, single_thread, tiny_model, write_jsonl, write_run_config
 
-from mascot.store import RecordFormatError, read_jsonl
+from mascot.files import RecordFormatError, read_jsonl
 from mascot.schema import PreferencePair
 from mascot.train.artefact import last_checkpoint
 from mascot.train.guard import TrainingDiverged, non_finite_logs, non_finite_parameters

@@ -9,13 +9,13 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
-from mascot.testing.players import group_client, stub_responder
+from mascot.files import read_jsonl
 from mascot.llm.base import LLMError
-from mascot.testing.scripted import ScriptedClient
-from mascot.testing.stub_server import start_stub_server
 from mascot.rosters import load_roster
 from mascot.schema import Episode
-from mascot.store import read_jsonl
+from mascot.testing.players import group_client, stub_responder
+from mascot.testing.scripted import ScriptedClient
+from mascot.testing.stub_server import start_stub_server
 from mascot.web.app import create_app
 from mascot.web.security import CSRF_COOKIE
 from mascot.web.settings import WebSettings

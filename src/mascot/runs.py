@@ -18,9 +18,12 @@ from typing import Any
 
 from rich.console import Console
 
+from mascot import __version__
 from mascot.errors import MascotError
-from mascot.schema import RoleUsage
-from mascot.store import RunStore
+from mascot.llm.metered import CallTracer
+from mascot.llm.providers import build_backends
+from mascot.schema import RoleUsage, RunConfig
+from mascot.store import RunStore, check_resume_settings, flush_summary_periodically, log_meter_usage
 
 
 class GenerationFailed(MascotError):
@@ -108,9 +111,6 @@ def announce_local_roles(backends: Any, console: Console) -> None:
 
 
 def _write_config(spec: RunSpec, run: OpenRun) -> None:
-    from mascot import __version__
-    from mascot.schema import RunConfig
-
     settings = {**spec.settings, "local_backend_roles": run.backends.local_roles} if spec.record_local_roles else spec.settings
     run.store.write_config(
         RunConfig(
@@ -138,9 +138,6 @@ async def opened_backends(backends: Any, console: Console | None = None, notice:
 
 @asynccontextmanager
 async def open_run(spec: RunSpec, console: Console | None = None) -> AsyncIterator[OpenRun]:
-    from mascot.llm.providers import build_backends
-    from mascot.store import check_resume_settings
-
     check_local_inputs(spec.roles)  # before the run folder is made: a wrong path leaves nothing behind
     if spec.resume:  # before the store opens: a refused resume leaves the saved run as it was
         check_resume_settings(spec.run_dir, spec.settings)
@@ -159,7 +156,6 @@ async def open_run(spec: RunSpec, console: Console | None = None) -> AsyncIterat
 async def _running(spec: RunSpec, store: RunStore, backends: Any) -> AsyncIterator[OpenRun]:
     """The run inside its open store: usage logged per call and merged with an interrupted
     attempt's, the summary flushed every second, run_config.json written."""
-    from mascot.store import flush_summary_periodically, log_meter_usage
 
     run = OpenRun(store, backends, dict(store.summary.usage), dict(store.summary.endpoints))  # an interrupted attempt's
     log_meter_usage(backends.meter, store)
@@ -177,7 +173,6 @@ async def _running(spec: RunSpec, store: RunStore, backends: Any) -> AsyncIterat
 
 def attach_trace(backends: Any, path: Path) -> None:
     """Every role's calls into one trace file (`--trace-role-calls`), from now on."""
-    from mascot.llm.metered import CallTracer
 
     backends.tracer = CallTracer(path)
     for client in backends.clients.values():

@@ -16,7 +16,9 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import subprocess
+import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -24,6 +26,7 @@ from pathlib import Path
 
 from mascot.errors import MascotError
 from mascot.llm.served import ServerListingError, list_served_models
+from mascot.train.artefact import read_metadata
 
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 ROLE_FLAGS = {"speaker": "--speaker-model", "director": "--director-model"}
@@ -66,7 +69,6 @@ class ServePlan:
 
 def adapter_from_artefact(folder: str | Path, alias: str | None = None) -> tuple[ServedAdapter, str]:
     """The adapter of one trained artefact and its base model, from mascot_metadata.json."""
-    from mascot.train.artefact import read_metadata
 
     folder = Path(folder)
     if not folder.is_dir():
@@ -203,7 +205,6 @@ def end_process_group(pgid: int, grace_s: float = STOP_GRACE_S, reap=None) -> bo
     """SIGTERM to every process of the group, SIGKILL to what is left after `grace_s`; True when
     SIGKILL was needed. `reap` collects the leader when it is this process's child (a zombie
     still counts as a member of its group)."""
-    import signal
 
     def alive() -> bool:
         if reap is not None:
@@ -231,7 +232,6 @@ def stop_server(process: subprocess.Popen, grace_s: float | None = None) -> bool
 def start_watchdog(process: subprocess.Popen, grace_s: float | None = None) -> subprocess.Popen:
     """A small process that ends the server's group when this one dies without doing it (killed
     with SIGKILL, which no handler sees). It sits outside the group it guards."""
-    import sys
 
     grace_s = STOP_GRACE_S if grace_s is None else grace_s
     cmd = [sys.executable, "-m", "mascot.serve_watchdog", str(os.getpid()), str(process.pid), str(grace_s)]

@@ -16,13 +16,14 @@ import signal
 import sys
 import time
 
+from mascot.serve import end_process_group, group_alive
+
 POLL_S = 0.5
 
 
 def main(argv: list[str]) -> None:
     parent, pgid, grace_s = int(argv[0]), int(argv[1]), float(argv[2])
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from mascot.serve import end_process_group, group_alive
 
     while os.getppid() == parent and group_alive(pgid):
         time.sleep(POLL_S)

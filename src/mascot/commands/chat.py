@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from typing import TYPE_CHECKING, Callable
 
+from mascot.dialogue.chat import chat_backends, local_model_loaders, new_session_path, open_session
+from mascot.dialogue.chat import preload_local_models as preload
 from mascot.dialogue.chat_settings import ChatSettings
+from mascot.dialogue.run import announce_local_roles
+from mascot.dialogue.show import colour_for, show_directive, show_episode
 from mascot.errors import MascotError
 
 if TYPE_CHECKING:
@@ -24,13 +30,9 @@ Anything else is a message to the group."""
 
 def run_chat_command(settings: ChatSettings) -> None:
     """`mascot chat`: opens the backends and the session, then reads messages until the end."""
-    import asyncio
-    import sys
 
     from rich.console import Console
 
-    from mascot.dialogue.chat import chat_backends, new_session_path, open_session
-    from mascot.dialogue.run import announce_local_roles
 
     path = settings.session or new_session_path()
     console = Console(highlight=False)
@@ -63,7 +65,6 @@ def run_chat_command(settings: ChatSettings) -> None:
 
 def preload_local_models(backends, console: Console, run: Callable) -> None:
     """Loads in-process models before the first prompt, so the first reply does not wait for them."""
-    from mascot.dialogue.chat import local_model_loaders, preload_local_models as preload
 
     if local_model_loaders(backends):
         with console.status("loading the local model..."):
@@ -75,7 +76,6 @@ def preload_local_models(backends, console: Console, run: Callable) -> None:
 
 def read_line_from(console: Console, interactive: bool) -> Callable[[], str | None]:
     """A reader of the next message; None at end of input (Ctrl-D, or the end of piped input)."""
-    import sys
 
     if interactive:
         try:
@@ -144,8 +144,6 @@ def run_chat(
 
 
 def introduce(session: ChatSession, console: Console, continued: bool, show_directives: bool) -> None:
-    from mascot.dialogue.show import show_episode
-
     roster = session.roster
     console.print(f"[bold]mascot chat[/bold] with {escape(', '.join(roster.names))} [dim](roster {escape(roster.ident)})[/dim]")
     console.print(f"session: {session.path}", soft_wrap=True)  # unwrapped: paths are copied
@@ -226,8 +224,6 @@ class TerminalView:
         self.open_reply = False
 
     def directive(self, decision: DirectorDecision, round_id: int) -> None:
-        from mascot.dialogue.show import show_directive
-
         if decision.fell_back:
             self.console.print(f"  [dim](the Director's answer was unusable twice: {escape(decision.directive.agent_name)} was chosen at random)[/dim]")
         elif decision.parse_failed:
@@ -236,8 +232,6 @@ class TerminalView:
             show_directive(self.console, decision.directive)
 
     def reply_start(self, agent_name: str) -> None:
-        from mascot.dialogue.show import colour_for
-
         colour = colour_for(agent_name, self.names)
         self.console.print(f"[bold {colour}]{escape(agent_name)}:[/bold {colour}] ", end="")
         self.open_reply = True

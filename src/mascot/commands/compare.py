@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+from pathlib import Path
+
 import typer
 
+from mascot.commands.dryrun import check_judges, print_settings
+from mascot.judge.compare import compare_judge_specs, default_output_dir, load_matchups, orders_for, run_compare
 from mascot.judge.compare_settings import CompareSettings
+from mascot.progress import plural
 
 
 def run_compare_command(settings: CompareSettings) -> None:
-    from mascot.judge.compare import run_compare
-    from mascot.progress import plural
-
     result = run_compare(settings)
     overall = result.report["criteria"]["overall"]
     rates = ", ".join(f"{name} {s['win_rate']}" for name, s in overall["systems"].items())
@@ -19,12 +22,6 @@ def run_compare_command(settings: CompareSettings) -> None:
 
 
 def dry_run_compare(command: str, settings: CompareSettings) -> None:
-    from dataclasses import asdict
-    from pathlib import Path
-
-    from mascot.commands.dryrun import check_judges, print_settings
-    from mascot.judge.compare import compare_judge_specs, default_output_dir, load_matchups, orders_for
-
     names, matchups, unmatched = load_matchups([Path(p) for p in settings.systems], settings.label_list, settings.limit)
     resolved = {
         "systems": names,

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
+from pathlib import Path
+
 import typer
 
+from mascot.commands.dryrun import DryRunError, print_settings
+from mascot.files import write_json_atomic
+from mascot.progress import plural
+from mascot.study.create import create_study, episodes_by_context, matched_contexts
+from mascot.study.db import opened
+from mascot.study.results import compute_results, format_results, ratings_csv
 from mascot.study.settings import StudyCreateSettings, StudyResultsSettings
 
 
-
 def run_study_create(settings: StudyCreateSettings) -> None:
-    from mascot.progress import plural
-    from mascot.study.create import create_study
-
     built = create_study(settings.a, settings.b, settings.out, raters=settings.raters, attention_checks=settings.attention_checks,
                          seed=settings.seed, system_a=settings.system_a, system_b=settings.system_b, overwrite=settings.overwrite)
     base = settings.base_url.rstrip("/")
@@ -22,12 +28,6 @@ def run_study_create(settings: StudyCreateSettings) -> None:
 
 
 def dry_run_study_create(command: str, settings: StudyCreateSettings) -> None:
-    from dataclasses import asdict
-    from pathlib import Path
-
-    from mascot.commands.dryrun import DryRunError, print_settings
-    from mascot.study.create import episodes_by_context, matched_contexts
-
     contexts = matched_contexts(episodes_by_context(settings.a, "--a"), episodes_by_context(settings.b, "--b"))
     if Path(settings.out).exists() and not settings.overwrite:
         raise DryRunError(f"--out {settings.out} exists: pick another path or pass --overwrite")
@@ -35,12 +35,6 @@ def dry_run_study_create(command: str, settings: StudyCreateSettings) -> None:
 
 
 def run_study_results(settings: StudyResultsSettings) -> None:
-    import json
-    from pathlib import Path
-
-    from mascot.files import write_json_atomic
-    from mascot.study.results import compute_results, format_results, ratings_csv
-
     results = compute_results(Path(settings.study))
     typer.echo(format_results(results))
     if settings.csv:
@@ -52,11 +46,6 @@ def run_study_results(settings: StudyResultsSettings) -> None:
 
 
 def dry_run_study_results(command: str, settings: StudyResultsSettings) -> None:
-    from dataclasses import asdict
-
-    from mascot.commands.dryrun import print_settings
-    from mascot.study.db import opened
-
     with opened(settings.study) as conn:
         rated = conn.execute("SELECT count(*) FROM ratings").fetchone()[0]
     print_settings("study results", {"resolved": {"ratings": rated}, "settings": asdict(settings)})

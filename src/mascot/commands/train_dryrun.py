@@ -7,8 +7,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mascot.commands.dryrun import DryRunError, check_model, check_new_output, check_path, print_settings
+from mascot.commands.dryrun import DryRunError, check_endpoints, check_model, check_new_output, check_path, print_settings
+from mascot.llm.providers import RoleEndpoint
+from mascot.train import artefact, data
 from mascot.train import config as cfg
+from mascot.train.artefact import require_model_folder
+from mascot.train.decision_points import load_decision_inputs
+from mascot.train.director_grpo import resolve_group_reward_model_path, rollout_model
+from mascot.train.guard import require_schedule
+from mascot.train.models import adapter_base_model, is_adapter
+from mascot.train.speaker_grpo import resolve_reward_model_path, speaker_prompts
 
 # settings class -> (pair kind or None for episodes, output-dir kind)
 _DATA = {
@@ -24,8 +32,6 @@ def dry_run_training(command: str, settings: Any) -> None:
     if isinstance(settings, cfg.MergeSettings):
         print_settings("merge-lora", _merge(settings))
         return
-    from mascot.train import artefact
-    from mascot.train.guard import require_schedule
 
     require_schedule(settings)
     artefact.require_model_folder(settings.model_name, label="--model", task="causal_lm")
@@ -48,7 +54,6 @@ def dry_run_training(command: str, settings: Any) -> None:
 def _data_and_output(settings: Any) -> tuple[dict[str, Any], list]:
     """The data file, its records and dataset, the base model and the output folder; for the
     pairwise trainers also that a training record is left after the held-out split and --limit."""
-    from mascot.train import artefact, data
 
     kind, output_kind = _DATA[type(settings)]
     data_file, records = data.load_episodes(settings.data_path) if kind is None else data.load_pairs(settings.data_path, kind)
@@ -67,8 +72,6 @@ def _data_and_output(settings: Any) -> tuple[dict[str, Any], list]:
 
 def _speaker_inputs(settings: cfg.SpeakerGRPOSettings, resolved: dict[str, Any], pairs: list) -> dict[str, Any]:
     """Enough distinct prompts for one GRPO step, and a trained persona reward model."""
-    from mascot.train import artefact
-    from mascot.train.speaker_grpo import resolve_reward_model_path, speaker_prompts
 
     prompts = speaker_prompts(settings, resolved["data_file"], pairs)
     resolve_reward_model_path(settings, resolved["dataset"])
@@ -79,9 +82,6 @@ def _speaker_inputs(settings: cfg.SpeakerGRPOSettings, resolved: dict[str, Any],
 
 def _director_inputs(settings: cfg.DirectorGRPOSettings, dataset: str) -> dict[str, Any]:
     """Enough decision points for one GRPO step, a trained group reward model, the rollouts."""
-    from mascot.train import artefact
-    from mascot.train.decision_points import load_decision_inputs
-    from mascot.train.director_grpo import resolve_group_reward_model_path
 
     points = load_decision_inputs(settings).points
     resolve_group_reward_model_path(settings, dataset)
@@ -91,10 +91,6 @@ def _director_inputs(settings: cfg.DirectorGRPOSettings, dataset: str) -> dict[s
 
 
 def _director_rollouts(settings: cfg.DirectorGRPOSettings) -> dict[str, Any]:
-    from mascot.llm.providers import RoleEndpoint
-    from mascot.train import artefact
-    from mascot.train.director_grpo import rollout_model
-
     urls = [u.strip() for u in [settings.rollout_server_url or "", *(settings.rollout_endpoints or "").split(",")] if u.strip()]
     model = rollout_model(settings)
     if not urls:
@@ -102,7 +98,6 @@ def _director_rollouts(settings: cfg.DirectorGRPOSettings) -> dict[str, Any]:
         if settings.speaker_adapter:
             artefact.require_model_folder(settings.speaker_adapter, label="--speaker-adapter", task="causal_lm", role="speaker")
         return {"rollout_model": f"{model} ({check_model(model, '--rollout-model')}, in-process)"}
-    from mascot.commands.dryrun import check_endpoints
 
     endpoints = {}
     for i, url in enumerate(urls):
@@ -114,12 +109,9 @@ def _director_rollouts(settings: cfg.DirectorGRPOSettings) -> dict[str, Any]:
 
 
 def _merge(settings: cfg.MergeSettings) -> dict[str, Any]:
-    from mascot.train.models import adapter_base_model, is_adapter
-
     check_path(settings.adapter, "--adapter", kind="dir")
     if not is_adapter(settings.adapter):
         raise DryRunError(f"--adapter {settings.adapter} holds no adapter_config.json (not a LoRA adapter)")
-    from mascot.train.artefact import require_model_folder
 
     require_model_folder(settings.adapter, label="--adapter")  # its weights are there too
     base = settings.base_model or adapter_base_model(settings.adapter)

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from mascot.commands.dryrun import check_endpoints, print_settings
+from mascot.dialogue.chat import CHAT_ROLES
+from mascot.llm.base import redact_url
+from mascot.llm.routing import resolve_roles
+from mascot.settings import as_dict
+from mascot.web.app import serve
+from mascot.web.security import scrub
 from mascot.web.settings import WebSettings
 
 
 def run_web(settings: WebSettings) -> None:
     import typer
 
-    from mascot.web.app import serve
 
     typer.secho(f"mascot web on http://{settings.host}:{settings.port}/ (sessions in {settings.session_dir}; Ctrl-C stops)", fg="green")
     if not settings.loopback_only:
@@ -19,12 +25,6 @@ def run_web(settings: WebSettings) -> None:
 def dry_run_web(command: str, settings: WebSettings) -> None:
     """Checks the models and endpoints the app would open and prints the resolved settings (URLs
     without credentials); starts nothing."""
-    from mascot.commands.dryrun import check_endpoints, print_settings
-    from mascot.dialogue.chat import CHAT_ROLES
-    from mascot.llm.base import redact_url
-    from mascot.llm.routing import resolve_roles
-    from mascot.settings import as_dict
-    from mascot.web.security import scrub
 
     roles = check_endpoints(resolve_roles(settings, CHAT_ROLES))
     values = as_dict(settings)

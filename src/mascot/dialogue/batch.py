@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from mascot.dialogue.engine import EpisodeEngine
 from mascot.llm.base import LLMError
+from mascot.progress import stop_requested
 from mascot.schema import Context, Episode
 
 
@@ -33,7 +34,6 @@ async def run_all(
     iterator: Iterator[Context] = iter(contexts)
     workers = max(1, engine.settings.max_concurrent_episodes)
 
-    from mascot.progress import stop_requested
 
     async def worker() -> None:
         for context in iterator:  # one shared iterator: each context is taken by exactly one worker

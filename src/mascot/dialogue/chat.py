@@ -11,16 +11,24 @@ terminal and the web front ends pass a listener that shows what happens.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 from pathlib import Path
 
+from mascot.data.meeting_file import read_meeting_file
+from mascot.data.registry import canonical_dataset_name
 from mascot.dialogue.chat_settings import CHAT_SYSTEM, DEFAULT_SESSION_DIR, ChatSettings, ConversationSettings, EndpointFields
 from mascot.dialogue.engine import EngineSettings, EpisodeEngine, EpisodeState
 from mascot.dialogue.reply_stream import RoundListener, SilentListener
+from mascot.dialogue.run import role_identities
 from mascot.dialogue.tally import Tally
 from mascot.errors import MascotError
 from mascot.llm.base import ChatClient
+from mascot.llm.providers import build_backends
+from mascot.llm.routing import resolve_roles
+from mascot.llm.served import resolve_served_identities
 from mascot.rosters import BUILTIN_ROSTERS, load_roster, roster_for_dataset
+from mascot.rubrics import DOMAINS
 from mascot.schema import Context, Counters, Episode, RoleIdentity, Roster, Turn, utc_now
 from mascot.store import read_jsonl, write_jsonl
 
@@ -44,7 +52,6 @@ class ChatSessionError(MascotError):
 def choose_roster(roster: str | None, dataset: str | None) -> tuple[Roster, str]:
     """The roster (`--roster`, else the dataset's, else emotional support) and the dataset label
     written to metadata: the dataset when given, else the roster's domain (which the judge reads)."""
-    from mascot.data.registry import canonical_dataset_name
 
     dataset = canonical_dataset_name(dataset) if dataset else None
     chosen = load_roster(roster) if roster else roster_for_dataset(dataset) if dataset else load_roster("emotional_support")
@@ -54,7 +61,6 @@ def choose_roster(roster: str | None, dataset: str | None) -> tuple[Roster, str]
 def dataset_label(roster: Roster, dataset: str | None = None) -> str:
     if dataset:
         return dataset
-    from mascot.rubrics import DOMAINS
 
     if roster.domain in DOMAINS:
         return roster.domain
@@ -64,7 +70,6 @@ def dataset_label(roster: Roster, dataset: str | None = None) -> str:
 def chat_context(session_id: str, roster: Roster, dataset: str, *, situation: str | None = None, meeting_file: Path | None = None) -> Context:
     """The context a chat is held in: the person's situation, or for the meetings roster a meeting
     (the transcript from `meeting_file`) with the situation as the participant's question."""
-    from mascot.data.meeting_file import read_meeting_file
 
     if meeting_file is not None and roster.domain != "meetings":
         raise ChatSessionError("--meeting-file is for the meetings roster (--roster meetings or --dataset QMSum)")
@@ -134,10 +139,6 @@ def roster_for_session(episode: Episode, roster: str | Roster | None, dataset: s
 def chat_backends(settings: EndpointFields, trace: Path | None = None) -> tuple:
     """The Director's and the Speakers' backends (the caller closes them with `aclose()`), and
     who answers for each role."""
-    from mascot.dialogue.run import role_identities
-    from mascot.llm.providers import build_backends
-    from mascot.llm.routing import resolve_roles
-    from mascot.llm.served import resolve_served_identities
 
     if trace:
         trace.parent.mkdir(parents=True, exist_ok=True)
@@ -153,7 +154,6 @@ def local_model_loaders(backends) -> list:
 
 async def preload_local_models(backends) -> None:
     """Loads in-process models up front (in a thread), so the first reply does not wait for them."""
-    import asyncio
 
     for load in local_model_loaders(backends):
         await asyncio.to_thread(load)

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
+from mascot.data.subsets import ed_valence
 from mascot.dialogue.structured import bounded_text, compact_object
 
 EMOTION_MAX_CHARS = 24
@@ -62,7 +63,6 @@ class EmotionReports:
 @lru_cache(maxsize=1)
 def emotion_words() -> tuple[str, ...]:
     """What a constrained user may report: the 32 Empathetic Dialogues labels and a few more."""
-    from mascot.data.subsets import ed_valence
 
     return tuple(dict.fromkeys([*sorted(ed_valence()), *_MORE_WORDS]))
 

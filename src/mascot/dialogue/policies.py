@@ -7,8 +7,9 @@ import random
 from typing import Protocol
 
 from mascot.dialogue.director import Director, DirectorDecision, fallback_directive
-from mascot.vocab import TURN_POLICIES
+from mascot.errors import MascotError
 from mascot.schema import Context, Directive, Roster, Turn
+from mascot.vocab import TURN_POLICIES
 
 
 class TurnPolicy(Protocol):
@@ -72,6 +73,5 @@ def make_policy(name: str, roster: Roster, director: Director | None, *, speaker
         s = settings
         return MultiAgentESCPolicy(speaker_client, roster, tally or Tally(), strategists=getattr(s, "mesc_strategists", 3),
                                    temperature=getattr(s, "temperature", 0.7), max_tokens=getattr(s, "max_tokens", 160))
-    from mascot.errors import MascotError
 
     raise MascotError(f"unknown --turn-policy {name!r}: choose one of {', '.join(TURN_POLICIES)}")

@@ -18,18 +18,29 @@ from typing import Any
 
 from rich.console import Console
 
+from mascot.data import load_contexts
 from mascot.dialogue.batch import RunProgress, run_all
 from mascot.dialogue.engine import EngineSettings, EpisodeEngine
 from mascot.dialogue.tally import Tally
 from mascot.llm.base import ChatClient
-from mascot.settings_groups import ClientLimits
 from mascot.llm.providers import Backends
 from mascot.llm.routing import resolve_roles
-from mascot.rosters import load_roster, roster_for_dataset
-from mascot.runs import GenerationFailed, OpenRun, RunSpec, announce_local_roles, failure_line, merged_usage, model_basename, open_run, require_contexts  # noqa: F401  (re-exported)
-from mascot.schema import Context, Episode, RoleIdentity, Roster
 from mascot.llm.served import resolve_served_identities
-from mascot.settings_groups import RoleSettings, parse_extra_body
+from mascot.progress import ProgressLine, calls_and_tokens, plural, raise_if_stopped
+from mascot.rosters import load_roster, roster_for_dataset
+from mascot.runs import (  # noqa: F401  (re-exported)
+    GenerationFailed,
+    OpenRun,
+    RunSpec,
+    announce_local_roles,
+    failure_line,
+    merged_usage,
+    model_basename,
+    open_run,
+    require_contexts,
+)
+from mascot.schema import Context, Episode, RoleIdentity, Roster
+from mascot.settings_groups import ClientLimits, RoleSettings, parse_extra_body
 from mascot.store import RunStore, read_jsonl
 from mascot.vocab import DEFAULT_LOCAL_MODEL, ROLES
 
@@ -179,8 +190,6 @@ def load_spines(path: Path) -> dict[str, Episode]:
 
 
 def _load_contexts(s: Any) -> list[Context]:
-    from mascot.data import load_contexts
-
     return list(
         load_contexts(s.dataset, split=s.split, data_file=s.data_file, limit=s.limit, seed=s.seed, token_budget=s.token_budget)
     )
@@ -225,7 +234,6 @@ async def _engine(s: Any, run: OpenRun, roster: Roster) -> EpisodeEngine:
 async def _run(
     s: Any, run: OpenRun, roster: Roster, contexts: list[Context], console: Console, on_episode: Callable[[Episode], None] | None = None
 ) -> None:
-    from mascot.progress import ProgressLine, calls_and_tokens
 
     store, meter = run.store, run.backends.meter
     engine = await _engine(s, run, roster)
@@ -255,8 +263,6 @@ async def _run(
 
 
 def _closing_line(run: OpenRun, tally: Tally, total: int, console: Console) -> None:
-    from mascot.progress import plural, raise_if_stopped
-
     store, meter = run.store, run.backends.meter
     written = store.summary.num_records - store.summary.num_resumed_records
     made = plural(written, "episode") + (f" ({store.summary.num_records} in all)" if store.summary.num_resumed_records else "")

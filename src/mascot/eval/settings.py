@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from mascot import vocab
 from mascot.settings import require, setting
 
 DEFAULT_OUTPUT_ROOT = "outputs/mascot_eval"
-DEFAULT_RUBRIC = "paper_v2"
 
 
 @dataclass
@@ -40,7 +40,7 @@ class EvalSettings:
     judges: list[str] = setting([], "Judge model id; repeat for a panel.", flags=("--judge",))
     judges_file: Optional[str] = setting(None, "YAML list of judges: name, model, url, provider, api_key_env.")
     judge_server_url: Optional[str] = setting(None, "OpenAI-compatible endpoint of the --judge models.")
-    rubric_version: str = setting(DEFAULT_RUBRIC, "Rubric version (built-in name or a rubric YAML file).")
+    rubric_version: str = setting(vocab.DEFAULT_RUBRIC_VERSION, "Rubric version (built-in name or a rubric YAML file).")
     cache_dir: Optional[str] = setting(None, "Judgment cache folder (default: OUTPUT_DIR/judge_cache, shared by reruns).")
     nli: bool = setting(True, "Run the NLI model for the entailment/neutral/contradiction table.", flags=("--nli/--no-nli",))
     nli_model: str = setting("FacebookAI/roberta-large-mnli", "NLI model of the automatic metrics.")
@@ -49,7 +49,7 @@ class EvalSettings:
     adapters: list[str] = setting([], "Where a named adapter lives: NAME=PATH (repeatable), e.g. speaker_grpo=outputs/llm/my_speaker.", flags=("--adapter",))
     baseline: Optional[str] = setting(None, "Reference system of the delta table (default: the best-scoring baseline of each split).")
     bootstrap_samples: int = setting(2000, "Bootstrap resamples of contexts for the 95% intervals.")
-    max_in_flight: int = setting(64, "Requests in flight per endpoint.")
+    max_in_flight: int = setting(vocab.MAX_IN_FLIGHT, "Requests in flight per endpoint.")
     output_dir: str = setting(DEFAULT_OUTPUT_ROOT, "Root folder of the evaluation.")
     report_only: bool = setting(False, "Rebuild the tables, plots and report from what is saved; generate and judge nothing.")
 

@@ -13,11 +13,10 @@ from typing import Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from mascot import vocab
 from mascot.errors import MascotError
 
 SYSTEMS_FILE = Path(__file__).resolve().parent.parent / "configs" / "systems_v1.yaml"
-TURN_POLICIES = ("director", "round-robin", "random", "multiagentesc")
-PROMPT_FAMILIES = ("persona", "zero-shot", "zero-shot-cot", "few-shot-cot")
 ROLES = ("director", "speaker", "user")
 
 
@@ -33,10 +32,10 @@ class RoleSpec(BaseModel):
 class SystemSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     description: str = ""
-    turn_policy: Literal["director", "round-robin", "random", "multiagentesc"] = "director"
-    prompt_family: Literal["persona", "zero-shot", "zero-shot-cot", "few-shot-cot"] = "persona"
+    turn_policy: Literal[vocab.TURN_POLICIES] = "director"  # type: ignore[valid-type]
+    prompt_family: Literal[vocab.PROMPT_FAMILIES] = "persona"  # type: ignore[valid-type]
     baseline: bool = False
-    roles: dict[Literal["director", "speaker", "user"], RoleSpec] = Field(default_factory=dict)
+    roles: dict[Literal[vocab.DIALOGUE_ROLES], RoleSpec] = Field(default_factory=dict)  # type: ignore[valid-type]
 
     def role(self, name: str) -> RoleSpec:
         return self.roles.get(name) or RoleSpec()  # type: ignore[call-overload]

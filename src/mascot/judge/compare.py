@@ -20,18 +20,21 @@ from dataclasses import dataclass, field
 from itertools import permutations
 from pathlib import Path
 
+from mascot.episodes import episode_context, episode_domain, episode_file_path, load_episode_file
 from mascot.errors import MascotError
 from mascot.judge.cache import JudgmentCache, cache_key
 from mascot.judge.compare_report import TIE, summarize, write_outputs
 from mascot.judge.compare_settings import DEFAULT_COMPARE_ROOT, CompareSettings
-from mascot.episodes import episode_context, episode_domain, episode_file_path, load_episode_file
 from mascot.judge.items import opening_lines, render_context, turn_lines
+from mascot.judge.opener import judge_specs, open_judges
 from mascot.judge.parse import _load_object, json_object_spans, normalize_key
 from mascot.judge.prompt import defuse, render_lines
 from mascot.llm.base import ChatClient, ChatRequest, LLMError, Message, strip_think
 from mascot.prompt_text import prompt_environment
 from mascot.rubrics import rubric_for
 from mascot.schema import Episode
+from mascot.settings_groups import ClientLimits
+from mascot.store import ensure_writable_dir
 
 log = logging.getLogger(__name__)
 
@@ -234,8 +237,6 @@ class CompareResult:
 
 
 def compare_judge_specs(settings: CompareSettings) -> list:
-    from mascot.judge.opener import judge_specs
-
     return judge_specs(settings.judge, settings.judges_file, settings.provider, settings.judge_server_url)
 
 
@@ -247,7 +248,6 @@ def run_compare(settings: CompareSettings, *, clients: dict | None = None) -> Co
     """`clients` (judge label -> ChatClient) replaces the endpoints (tests, embedded judges)."""
     names, matchups, unmatched = load_matchups([Path(p) for p in settings.systems], settings.label_list, settings.limit)
     output = Path(settings.output_dir) if settings.output_dir else default_output_dir(names)
-    from mascot.store import ensure_writable_dir
 
     ensure_writable_dir(output, "--output-dir")  # refused before any model call
     rubric = rubric_for(episode_domain(next(iter(matchups[0].episodes.values()))), "collective", settings.rubric_version)
@@ -266,9 +266,6 @@ def run_compare(settings: CompareSettings, *, clients: dict | None = None) -> Co
 
 
 async def _judge_all(settings: CompareSettings, names: list[str], matchups: list, clients: dict | None):
-    from mascot.judge.opener import open_judges
-    from mascot.settings_groups import ClientLimits
-
     limits = ClientLimits(max_in_flight=settings.max_in_flight, request_timeout=settings.request_timeout)
     async with open_judges(compare_judge_specs(settings), limits, cache_dir=settings.cache_dir, no_cache=settings.no_cache, clients=clients) as opened:
         judges = [CompareJudge(client, label, settings.rubric_version, opened.cache, settings.judge_max_tokens) for label, client in opened.clients.items()]

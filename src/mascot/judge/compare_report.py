@@ -24,6 +24,8 @@ from collections import Counter, defaultdict
 from itertools import combinations
 from pathlib import Path
 
+from mascot.store import write_json_atomic
+
 TIE = "tie"  # a verdict or a context without a single best system
 Z95 = 1.959963984540054
 
@@ -114,8 +116,6 @@ def summarize(records: list[dict], names: list[str], criteria: list[str], judges
 
 
 def write_outputs(output: Path, records: list[dict], report: dict) -> None:
-    from mascot.store import write_json_atomic
-
     with open(output / "verdicts.jsonl", "w", encoding="utf-8") as fh:
         fh.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
     write_json_atomic(output / "compare.json", report)

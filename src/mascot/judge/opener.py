@@ -24,10 +24,12 @@ from mascot.judge.cache import JudgmentCache
 from mascot.judge.panel import JudgePanel, JudgeSpec, build_judge_backends, load_judges_file
 from mascot.judge.prompt import DEFAULT_TEMPLATE_VERSION
 from mascot.judge.rubric_judge import RubricJudge
-from mascot.llm.base import ChatClient
+from mascot.llm.base import DEFAULT_LOCAL_MODEL, ChatClient
 from mascot.llm.providers import Backends
-from mascot.settings_groups import ClientLimits
+from mascot.rubrics import load_rubric_set
+from mascot.runs import opened_backends
 from mascot.schema import Counters
+from mascot.settings_groups import ClientLimits
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,6 @@ def rubric_judge(client: ChatClient, config: JudgeConfig, cache: JudgmentCache |
 def judge_specs(judges: list[str] | None, judges_file: Path | str | None, provider: str, urls: list[str] | None) -> list[JudgeSpec]:
     """One JudgeSpec per judge: from a judges file, else each `--judge` id on the joined URLs (no
     id: the local default model)."""
-    from mascot.llm.base import DEFAULT_LOCAL_MODEL
 
     if judges_file:
         return load_judges_file(Path(judges_file))
@@ -97,8 +98,6 @@ async def open_judges(
     `limits`: the client limits (a command's settings hold them); `role`: the judge role's settings
     (extra body, thinking); `clients` (label -> ChatClient) replaces their endpoints (tests,
     embedded judges)."""
-    from mascot.rubrics import load_rubric_set
-    from mascot.runs import opened_backends
 
     if rubric_version is not None:
         load_rubric_set(rubric_version)  # fail early on an unknown version

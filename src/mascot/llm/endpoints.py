@@ -13,6 +13,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit, urlunsplit
 
 from mascot import vocab
 from mascot.llm.base import redact_url
@@ -27,7 +28,6 @@ CONNECTION_FAILURES_TO_TAKE_OUT = 2
 def request_url(base: str, path: str) -> str:
     """base + path, with the base's query string kept after the path and its credentials left out
     (the key travels in the Authorization header)."""
-    from urllib.parse import urlsplit, urlunsplit
 
     parts = urlsplit(base)
     netloc = parts.netloc.rsplit("@", 1)[-1]

@@ -38,11 +38,32 @@ from collections.abc import AsyncIterator, Sequence
 
 from mascot import vocab
 from mascot.llm.base import (
-    AnswerDistribution, BaseClient, ChatRequest, ChatResponse, LLMError, LogprobsUnavailable, StopCutter, current_call, cut_at_stop,
-    normalised_choices, redact_url, split_reasoning,
+    AnswerDistribution,
+    BaseClient,
+    ChatRequest,
+    ChatResponse,
+    LLMError,
+    LogprobsUnavailable,
+    StopCutter,
+    current_call,
+    cut_at_stop,
+    normalised_choices,
+    redact_url,
+    split_reasoning,
 )
+from mascot.llm.context_fit import fitted_request
 from mascot.llm.endpoints import EndpointState, pick
-from mascot.llm.http_exchange import Clock, RequestFailure, connection_failure, exchange_within, gather_or_cancel, one_line, role_headers, status_failure
+from mascot.llm.http_exchange import (
+    Clock,
+    RequestFailure,
+    connection_failure,
+    exchange_within,
+    gather_or_cancel,
+    one_line,
+    role_headers,
+    status_failure,
+)
+from mascot.llm.streaming import open_stream, read_stream
 from mascot.settings_groups import split_urls
 
 log = logging.getLogger(__name__)
@@ -368,7 +389,6 @@ class HTTPClient(ServerQuestions, BaseClient):
 
     def _fitted(self, request: ChatRequest) -> ChatRequest:
         """The request with its prompt cut to fit the servers' context (`context_fit`)."""
-        from mascot.llm.context_fit import fitted_request
 
         return fitted_request(request, self.context_limit(), f"{self._label} ({self.model})")
 
@@ -434,7 +454,6 @@ class HTTPClient(ServerQuestions, BaseClient):
         """Yields text pieces (reasoning sent in its own field is left out). The request holds its
         server's slot until the stream ends; only opening the stream is retried (a stream cut
         halfway cannot be resumed)."""
-        from mascot.llm.streaming import open_stream, read_stream
 
         request = self._fitted(request)
         body = self._body(request, 1, request.seed)

@@ -27,8 +27,8 @@ import re
 import time
 
 from mascot.llm.base import ROLE_HEADER, ChatRequest
+from mascot.llm.context_fit import is_context_refusal
 from mascot.llm.endpoints import EndpointState, request_url
-
 
 RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
@@ -83,8 +83,6 @@ def _retry_after_s(headers) -> float | None:
 
 
 def status_failure(status: int, raw: bytes, headers) -> RequestFailure:
-    from mascot.llm.context_fit import is_context_refusal
-
     reason = server_reason(raw)
     if is_context_refusal(status, reason):  # counted apart: the prompt, not the server, is at fault
         return RequestFailure("context-length", f"HTTP {status}: the prompt does not fit the model's context: {reason}", retryable=False)

@@ -8,13 +8,22 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
+from dataclasses import replace
 from pathlib import Path
 
+from mascot.errors import failure_cause
 from mascot.llm.base import (
-    CURRENT_AFFINITY, CURRENT_CALL, AnswerDistribution, BaseClient, CallLog, ChatClient, ChatRequest, ChatResponse, LogprobsUnavailable,
+    CURRENT_AFFINITY,
+    CURRENT_CALL,
+    AnswerDistribution,
+    BaseClient,
+    CallLog,
+    ChatClient,
+    ChatRequest,
+    ChatResponse,
+    LogprobsUnavailable,
     redact_url,
 )
-from mascot.errors import failure_cause
 from mascot.schema import RoleUsage, utc_now
 
 log = logging.getLogger("mascot.llm")
@@ -133,8 +142,6 @@ class MeteredClient(BaseClient):
         self.backend = inner.backend
 
     def _stamp(self, request: ChatRequest) -> ChatRequest:
-        from dataclasses import replace
-
         thinking = self.thinking if request.thinking is None else request.thinking
         return replace(request, role=self.role_tag, thinking=thinking, affinity=request.affinity or CURRENT_AFFINITY.get())
 

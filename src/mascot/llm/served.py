@@ -3,6 +3,7 @@ behind a served id (vLLM lists a LoRA module with its adapter as `root` and its 
 
 from __future__ import annotations
 
+import logging
 import os
 
 from mascot.errors import MascotError
@@ -43,7 +44,6 @@ def served_identity(models: list[dict], served_id: str) -> tuple[str, str | None
 def resolve_served_identities(identities: dict, endpoints: dict) -> dict:
     """Fills in the true base model and adapter of roles whose model id is a served LoRA alias
     (RoleIdentity objects, changed in place). A server that does not say leaves them as they are."""
-    import logging
 
     listings: dict[str, list[dict]] = {}
     for role, ep in endpoints.items():

@@ -10,6 +10,7 @@ positions attend to the same keys; padding only ever sits in masked positions.
 from __future__ import annotations
 
 import functools
+import inspect
 
 import torch
 
@@ -56,7 +57,6 @@ def _cache_keyword(net) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _cache_keyword_of(model_class: type) -> str:  # read once per class, not on every scoring pass
-    import inspect
 
     return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
 

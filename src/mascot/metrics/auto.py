@@ -15,13 +15,14 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mascot.errors import MascotError
 from mascot.episodes import load_episode_file
+from mascot.errors import MascotError
 from mascot.metrics.lexical import DISTINCT_SETTINGS, SELF_BLEU_SETTINGS, distinct_n, self_bleu
 from mascot.metrics.nli import NLI_LABELS
-from mascot.metrics.settings import MetricsSettings  # noqa: F401  (re-exported)
 from mascot.metrics.pairing import PAIRING_MODES, response_pairs, unordered_pairs
+from mascot.metrics.settings import MetricsSettings  # noqa: F401  (re-exported)
 from mascot.schema import Episode
+from mascot.store import write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +177,6 @@ def run_metrics_file(input_file: Path, settings: MetricsSettings, *, output_file
             "NLI or redundancy pairs (MASCOT rounds hold one agent turn); --pairing-mode adjacent-agent compares consecutive agents"
         )
     result = {"input_file": str(input_file), "settings": settings_block(settings, nli, embedder), "num_rounds_inferred_episodes": len(infer), "warnings": warnings, **report}
-    from mascot.store import write_json_atomic
 
     Path(output_file).parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(Path(output_file), result)

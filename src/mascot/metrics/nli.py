@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mascot.errors import MascotError
+from mascot.llm.models import hub_online
 
 DEFAULT_NLI_MODEL = "FacebookAI/roberta-large-mnli"
 NLI_LABELS = ("contradiction", "entailment", "neutral")
@@ -38,7 +39,6 @@ def require_reachable(name: str, skip_flag: str = SKIP_FLAG) -> None:
     (offline, the hub client would otherwise retry for about a minute before failing)."""
     from huggingface_hub import try_to_load_from_cache
 
-    from mascot.llm.models import hub_online
 
     if Path(name).expanduser().exists():
         return

@@ -3,10 +3,13 @@ margins, reward-model accuracy, GRPO reward curves, the evaluation table, wall t
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+from mascot import __version__
 from mascot.pipeline import figures as fig
+from mascot.pipeline.figures import plot_curves
 from mascot.pipeline.settings import STEP_NAMES
 
 REPORT_FILE = "report.md"
@@ -31,8 +34,6 @@ def _fmt(value: Any, digits: int = 3) -> str:
 
 
 def _header(root: Path, state: dict[str, Any]) -> str:
-    from mascot import __version__
-
     s = state.get("settings") or {}
     config = fig.run_config(root / "candidates")
     episodes = fig.run_config(root / "episodes")
@@ -51,8 +52,6 @@ def _header(root: Path, state: dict[str, Any]) -> str:
 
 
 def _prompt_version(root: Path) -> str:
-    import json
-
     run = fig.find_run_dir(root / "episodes")
     if run is None or not (run / "episodes.jsonl").is_file():
         return "–"
@@ -119,7 +118,6 @@ def _curves(root: Path) -> str:
     curves = {k: v for k, v in curves.items() if v}
     if not curves:
         return ""
-    from mascot.pipeline.figures import plot_curves
 
     plot_curves(curves, root / CURVES_FILE)
     lines = ["## GRPO reward", f"![mean reward per step]({CURVES_FILE})", "", "| policy | first logged reward | last logged reward | logged steps |", "|---|---|---|---|"]

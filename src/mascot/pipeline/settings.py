@@ -15,13 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from mascot import vocab
 from mascot.errors import MascotError
 from mascot.settings import require, setting
 
 CONFIG_VERSION = 1
 PRESETS_DIR = Path(__file__).resolve().parent.parent / "configs"
 PRESETS = ("toy", "paper")
-EMBEDDED_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"  # mascot.llm.routing.DEFAULT_LOCAL_MODEL, kept cheap here
 STAGE_1 = ("candidates", "reward_model", "speaker")
 STAGE_2 = ("episodes", "group_pairs", "group_reward_model", "director")
 EVALUATION = ("eval_base", "eval_trained", "judge_base", "judge_trained", "metrics_base", "metrics_trained")
@@ -45,9 +45,9 @@ class PipelineSettings:
     split: str = setting("test", "Dataset split.")
     limit: Optional[int] = setting(None, "Contexts per generation step (Stage 1, Stage 2 and evaluation).")
     seed: int = setting(42, "Seed of every step (the evaluation runs base and trained systems on the same contexts and seeds).")
-    policy_model: str = setting(EMBEDDED_MODEL, "Base model of the Speaker, Director and simulated user (hub id or folder; the served id with a URL).")
-    reward_model: str = setting(EMBEDDED_MODEL, "Base model of both reward models (hub id or folder).")
-    judge_model: str = setting(EMBEDDED_MODEL, "Judge model (hub id or folder; the served id with --judge-url).")
+    policy_model: str = setting(vocab.DEFAULT_LOCAL_MODEL, "Base model of the Speaker, Director and simulated user (hub id or folder; the served id with a URL).")
+    reward_model: str = setting(vocab.DEFAULT_LOCAL_MODEL, "Base model of both reward models (hub id or folder).")
+    judge_model: str = setting(vocab.DEFAULT_LOCAL_MODEL, "Judge model (hub id or folder; the served id with --judge-url).")
     generation_url: Optional[str] = setting(None, "OpenAI-compatible endpoint (vLLM) for Director, Speakers and user; none: in-process local model.")
     judge_url: Optional[str] = setting(None, "OpenAI-compatible endpoint of the judge; none: in-process local model.")
     rollout_url: Optional[str] = setting(None, "Endpoint for the Director GRPO rollouts (default: --generation-url, or in-process).")

@@ -20,8 +20,16 @@ from typing import Any
 
 from rich.console import Console
 
+from mascot.data import load_contexts
+from mascot.judge.cache import JudgmentCache
+from mascot.judge.opener import JudgeConfig, rubric_judge
+from mascot.llm.routing import resolve_roles
+from mascot.prefs.individual import OUTPUTS, candidate_key, run_individual
+from mascot.progress import ProgressLine, calls_and_tokens, plural, raise_if_stopped
+from mascot.rosters import load_roster, roster_for_dataset
+from mascot.rubrics import rubric_for
+from mascot.runs import GenerationFailed, OpenRun, RunSpec, failure_line, model_basename, open_run, require_contexts
 from mascot.settings_groups import ClientLimits
-from mascot.runs import GenerationFailed, OpenRun, failure_line, model_basename, require_contexts
 from mascot.store import RunStore
 
 COMMAND = "mascot generate --mode individual"
@@ -29,7 +37,6 @@ COMMAND = "mascot generate --mode individual"
 
 def individual_run_dir(s: Any) -> Path:
     """`individual_<dataset>_<model>`, plus `_speaker-<adapter>` when the Speaker runs an adapter."""
-    from mascot.llm.routing import resolve_roles
 
     speaker = resolve_roles(s, ("speaker",))["speaker"]
     name = f"individual_{s.dataset}_{model_basename(speaker.model)}"
@@ -57,13 +64,6 @@ def _run_settings(s: Any, roles: dict, roster_ident: str, num_contexts: int, cac
 async def generate_individual(s: Any, *, clients: dict | None = None, console: Console | None = None) -> Path:
     """Runs Stage-1 generation and returns the run directory. `clients` injects ready chat clients
     per role ("speaker", "judge"), for tests."""
-    from mascot.data import load_contexts
-    from mascot.judge.cache import JudgmentCache
-    from mascot.llm.routing import resolve_roles
-    from mascot.prefs.individual import OUTPUTS, candidate_key
-    from mascot.rosters import load_roster, roster_for_dataset
-    from mascot.rubrics import rubric_for
-    from mascot.runs import RunSpec, open_run
 
     console = console or Console(stderr=True)
     roster = load_roster(s.roster) if s.roster else roster_for_dataset(s.dataset)
@@ -89,10 +89,6 @@ async def generate_individual(s: Any, *, clients: dict | None = None, console: C
 
 
 async def _generate(s: Any, run: OpenRun, roster, contexts, cache, report) -> None:
-    from mascot.judge.opener import JudgeConfig, rubric_judge
-    from mascot.prefs.individual import run_individual
-    from mascot.progress import calls_and_tokens, raise_if_stopped
-
     judge_config = JudgeConfig(s.rubric_version, s.judge_scoring, s.judge_max_tokens, s.strict, reasoning_allowance=s.reasoning_allowance)
     judge = rubric_judge(run.backends["judge"], judge_config, cache)
     store = run.store
@@ -120,7 +116,6 @@ async def _generate(s: Any, run: OpenRun, roster, contexts, cache, report) -> No
 
 def candidates_progress(store: RunStore, remaining: int, resumed: int, detail):
     """Candidates written so far (read from the store: a query writes its candidates once judged)."""
-    from mascot.progress import ProgressLine
 
     def written() -> int:
         return store.summary.num_records - resumed
@@ -130,7 +125,6 @@ def candidates_progress(store: RunStore, remaining: int, resumed: int, detail):
 
 def _closing_lines(store: RunStore, stats, total: int, console: Console) -> None:
     """What the run made, then a line per judge whose scores follow a fixed pattern."""
-    from mascot.progress import plural
 
     judging = store.summary.judging or {}
     written = store.summary.num_records - store.summary.num_resumed_records

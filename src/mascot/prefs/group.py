@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Literal
 
 from mascot.dialogue.director import NEUTRAL_ACTION, NEUTRAL_TONE, render_directive
+from mascot.dialogue.prompts import director_messages
 from mascot.episodes import episode_context, episode_domain, episode_roster
 from mascot.judge.items import collective_item, opening_lines, render_context, user_label
 from mascot.judge.panel import JudgePanel, mean_scores
@@ -34,7 +35,9 @@ from mascot.judge.prompt import JudgeItem
 from mascot.llm.base import Message
 from mascot.prefs.pairs import PairStats, max_pairs, preference_index_pairs
 from mascot.prompt_text import Trusted, render_prompt, transcript_text
+from mascot.rosters import roster_for_dataset
 from mascot.schema import Context, Directive, Episode, Judgment, PreferencePair, Turn
+from mascot.store import read_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -83,9 +86,6 @@ def directive_text(turn: Turn) -> str:
 
 
 def director_prompt(episode: Episode, prefix: list[Turn], contexts: dict[str, Context] | None) -> list[Message]:
-    from mascot.dialogue.prompts import director_messages
-    from mascot.rosters import roster_for_dataset
-
     context = episode_context(episode, contexts) or Context(context_id=episode.context_id or episode.episode_id, dataset=episode.metadata.dataset)
     roster = episode_roster(episode) or roster_for_dataset(episode.metadata.dataset)
     return director_messages(roster, context, prefix)
@@ -248,7 +248,6 @@ def judgments_by_judge(judgments: list[Judgment]) -> dict[str, list[Judgment]]:
 def read_judgments(path: Path, items: list[JudgeItem]) -> tuple[dict[str, list[Judgment]], list[str]]:
     """The judgments of `items` in a judgments file (`mascot judge` writes one), by judge, and the
     ids of the items it has none for; the file's other judgments (agent scope) are left out."""
-    from mascot.store import read_jsonl
 
     wanted = {item.item_id for item in items}
     kept = [j for j in read_jsonl(Path(path), Judgment) if j.item_id in wanted]

@@ -26,18 +26,29 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from mascot.dialogue.agents import stop_strings  # candidates end where episode replies end
-from mascot.dialogue.reply_stream import clean_reply
+from mascot.dialogue.agents import (
+    stop_strings,  # candidates end where episode replies end
+)
 from mascot.dialogue.prompts import PROMPT_VERSION, speaker_messages
 from mascot.dialogue.reasoning import response_parts, token_budget
+from mascot.dialogue.reply_stream import clean_reply
 from mascot.dialogue.seeds import derive_seed
 from mascot.errors import MascotError
 from mascot.judge.items import opening_lines, render_context
 from mascot.judge.prompt import JudgeItem
 from mascot.judge.rubric_judge import RubricJudge
 from mascot.llm.base import ChatClient, ChatRequest, LLMError, Message, route_together
-from mascot.prefs.candidates import apply_judgment, compact_candidates, judging_summary, judgment_failed, latest_candidates, rejudged, unjudged_failures
+from mascot.prefs.candidates import (
+    apply_judgment,
+    compact_candidates,
+    judging_summary,
+    judgment_failed,
+    latest_candidates,
+    rejudged,
+    unjudged_failures,
+)
 from mascot.prefs.pairs import PairStats, preference_index_pairs
+from mascot.progress import stop_requested
 from mascot.rubrics import domain_of, rubric_for
 from mascot.schema import Candidate, Context, Judgment, Persona, PreferencePair, Roster
 from mascot.store import RunStore, write_json_atomic
@@ -267,7 +278,6 @@ class IndividualRun:
         semaphore = asyncio.Semaphore(max(1, self.settings.max_concurrent_episodes))  # --max-concurrent-episodes
         done = 0
 
-        from mascot.progress import stop_requested
 
         async def one(context: Context, persona: Persona) -> None:
             nonlocal done

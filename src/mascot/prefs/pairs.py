@@ -12,6 +12,8 @@ import statistics
 from dataclasses import dataclass, field
 from itertools import combinations
 
+from mascot.progress import plural
+
 MARGIN_TOLERANCE = 1e-9  # 4.2 - 3.7 must pass a 0.5 margin despite binary floating point
 
 
@@ -119,7 +121,6 @@ class PairStats:
     def pairs_line(self) -> str:
         """'12 pairs (margin 0.5; 3 ties, 7 below the margin)' for a run's closing line."""
         c = self.counts
-        from mascot.progress import plural
 
         return f"{plural(c.kept, 'pair')} (margin {self.score_margin}; {plural(c.dropped_ties, 'tie')}, {c.dropped_by_margin} below the margin)"
 

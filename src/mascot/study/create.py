@@ -14,6 +14,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
+from mascot.episodes import load_episode_file
 from mascot.errors import MascotError
 from mascot.schema import Episode, utc_now
 from mascot.study.db import StudyError, meta, opened, transaction
@@ -36,7 +37,6 @@ class BuiltStudy:
 
 def episodes_by_context(path: Path, flag: str) -> dict[str, Episode]:
     """The first episode of each context in a file (later ones for the same context are ignored)."""
-    from mascot.episodes import load_episode_file
 
     try:
         loaded = load_episode_file(Path(path), fallback_dataset="unknown")

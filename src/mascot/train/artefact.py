@@ -22,6 +22,7 @@ from mascot.errors import MascotError
 from mascot.schema import SCHEMA_VERSION, Record, utc_now
 from mascot.store import StoreError, ensure_writable_dir, write_json_atomic
 from mascot.train.config import DEFAULT_OUTPUT_ROOT
+from mascot.train.runtime import is_main_process, world_size
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,6 @@ def library_versions() -> dict[str, str]:
 def hardware_summary() -> dict[str, Any]:
     import torch
 
-    from mascot.train.runtime import world_size
 
     info: dict[str, Any] = {"world_size": world_size(), "device": "cpu"}
     if torch.cuda.is_available():
@@ -200,7 +200,6 @@ def prepare_output_dir(folder: Path, *, resume: bool, overwrite: bool) -> Path |
 
     Without either flag an existing, non-empty folder is an error: nothing is overwritten silently.
     Only the main process deletes; the others wait for it."""
-    from mascot.train.runtime import is_main_process
 
     folder = Path(folder)
     if resume and overwrite:
@@ -227,8 +226,6 @@ def is_complete(folder: Path) -> bool:
 
 
 def remove_checkpoints(folder: Path) -> None:
-    from mascot.train.runtime import is_main_process
-
     if not is_main_process():
         return
     for child in Path(folder).glob(f"{CHECKPOINT_PREFIX}*"):
@@ -237,8 +234,6 @@ def remove_checkpoints(folder: Path) -> None:
 
 
 def _wait_for_everyone() -> None:
-    from mascot.train.runtime import world_size
-
     if world_size() > 1:
         from accelerate import PartialState
 

@@ -13,7 +13,9 @@ from typing import Any
 from mascot.train import artefact
 from mascot.train.artefact import ArtefactError, TrainingMetadata
 from mascot.train.config import TrainSettings, as_dict
-from mascot.train.runtime import BatchPlan, is_main_process, trainer_arguments
+from mascot.train.guard import non_finite_guard, require_schedule, require_steps_taken
+from mascot.train.runtime import BatchPlan, TrainingSetupError, is_main_process, require_gpu_for_vllm, trainer_arguments
+from mascot.train.screen import replace_default_progress
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +35,6 @@ def open_output(settings: TrainSettings, default: Path) -> tuple[Path, Path | No
     the same in every process for a run to be reproducible and a resumed run to match."""
     from transformers import set_seed
 
-    from mascot.train.guard import require_schedule
 
     require_schedule(settings)  # before the folder exists: a run of zero steps writes nothing
     set_seed(settings.seed)
@@ -47,9 +48,6 @@ def open_output(settings: TrainSettings, default: Path) -> tuple[Path, Path | No
 def run_training(trainer, checkpoint: Path | None) -> dict[str, Any]:
     """trainer.train() with resume; returns the figures worth keeping in the metadata. A run that
     ended at step 0 is an error here, before anything is saved."""
-    from mascot.train.guard import non_finite_guard
-    from mascot.train.guard import require_steps_taken
-    from mascot.train.screen import replace_default_progress
 
     trainer.add_callback(non_finite_guard())
     progress = replace_default_progress(trainer)  # steps done, rate and time left (mascot.progress)
@@ -173,7 +171,6 @@ def grpo_config(settings, output: Path, plan: BatchPlan, reward_weights: list[fl
 
 def validate_grpo(settings) -> None:
     """GRPO settings that cannot train, refused before anything is loaded or written."""
-    from mascot.train.runtime import TrainingSetupError, require_gpu_for_vllm
 
     if settings.num_generations < 2:
         raise TrainingSetupError("--num-generations must be at least 2 (GRPO compares completions within a group)")

@@ -15,10 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mascot.data.registry import canonical_dataset_name
+from mascot.episodes import load_episode_file
 from mascot.errors import MascotError
-from mascot.llm.context_fit import CUT_MARK  # one mark for a cut prompt, in training and at the server
+from mascot.llm.context_fit import (
+    CUT_MARK,  # one mark for a cut prompt, in training and at the server
+)
 from mascot.schema import Episode, PreferencePair
 from mascot.store import read_jsonl
+from mascot.train.scoring import chat_ids, encode_fitted
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +67,6 @@ def load_pairs(path: str | Path, kind: str) -> tuple[Path, list[PreferencePair]]
 
 def load_episodes(path: str | Path, dataset: str | None = None) -> tuple[Path, list[Episode]]:
     """The episodes of a file or run folder, read by the one episode reader (`mascot.episodes`)."""
-    from mascot.episodes import load_episode_file
 
     file = resolve_data_file(path, EPISODE_FILES)
     return file, load_episode_file(file, dataset=dataset).episodes
@@ -121,7 +125,6 @@ def tokenized_pair_rows(pairs: Sequence[PreferencePair], tokenizer, max_length: 
     """RewardTrainer rows already tokenized and fitted to `max_length` (the middle of an over-long
     prompt is dropped, see `scoring.encode_fitted`), so that no pair is lost to its length; also
     the number of pairs that were cut."""
-    from mascot.train.scoring import encode_fitted
 
     rows, cut = [], 0
     for pair in pairs:
@@ -141,7 +144,6 @@ FIT_SLACK_TOKENS = 8  # re-tokenising cut text can merge or split a few tokens a
 def shorten_prompt(tokenizer, prompt: list[dict[str, str]], completions: Sequence[list[dict[str, str]]], max_length: int) -> tuple[list[dict[str, str]], bool]:
     """The prompt with the middle of its longest message cut, so that prompt + each completion fits
     in `max_length` tokens (for trainers that tokenize text themselves, like TRL's DPOTrainer)."""
-    from mascot.train.scoring import chat_ids
 
     prompt = [dict(m) for m in prompt]
     cut = False
@@ -225,8 +227,6 @@ def run_settings(data_file: Path) -> dict[str, Any]:
 
 
 def resolve_dataset(flag: str | None, settings: dict[str, Any]) -> str:
-    from mascot.data.registry import canonical_dataset_name
-
     name = flag or settings.get("dataset")
     if not name:
         raise TrainingDataError("pass --dataset (the data's run_config.json does not name one)")

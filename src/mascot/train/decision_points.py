@@ -8,10 +8,17 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from mascot.data import load_contexts
+from mascot.dialogue.prompts import director_messages
+from mascot.episodes import episode_context, episode_domain, episode_roster
+from mascot.errors import MascotError
 from mascot.llm.base import Message
+from mascot.rosters import load_roster, roster_for_dataset
 from mascot.schema import Context, Episode, Roster, Turn
 from mascot.train import data
+from mascot.train.common import validate_grpo
 from mascot.train.config import DirectorGRPOSettings
+from mascot.train.guard import require_group_prompts
 
 log = logging.getLogger(__name__)
 
@@ -27,8 +34,6 @@ class DecisionPoint:
     decision_round: int
 
     def prompt(self) -> list[Message]:
-        from mascot.dialogue.prompts import director_messages
-
         return director_messages(self.roster, self.context, self.prefix)
 
 
@@ -52,8 +57,6 @@ def sample_decision_points(
     roster: Roster | None = None,
 ) -> tuple[list[DecisionPoint], int]:
     """Seeded decision points, and how many episodes had no recorded context (a bare one is used)."""
-    from mascot.episodes import episode_context, episode_domain, episode_roster
-    from mascot.rosters import roster_for_dataset
 
     rng = random.Random(seed)
     points, bare_contexts = [], 0
@@ -87,8 +90,6 @@ def context_index(data_file, settings: dict[str, Any]) -> dict[str, Context] | N
     source = settings.get("data_file")
     if not source:
         return None
-    from mascot.data import load_contexts
-    from mascot.errors import MascotError
 
     try:
         loaded = load_contexts(settings["dataset"], split=settings.get("split", "test"), data_file=source)
@@ -114,7 +115,6 @@ def load_decision_inputs(settings: DirectorGRPOSettings) -> DecisionInputs:
     """The episodes, their run's settings and the sampled decision points (at most --limit)."""
     data_file, episodes = data.load_episodes(settings.data_path)
     run = data.run_settings(data_file)
-    from mascot.rosters import load_roster
 
     roster = load_roster(settings.roster) if settings.roster else None
     points, bare = sample_decision_points(episodes, settings.decision_points_per_episode, settings.seed, contexts=context_index(data_file, run), roster=roster)
@@ -131,8 +131,6 @@ def load_decision_inputs(settings: DirectorGRPOSettings) -> DecisionInputs:
 def require_decision_points(settings: DirectorGRPOSettings, kept: int, sampled: int, data_file, num_episodes: int) -> None:
     """One line when the decision points are fewer than one GRPO step's prompts (`num_episodes`
     counts the episodes they are sampled from: branch records are not)."""
-    from mascot.train.common import validate_grpo
-    from mascot.train.guard import require_group_prompts
 
     validate_grpo(settings)
     limited = f", {kept} kept by --limit" if kept < sampled else ""

@@ -23,18 +23,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from mascot.dialogue.director import parse_directive
+from mascot.dialogue.engine import EngineSettings, EpisodeEngine
+from mascot.dialogue.tally import Tally
 from mascot.llm.base import ChatClient, LLMError, Message, strip_think
-from mascot.settings_groups import ClientLimits, split_urls
 from mascot.llm.providers import Backends, RoleEndpoint, build_backends
+from mascot.prefs.group import group_rm_prompt, render_trajectory
 from mascot.schema import Directive, Roster, Turn
+from mascot.settings_groups import ClientLimits, split_urls
 from mascot.train import artefact, data
 from mascot.train.artefact import TrainingMetadata
 from mascot.train.common import TrainOutcome, finish, first_last, grpo_config, open_output, run_training, save_model
-from mascot.train.config import DirectorGRPOSettings
+from mascot.train.config import DEFAULT_REWARD_BASE_MODEL, DirectorGRPOSettings
 from mascot.train.decision_points import DecisionInputs, DecisionPoint, load_decision_inputs
 from mascot.train.models import base_model_id, count_parameters, load_causal_lm, load_tokenizer, lora_config, model_ref
 from mascot.train.rewards import completion_text, diversity_score
 from mascot.train.runtime import TrainingSetupError, derive_batch, world_size
+from mascot.train.scoring import RewardModelScorer
+from mascot.train.speaker_grpo import reward_model_device
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +81,6 @@ class GroupRewardModelScorer:
         self.scorer = scorer
 
     def conversation(self, rollout: Rollout) -> list[Message]:
-        from mascot.prefs.group import group_rm_prompt, render_trajectory
-
         prompt = group_rm_prompt(rollout.point.context, rollout.point.domain)
         return prompt + [{"role": "assistant", "content": render_trajectory(rollout.trajectory, rollout.point.domain)}]
 
@@ -117,9 +121,6 @@ class DirectorRolloutReward:
         self._tally = None
 
     def engine(self, roster: Roster):
-        from mascot.dialogue.engine import EngineSettings, EpisodeEngine
-        from mascot.dialogue.tally import Tally
-
         if roster.ident not in self._engines:
             self._tally = self._tally or Tally()
             engine_settings = EngineSettings(user_response_probability=self.settings.user_response_probability, seed=self.settings.seed)
@@ -127,8 +128,6 @@ class DirectorRolloutReward:
         return self._engines[roster.ident]
 
     async def __call__(self, prompts, completions, point_id, trainer_state=None, log_metric=None, **_: Any) -> list[float]:
-        from mascot.dialogue.director import parse_directive
-
         step = getattr(trainer_state, "global_step", 0)
         texts = [completion_text(c) for c in completions]
         parsed = [parse_directive(text, self.points[pid].roster) for text, pid in zip(texts, point_id, strict=True)]
@@ -259,7 +258,6 @@ def resolve_group_reward_model_path(settings: DirectorGRPOSettings, dataset: str
     """--group-reward-model-path defaults to where `mascot train group-reward-model` writes."""
     if settings.group_reward_weight == 0 or settings.group_reward_model_path:
         return
-    from mascot.train.config import DEFAULT_REWARD_BASE_MODEL
 
     default = artefact.default_output_dir("group_reward_model", dataset, DEFAULT_REWARD_BASE_MODEL)
     if not artefact.is_complete(default):
@@ -276,8 +274,6 @@ def load_group_scorer(settings: DirectorGRPOSettings) -> TrajectoryScorer | None
         return None
     if not settings.group_reward_model_path:
         raise TrainingSetupError("pass --group-reward-model-path (or --group-reward-weight 0 to train on the diversity term only)")
-    from mascot.train.scoring import RewardModelScorer
-    from mascot.train.speaker_grpo import reward_model_device
 
     artefact.require_trained(settings.group_reward_model_path, role="group_reward_model", label="--group-reward-model-path")
     scorer = RewardModelScorer.from_path(settings.group_reward_model_path, device=reward_model_device(), max_length=settings.group_reward_max_length)
@@ -301,7 +297,9 @@ def train_director_grpo(
         resolve_group_reward_model_path(settings, inputs.dataset)
     output, checkpoint = open_output(settings, artefact.default_output_dir("director_grpo", inputs.dataset, settings.model_name))
 
-    from trl import GRPOTrainer  # heavy: imported once the inputs are known to be usable
+    from trl import (
+        GRPOTrainer,  # heavy: imported once the inputs are known to be usable
+    )
 
     scorer = trajectory_scorer if trajectory_scorer is not None else load_group_scorer(settings)
     backends = None if rollout_clients is not None else build_rollout_backends(settings, output / ROLLOUT_TRACE)

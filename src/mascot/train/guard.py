@@ -25,6 +25,7 @@ from typing import Any
 
 from mascot.errors import MascotError
 from mascot.train.data import TrainingDataError
+from mascot.train.runtime import is_main_process
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +124,5 @@ def require_steps_taken(figures: dict, output: Path | str) -> None:
 
 
 def _remove_if_empty(folder: Path) -> None:
-    from mascot.train.runtime import is_main_process
-
     if is_main_process() and folder.is_dir() and not any(folder.iterdir()):
         folder.rmdir()

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from mascot.train import artefact
 from mascot.train.artefact import ArtefactError
-from mascot.train.models import ADAPTER_CONFIG, adapter_base_model, base_model_id, is_adapter, model_ref
+from mascot.train.models import ADAPTER_CONFIG, adapter_base_model, base_model_id, is_adapter, load_tokenizer, model_ref
+from mascot.train.screen import quiet_load_report, report_loading, silence_library_warnings
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,6 @@ def _task_type(adapter: Path) -> str:
 def _load_base(base: str, task_type: str, dtype):
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
-    from mascot.train.screen import quiet_load_report, report_loading, silence_library_warnings
 
     silence_library_warnings()  # PEFT reads a deprecated property of the base as it wraps it
     if task_type != "SEQ_CLS":
@@ -66,7 +66,6 @@ def merge_adapter(
     """Merges `adapter` into its base and writes a full checkpoint with tokenizer and metadata."""
     from peft import PeftModel
 
-    from mascot.train.models import load_tokenizer
 
     adapter, output = Path(adapter), Path(output)
     if not is_adapter(adapter):

@@ -11,6 +11,8 @@ from pathlib import Path
 from mascot.errors import MascotError
 from mascot.llm import models as resolver
 from mascot.train.config import TrainSettings
+from mascot.train.runtime import model_dtype
+from mascot.train.screen import quiet_load_report, report_loading, silence_library_warnings
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +56,6 @@ def adapter_base_model(folder: str | Path) -> str:
 
 
 def _load(loader, name: str, **kwargs):
-    from mascot.train.screen import silence_library_warnings
-
     silence_library_warnings()  # before PEFT and TRL first touch a model
     try:
         return loader(name, **kwargs)
@@ -77,7 +77,6 @@ def load_tokenizer(name: str):
 def load_causal_lm(name: str):
     from transformers import AutoModelForCausalLM
 
-    from mascot.train.runtime import model_dtype
 
     return _load(AutoModelForCausalLM.from_pretrained, model_ref(name), dtype=model_dtype())
 
@@ -90,8 +89,6 @@ def load_sequence_classifier(name: str, pad_token_id: int | None, *, new_head_ex
     replaces it right after; other weights that did not load are still reported."""
     from transformers import AutoModelForSequenceClassification
 
-    from mascot.train.screen import quiet_load_report, report_loading
-    from mascot.train.runtime import model_dtype
 
     source = model_ref(name)
     with quiet_load_report():
@@ -119,7 +116,6 @@ def load_reward_model(path: str, device=None):
     """A trained reward model for scoring: merged LoRA artefact or full weights, in eval mode."""
     from transformers import AutoModelForSequenceClassification
 
-    from mascot.train.runtime import model_dtype
 
     tokenizer = load_tokenizer(path)
     if is_adapter(path):

@@ -15,6 +15,7 @@ from functools import lru_cache
 
 from mascot.errors import MascotError
 from mascot.train.config import TrainSettings
+from mascot.train.screen import checkpointing_argument, silence_library_warnings
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,6 @@ def report_to() -> str:
 def trainer_arguments(settings: TrainSettings, output_dir: str, plan: BatchPlan) -> dict:
     """Keyword arguments every TRL config here shares (every trainer builds its config from them,
     so the library warnings that tell a user nothing are silenced here too)."""
-    from mascot.train.screen import checkpointing_argument, silence_library_warnings
 
     silence_library_warnings()
     on_gpu = cuda_available()

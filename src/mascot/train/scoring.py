@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from mascot.llm.base import Message
 from mascot.schema import PreferencePair
+from mascot.train.models import load_reward_model
 
 
 def chat_ids(tokenizer, messages: Sequence[Message]) -> list[int]:
@@ -57,8 +58,6 @@ class RewardModelScorer:
 
     @classmethod
     def from_path(cls, path: str, *, device=None, max_length: int = 1024, batch_size: int = 8) -> RewardModelScorer:
-        from mascot.train.models import load_reward_model
-
         model, tokenizer = load_reward_model(path, device=device)
         return cls(model, tokenizer, max_length=max_length, batch_size=batch_size)
 

@@ -19,6 +19,7 @@ Silenced exactly:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sys
@@ -28,7 +29,6 @@ from functools import lru_cache
 from typing import Any
 
 from mascot.progress import ProgressLine
-
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,6 @@ def silence_library_warnings() -> None:
 def checkpointing_argument() -> str:
     """The TrainingArguments field that switches activation (gradient) checkpointing: the new
     name where this transformers has it, the old one on older releases."""
-    import dataclasses
 
     from transformers import TrainingArguments
 

@@ -12,6 +12,7 @@ import logging
 from pathlib import Path
 
 from mascot.errors import MascotError
+from mascot.rosters import load_roster, roster_for_dataset
 from mascot.train import artefact, data
 from mascot.train.artefact import TrainingMetadata
 from mascot.train.common import TrainOutcome, finish, first_last, open_output, run_training, save_model
@@ -33,7 +34,6 @@ def load_examples(settings: SFTSettings) -> tuple[SFTData, str, dict]:
         loaded = best_candidates(settings.data_path)
         run = data.run_settings(loaded.source)
         return loaded, data.resolve_dataset(settings.dataset, run), run
-    from mascot.rosters import load_roster, roster_for_dataset
 
     dataset = data.resolve_dataset(settings.dataset, {})
     roster = load_roster(settings.roster) if settings.roster else roster_for_dataset(dataset)

@@ -11,13 +11,15 @@ prompt-completion format.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mascot.data.registry import dataset as registered
+from mascot.dialogue.prompts import speaker_messages
 from mascot.schema import Candidate, Roster
 from mascot.store import read_jsonl
-from mascot.train.data import TrainingDataError, resolve_data_file
-
+from mascot.train.data import TrainingDataError, resolve_data_file, shorten_prompt
 
 SFT_SOURCES = ("candidates", "dataset")
 CANDIDATE_FILES = ("candidates.jsonl",)
@@ -66,8 +68,6 @@ def best_candidates(path: str | Path) -> SFTData:
 
 def dataset_turns(path: str | Path, dataset: str, roster: Roster) -> SFTData:
     """Every supporter turn that answers something, as a persona's Speaker prompt and reply."""
-    from mascot.data.registry import dataset as registered
-    from mascot.dialogue.prompts import speaker_messages
 
     path = Path(path)
     if not path.is_file():
@@ -88,8 +88,6 @@ def dataset_turns(path: str | Path, dataset: str, roster: Roster) -> SFTData:
 
 
 def split_by_query(examples: list[SFTExample], eval_fraction: float, seed: int) -> tuple[list[SFTExample], list[SFTExample]]:
-    import random
-
     queries = sorted({e.query for e in examples})
     random.Random(seed).shuffle(queries)
     held = set(queries[: int(len(queries) * eval_fraction)]) if len(queries) > 1 else set()
@@ -98,7 +96,6 @@ def split_by_query(examples: list[SFTExample], eval_fraction: float, seed: int) 
 
 def fitted_rows(examples: list[SFTExample], tokenizer, max_length: int) -> tuple[list[dict], int]:
     """TRL rows; a prompt too long for `max_length` loses its middle (the reply stays whole)."""
-    from mascot.train.data import shorten_prompt
 
     rows, cut = [], 0
     for e in examples:

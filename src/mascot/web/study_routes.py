@@ -9,6 +9,7 @@ are bounded; a rating is committed to disk before the answer goes back.
 
 from __future__ import annotations
 
+import hmac
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
@@ -21,6 +22,7 @@ from starlette.concurrency import run_in_threadpool
 from mascot.study import METRIC_LABELS, METRICS
 from mascot.study.db import Item, StudyError, existing_rating, meta, opened, rater_id_for, rater_item, rater_progress
 from mascot.study.rating import RatingError, submit
+from mascot.study.results import compute_results, ratings_csv
 from mascot.web.study_csrf import CSRF_FIELD, csrf_ok, csrf_token
 
 router = APIRouter(prefix="/study")
@@ -167,8 +169,6 @@ def _next_url(path: Path, token: str) -> str:
 
 
 def _owner_ok(path: Path | None, owner: str) -> bool:
-    import hmac
-
     if path is None:
         return False
     with opened(path) as conn:
@@ -177,8 +177,6 @@ def _owner_ok(path: Path | None, owner: str) -> bool:
 
 @router.get("/results/{owner}", response_class=HTMLResponse)
 def results_page(request: Request, owner: str) -> HTMLResponse:
-    from mascot.study.results import compute_results
-
     path = study_path(request)
     if not _owner_ok(path, owner):
         return not_found()
@@ -187,8 +185,6 @@ def results_page(request: Request, owner: str) -> HTMLResponse:
 
 @router.get("/results/{owner}/ratings.csv")
 def results_csv(request: Request, owner: str) -> Response:
-    from mascot.study.results import ratings_csv
-
     path = study_path(request)
     if not _owner_ok(path, owner):
         return not_found()
