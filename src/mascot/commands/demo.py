@@ -14,6 +14,7 @@ from pathlib import Path
 from dataclasses import dataclass
 from typing import Optional
 
+from mascot import vocab
 from mascot.settings import setting
 from mascot.settings_groups import MODEL_NAME_HELP, SHARED_URL_HELP
 
@@ -85,7 +86,7 @@ async def run_demo(
     shared = None
     if clients is None and not server_url:
         shared = shared_local_client(model_name)
-        clients = {role: shared for role in ("director", "speaker", "user")}
+        clients = {role: shared for role in vocab.DIALOGUE_ROLES}
 
     async def one(dataset: str, contexts: list[Context]):
         settings = GenerateSettings(

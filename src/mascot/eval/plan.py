@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mascot import vocab
 from mascot.errors import MascotError
 from mascot.eval.settings import EvalSettings
 from mascot.eval.systems import Catalogue, SystemSpec
@@ -93,7 +94,7 @@ def check_supported(cell: Cell) -> None:
 
 def role_flags(cell: Cell, settings: EvalSettings, catalogue: Catalogue, dataset: str) -> dict[str, Any]:
     flags: dict[str, Any] = {}
-    for role in ("director", "speaker", "user"):
+    for role in vocab.DIALOGUE_ROLES:
         spec = cell.spec.role(role)
         model = cell.role_models.get(role) or spec.model
         if model:

@@ -63,7 +63,7 @@ class EvalSettings:
         require(not (self.big_five and self.sweep), "--big-five and --sweep are separate studies: run one at a time")
         for item in self.sweep:
             role, sep, models = item.partition("=")
-            require(bool(sep) and role in ("director", "speaker", "user") and bool(models.strip(",")), f"--sweep {item!r}: expected ROLE=MODEL,MODEL with ROLE director, speaker or user")
+            require(bool(sep) and role in vocab.DIALOGUE_ROLES and bool(models.strip(",")), f"--sweep {item!r}: expected ROLE=MODEL,MODEL with ROLE director, speaker or user")
 
     @property
     def split_names(self) -> list[str]:

@@ -17,7 +17,6 @@ from mascot import vocab
 from mascot.errors import MascotError
 
 SYSTEMS_FILE = Path(__file__).resolve().parent.parent / "configs" / "systems_v1.yaml"
-ROLES = ("director", "speaker", "user")
 
 
 class RoleSpec(BaseModel):
