@@ -195,3 +195,11 @@ def test_a_step_interrupted_by_ctrl_c_is_recorded_as_interrupted(tmp_path, monke
         run_pipeline(PipelineSettings(output_dir=str(tmp_path), until="candidates"))
     record = json.loads((tmp_path / "pipeline.json").read_text())["steps"]["candidates"]
     assert record["status"] == "interrupted" and record["attempts"] == 1
+
+
+def test_a_step_setting_of_the_wrong_type_is_refused_when_the_plan_is_made(tmp_path):
+    with pytest.raises(MascotError, match=r"^pipeline step speaker \(`mascot train speaker`\): lora_r must be an integer \(got 'abc'\)$"):
+        Plan(PipelineSettings(output_dir=str(tmp_path), steps={"speaker": {"lora_r": "abc"}}), None)
+    assert Plan(PipelineSettings(output_dir=str(tmp_path), steps={"speaker": {"lora_r": "8"}}), None).step("speaker").settings.lora_r == 8
+    with pytest.raises(MascotError, match="lora must be true or false"):
+        Plan(PipelineSettings(output_dir=str(tmp_path), steps={"speaker": {"lora": "yes"}}), None)

@@ -12,6 +12,8 @@ This module imports nothing heavy: `mascot --help` reads it.
 from __future__ import annotations
 
 import dataclasses
+import types
+import typing
 from dataclasses import field, fields
 from pathlib import Path
 from typing import Any
@@ -50,13 +52,6 @@ def fixed(default: Any) -> Any:
 def cli_fields(settings_cls: type) -> list:
     """The fields that become CLI options (all but the `fixed` ones)."""
     return [f for f in fields(settings_cls) if f.metadata.get("cli", True)]
-
-
-def help_for(settings_cls: type, name: str) -> str:
-    for f in fields(settings_cls):
-        if f.name == name:
-            return f.metadata.get("help", "")
-    raise KeyError(name)
 
 
 def flag_name(name: str) -> str:
@@ -180,21 +175,18 @@ def _rendered(f: dataclasses.Field, value: Any) -> list[str]:
 
 
 def coerced(settings_cls: type, values: dict[str, Any]) -> dict[str, Any]:
-    """Values from YAML or code in the types the command line gives: one value for a repeatable
-    setting becomes a list of one, text for a path a Path and a path for text a str, a number a
-    float where one is wanted."""
-    import typing
-
+    """Values from YAML or code in the types the command line gives, or a one-line error naming the
+    setting: one value for a repeatable setting becomes a list of one, text for a path a Path and a
+    path for text a str, a number given as text a number."""
     hints = typing.get_type_hints(settings_cls)
-    return {name: _coerce(hints.get(name), value) for name, value in values.items()}
+    return {name: _coerce(name, hints.get(name), value) for name, value in values.items()}
 
 
-def _coerce(hint: Any, value: Any) -> Any:
-    import typing
-
+def _coerce(name: str, hint: Any, value: Any) -> Any:
     if value is None or hint is None:
         return value
-    kinds = [a for a in typing.get_args(hint) if a is not type(None)] if typing.get_origin(hint) in (typing.Union, getattr(__import__("types"), "UnionType", None)) else [hint]
+    optional = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    kinds = [a for a in typing.get_args(hint) if a is not type(None)] if optional else [hint]
     kind = kinds[0] if len(kinds) == 1 else None
     if typing.get_origin(kind) is list:
         items = value if isinstance(value, (list, tuple)) else [value]
@@ -203,6 +195,23 @@ def _coerce(hint: Any, value: Any) -> Any:
         return str(value)
     if kind is Path and isinstance(value, str):
         return Path(value)
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
+    if kind in (int, float):
+        return _number(name, kind, value)
+    if kind is bool and not isinstance(value, bool):
+        raise MascotError(f"{name} must be true or false (got {value!r})")
     return value
+
+
+def _number(name: str, kind: type, value: Any) -> int | float:
+    wanted = "an integer" if kind is int else "a number"
+    if isinstance(value, bool):
+        raise MascotError(f"{name} must be {wanted} (got {value!r})")
+    try:
+        number = kind(value) if isinstance(value, str) else value
+    except ValueError:
+        raise MascotError(f"{name} must be {wanted} (got {value!r})") from None
+    if kind is int and isinstance(number, float) and number.is_integer():
+        number = int(number)
+    if not isinstance(number, (int, float)) or (kind is int and not isinstance(number, int)):
+        raise MascotError(f"{name} must be {wanted} (got {value!r})")
+    return float(number) if kind is float else number

@@ -126,7 +126,12 @@ def merge_config(settings_cls: type, ctx: typer.Context | None, values: dict[str
 
 def build_settings(settings_cls: type, values: dict[str, Any] | None = None, config: str | Path | None = None, ctx: typer.Context | None = None) -> Any:
     """Settings from flag values and an optional YAML file (flags win), validated by the class."""
-    return settings_cls(**coerced(settings_cls, merge_config(settings_cls, ctx, dict(values or {}), read_config_file(config))))
+    merged = merge_config(settings_cls, ctx, dict(values or {}), read_config_file(config))
+    try:
+        typed = coerced(settings_cls, merged)
+    except MascotError as exc:  # only a file's values can be of the wrong type: the flags are parsed
+        raise MascotError(f"--config {config}: {exc}") from None
+    return settings_cls(**typed)
 
 
 def rerun_hint(ctx: typer.Context, settings_cls: type) -> str:
