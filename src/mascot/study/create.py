@@ -17,7 +17,7 @@ from pathlib import Path
 from mascot.episodes import load_episode_file
 from mascot.errors import MascotError
 from mascot.schema import Episode, utc_now
-from mascot.study.db import StudyError, meta, opened, transaction
+from mascot.study.db import StudyError, opened, transaction
 
 BROKEN_REPLIES = (
     "ERROR 0x3F: reply unavailable. Please enter your order number to continue.",
@@ -144,8 +144,3 @@ def create_study(a_path: Path, b_path: Path, out: Path, *, raters: int, attentio
         conn.executemany("INSERT INTO meta VALUES (?, ?)", [(k, json.dumps(v)) for k, v in info.items()])
         tokens = _insert(conn, rows, raters, rng)
     return BuiltStudy(out, len(contexts), len(rows) - len(contexts), tokens, owner)
-
-
-def study_info(path: Path) -> dict:
-    with opened(path) as conn:
-        return meta(conn)
