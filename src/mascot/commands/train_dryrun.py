@@ -9,6 +9,7 @@ from typing import Any
 
 from mascot.commands.dryrun import DryRunError, check_endpoints, check_model, check_new_output, check_path, print_settings
 from mascot.llm.providers import RoleEndpoint
+from mascot.settings import as_dict
 from mascot.train import artefact, data
 from mascot.train import config as cfg
 from mascot.train.artefact import require_model_folder
@@ -41,14 +42,14 @@ def dry_run_training(command: str, settings: Any) -> None:
         resolved = dry_run_summary(settings)
         resolved["model"] = f"{settings.model_name} ({check_model(settings.model_name, '--model')})"
         resolved["output_dir"] = check_new_output(Path(resolved["output_dir"]), resume=settings.resume, overwrite=settings.overwrite)
-        print_settings(f"train {command}", {"resolved": resolved, "settings": cfg.as_dict(settings)})
+        print_settings(f"train {command}", {"resolved": resolved, "settings": as_dict(settings)})
         return
     resolved, records = _data_and_output(settings)
     if isinstance(settings, cfg.SpeakerGRPOSettings):
         resolved.update(_speaker_inputs(settings, resolved, records))
     if isinstance(settings, cfg.DirectorGRPOSettings):
         resolved.update(_director_inputs(settings, resolved["dataset"]))
-    print_settings(f"train {command}", {"resolved": resolved, "settings": cfg.as_dict(settings)})
+    print_settings(f"train {command}", {"resolved": resolved, "settings": as_dict(settings)})
 
 
 def _data_and_output(settings: Any) -> tuple[dict[str, Any], list]:
@@ -116,4 +117,4 @@ def _merge(settings: cfg.MergeSettings) -> dict[str, Any]:
     require_model_folder(settings.adapter, label="--adapter")  # its weights are there too
     base = settings.base_model or adapter_base_model(settings.adapter)
     output = check_new_output(Path(settings.output), resume=False, overwrite=settings.overwrite, label="--output")
-    return {"resolved": {"base_model": f"{base} ({check_model(base, 'base model')})", "output": output}, "settings": cfg.as_dict(settings)}
+    return {"resolved": {"base_model": f"{base} ({check_model(base, 'base model')})", "output": output}, "settings": as_dict(settings)}

@@ -12,7 +12,8 @@ from typing import Any
 
 from mascot.train import artefact
 from mascot.train.artefact import ArtefactError, TrainingMetadata
-from mascot.train.config import TrainSettings, as_dict
+from mascot.settings import as_dict
+from mascot.train.config import TrainSettings
 from mascot.train.guard import non_finite_guard, require_schedule, require_steps_taken
 from mascot.train.runtime import BatchPlan, TrainingSetupError, is_main_process, require_gpu_for_vllm, trainer_arguments
 from mascot.train.screen import replace_default_progress

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from mascot.data.registry import DATASET_CHOICES
-from mascot.settings import as_dict, cli_fields, help_for, setting  # noqa: F401  (re-exported)
+from mascot.settings import setting
 
 DEFAULT_POLICY_MODEL = "Qwen/Qwen3-8B"
 DEFAULT_REWARD_BASE_MODEL = "Qwen/Qwen3-0.6B"
