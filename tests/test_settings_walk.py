@@ -52,6 +52,8 @@ def changed_value(f):
     name, default = f.name, (f.default if f.default is not MISSING else f.default_factory())  # type: ignore[misc]
     if name in VALUES:
         return VALUES[name]
+    if isinstance(default, bool):  # before the names: share_model is a switch, not a model id
+        return not default
     if name.endswith("_thinking"):
         return "on"
     if name.endswith("_extra_body"):
@@ -60,8 +62,6 @@ def changed_value(f):
         return ["http://127.0.0.1:9/v1"]
     if name.endswith(("_model", "_adapter")) or name == "model_name":
         return f"some/{name}"
-    if isinstance(default, bool):
-        return not default
     if isinstance(default, (int, float)):
         return default + 1
     if default is None and "int" in str(f.type):
