@@ -283,8 +283,10 @@ class Judgment(Record):
     error: str | None = None
     # json: integer verdicts parsed from a JSON reply; logprobs: per criterion, the probabilities
     # of the answers on the scale (`distributions`) and their expected value (`scores`).
-    scoring: Literal["json", "logprobs"] = "json"
+    # python: a plug-in judge's scores (`mascot.judge.plugin`), with the version its function declares
+    scoring: Literal["json", "logprobs", "python"] = "json"
     distributions: dict[str, dict[str, float]] | None = None
+    judge_version: str | None = None
 
 
 class PreferencePair(Record):

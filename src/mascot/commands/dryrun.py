@@ -191,6 +191,12 @@ def check_judges(specs: list, rubric_version: str) -> dict[str, str]:
     load_rubric_set(rubric_version)
     found: dict[str, str] = {}
     for spec in specs:
+        if spec.is_plugin:
+            from mascot.judge.plugin import declared_version, load_judge_function
+
+            version = declared_version(load_judge_function(spec.model))
+            found[spec.label] = f"Python function (version {version})" if version else "Python function (no version: not cached)"
+            continue
         if spec.provider in ("openai", "anthropic", "gemini"):
             env = spec.api_key_env or {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "gemini": "GEMINI_API_KEY"}[spec.provider]
             if not os.environ.get(env):

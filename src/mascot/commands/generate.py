@@ -87,10 +87,14 @@ def dry_run_generate(_command: str, s: GenerateSettings) -> None:
 
     warn_ignored(s)
     if s.mode == "individual":
-        from mascot.prefs.generate import individual_run_dir
+        from mascot.prefs.generate import client_roles, individual_run_dir, judge_model
         from mascot.prefs.individual import OUTPUTS
 
-        outputs, roles, run_dir = OUTPUTS, ("speaker", "judge"), individual_run_dir(s)
+        outputs, roles, run_dir = OUTPUTS, client_roles(s), individual_run_dir(s)
+        if "judge" not in roles:  # a plug-in judge: its function must load
+            from mascot.judge.plugin import load_judge_function
+
+            load_judge_function(judge_model(s))
         settings: dict[str, Any] = {k: getattr(s, k) for k in ("num_candidates", "score_margin", "temperature", "max_tokens", "seed", "rubric_version", "judge_scoring")}
     else:
         from mascot.dialogue.run import engine_record, roles_needed, run_dir_for

@@ -8,6 +8,9 @@
   scoring, token limit, thinking): the panels above and Stage 1's judge (`mascot generate --mode
   individual`, whose client comes with its run) are built by it alike;
 - `open_panel` is the two together for the commands whose settings are `JudgePanelSettings`.
+
+A judge named `python:PATH_OR_MODULE:FUNCTION` is a function, not a model (`mascot.judge.plugin`):
+it gets no client, and `stage_judge` / `OpenJudges.panel` make a `PluginJudge` of it.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE, role_thinks
 from mascot.errors import MascotError
 from mascot.judge.cache import JudgmentCache
 from mascot.judge.panel import JudgePanel, JudgeSpec, build_judge_backends, load_judges_file
+from mascot.judge.plugin import PluginJudge, is_plugin, load_judge_function
 from mascot.judge.prompt import DEFAULT_TEMPLATE_VERSION
 from mascot.judge.rubric_judge import RubricJudge
 from mascot.llm.base import DEFAULT_LOCAL_MODEL, ChatClient
@@ -68,12 +72,30 @@ def judge_specs(judges: list[str] | None, judges_file: Path | str | None, provid
         raise MascotError(f"unknown --provider {provider!r}: use openai-compatible, vllm, openai, anthropic or gemini") from None
 
 
+def plugin_judge(name: str, config: JudgeConfig, cache: JudgmentCache | None = None, *, label: str | None = None,
+                 counters: Counters | None = None, function: Any = None) -> PluginJudge:
+    """The plug-in judge `python:PATH_OR_MODULE:FUNCTION` names, told the run's rubric."""
+    return PluginJudge(function or load_judge_function(name), name, config.rubric_version, cache, name=label,
+                       counters=counters if counters is not None else Counters(), strict=config.strict)
+
+
+def stage_judge(judge_model: str | None, client: ChatClient | None, config: JudgeConfig, cache: JudgmentCache | None = None) -> RubricJudge | PluginJudge:
+    """Stage 1's judge: the function `--judge-model python:...` names, else a rubric judge on the
+    run's judge client."""
+    if is_plugin(judge_model):
+        return plugin_judge(judge_model, config, cache)  # type: ignore[arg-type]
+    assert client is not None, "a model judge needs its client"
+    return rubric_judge(client, config, cache)
+
+
 @dataclass
 class OpenJudges:
-    """Judges' clients whose servers answered, and the cache they share."""
+    """Judges' clients whose servers answered, the functions of plug-in judges, and the cache they share."""
 
     backends: Backends
     cache: JudgmentCache | None
+    specs: list[JudgeSpec]
+    functions: dict[str, Any]  # label -> the function of a plug-in judge
 
     @property
     def clients(self) -> dict[str, ChatClient]:
@@ -81,7 +103,13 @@ class OpenJudges:
 
     def panel(self, config: JudgeConfig) -> JudgePanel:
         counters = Counters()  # one tally for the panel: its judges' failures add up
-        return JudgePanel([rubric_judge(client, config, self.cache, name=label, counters=counters) for label, client in self.clients.items()])
+        clients = self.clients
+        judges = [
+            plugin_judge(spec.model, config, self.cache, label=spec.label, counters=counters, function=self.functions[spec.label]) if spec.is_plugin
+            else rubric_judge(clients[spec.label], config, self.cache, name=spec.label, counters=counters)
+            for spec in self.specs
+        ]  # fmt: skip
+        return JudgePanel(judges)
 
 
 def _local_judges_notice(backends, console) -> None:
@@ -101,11 +129,12 @@ async def open_judges(
 
     if rubric_version is not None:
         load_rubric_set(rubric_version)  # fail early on an unknown version
+    functions = {spec.label: load_judge_function(spec.model) for spec in specs if spec.is_plugin}  # fail before any server is asked
     backends = build_judge_backends(specs, limits, role, overrides=clients)
     cache = None if no_cache else JudgmentCache(cache_dir)
     try:
         async with opened_backends(backends, console, notice=_local_judges_notice):
-            yield OpenJudges(backends, cache)
+            yield OpenJudges(backends, cache, specs, functions)
     finally:
         if cache:
             cache.close()

@@ -3,7 +3,9 @@
 Judges are listed with `--judge` (repeatable, all on `--judge-server-url` or the local model) or in
 a `--judges-file` YAML: a list of {name, model, url, provider, api_key_env}. Providers:
 `openai-compatible` (vLLM and friends; the default; no URL means the in-process local model),
-`openai` (api.openai.com unless a URL is given), `anthropic` and `gemini` (the api-judges extra).
+`openai` (api.openai.com unless a URL is given), `anthropic` and `gemini` (the api-judges extra),
+and `python` (a function, `model: python:PATH_OR_MODULE:FUNCTION`: `mascot.judge.plugin`; a model
+id that starts with `python:` is one whatever the provider says).
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ValidationError, model_validator
 
 from mascot.errors import MascotError
+from mascot.judge.plugin import PluginJudge, is_plugin
 from mascot.judge.prompt import JudgeItem
 from mascot.judge.rubric_judge import RubricJudge
 from mascot.llm.base import ChatClient
@@ -26,7 +29,7 @@ from mascot.schema import Judgment
 
 OPENAI_URL = "https://api.openai.com/v1"
 API_URLS = {"anthropic": "https://api.anthropic.com", "gemini": "https://generativelanguage.googleapis.com"}
-Provider = Literal["openai-compatible", "vllm", "openai", "anthropic", "gemini", "local"]
+Provider = Literal["openai-compatible", "vllm", "openai", "anthropic", "gemini", "local", "python"]
 
 
 class JudgeSpec(BaseModel):
@@ -36,9 +39,21 @@ class JudgeSpec(BaseModel):
     provider: Provider = "openai-compatible"
     api_key_env: str | None = None
 
+    @model_validator(mode="after")
+    def _python_functions(self) -> "JudgeSpec":
+        if is_plugin(self.model):
+            self.provider = "python"
+        elif self.provider == "python":
+            raise ValueError(f"provider python needs model: python:PATH_OR_MODULE:FUNCTION (got {self.model!r})")
+        return self
+
     @property
     def label(self) -> str:
         return self.name or self.model
+
+    @property
+    def is_plugin(self) -> bool:
+        return self.provider == "python"
 
 
 def load_judges_file(path: Path) -> list[JudgeSpec]:
@@ -88,7 +103,7 @@ def build_judge_backends(
     """One metered client per judge, keyed by the judge's label. Judges on the same endpoint share
     its in-flight bound; judges without a URL share the one local model. `limits`: the client
     limits (a command's settings hold them); `role`: the judge role's settings."""
-    endpoints = {spec.label: judge_endpoint(spec, role) for spec in specs}
+    endpoints = {spec.label: judge_endpoint(spec, role) for spec in specs if not spec.is_plugin}  # a function needs no client
     return build_backends(endpoints, limits, trace_path=trace_path, overrides=overrides)
 
 
@@ -128,7 +143,7 @@ def mean_scores(per_judge: dict[str, list[Judgment]]) -> list[ItemScore]:
 
 @dataclass
 class JudgePanel:
-    judges: list[RubricJudge]
+    judges: list[RubricJudge | PluginJudge]
 
     @property
     def labels(self) -> list[str]:

@@ -106,6 +106,10 @@ class RubricJudge:
         return "logprobs" if wants_logprobs(self.judge_scoring, self.client) and not self._no_logprobs else "json"
 
     @property
+    def model(self) -> str:
+        return self.client.model
+
+    @property
     def label(self) -> str:
         return self.name or self.client.model
 

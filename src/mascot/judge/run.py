@@ -93,7 +93,7 @@ async def judge_episode_file(
         "input_file": str(input_file),
         "rubric_version": rubric_version,
         "prompt_version": panel.judges[0].template_version if panel.judges else None,
-        "judges": [{"name": j.label, "model": j.client.model} for j in panel.judges],
+        "judges": [{"name": j.label, "model": j.model} for j in panel.judges],
         "num_episodes": len(episodes.episodes),
         "num_legacy_records": episodes.legacy_records,
         "num_episodes_without_context": missing_context,

@@ -49,16 +49,22 @@ def check_models(settings: PipelineSettings, problems: list[str]) -> dict[str, s
     from mascot.commands.dryrun import check_endpoints, check_model
     from mascot.llm.providers import RoleEndpoint
 
+    from mascot.judge.plugin import is_plugin, load_judge_function
+
     local = {"reward models": (settings.reward_model, "--reward-model")}
     served = {}
+    found = {}
+    if is_plugin(settings.judge_model):  # a Python function: it must load
+        found["judge"] = f"{settings.judge_model} ({_checked(lambda: bool(load_judge_function(settings.judge_model)) and 'Python function', problems)})"
     for role, model, url, flag in (("policy", settings.policy_model, settings.generation_url, "--policy-model"),
                                    ("judge", settings.judge_model, settings.judge_url, "--judge-model"),
                                    ("rollouts", settings.policy_model, settings.rollout_url, None)):  # fmt: skip
+        if role in found:
+            continue
         if url:
             served[role] = RoleEndpoint(role, model, url)
         elif flag:
             local[role] = (model, flag)
-    found = {}
     for role, (model, flag) in local.items():
         found[role] = f"{model} ({_checked(lambda: check_model(model, flag), problems)})"
     for role, endpoint in served.items():

@@ -22,7 +22,8 @@ from rich.console import Console
 
 from mascot.data import load_contexts
 from mascot.judge.cache import JudgmentCache
-from mascot.judge.opener import JudgeConfig, rubric_judge
+from mascot.judge.opener import JudgeConfig, stage_judge
+from mascot.judge.plugin import is_plugin, declared_version, load_judge_function
 from mascot.llm.routing import resolve_roles
 from mascot.prefs.individual import OUTPUTS, candidate_key, run_individual
 from mascot.progress import ProgressLine, calls_and_tokens, plural, raise_if_stopped
@@ -45,6 +46,24 @@ def individual_run_dir(s: Any) -> Path:
     return Path(s.output_dir) / name
 
 
+def judge_model(s: Any) -> str | None:
+    judge = s.roles.get("judge")
+    return judge.model if judge is not None else None
+
+
+def client_roles(s: Any) -> tuple[str, ...]:
+    """The roles Stage 1 opens a client for: a plug-in judge (`python:...`) needs none."""
+    return ("speaker",) if is_plugin(judge_model(s)) else ("speaker", "judge")
+
+
+def _judge_record(s: Any) -> dict:
+    """run_config.json's entry of a plug-in judge: its name and declared version (--resume compares them)."""
+    name = judge_model(s)
+    if not is_plugin(name):
+        return {}
+    return {"judge": {"model": name, "version": declared_version(load_judge_function(name)), "adapter": None, "extra_body": None}}
+
+
 def _run_settings(s: Any, roles: dict, roster_ident: str, num_contexts: int, cache) -> dict:
     """The `settings` block of run_config.json; --resume compares it with the saved one (under the
     names Stage-1 runs have always recorded them by)."""
@@ -53,7 +72,7 @@ def _run_settings(s: Any, roles: dict, roster_ident: str, num_contexts: int, cac
         "dataset": s.dataset, "split": s.split, "data_file": str(s.data_file) if s.data_file else None, "limit": s.limit,
         "transcript_window": s.token_budget, "roster": roster_ident, "rubric_version": s.rubric_version, "judge_scoring": s.judge_scoring,
         "judge_max_tokens": s.judge_max_tokens, "num_contexts": num_contexts, "judge_cache": str(cache.path) if cache else None,
-        "models": {role: {"model": ep.model, "adapter": ep.adapter, "extra_body": ep.extra_body or None} for role, ep in roles.items()},
+        "models": {**{role: {"model": ep.model, "adapter": ep.adapter, "extra_body": ep.extra_body or None} for role, ep in roles.items()}, **_judge_record(s)},
         "client_limits": {f.name: getattr(s, f.name) for f in fields(ClientLimits)}, "trace_role_calls": s.trace_role_calls,
         "num_candidates": s.num_candidates, "score_margin": s.score_margin, "temperature": s.temperature, "max_tokens": s.max_tokens,
         "seed": s.seed, "personas": s.personas, "max_concurrent_queries": s.max_concurrent_episodes,
@@ -70,7 +89,7 @@ async def generate_individual(s: Any, *, clients: dict | None = None, console: C
     rubric_for(s.dataset, "agent", s.rubric_version)  # fail early on an unknown version
     contexts = load_contexts(s.dataset, split=s.split, data_file=s.data_file, limit=s.limit, seed=s.seed, token_budget=s.token_budget)
     require_contexts(contexts, s.dataset, s.split)
-    roles = resolve_roles(s, ("speaker", "judge"))
+    roles = resolve_roles(s, client_roles(s))
     cache = None if s.no_cache else JudgmentCache(s.cache_dir)
     settings = _run_settings(s, roles, roster.ident, len(contexts), cache)
     spec = RunSpec(
@@ -90,7 +109,7 @@ async def generate_individual(s: Any, *, clients: dict | None = None, console: C
 
 async def _generate(s: Any, run: OpenRun, roster, contexts, cache, report) -> None:
     judge_config = JudgeConfig(s.rubric_version, s.judge_scoring, s.judge_max_tokens, s.strict, reasoning_allowance=s.reasoning_allowance)
-    judge = rubric_judge(run.backends["judge"], judge_config, cache)
+    judge = stage_judge(judge_model(s), run.backends.clients.get("judge"), judge_config, cache)
     store = run.store
     num_queries = len(contexts) * len(s.personas or roster.names)
     resumed = store.summary.num_resumed_records
