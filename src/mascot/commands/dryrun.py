@@ -173,7 +173,7 @@ def dry_run_generation(
     if data_file is not None:
         from mascot.data import load_contexts
 
-        check_path(data_file, "--data-file", kind="file")
+        check_path(data_file, "--data-file")  # a file, or a folder of split files
         contexts = load_contexts(dataset, split=split, data_file=data_file, limit=limit, seed=settings.get("seed", 42))
         resolved["num_contexts"] = len(list(contexts))
     else:

@@ -35,7 +35,7 @@ def dry_run_pipeline(settings: PipelineSettings) -> dict[str, Any]:
         shown = Plan(settings, Path(settings.output_dir) / "contexts" / data_file.name) if shipped and data_file else plan
         resolved = {"output_dir": str(settings.output_dir), "data_file": "shipped samples" if shipped else str(data_file or "hub")}
         resolved["models"] = check_models(settings, problems)
-        if data_file is not None and not shipped and not data_file.is_file():
+        if data_file is not None and not shipped and not data_file.exists():
             problems.append(f"--data-file {data_file} does not exist")
         steps = [check_step(plan.step(name), shown.step(name), problems) for name in settings.selected()]
     report = {"resolved": resolved, "plan": steps, "settings": as_dict(settings), "problems": problems}

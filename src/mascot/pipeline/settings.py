@@ -21,13 +21,18 @@ from mascot.settings import require, setting
 
 CONFIG_VERSION = 1
 PRESETS_DIR = Path(__file__).resolve().parent.parent / "configs"
-PRESETS = ("toy", "paper")
+PRESETS = ("toy", "learn", "paper")
 STAGE_1 = ("candidates", "reward_model", "speaker")
 STAGE_2 = ("episodes", "group_pairs", "group_reward_model", "director")
-EVALUATION = ("eval_base", "eval_trained", "judge_base", "judge_trained", "metrics_base", "metrics_trained")
+# The evaluated systems: (trained Speaker, trained Director). The last two are the ablations
+# (`ablations: true`): each stage's share, on the same contexts and seeds.
+SYSTEMS = {"base": (False, False), "trained": (True, True), "speaker_only": (True, False), "director_only": (False, True)}
+ABLATIONS = ("speaker_only", "director_only")
+EVALUATION = tuple(f"{kind}_{system}" for kind in ("eval", "judge", "metrics") for system in SYSTEMS)
 STEP_NAMES = (*STAGE_1, *STAGE_2, *EVALUATION, "report")
+ABLATION_STEPS = tuple(name for name in EVALUATION if name.split("_", 1)[1] in ABLATIONS)
 # Keys of `steps` that apply to several steps at once.
-STEP_GROUPS = {"evaluation": ("eval_base", "eval_trained"), "judging": ("judge_base", "judge_trained"), "metrics": ("metrics_base", "metrics_trained")}
+STEP_GROUPS = {group: tuple(f"{kind}_{system}" for system in SYSTEMS) for group, kind in (("evaluation", "eval"), ("judging", "judge"), ("metrics", "metrics"))}
 
 
 @dataclass
@@ -37,13 +42,19 @@ class PipelineSettings:
     Director GRPO), the evaluation of the trained system against the base one, and a report.
     Finished steps are skipped, interrupted ones resumed."""
 
-    preset: Optional[str] = setting(None, "Shipped config to start from: toy (embedded model, minutes on a CPU) or paper (Qwen3-8B / Qwen3-0.6B on vLLM).")
+    preset: Optional[str] = setting(
+        None, "Shipped config to start from: toy (embedded model, minutes on a CPU), learn (embedded model and a rule judge, a run that "
+        "visibly learns on held-out contexts in about 40 minutes on a CPU) or paper (Qwen3-8B / Qwen3-0.6B on vLLM).",
+    )
     version: int = setting(CONFIG_VERSION, "Version of the pipeline config format.")
     output_dir: str = setting("outputs/pipeline", "Folder of the whole run: one sub-folder per step, pipeline.json and report.md.")
     dataset: str = setting("ESConv", "ESConv, EmpatheticDialogues (ED) or QMSum.")
     data_file: Optional[str] = setting(None, "Dataset file in its hub export format; `hub`: the split from the Hugging Face hub. Default (ESConv only): the contexts shipped with mascot.")
-    split: str = setting("test", "Dataset split.")
+    split: str = setting("test", "Dataset split of the training steps (Stage 1 and Stage 2), and of the evaluation unless --eval-split.")
+    eval_split: Optional[str] = setting(None, "Dataset split of the evaluation (default: --split); a held-out split keeps its contexts out of every training step.")
     limit: Optional[int] = setting(None, "Contexts per generation step (Stage 1, Stage 2 and evaluation).")
+    eval_limit: Optional[int] = setting(None, "Contexts of the evaluation (default: --limit).")
+    ablations: bool = setting(False, "Also evaluate the trained Speaker with the base Director and the base Speaker with the trained Director.")
     seed: int = setting(42, "Seed of every step (the evaluation runs base and trained systems on the same contexts and seeds).")
     policy_model: str = setting(vocab.DEFAULT_LOCAL_MODEL, "Base model of the Speaker, Director and simulated user (hub id or folder; the served id with a URL).")
     reward_model: str = setting(vocab.DEFAULT_LOCAL_MODEL, "Base model of both reward models (hub id or folder).")
@@ -69,17 +80,31 @@ class PipelineSettings:
         if self.until and self.from_step:
             require(STEP_NAMES.index(self.from_step) <= STEP_NAMES.index(self.until), f"--from {self.from_step} comes after --until {self.until}")
         require(self.limit is None or self.limit >= 1, "--limit must be at least 1")
+        require(self.eval_limit is None or self.eval_limit >= 1, "--eval-limit must be at least 1")
         self.steps = parse_step_flags(self.steps)  # type: ignore[assignment]
 
     @property
     def step_flags(self) -> dict[str, dict[str, Any]]:
         return self.steps or {}  # type: ignore[return-value]
 
+    @property
+    def evaluation_split(self) -> str:
+        return self.eval_split or self.split
+
+    @property
+    def systems(self) -> list[str]:
+        """The evaluated systems (the ablations only when asked for)."""
+        return [name for name in SYSTEMS if self.ablations or name not in ABLATIONS]
+
+    def planned(self) -> list[str]:
+        """Every step of this pipeline, in order (the ablation steps only when asked for)."""
+        return [name for name in STEP_NAMES if self.ablations or name not in ABLATION_STEPS]
+
     def selected(self) -> list[str]:
         """The steps this invocation runs, in order (--from .. --until)."""
         first = STEP_NAMES.index(self.from_step) if self.from_step else 0
         last = STEP_NAMES.index(self.until) if self.until else len(STEP_NAMES) - 1
-        return list(STEP_NAMES[first : last + 1])
+        return [name for name in self.planned() if first <= STEP_NAMES.index(name) <= last]
 
 
 def parse_step_flags(value: Any) -> dict[str, dict[str, Any]]:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from mascot.errors import MascotError
-from mascot.pipeline.settings import STEP_GROUPS, PipelineSettings
+from mascot.pipeline.settings import STEP_GROUPS, SYSTEMS, PipelineSettings
 
 Flags = dict[str, Any]
 
@@ -119,9 +119,11 @@ class Plan:
         return next(s for s in self.steps if s.name == name)
 
     # ---- shared flag groups
-    def _data(self) -> Flags:
+    def _data(self, *, evaluation: bool = False) -> Flags:
+        """The training steps' contexts, or (`evaluation`) the evaluation's: --eval-split, --eval-limit."""
         s = self.settings
-        return {"dataset": s.dataset, "data_file": self.data_file, "split": s.split, "limit": s.limit, "seed": s.seed}
+        split, limit = (s.evaluation_split, s.eval_limit or s.limit) if evaluation else (s.split, s.limit)
+        return {"dataset": s.dataset, "data_file": self.data_file, "split": split, "limit": limit, "seed": s.seed}
 
     def _generation_roles(self, *, trained_speaker: bool, trained_director: bool) -> Flags:
         s = self.settings
@@ -143,10 +145,10 @@ class Plan:
         s = self.settings
         return {key: s.judge_model, "judge_server_url": s.judge_url}
 
-    def _contexts(self) -> Flags:
+    def _contexts(self, *, evaluation: bool = False) -> Flags:
         """For judging episodes: where each episode's context is looked up by its id."""
         s = self.settings
-        return {"dataset": s.dataset, "data_file": self.data_file, "split": s.split}
+        return {"dataset": s.dataset, "data_file": self.data_file, "split": s.evaluation_split if evaluation else s.split}
 
     def _training(self, name: str, model: str) -> Flags:
         return {"model": model, "dataset": self.settings.dataset, "seed": self.settings.seed, "output_dir": self.folder(name)}
@@ -188,23 +190,28 @@ class Plan:
         return {"speaker_adapter": self.folder("speaker")}
 
     def _evaluation(self) -> list[tuple]:
-        steps = []
-        for system, trained in (("base", False), ("trained", True)):
-            name = f"eval_{system}"
-            flags = {"mode": "group", "generation_mode": "directed", "system": "mascot" if trained else "base", **self._data(),
-                     **self._generation_roles(trained_speaker=trained, trained_director=trained), "output_dir": self.folder(name)}
-            inputs = [self.folder("speaker"), self.folder("director")] if trained and not self.settings.generation_url else []
-            steps.append((name, "generation", ["generate"], flags, self.folder(name), inputs))
-        for system in ("base", "trained"):
+        """Per system: its episodes on the evaluation contexts, their judgments and metrics."""
+        systems = self.settings.systems
+        steps = [self._system_episodes(system, *SYSTEMS[system]) for system in systems]
+        for system in systems:
             episodes = self.episodes_file(f"eval_{system}")
-            flags = {"input_file": episodes, **self._judge("judge"), **self._contexts(), "output_dir": self.folder(f"judge_{system}")}
+            flags = {"input_file": episodes, **self._judge("judge"), **self._contexts(evaluation=True), "output_dir": self.folder(f"judge_{system}")}
             steps.append((f"judge_{system}", "judging", ["judge"], flags, self.folder(f"judge_{system}"), [episodes]))
-        for system in ("base", "trained"):
+        for system in systems:
             episodes = self.episodes_file(f"eval_{system}")
             # No NLI model loads offline: NLI is opt-in (metrics: {skip_nli: false}).
             flags = {"input_file": episodes, "output_file": self.folder(f"metrics_{system}") / "metrics_auto.json", "skip_nli": True}
             steps.append((f"metrics_{system}", "metrics", ["metrics"], flags, self.folder(f"metrics_{system}"), [episodes]))
         return steps
+
+    def _system_episodes(self, system: str, speaker: bool, director: bool) -> tuple:
+        name = f"eval_{system}"
+        label = {"base": "base", "trained": "mascot"}.get(system, f"mascot-{system.replace('_', '-')}")
+        flags = {"mode": "group", "generation_mode": "directed", "system": label, **self._data(evaluation=True),
+                 **self._generation_roles(trained_speaker=speaker, trained_director=director), "output_dir": self.folder(name)}
+        local = not self.settings.generation_url
+        inputs = [self.folder(role) for role, trained in (("speaker", speaker), ("director", director)) if trained and local]
+        return (name, "generation", ["generate"], flags, self.folder(name), inputs)
 
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples" / "contexts.jsonl"
@@ -234,13 +241,25 @@ def write_esconv_samples(folder: Path) -> Path:
 
 
 HUB = "hub"
+SHIPPED = "shipped:"  # `shipped:NAME`: a folder of split files shipped with mascot (mascot/samples/NAME)
+
+
+def shipped_data(name: str) -> Path:
+    folder = SAMPLES.parent / name
+    if not name or not folder.is_dir():
+        known = sorted(p.name for p in SAMPLES.parent.iterdir() if p.is_dir() and not p.name.startswith("_"))
+        raise MascotError(f"--data-file {SHIPPED}{name}: mascot ships no such contexts (shipped: {', '.join(known) or 'none'})")
+    return folder
 
 
 def pipeline_data_file(dataset: str, data_file: str | None, folder: Path) -> Path | None:
-    """The dataset file every generation step reads: the given one, the shipped ESConv samples when
-    none is given, or None for `hub` (the split is read from the Hugging Face hub)."""
+    """The dataset file every generation step reads: the given one, a shipped folder of split
+    files (`shipped:NAME`), the shipped ESConv samples when none is given, or None for `hub` (the
+    split is read from the Hugging Face hub)."""
     if data_file == HUB:
         return None
+    if data_file and data_file.startswith(SHIPPED):
+        return shipped_data(data_file[len(SHIPPED) :])
     if data_file:
         return Path(data_file)
     from mascot.data import canonical_dataset_name
