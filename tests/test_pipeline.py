@@ -34,8 +34,10 @@ def test_scripted_pipeline_runs_every_step_and_reports(server, base, tmp_path):
     assert steps["speaker"]["tokens"] and steps["candidates"]["tokens"] > 0
     assert steps["group_pairs"]["tokens"] > 0 and steps["judge_base"]["tokens"] > 0  # what the judges read and wrote
     report = (out / "report.md").read_text()
-    for heading in ("## Steps", "## Preference pairs", "## Reward models", "## GRPO reward", "## Evaluation: trained vs base", "### Automatic metrics", "## Commands"):
+    for heading in ("## Steps", "## Preference pairs", "## Reward models", "## GRPO reward", "## Evaluation: trained vs base", "### Automatic metrics",
+                    "## Learning on held-out contexts (split test)", "### Director choices", "## Commands"):
         assert heading in report
+    assert json.loads((out / "learning.json").read_text())["comparisons"][0]["n"] == 4  # the 4 contexts pair up across systems
     assert (out / "grpo_rewards.png").stat().st_size > 1000 and (out / "wall_time.png").stat().st_size > 1000
     # a second run skips every finished step and runs nothing again
     run_command(["pipeline", "--config", str(config)])

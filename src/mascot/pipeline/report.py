@@ -1,5 +1,6 @@
 """`<output>/report.md` and its plots: what ran with which models and versions, pairs and
-margins, reward-model accuracy, GRPO reward curves, the evaluation table, wall time and tokens."""
+margins, reward-model accuracy, GRPO reward curves, the evaluation table, the paired learning
+statistics of every evaluation system (mascot.pipeline.learning), wall time and tokens."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 from mascot import __version__
 from mascot.pipeline import figures as fig
 from mascot.pipeline.figures import plot_curves
+from mascot.pipeline.learning import learning_section
 from mascot.pipeline.settings import STEP_NAMES
 
 REPORT_FILE = "report.md"
@@ -19,7 +21,7 @@ TIME_FILE = "wall_time.png"
 
 def write_report(root: Path, state: dict[str, Any]) -> Path:
     root = Path(root)
-    sections = [_header(root, state), _steps_table(root, state), _pairs(root), _reward_models(root), _curves(root), _evaluation(root), _commands(state)]
+    sections = [_header(root, state), _steps_table(root, state), _pairs(root), _reward_models(root), _curves(root), _evaluation(root), learning_section(root), _commands(state)]
     path = root / REPORT_FILE
     tmp = path.with_suffix(".tmp")
     tmp.write_text("\n\n".join(s for s in sections if s) + "\n", encoding="utf-8")
