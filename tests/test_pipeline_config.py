@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from mascot.cli import app
 from mascot.errors import MascotError
-from mascot.pipeline.settings import STEP_NAMES, PipelineSettings, preset_path, preset_values
+from mascot.pipeline.settings import ABLATIONS, STEP_NAMES, PipelineSettings, preset_path, preset_values
 from mascot.pipeline.steps import Plan
 
 
@@ -34,10 +34,12 @@ def dry_run(*args):
     return json.loads(result.stdout[result.stdout.index("{"):])
 
 
-@pytest.mark.parametrize("preset", ["toy", "paper"])
+@pytest.mark.parametrize("preset", ["toy", "learn", "paper"])
 def test_each_preset_passes_its_dry_run_and_plans_every_step(preset, stand_in_hub, tmp_path):
     report = dry_run("--preset", preset, "--output-dir", str(tmp_path / "out"))
-    assert [s["step"] for s in report["plan"]] == list(STEP_NAMES)
+    ablations = preset == "learn"  # the learning preset also evaluates each stage alone
+    planned = [name for name in STEP_NAMES if ablations or name.split("_", 1)[-1] not in ABLATIONS]
+    assert [s["step"] for s in report["plan"]] == planned
     assert all(s["status"] == "absent" for s in report["plan"])
     assert report["plan"][0]["check"] == "its own --dry-run passed"
     assert not (tmp_path / "out").exists()
@@ -146,7 +148,7 @@ def test_the_paper_preset_dry_run_prints_its_whole_plan_then_every_problem(tmp_p
 
 
 def test_presets_are_versioned_data_files():
-    for name in ("toy", "paper"):
+    for name in ("toy", "learn", "paper"):
         data = yaml.safe_load(preset_path(name).read_text())
         assert data["version"] == 1 and data["preset"] == name
     with pytest.raises(MascotError, match="reads pipeline configs of version 1"):
@@ -203,3 +205,24 @@ def test_a_step_setting_of_the_wrong_type_is_refused_when_the_plan_is_made(tmp_p
     assert Plan(PipelineSettings(output_dir=str(tmp_path), steps={"speaker": {"lora_r": "8"}}), None).step("speaker").settings.lora_r == 8
     with pytest.raises(MascotError, match="lora must be true or false"):
         Plan(PipelineSettings(output_dir=str(tmp_path), steps={"speaker": {"lora": "yes"}}), None)
+
+
+def test_learning_preset_trains_on_one_split_and_evaluates_on_another(stand_in_hub, tmp_path):
+    report = dry_run("--preset", "learn", "--output-dir", str(tmp_path / "out"))
+    commands = {s["step"]: s["command"] for s in report["plan"]}
+    for step in ("candidates", "episodes"):
+        assert "--split train" in commands[step]
+    for system in ("base", "trained", "speaker_only", "director_only"):
+        assert "--split test" in commands[f"eval_{system}"] and "--split test" in commands[f"judge_{system}"]
+    assert "--speaker-adapter" in commands["eval_speaker_only"] and "--director-adapter" not in commands["eval_speaker_only"]
+    assert "--director-adapter" in commands["eval_director_only"] and "--speaker-adapter" not in commands["eval_director_only"]
+    assert "python:mascot.judge.rules:persona_rules" in commands["candidates"]
+
+
+def test_shipped_contexts_are_named_and_unknown_ones_refused(tmp_path):
+    from mascot.pipeline.steps import pipeline_data_file
+
+    folder = pipeline_data_file("ESConv", "shipped:learn", tmp_path)
+    assert {p.name for p in folder.iterdir()} >= {"train.jsonl", "test.jsonl"}
+    with pytest.raises(MascotError, match="mascot ships no such contexts .*learn"):
+        pipeline_data_file("ESConv", "shipped:nope", tmp_path)
