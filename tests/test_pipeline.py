@@ -39,6 +39,9 @@ def test_scripted_pipeline_runs_every_step_and_reports(server, base, tmp_path):
         assert heading in report
     assert json.loads((out / "learning.json").read_text())["comparisons"][0]["n"] == 4  # the 4 contexts pair up across systems
     assert (out / "grpo_rewards.png").stat().st_size > 1000 and (out / "wall_time.png").stat().st_size > 1000
+    # each reward function's own curve: a plot per policy, a row per function
+    assert (out / "grpo_rewards_speaker.png").is_file() and (out / "grpo_rewards_director.png").is_file()
+    assert "| Director GRPO (Stage 2) | group_reward_model |" in report and "| Speaker GRPO (Stage 1) | persona_reward_model |" in report
     # a second run skips every finished step and runs nothing again
     run_command(["pipeline", "--config", str(config)])
     again = state_of(out)
@@ -119,3 +122,25 @@ def test_the_report_says_when_training_changed_no_conversation(tmp_path):
     assert "word for word the base system's" in _evaluation(tmp_path)
     (tmp_path / "eval_trained" / "run" / "episodes.jsonl").write_text(json.dumps({"context_id": "c1", "turns": [{"agent_name": "The Anchor", "response": "Tell me more."}]}) + "\n")
     assert "word for word" not in _evaluation(tmp_path)
+
+
+def test_the_report_has_a_row_and_a_plot_per_reward_function(tmp_path):
+    from mascot.pipeline.report import _curves
+
+    history = [{"step": step, "reward": 0.1 * step, "rewards/format_reward/mean": 0.2 * step, "rewards/conciseness_reward/mean": -0.5,
+                "rewards/format_reward/std": 9.0, "loss": 0.3} for step in (1, 2, 3)]
+    checkpoint = tmp_path / "speaker" / "checkpoint-3"  # kept with --keep-checkpoints: the whole log history
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "trainer_state.json").write_text(json.dumps({"log_history": history}))
+    evaluation = {"reward": {"first": -1.0, "last": 0.5}, "rewards": {"group_reward_model": {"first": -2.0, "last": 1.25}, "diversity": {"first": -1.0, "last": 0.0}}}
+    (tmp_path / "director").mkdir()  # no checkpoint left: the ends its metadata kept
+    (tmp_path / "director" / "mascot_metadata.json").write_text(json.dumps({"evaluation": evaluation, "train_metrics": {"global_steps": 8}}))
+    report = _curves(tmp_path)
+    assert "| Speaker GRPO (Stage 1) | total (weighted sum) | 0.100 | 0.300 | 3 |" in report
+    assert "| Speaker GRPO (Stage 1) | format_reward | 0.200 | 0.600 | 3 |" in report
+    assert "| Speaker GRPO (Stage 1) | conciseness_reward | -0.500 | -0.500 | 3 |" in report
+    assert "| Director GRPO (Stage 2) | group_reward_model | -2.000 | 1.250 | 2 |" in report
+    assert "| Director GRPO (Stage 2) | diversity | -1.000 | 0.000 | 2 |" in report
+    assert "std" not in report  # TRL's rewards/<name>/std is not a curve
+    for plot in ("grpo_rewards.png", "grpo_rewards_speaker.png", "grpo_rewards_director.png"):
+        assert f"]({plot})" in report and (tmp_path / plot).stat().st_size > 1000

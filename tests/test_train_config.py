@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_train_director import episode
 from train_helpers import keyword_pairs, write_jsonl, write_run_config
 from typer.testing import CliRunner
 
@@ -175,6 +176,22 @@ def test_config_file_fills_settings_and_flags_win(monkeypatch, tmp_path):
     config.write_text("bogus: 1\n")
     result = runner.invoke(app, ["train", "director-dpo", "--config", str(config)])
     assert isinstance(result.exception, MascotError) and "unknown settings bogus" in str(result.exception)
+
+
+@pytest.mark.parametrize(("command", "data_flag", "records"), [
+    ("speaker", "--data-path", lambda: keyword_pairs(4, 1)),
+    ("director-grpo", "--episode-dataset-path", lambda: [episode(i) for i in range(2)]),
+])
+def test_an_unknown_aggregation_is_one_line_before_anything_is_written(tmp_path, command, data_flag, records):
+    run = tmp_path / "run"
+    write_jsonl(run / ("pairs.jsonl" if command == "speaker" else "episodes.jsonl"), records())
+    write_run_config(run, dataset="EmpatheticDialogues")
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["train", command, data_flag, str(run), "--model", "not-loaded", "--output-dir", str(out), "--batch-size", "4",
+                                 "--num-generations", "2", "--reward-model-weight" if command == "speaker" else "--group-reward-weight", "0",
+                                 "--multi-objective-aggregation", "mean"])
+    assert isinstance(result.exception, TrainingSetupError) and not out.exists()
+    assert str(result.exception) == "--multi-objective-aggregation must be normalize_then_sum or sum_then_normalize, got 'mean'"
 
 
 def test_missing_required_setting_is_a_one_line_error():

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import asyncio
 
-from train_helpers import one_thread_per_module, sft_warm_start, single_thread, tiny_model, write_jsonl, write_run_config  # noqa: F401 - fixtures
+import pytest
+from train_helpers import (  # noqa: F401 - fixtures
+    TrainerBuilt,
+    capture_grpo_trainer,
+    one_thread_per_module,
+    sft_warm_start,
+    single_thread,
+    tiny_model,
+    write_jsonl,
+    write_run_config,
+)
 
 from mascot.dialogue.director import parse_directive
 from mascot.dialogue.prompts import director_messages
@@ -148,7 +158,8 @@ def test_director_grpo_runs_rollouts_counts_failures_and_serves(tmp_path):
     run = write_episode_run(tmp_path / "directed_ED_tiny", [episode(i) for i in range(4)])
     base = tiny_model(tmp_path / "base")  # untrained: its directives rarely parse
     settings = DirectorGRPOSettings(
-        data_path=str(run), model_name=str(base), output_dir=str(tmp_path / "director"), batch_size=4, num_generations=2, max_steps=2, max_completion_length=8, logging_steps=1
+        data_path=str(run), model_name=str(base), output_dir=str(tmp_path / "director"), batch_size=4, num_generations=2, max_steps=2, max_completion_length=8,
+        logging_steps=1, multi_objective_aggregation="normalize_then_sum",
     )
     clients = scripted_clients()
     outcome = train_director_grpo(settings, rollout_clients=clients, trajectory_scorer=Favour("The Anchor"))
@@ -157,9 +168,12 @@ def test_director_grpo_runs_rollouts_counts_failures_and_serves(tmp_path):
     assert ev["num_completions"] == 8 == stats.completions
     assert ev["num_directive_parse_failures"] == stats.parse_failures
     speaker_calls = len(clients["speaker"].calls)
-    assert speaker_calls == stats.completions - stats.parse_failures  # one rolled-out round per parsed directive
+    # one rolled-out round per parsed directive, though two reward functions (TRL awaits them together) score it
+    assert speaker_calls == stats.completions - stats.parse_failures
+    assert set(ev["rewards"]) == {"group_reward_model", "diversity"}  # each function's own trend
     meta = read_metadata(outcome.output_dir)
     assert (meta.role, meta.trainer, meta.num_train_records) == ("director", "grpo", 8)  # 4 episodes x 2 decision points
+    assert meta.hyperparameters["multi_objective_aggregation"] == "normalize_then_sum" and meta.train_metrics["train_loss"] is not None
     assert len(sample(str(outcome.output_dir), [director_messages(ROSTER, context(0), [])], 1)) == 1
 
 
@@ -196,3 +210,19 @@ def test_director_grpo_raises_the_rate_of_the_favoured_persona(tmp_path):
     trend = outcome.metadata.evaluation["group_reward"]
     assert trend["last"] > trend["first"]
 
+
+
+@pytest.mark.parametrize(("aggregation", "weights", "names"), [
+    ("normalize_then_sum", {}, ["group_reward_model", "diversity"]),
+    ("sum_then_normalize", {"diversity_weight": 0.0}, ["group_reward_model"]),  # a weight of 0 drops its function
+])
+def test_the_aggregation_and_the_reward_weights_reach_grpo_config(monkeypatch, tmp_path, aggregation, weights, names):
+    run = write_episode_run(tmp_path / "directed_ED_tiny", [episode(i) for i in range(2)])
+    seen = capture_grpo_trainer(monkeypatch, "mascot.train.director_grpo")
+    settings = DirectorGRPOSettings(data_path=str(run), model_name="tiny", output_dir=str(tmp_path / "director"), batch_size=4, num_generations=2,
+                                    group_reward_weight=2.0, multi_objective_aggregation=aggregation, **weights)
+    with pytest.raises(TrainerBuilt):
+        train_director_grpo(settings, rollout_clients=scripted_clients(), trajectory_scorer=Favour("The Anchor"))
+    assert seen["args"].multi_objective_aggregation == aggregation
+    assert [fn.__name__ for fn in seen["reward_funcs"]] == names
+    assert seen["args"].reward_weights == [2.0, 0.5][: len(names)]

@@ -1,8 +1,9 @@
-"""The reward functions (TRL signature) and the Director rollout reward, without a policy model."""
+"""The reward functions (TRL signature) and the Director's rollout rewards, without a policy model."""
 
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 import pytest
 
@@ -13,7 +14,7 @@ from mascot.rosters import load_roster
 from mascot.schema import Context, Directive, Turn
 from mascot.train.config import DirectorGRPOSettings
 from mascot.train.decision_points import DecisionPoint
-from mascot.train.director_grpo import DirectorRolloutReward, Rollout, block_speakers
+from mascot.train.director_grpo import Rollout, block_speakers, director_rewards
 from mascot.train.rewards import PersonaRewardModel, completion_text, conciseness_reward, diversity_score, format_reward
 
 
@@ -97,45 +98,92 @@ class FavourScorer:
         return [2.0 if r.directive.agent_name == "The Catalyst" else 0.0 for r in rollouts]
 
 
-def run_reward(reward, completions, metrics):
-    return asyncio.run(
-        reward(prompts=[[]] * len(completions), completions=completions, point_id=["c1:e0@r1"] * len(completions), log_metric=lambda k, v: metrics.setdefault(k, v))
-    )
+def run_rewards(rewards, completions, metrics=None, point_id="c1:e0@r1", step=0):
+    """Every reward function on one batch as TRL calls them (awaited together on one loop, with
+    the same arguments); each function's rewards by its name. `metrics` collects what they log."""
+    log_metric = (lambda k, v: metrics.setdefault(k, []).append(v)) if metrics is not None else None
+    kwargs = {"prompts": [[]] * len(completions), "completions": completions, "point_id": [point_id] * len(completions),
+              "trainer_state": SimpleNamespace(global_step=step), "log_metric": log_metric}
+
+    async def together():
+        return await asyncio.gather(*(fn(**kwargs) for fn in rewards.funcs))
+
+    return {fn.__name__: values for fn, values in zip(rewards.funcs, asyncio.run(together()))}
 
 
-def test_director_reward_rolls_out_scores_and_counts_parse_failures():
+def total(rewards, values: dict[str, list[float]]) -> list[float]:
+    """The weighted sum TRL logs as `reward` (and sums before normalising with sum_then_normalize)."""
+    return [sum(w * values[fn.__name__][i] for fn, w in zip(rewards.funcs, rewards.weights)) for i in range(len(next(iter(values.values()))))]
+
+
+def test_director_rewards_roll_out_score_and_count_parse_failures():
     settings = DirectorGRPOSettings(data_path="x", suffix_rounds=2, user_response_probability=0.0, diversity_weight=0.5, parse_failure_reward=-3.0)
     clients = {role: group_client() for role in ("director", "speaker", "user")}
-    reward = DirectorRolloutReward({"c1:e0@r1": point()}, clients, FavourScorer(), settings)
+    rewards = director_rewards({"c1:e0@r1": point()}, clients, FavourScorer(), settings)
+    assert [fn.__name__ for fn in rewards.funcs] == ["group_reward_model", "diversity"] and rewards.weights == [1.0, 0.5]
     completions = [
         as_message("<directive>\nagent: The Catalyst\naction: ask one question\ntone: direct\n</directive>"),
         as_message("agent: the anchor"),
         as_message("I think everyone should speak."),
     ]
     metrics: dict = {}
-    rewards = run_reward(reward, completions, metrics)
-    assert rewards[2] == -3.0  # no agent named
-    # Catalyst after the Anchor: distinct personas (+0.5) and the favoured speaker (+2)
-    assert rewards[0] == pytest.approx(2.0 + 0.5)
-    assert reward.stats.parse_failures == 1 and reward.stats.completions == 3
-    assert metrics["director/parse_failure_rate"] == pytest.approx(1 / 3)
+    values = run_rewards(rewards, completions, metrics)
+    # no agent named: the parse-failure reward on each function
+    assert values["group_reward_model"][2] == -3.0 and values["diversity"][2] == -3.0
+    # Catalyst after the Anchor: the favoured speaker (2) and distinct personas (+1, weighted 0.5)
+    assert (values["group_reward_model"][0], values["diversity"][0]) == (2.0, 1.0)
+    assert total(rewards, values)[0] == pytest.approx(2.0 + 0.5)
+    stats = rewards.rollouts.stats
+    assert stats.parse_failures == 1 and stats.completions == 3
+    assert metrics["director/parse_failure_rate"] == [pytest.approx(1 / 3)]  # logged once per batch, not per function
+    assert metrics["director/group_reward"] == [pytest.approx(1.0)] and len(metrics["director/diversity"]) == 1
     # the rollout really continued the episode: the Speaker answered the given directive first
     speaker_calls = [c for c in clients["speaker"].calls if "ask one question" in c.messages[-1]["content"]]
     assert speaker_calls, "the sampled directive must reach the Speaker"
 
 
+def test_both_director_rewards_share_one_rollout_per_completion():
+    settings = DirectorGRPOSettings(data_path="x", suffix_rounds=1, user_response_probability=0.0, multi_objective_aggregation="normalize_then_sum")
+    clients = {role: group_client(latency_s=0.01) for role in ("director", "speaker", "user")}  # rollouts in flight while both wait
+    rewards = director_rewards({"c1:e0@r1": point()}, clients, FavourScorer(), settings)
+    assert len(rewards.funcs) == 2
+    completions = [as_message("agent: The Catalyst"), as_message("agent: The Beacon"), as_message("no directive"), as_message("agent: The Anchor")]
+    run_rewards(rewards, completions)
+    assert len(clients["speaker"].calls) == 3  # one rolled-out round per parsed directive, not one per reward function
+    # the same completions again (a later call of the same step) are rolled out afresh, once
+    run_rewards(rewards, completions)
+    assert len(clients["speaker"].calls) == 6 and rewards.rollouts.stats.completions == 8
+    # called one after the other instead of together, the second function still reads the first's rollouts
+    kwargs = {"prompts": [[]], "completions": [as_message("agent: The Beacon")], "point_id": ["c1:e0@r1"], "trainer_state": SimpleNamespace(global_step=1)}
+    assert [asyncio.run(fn(**kwargs)) for fn in rewards.funcs] == [[0.0], [1.0]]
+    assert len(clients["speaker"].calls) == 7
+
+
+def test_a_zero_weight_drops_its_reward_function_and_two_zeros_are_refused():
+    from mascot.train.runtime import TrainingSetupError
+
+    clients = {role: group_client() for role in ("director", "speaker", "user")}
+    only_diversity = director_rewards({"c1:e0@r1": point()}, clients, FavourScorer(), DirectorGRPOSettings(data_path="x", group_reward_weight=0.0))
+    assert [fn.__name__ for fn in only_diversity.funcs] == ["diversity"] and only_diversity.weights == [0.5]
+    no_model = director_rewards({"c1:e0@r1": point()}, clients, None, DirectorGRPOSettings(data_path="x"))
+    assert [fn.__name__ for fn in no_model.funcs] == ["diversity"]
+    with pytest.raises(TrainingSetupError, match="--group-reward-weight and --diversity-weight are both 0"):
+        director_rewards({"c1:e0@r1": point()}, clients, FavourScorer(), DirectorGRPOSettings(data_path="x", group_reward_weight=0.0, diversity_weight=0.0))
+
+
 def test_failed_rollout_does_not_move_the_advantage():
-    settings = DirectorGRPOSettings(data_path="x", suffix_rounds=1, user_response_probability=0.0, diversity_weight=0.0)
+    settings = DirectorGRPOSettings(data_path="x", suffix_rounds=1, user_response_probability=0.0)
 
     def speaker(request):
         return LLMError("server down") if request.messages[0]["content"].startswith("You are The Beacon") else "fine"
 
     clients = {"director": group_client(), "speaker": ScriptedClient(fn=speaker), "user": group_client()}
-    reward = DirectorRolloutReward({"c1:e0@r1": point()}, clients, FavourScorer(), settings)
+    rewards = director_rewards({"c1:e0@r1": point()}, clients, FavourScorer(), settings)
     completions = [as_message("agent: The Catalyst"), as_message("agent: The Beacon"), as_message("agent: The Anchor")]
-    rewards = run_reward(reward, completions, {})
-    assert reward.stats.rollout_failures == 1
-    assert rewards == [2.0, 1.0, 0.0]  # the failed Beacon rollout sits at its group's mean
+    values = run_rewards(rewards, completions)
+    assert rewards.rollouts.stats.rollout_failures == 1
+    # the failed Beacon rollout sits at its group's mean, on each function
+    assert values["group_reward_model"] == [2.0, 1.0, 0.0] and values["diversity"] == [1.0, 0.0, -1.0]
 
 
 def test_rollout_backends_come_from_the_registry_spread_over_endpoints_and_keep_the_speaker_apart(monkeypatch, tmp_path):
@@ -173,12 +221,13 @@ def test_rollouts_over_http_are_metered_traced_and_closed_on_the_trainers_loop(s
     settings = DirectorGRPOSettings(data_path="x", rollout_server_url=server.url, rollout_model="stub-model", suffix_rounds=1,
                                     user_response_probability=0.0, diversity_weight=1.0)
     backends = build_rollout_backends(settings, tmp_path / "out" / "rollout_call_trace.jsonl")
-    reward = DirectorRolloutReward({"c1:e0@r1": point()}, backends.clients, None, settings)
+    rewards = director_rewards({"c1:e0@r1": point()}, backends.clients, None, settings)
+    assert [fn.__name__ for fn in rewards.funcs] == ["diversity"]  # no group reward model
     loop = asyncio.new_event_loop()  # like TRL, the reward function runs on a loop in its own thread
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
     try:
-        call = reward(prompts=[[]], completions=[as_message("agent: The Catalyst")], point_id=["c1:e0@r1"])
+        call = rewards.funcs[0](prompts=[[]], completions=[as_message("agent: The Catalyst")], point_id=["c1:e0@r1"])
         assert asyncio.run_coroutine_threadsafe(call, loop).result(60) == [1.0]
         close_backends(types.SimpleNamespace(async_loop=loop), backends)
     finally:
@@ -196,10 +245,11 @@ def test_every_rollout_failing_stops_training_with_a_clear_error():
 
     settings = DirectorGRPOSettings(data_path="x", suffix_rounds=1, user_response_probability=0.0)
     down = ScriptedClient(fn=lambda request: LLMError("connection refused"))
-    reward = DirectorRolloutReward({"c1:e0@r1": point()}, {"director": down, "speaker": down, "user": down}, FavourScorer(), settings)
+    rewards = director_rewards({"c1:e0@r1": point()}, {"director": down, "speaker": down, "user": down}, FavourScorer(), settings)
+    assert len(rewards.funcs) == 2
     with pytest.raises(RolloutFailure, match="every rollout of step 0 failed \\(2 of 2"):
-        run_reward(reward, [as_message("agent: The Catalyst"), as_message("agent: The Beacon")], {})
-    assert reward.stats.rollout_failures == 2
+        run_rewards(rewards, [as_message("agent: The Catalyst"), as_message("agent: The Beacon")], {})
+    assert rewards.rollouts.stats.rollout_failures == 2  # counted once, whatever the number of functions
 
 
 def test_rollout_model_defaults_to_the_policy_and_reward_models_to_their_trainer_layout(tmp_path, monkeypatch):

@@ -6,7 +6,17 @@ import asyncio
 import json
 
 import pytest
-from train_helpers import one_thread_per_module, keyword_pairs, sft_warm_start, single_thread, tiny_model, write_jsonl, write_run_config  # noqa: F401 - fixtures
+from train_helpers import (  # noqa: F401 - fixtures
+    TrainerBuilt,
+    capture_grpo_trainer,
+    keyword_pairs,
+    one_thread_per_module,
+    sft_warm_start,
+    single_thread,
+    tiny_model,
+    write_jsonl,
+    write_run_config,
+)
 
 from mascot.llm.base import ChatRequest
 from mascot.train.artefact import read_metadata
@@ -66,7 +76,7 @@ def test_grpo_raises_the_format_reward(half_formatted_policy, tmp_path):
         logging_steps=5,
     )
     outcome = train_speaker(settings)
-    trend = outcome.metadata.evaluation["format_reward"]
+    trend = outcome.metadata.evaluation["rewards"]["format_reward"]
     assert trend["last"] - trend["first"] >= 0.2, trend
     # the artefact serves on the local backend and answers in the learned format more often
     from mascot.dialogue.prompts import with_think_instruction
@@ -109,9 +119,31 @@ def test_stage1_chain_pairs_to_reward_model_to_grpo_to_served_adapter(tmp_path):
     meta = speaker.metadata
     assert meta.source_artefacts["reward_model"] == str(rm.output_dir)
     assert meta.rubric_version == "paper_v1"
-    assert {"persona_reward_model", "format_reward", "conciseness_reward"} <= set(meta.evaluation)
+    assert set(meta.evaluation["rewards"]) == {"persona_reward_model", "format_reward", "conciseness_reward"}
     assert meta.hyperparameters["reward_model_weight"] == 1.0
+    # the default aggregation, recorded, with two rewards constant within every group (8 tokens: never
+    # a <think> block, never over the word budget): normalised to 0, not NaN, so the run stays finite
+    assert meta.hyperparameters["multi_objective_aggregation"] == "normalize_then_sum"
+    assert meta.evaluation["rewards"]["format_reward"]["last"] == meta.evaluation["rewards"]["conciseness_reward"]["last"] == 0.0
+    assert meta.train_metrics["train_loss"] is not None  # None when the loss was not finite
     adapter = json.loads((speaker.output_dir / "adapter_config.json").read_text())
     assert adapter["base_model_name_or_path"] == str(policy_base) and adapter["task_type"] == "CAUSAL_LM"
     texts = sample(str(speaker.output_dir), [pairs[0].prompt], 2)
     assert len(texts) == 2 and all(isinstance(t, str) for t in texts)
+
+
+@pytest.mark.parametrize("aggregation", ["normalize_then_sum", "sum_then_normalize"])
+def test_the_aggregation_and_the_weights_reach_grpo_config(monkeypatch, tmp_path, aggregation):
+    run = tmp_path / "individual_ED_tiny"
+    write_jsonl(run / "pairs.jsonl", keyword_pairs(4, 1))
+    write_run_config(run, dataset="EmpatheticDialogues")
+    seen = capture_grpo_trainer(monkeypatch, "mascot.train.speaker_grpo")
+    settings = SpeakerGRPOSettings(data_path=str(run), model_name="tiny", output_dir=str(tmp_path / "speaker"), reward_model_weight=0.0,
+                                   conciseness_weight=0.3, batch_size=4, num_generations=2, multi_objective_aggregation=aggregation)
+    with pytest.raises(TrainerBuilt):
+        train_speaker(settings)
+    assert seen["args"].multi_objective_aggregation == aggregation
+    from trl.trainer.utils import get_callable_name
+
+    assert [get_callable_name(fn) for fn in seen["reward_funcs"]] == ["format_reward", "conciseness_reward"]
+    assert seen["args"].reward_weights == [0.2, 0.3]  # the persona reward model's weight of 0 dropped it

@@ -133,7 +133,7 @@ def test_director_grpo_rollout_against_the_server(server):
     from mascot.schema import Context, DialogueLine, Turn
     from mascot.train.config import DirectorGRPOSettings
     from mascot.train.decision_points import DecisionPoint
-    from mascot.train.director_grpo import DirectorRolloutReward, build_rollout_backends
+    from mascot.train.director_grpo import build_rollout_backends, director_rewards
 
     roster = load_roster("emotional_support")
     context = Context(context_id="c1", dataset="ESConv", situation="Work stress.", emotion="anxiety", opening_turns=[DialogueLine(speaker="user", text="I cannot sleep.")])
@@ -141,7 +141,8 @@ def test_director_grpo_rollout_against_the_server(server):
     settings = DirectorGRPOSettings(data_path="x", model_name=SERVED_BASE, rollout_server_url=server["url"], speaker_adapter="mascot-speaker",
                                     suffix_rounds=1, user_response_probability=0.0, group_reward_weight=0.0)
     backends = build_rollout_backends(settings)
-    reward = DirectorRolloutReward({point.point_id: point}, backends.clients, None, settings)
+    rewards = director_rewards({point.point_id: point}, backends.clients, None, settings)
+    (reward,) = rewards.funcs  # the diversity term alone: --group-reward-weight 0
     completions = [[{"role": "assistant", "content": "agent: The Catalyst\naction: ask one question\ntone: direct"}],
                    [{"role": "assistant", "content": "agent: The Beacon\naction: offer hope\ntone: warm"}]]
 
@@ -151,8 +152,8 @@ def test_director_grpo_rollout_against_the_server(server):
         finally:
             await backends.aclose()
 
-    rewards = asyncio.run(rewards_then_close())
-    assert reward.stats.rollout_failures == 0 and len(rewards) == 2 and rewards == [1.0 * settings.diversity_weight] * 2
+    values = asyncio.run(rewards_then_close())
+    assert rewards.rollouts.stats.rollout_failures == 0 and values == [1.0, 1.0]  # diversity before its weight
 
 
 # --------------------------------------------------------------------------- Stage-1 judging honesty

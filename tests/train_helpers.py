@@ -216,3 +216,23 @@ def one_thread_per_module():
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
     return tiny_model(tmp_path_factory.mktemp("models") / "tiny")
+
+
+class TrainerBuilt(Exception):
+    """Raised by `capture_grpo_trainer`'s stand-in once it has seen what GRPOTrainer would get."""
+
+
+def capture_grpo_trainer(monkeypatch, module: str) -> dict:
+    """Replaces TRL's GRPOTrainer (and the model and tokenizer loads of `module`) with a stand-in
+    that keeps its keyword arguments and stops the run with TrainerBuilt: what a trainer hands TRL,
+    checked without a model."""
+    seen: dict = {}
+
+    def stand_in(**kwargs):
+        seen.update(kwargs)
+        raise TrainerBuilt
+
+    monkeypatch.setattr("trl.GRPOTrainer", stand_in)
+    monkeypatch.setattr(f"{module}.load_causal_lm", lambda name: None)
+    monkeypatch.setattr(f"{module}.load_tokenizer", lambda name: None)
+    return seen

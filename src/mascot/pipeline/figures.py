@@ -1,11 +1,14 @@
 """The figures of the report: the numbers it reads from the steps' files (pairs and margins,
-reward-model accuracy, GRPO reward curves from the trainers' log history, the evaluation scores)
+reward-model accuracy, GRPO reward curves - the total and each reward function's - from the
+trainers' log history, the evaluation scores)
 and its PNG plots (matplotlib with the Agg backend: no display needed).
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -67,9 +70,36 @@ def reward_curve(folder: Path, key: str = "reward") -> list[tuple[int, float]]:
     curve = [(int(e.get("step", i)), float(e[key])) for i, e in enumerate(log_history(folder)) if isinstance(e.get(key), (int, float))]
     if curve:
         return curve
-    ends = (artefact_metadata(folder).get("evaluation") or {}).get(key) or {}
-    steps = int((artefact_metadata(folder).get("train_metrics") or {}).get("global_steps") or 1)
-    return [(0, float(ends["first"])), (steps, float(ends["last"]))] if "first" in ends and "last" in ends else []
+    meta = artefact_metadata(folder)
+    return _first_and_last((meta.get("evaluation") or {}).get(key), meta)
+
+
+# TRL logs each reward function's mean, before weighting, as rewards/<name>/mean
+REWARD_FUNCTION_KEY = re.compile(r"^rewards/(?P<name>.+)/mean$")
+
+
+def reward_function_curves(folder: Path) -> dict[str, list[tuple[int, float]]]:
+    """(step, mean) per logged step of each reward function, by its name; without a log history,
+    the first and last values the metadata kept under `evaluation.rewards`."""
+    curves: dict[str, list[tuple[int, float]]] = {}
+    for i, entry in enumerate(log_history(folder)):
+        for key, value in entry.items():
+            match = REWARD_FUNCTION_KEY.match(key)
+            if match and isinstance(value, (int, float)) and math.isfinite(value):
+                curves.setdefault(match["name"], []).append((int(entry.get("step", i)), float(value)))
+    if curves:
+        return curves
+    meta = artefact_metadata(folder)
+    kept = (meta.get("evaluation") or {}).get("rewards") or {}
+    return {name: points for name, ends in kept.items() if (points := _first_and_last(ends, meta))}
+
+
+def _first_and_last(ends: Any, meta: dict[str, Any]) -> list[tuple[int, float]]:
+    """The two ends of a curve from the metadata's {first, last}, at step 0 and the last step."""
+    if not isinstance(ends, dict) or "first" not in ends or "last" not in ends:
+        return []
+    steps = int((meta.get("train_metrics") or {}).get("global_steps") or 1)
+    return [(0, float(ends["first"])), (steps, float(ends["last"]))]
 
 
 def evaluation_table(base_report: Path, trained_report: Path) -> list[tuple[str, str, float | None, float | None]]:

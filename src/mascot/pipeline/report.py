@@ -1,6 +1,7 @@
 """`<output>/report.md` and its plots: what ran with which models and versions, pairs and
-margins, reward-model accuracy, GRPO reward curves, the evaluation table, the paired learning
-statistics of every evaluation system (mascot.pipeline.learning), wall time and tokens."""
+margins, reward-model accuracy, GRPO reward curves (the total and each reward function), the
+evaluation table, the paired learning statistics of every evaluation system
+(mascot.pipeline.learning), wall time and tokens."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from mascot.pipeline.settings import STEP_NAMES
 
 REPORT_FILE = "report.md"
 CURVES_FILE = "grpo_rewards.png"
+FUNCTION_CURVES_FILE = "grpo_rewards_{policy}.png"  # each reward function of one policy
+POLICIES = (("Speaker GRPO (Stage 1)", "speaker"), ("Director GRPO (Stage 2)", "director"))  # label, artefact folder
 TIME_FILE = "wall_time.png"
 
 
@@ -116,16 +119,34 @@ def _reward_models(root: Path) -> str:
 
 
 def _curves(root: Path) -> str:
-    curves = {label: fig.reward_curve(root / name) for label, name in (("Speaker GRPO (Stage 1)", "speaker"), ("Director GRPO (Stage 2)", "director"))}
-    curves = {k: v for k, v in curves.items() if v}
-    if not curves:
+    """The total reward's curve of each GRPO policy and each of its reward functions' curves (a plot
+    per policy), with a table row per curve."""
+    totals = {label: fig.reward_curve(root / name) for label, name in POLICIES}
+    per_function = {label: fig.reward_function_curves(root / name) for label, name in POLICIES}
+    if not any(totals.values()) and not any(per_function.values()):
         return ""
 
-    plot_curves(curves, root / CURVES_FILE)
-    lines = ["## GRPO reward", f"![mean reward per step]({CURVES_FILE})", "", "| policy | first logged reward | last logged reward | logged steps |", "|---|---|---|---|"]
-    for label, points in curves.items():
-        lines.append(f"| {label} | {points[0][1]:.3f} | {points[-1][1]:.3f} | {len(points)} |")
+    lines = ["## GRPO reward", *_curve_plots(root, totals, per_function), ""]
+    lines += ["| policy | reward | first logged | last logged | logged steps |", "|---|---|---|---|---|"]
+    for label, _ in POLICIES:
+        rows = {"total (weighted sum)": totals[label], **per_function[label]}
+        lines += [f"| {label} | {reward} | {points[0][1]:.3f} | {points[-1][1]:.3f} | {len(points)} |" for reward, points in rows.items() if points]
     return "\n".join(lines)
+
+
+def _curve_plots(root: Path, totals: dict[str, list], per_function: dict[str, dict[str, list]]) -> list[str]:
+    """The plots' image links: the policies' total reward side by side, then one plot per policy
+    with a panel per reward function."""
+    links = []
+    shown = {label: points for label, points in totals.items() if points}
+    if shown:
+        plot_curves(shown, root / CURVES_FILE)
+        links.append(f"![mean reward per step]({CURVES_FILE})")
+    for label, name in POLICIES:
+        if per_function[label]:
+            path = plot_curves(per_function[label], root / FUNCTION_CURVES_FILE.format(policy=name))
+            links.append(f"![{label}: mean of each reward function per step]({path.name})")
+    return links
 
 
 def _difference(base: float | None, trained: float | None, digits: int) -> str:

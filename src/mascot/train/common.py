@@ -13,7 +13,7 @@ from typing import Any
 from mascot.train import artefact
 from mascot.train.artefact import ArtefactError, TrainingMetadata
 from mascot.settings import as_dict
-from mascot.train.config import TrainSettings
+from mascot.train.config import MULTI_OBJECTIVE_AGGREGATIONS, TrainSettings
 from mascot.train.guard import non_finite_guard, require_schedule, require_steps_taken
 from mascot.train.runtime import BatchPlan, TrainingSetupError, is_main_process, require_gpu_for_vllm, trainer_arguments
 from mascot.train.screen import replace_default_progress
@@ -84,6 +84,15 @@ def first_last(trainer, key: str) -> dict[str, float] | None:
     if not series:
         return None
     return {"first": round(series[0], 4), "last": round(series[-1], 4), "num_logged": len(series)}
+
+
+def reward_function_trends(trainer, reward_funcs) -> dict[str, dict[str, float]]:
+    """First and last logged mean of each reward function, by the name TRL logs it under
+    (`rewards/<name>/mean`), before weighting and aggregation."""
+    from trl.trainer.utils import get_callable_name
+
+    trends = {get_callable_name(fn): first_last(trainer, f"rewards/{get_callable_name(fn)}/mean") for fn in reward_funcs}
+    return {name: trend for name, trend in trends.items() if trend is not None}
 
 
 def save_model(trainer, output: Path, *, full_weights: bool = False) -> str:
@@ -163,6 +172,7 @@ def grpo_config(settings, output: Path, plan: BatchPlan, reward_weights: list[fl
         max_completion_length=settings.max_completion_length,
         beta=settings.beta,
         reward_weights=reward_weights,
+        multi_objective_aggregation=settings.multi_objective_aggregation,
         log_completions=False,
         # Qwen3 templates think unless told otherwise (templates without the switch ignore it)
         chat_template_kwargs=None if getattr(settings, "thinking", False) else {"enable_thinking": False},
@@ -182,4 +192,6 @@ def validate_grpo(settings) -> None:
         )
     if settings.vllm_mode not in ("server", "colocate"):
         raise TrainingSetupError(f"--vllm-mode must be server or colocate, got {settings.vllm_mode!r}")
+    if settings.multi_objective_aggregation not in MULTI_OBJECTIVE_AGGREGATIONS:
+        raise TrainingSetupError(f"--multi-objective-aggregation must be {' or '.join(MULTI_OBJECTIVE_AGGREGATIONS)}, got {settings.multi_objective_aggregation!r}")
     require_gpu_for_vllm(settings.use_vllm)

@@ -19,6 +19,8 @@ DEFAULT_POLICY_MODEL = "Qwen/Qwen3-8B"
 DEFAULT_REWARD_BASE_MODEL = "Qwen/Qwen3-0.6B"
 LORA_TARGET_MODULES = "q_proj,k_proj,v_proj,o_proj"
 DEFAULT_OUTPUT_ROOT = "outputs"
+# TRL's GRPOConfig.multi_objective_aggregation values
+MULTI_OBJECTIVE_AGGREGATIONS = ("normalize_then_sum", "sum_then_normalize")
 
 
 @dataclass
@@ -114,6 +116,12 @@ class GRPOSettings(TrainSettings):
         deprecated=("--vllm-server-url", "--vllm-server-base-url"),
     )
     thinking: bool = setting(False, "Reasoning mode of the policy's chat template (enable_thinking) while it samples.", flags=("--thinking/--no-thinking",))
+    multi_objective_aggregation: str = setting(
+        "normalize_then_sum",
+        "How the reward functions combine into one advantage: normalize_then_sum (each reward normalised within its group, "
+        "then the weighted sum normalised over the batch, as in GDPO) or sum_then_normalize (the weighted sum normalised "
+        "within its group, TRL's default: the reward with the widest spread dominates).",
+    )
     max_per_device_batch: int = field(default=8, metadata={"cli": False})
 
 
@@ -166,7 +174,9 @@ class DirectorGRPOSettings(GRPOSettings):
     diversity_weight: float = setting(
         0.5, "Weight of the diversity term: +1 when the last Speaker before the decision and the rolled-out Speakers are not all the same persona, -1 otherwise."
     )
-    parse_failure_reward: float = setting(-1.0, "Reward of a completion that does not parse as a directive (counted).")
+    parse_failure_reward: float = setting(
+        -1.0, "What a completion that does not parse as a directive scores on each reward, the group reward and the diversity term (counted)."
+    )
     max_completion_length: int = setting(128, "Most tokens of one directive.")
     group_reward_max_length: int = setting(2048, "Longest (context, trajectory) the group reward model reads; as in its training, a longer one loses the middle of its context.")
     rollout_concurrency: int = setting(16, "Suffix rollouts in flight at once.")

@@ -3,15 +3,16 @@
 1. Decision points are sampled from recorded episodes; the prefix is the recorded turns before the
    decision round, and the Director's prompt is rebuilt from it (`director_messages`).
 2. TRL's GRPOTrainer samples a group of directives per prompt: the completion IS the directive.
-3. The reward function parses each directive (`parse_directive`; a failure earns
-   `--parse-failure-reward` and is counted), continues the episode from the prefix with it for
-   `--suffix-rounds` rounds with the frozen Speaker and simulated user (`EpisodeEngine.continue_from`
-   on the rollout backend the provider registry builds: a vLLM server, several spread by least
-   outstanding requests, or the local model), and
-   scores the (directive, trajectory) with the group reward model plus the diversity term
-   (+1 when the block - the last Speaker before the decision and the rolled-out Speakers - has
-   distinct personas, -1 otherwise).
-4. GRPO turns the rewards into group-relative advantages and updates the Director's LoRA adapter.
+3. Each directive is parsed (`parse_directive`; a failure earns `--parse-failure-reward` and is
+   counted) and the episode continued from the prefix with it for `--suffix-rounds` rounds with the
+   frozen Speaker and simulated user (`EpisodeEngine.continue_from` on the rollout backend the
+   provider registry builds: a vLLM server, several spread by least outstanding requests, or the
+   local model), once per completion (`DirectorRollouts`).
+4. Two TRL reward functions score the same rollouts: the group reward model on the (directive,
+   trajectory) and the diversity term (+1 when the block - the last Speaker before the decision and
+   the rolled-out Speakers - has distinct personas, -1 otherwise). Kept apart, GRPO can normalise
+   each within its group before weighting them (--multi-objective-aggregation).
+5. GRPO turns the rewards into group-relative advantages and updates the Director's LoRA adapter.
 """
 
 from __future__ import annotations
@@ -33,7 +34,16 @@ from mascot.schema import Directive, Roster, Turn
 from mascot.settings_groups import ClientLimits, split_urls
 from mascot.train import artefact, data
 from mascot.train.artefact import TrainingMetadata
-from mascot.train.common import TrainOutcome, finish, first_last, grpo_config, open_output, run_training, save_model
+from mascot.train.common import (
+    TrainOutcome,
+    finish,
+    first_last,
+    grpo_config,
+    open_output,
+    reward_function_trends,
+    run_training,
+    save_model,
+)
 from mascot.train.config import DEFAULT_REWARD_BASE_MODEL, DirectorGRPOSettings
 from mascot.train.decision_points import DecisionInputs, DecisionPoint, load_decision_inputs
 from mascot.train.models import base_model_id, count_parameters, load_causal_lm, load_tokenizer, lora_config, model_ref
@@ -45,6 +55,9 @@ from mascot.train.speaker_grpo import reward_model_device
 log = logging.getLogger(__name__)
 
 ROLLOUT_TRACE = "rollout_call_trace.jsonl"  # one line per rollout request, in the output folder
+# the Director's reward functions as TRL names them (rewards/<name>/mean); an instance's __name__,
+# since a class's own __name__ stays the class name
+GROUP_REWARD, DIVERSITY = "group_reward_model", "diversity"
 
 
 # --------------------------------------------------------------------------- rollouts and scores
@@ -100,25 +113,43 @@ class RolloutStats:
     engine_counters: dict[str, int] = field(default_factory=dict)
 
 
-class DirectorRolloutReward:
-    """TRL reward function: parse each sampled directive, roll it out, score the trajectory."""
+@dataclass
+class RolloutBatch:
+    """One call's completions, parsed and rolled out: what every Director reward function scores."""
 
-    __name__ = "director_rollout_reward"
+    point_id: list[str]
+    rollouts: dict[int, Rollout]  # completion index -> its rollout (parsed, rolled out)
+    failed: set[int]  # parsed, but the rollout failed on the server
 
-    def __init__(
-        self,
-        points: dict[str, DecisionPoint],
-        clients: dict[str, ChatClient],
-        scorer: TrajectoryScorer | None,
-        settings: DirectorGRPOSettings,
-    ) -> None:
+    def rewards(self, scores: dict[int, float], parse_failure_reward: float) -> list[float]:
+        """One reward per completion: its score when it was rolled out, the parse-failure reward
+        when it did not parse, and its group's mean when its rollout failed - not the Director's
+        fault, so no advantage either way."""
+        rewards = [scores.get(i, parse_failure_reward) for i in range(len(self.point_id))]
+        for i in self.failed:
+            peers = [r for j, r in enumerate(rewards) if self.point_id[j] == self.point_id[i] and j not in self.failed]
+            rewards[i] = sum(peers) / len(peers) if peers else 0.0
+        return rewards
+
+
+class DirectorRollouts:
+    """Parses each sampled directive and rolls it out, once per completion whatever the number of
+    reward functions that score the rollout.
+
+    TRL awaits its asynchronous reward functions together (`asyncio.gather` on its own loop, same
+    arguments for all), so the first of them to ask for a batch starts its rollouts and the others
+    await the same task; the entry is dropped once all `consumers` have taken it, so an identical
+    later batch is rolled out afresh."""
+
+    def __init__(self, points: dict[str, DecisionPoint], clients: dict[str, ChatClient], settings: DirectorGRPOSettings, consumers: int) -> None:
         self.points = points
         self.clients = clients
-        self.scorer = scorer
         self.settings = settings
+        self.consumers = consumers
         self.stats = RolloutStats()
         self._engines: dict[str, Any] = {}
         self._tally = None
+        self._shared: dict[tuple, list] = {}  # batch key -> [rollout task, consumers still to come]
 
     def engine(self, roster: Roster):
         if roster.ident not in self._engines:
@@ -127,9 +158,19 @@ class DirectorRolloutReward:
             self._engines[roster.ident] = EpisodeEngine(roster, self.clients, engine_settings, self._tally)
         return self._engines[roster.ident]
 
-    async def __call__(self, prompts, completions, point_id, trainer_state=None, log_metric=None, **_: Any) -> list[float]:
+    async def batch(self, completions, point_id, trainer_state=None, log_metric=None) -> RolloutBatch:
         step = getattr(trainer_state, "global_step", 0)
         texts = [completion_text(c) for c in completions]
+        key = (step, tuple(point_id), tuple(texts))
+        entry = self._shared.get(key)
+        if entry is None:
+            entry = self._shared[key] = [asyncio.ensure_future(self._roll_out(step, texts, list(point_id), log_metric)), self.consumers]
+        entry[1] -= 1
+        if entry[1] <= 0:
+            del self._shared[key]
+        return await entry[0]
+
+    async def _roll_out(self, step: int, texts: list[str], point_id: list[str], log_metric) -> RolloutBatch:
         parsed = [parse_directive(text, self.points[pid].roster) for text, pid in zip(texts, point_id, strict=True)]
         semaphore = asyncio.Semaphore(max(1, self.settings.rollout_concurrency))
 
@@ -153,12 +194,10 @@ class DirectorRolloutReward:
         valid = [i for i, p in enumerate(parsed) if p.directive is not None]
         outcomes = await asyncio.gather(*(rollout(i) for i in valid))
         rollouts = {i: r for i, r in zip(valid, outcomes) if r is not None}
-        failed = len(valid) - len(rollouts)
-        self._check_failures(step, failed, len(valid))
-        rewards, parts = self._rewards(len(texts), rollouts)
-        self._fill_failed_rollouts(rewards, set(valid) - set(rollouts), point_id)
-        self._record(len(texts), len(texts) - len(valid), failed, parts, log_metric)
-        return rewards
+        failed = set(valid) - set(rollouts)
+        self._check_failures(step, len(failed), len(valid))
+        self._record(len(texts), len(texts) - len(valid), len(failed), rollouts, log_metric)
+        return RolloutBatch(point_id, rollouts, failed)
 
     def _check_failures(self, step: int, failed: int, attempted: int) -> None:
         """Failed rollouts are counted and logged with the step; if all of a step's failed, stop."""
@@ -175,23 +214,7 @@ class DirectorRolloutReward:
                 "check --rollout-server-url and that it serves --rollout-model"
             )
 
-    def _rewards(self, n: int, rollouts: dict[int, Rollout]) -> tuple[list[float | None], dict[str, list[float]]]:
-        s = self.settings
-        rewards: list[float | None] = [s.parse_failure_reward] * n
-        order = sorted(rollouts)
-        group = self.scorer.score([rollouts[i] for i in order]) if (self.scorer and order) else [0.0] * len(order)
-        diversity = [diversity_score(block_speakers(rollouts[i])) for i in order]
-        for i, g, d in zip(order, group, diversity):
-            rewards[i] = s.group_reward_weight * g + s.diversity_weight * d
-        return rewards, {"group_reward": group, "diversity": diversity}
-
-    def _fill_failed_rollouts(self, rewards: list[float | None], failed: set[int], point_id: Sequence[str]) -> None:
-        """A failed rollout is not the Director's fault: it gets its group's mean (no advantage)."""
-        for i in failed:
-            peers = [r for j, r in enumerate(rewards) if point_id[j] == point_id[i] and j not in failed and r is not None]
-            rewards[i] = sum(peers) / len(peers) if peers else 0.0
-
-    def _record(self, n: int, parse_failures: int, rollout_failures: int, parts: dict[str, list[float]], log_metric) -> None:
+    def _record(self, n: int, parse_failures: int, rollout_failures: int, rollouts: dict[int, Rollout], log_metric) -> None:
         self.stats.completions += n
         self.stats.parse_failures += parse_failures
         self.stats.rollout_failures += rollout_failures
@@ -201,9 +224,86 @@ class DirectorRolloutReward:
             return
         log_metric("director/parse_failure_rate", parse_failures / max(n, 1))
         log_metric("director/rollout_failures", float(rollout_failures))
-        for name, values in parts.items():
-            if values:
-                log_metric(f"director/{name}", sum(values) / len(values))
+        if rollouts:  # logged whatever --diversity-weight: it is cheap and shows how the Director varies
+            diversity = [diversity_score(block_speakers(r)) for r in rollouts.values()]
+            log_metric("director/diversity", sum(diversity) / len(diversity))
+
+
+class DirectorReward:
+    """A TRL reward function over the shared rollouts: the parse-failure reward for a directive
+    that does not parse (on each function, so that each reward ranks it on its own scale and a
+    function kept alone still penalises it), the group's mean for a failed rollout."""
+
+    __name__ = "director_reward"
+
+    def __init__(self, rollouts: DirectorRollouts) -> None:
+        self.rollouts = rollouts
+
+    async def __call__(self, prompts, completions, point_id, trainer_state=None, log_metric=None, **_: Any) -> list[float]:
+        batch = await self.rollouts.batch(completions, point_id, trainer_state, log_metric)
+        return batch.rewards(self.score(batch, log_metric), self.rollouts.settings.parse_failure_reward)
+
+    def score(self, batch: RolloutBatch, log_metric) -> dict[int, float]:
+        raise NotImplementedError
+
+
+class GroupRewardModelReward(DirectorReward):
+    """The group reward model's score of (directive, whole trajectory)."""
+
+    __name__ = GROUP_REWARD
+
+    def __init__(self, rollouts: DirectorRollouts, scorer: TrajectoryScorer) -> None:
+        super().__init__(rollouts)
+        self.scorer = scorer
+
+    def score(self, batch: RolloutBatch, log_metric) -> dict[int, float]:
+        order = sorted(batch.rollouts)
+        scores = self.scorer.score([batch.rollouts[i] for i in order]) if order else []
+        if log_metric is not None and scores:
+            log_metric("director/group_reward", sum(scores) / len(scores))
+        return dict(zip(order, scores, strict=True))
+
+
+class DiversityReward(DirectorReward):
+    """+1 when the dialogue block the directive opened has more than one persona, -1 otherwise."""
+
+    __name__ = DIVERSITY
+
+    def score(self, batch: RolloutBatch, log_metric) -> dict[int, float]:
+        return {i: diversity_score(block_speakers(r)) for i, r in batch.rollouts.items()}
+
+
+@dataclass
+class DirectorRewards:
+    """The reward functions TRL calls (those with a non-zero weight), their weights, and the
+    rollouts they share."""
+
+    rollouts: DirectorRollouts
+    funcs: list[DirectorReward]
+    weights: list[float]
+
+
+def director_reward_weights(settings: DirectorGRPOSettings, with_group_reward: bool = True) -> dict[str, float]:
+    """Each Director reward function's weight by name; a weight of 0 (or no group reward model)
+    drops the function, and dropping both is refused."""
+    weights = {GROUP_REWARD: settings.group_reward_weight if with_group_reward else 0.0, DIVERSITY: settings.diversity_weight}
+    kept = {name: w for name, w in weights.items() if w != 0}
+    if not kept:
+        raise TrainingSetupError("--group-reward-weight and --diversity-weight are both 0 (or no group reward model): nothing to optimise")
+    return kept
+
+
+def director_rewards(
+    points: dict[str, DecisionPoint], clients: dict[str, ChatClient], scorer: TrajectoryScorer | None, settings: DirectorGRPOSettings
+) -> DirectorRewards:
+    weights = director_reward_weights(settings, with_group_reward=scorer is not None)
+    rollouts = DirectorRollouts(points, clients, settings, consumers=len(weights))
+    funcs: list[DirectorReward] = []
+    if GROUP_REWARD in weights:
+        funcs.append(GroupRewardModelReward(rollouts, scorer))
+    if DIVERSITY in weights:
+        funcs.append(DiversityReward(rollouts))
+    return DirectorRewards(rollouts, funcs, [weights[f.__name__] for f in funcs])
 
 
 # --------------------------------------------------------------------------- clients
@@ -293,6 +393,7 @@ def train_director_grpo(
     model (tests, custom rewards); clients passed in are left open for their owner to close."""
     inputs = load_decision_inputs(settings)  # also checks the GRPO settings and the points one step needs
     plan = derive_batch(settings.batch_size, world_size(), settings.max_per_device_batch, settings.per_device_batch_size)
+    director_reward_weights(settings)  # both weights 0 refused before the output folder exists
     if trajectory_scorer is None:
         resolve_group_reward_model_path(settings, inputs.dataset)
     output, checkpoint = open_output(settings, artefact.default_output_dir("director_grpo", inputs.dataset, settings.model_name))
@@ -303,13 +404,13 @@ def train_director_grpo(
 
     scorer = trajectory_scorer if trajectory_scorer is not None else load_group_scorer(settings)
     backends = None if rollout_clients is not None else build_rollout_backends(settings, output / ROLLOUT_TRACE)
-    reward = DirectorRolloutReward({p.point_id: p for p in inputs.points}, rollout_clients or backends.clients, scorer, settings)
+    rewards = director_rewards({p.point_id: p for p in inputs.points}, rollout_clients or backends.clients, scorer, settings)
     trainer = None
     try:
-        config = grpo_config(settings, output, plan, [1.0])  # before the model: see reward_model.py
+        config = grpo_config(settings, output, plan, rewards.weights)  # before the model: see reward_model.py
         trainer = GRPOTrainer(
             model=load_causal_lm(settings.model_name),
-            reward_funcs=[reward],
+            reward_funcs=rewards.funcs,
             args=config,
             train_dataset=data.to_dataset([{"prompt": p.prompt(), "point_id": p.point_id} for p in inputs.points]),
             processing_class=load_tokenizer(settings.model_name),
@@ -320,10 +421,10 @@ def train_director_grpo(
         if backends is not None:
             close_backends(trainer, backends)
     figures.update(count_parameters(trainer.model))
-    reward.stats = summed_over_processes(trainer, reward.stats)
-    meta = _metadata(settings, inputs, save_model(trainer, output), _evaluation(trainer, reward.stats), figures)
+    stats = rewards.rollouts.stats = summed_over_processes(trainer, rewards.rollouts.stats)
+    meta = _metadata(settings, inputs, save_model(trainer, output), _evaluation(trainer, stats, rewards.funcs), figures)
     finish(trainer, output, meta, settings, plan)
-    return TrainOutcome(output, meta, extra={"rollout_stats": reward.stats})
+    return TrainOutcome(output, meta, extra={"rollout_stats": stats})
 
 
 def summed_over_processes(trainer, stats: RolloutStats) -> RolloutStats:
@@ -357,9 +458,13 @@ def _metadata(settings: DirectorGRPOSettings, inputs: DecisionInputs, weights, e
     )
 
 
-def _evaluation(trainer, stats: RolloutStats) -> dict:
+def _evaluation(trainer, stats: RolloutStats, reward_funcs) -> dict:
+    """Trends of the total reward, of each reward function as TRL scored it (`rewards`: parse
+    failures and failed rollouts included) and of the `director/*` figures (over the rolled-out
+    directives only), with the rollout counters."""
     figures: dict[str, Any] = {
         "reward": first_last(trainer, "reward"),
+        "rewards": reward_function_trends(trainer, reward_funcs) or None,
         "group_reward": first_last(trainer, "director/group_reward"),
         "diversity": first_last(trainer, "director/diversity"),
         "parse_failure_rate": first_last(trainer, "director/parse_failure_rate"),

@@ -1,8 +1,9 @@
 """Stage 1: the Speaker policy optimised with TRL's GRPOTrainer.
 
-Prompts are the Stage-1 pairs' prompts (each once). Each completion is scored by three rewards,
-summed with their weights: the persona reward model on (prompt, visible reply), the format reward
-and the conciseness reward (words beyond a budget). LoRA by default; the artefact is the adapter.
+Prompts are the Stage-1 pairs' prompts (each once). Each completion is scored by three reward
+functions, combined with their weights as --multi-objective-aggregation says: the persona reward
+model on (prompt, visible reply), the format reward and the conciseness reward (words beyond a
+budget). LoRA by default; the artefact is the adapter.
 
 `--thinking` (the default) and the format reward agree: the prompts ask for <think>...</think>,
 the chat template enables thinking and the format reward requires the trace. With
@@ -17,7 +18,17 @@ import logging
 
 from mascot.train import artefact, data
 from mascot.train.artefact import TrainingMetadata
-from mascot.train.common import TrainOutcome, finish, first_last, grpo_config, open_output, run_training, save_model, validate_grpo
+from mascot.train.common import (
+    TrainOutcome,
+    finish,
+    first_last,
+    grpo_config,
+    open_output,
+    reward_function_trends,
+    run_training,
+    save_model,
+    validate_grpo,
+)
 from mascot.dialogue.prompts import with_think_instruction
 from mascot.train.config import DEFAULT_REWARD_BASE_MODEL, SpeakerGRPOSettings
 from mascot.train.guard import require_group_prompts
@@ -131,14 +142,13 @@ def train_speaker(settings: SpeakerGRPOSettings) -> TrainOutcome:
 
 
 def reward_trajectory(trainer, reward_funcs) -> dict:
-    """First and last logged mean of the total reward and of each reward function."""
-    from trl.trainer.utils import get_callable_name
-
-    figures = {"reward": first_last(trainer, "reward")}
-    for fn in reward_funcs:
-        name = get_callable_name(fn)
-        figures[name] = first_last(trainer, f"rewards/{name}/mean")
-    figures["completion_mean_length"] = first_last(trainer, "completions/mean_length")
+    """First and last logged mean of the total (weighted) reward and, under `rewards`, of each
+    reward function."""
+    figures = {
+        "reward": first_last(trainer, "reward"),
+        "rewards": reward_function_trends(trainer, reward_funcs) or None,
+        "completion_mean_length": first_last(trainer, "completions/mean_length"),
+    }
     return {k: v for k, v in figures.items() if v is not None}
 
 
