@@ -246,7 +246,7 @@ class EndpointSettings(GroupEndpointSettings):
     user_server_url: Optional[list[str]] = setting(None, "Endpoint for the simulated user (overrides the shared one)." + _SEVERAL)
     judge_server_url: Optional[list[str]] = setting(None, "Endpoint for the judge; never inherits --vllm-server-url (no URL: local model)." + _SEVERAL)
     user_model: Optional[str] = setting(None, "Model id the simulated user calls.")
-    judge_model: Optional[str] = setting(None, "Model id the judge calls.")
+    judge_model: Optional[str] = setting(None, "Model id the judge calls." + vocab.PLUGIN_JUDGE_HELP)
     user_extra_body: Optional[str] = setting(None, "JSON object merged into the simulated user's request bodies (over --extra-body).")
     judge_extra_body: Optional[str] = setting(None, "JSON object merged into the judge's request bodies (over --extra-body).")
     user_thinking: str = setting("default", "Simulated user: " + THINKING_HELP)
@@ -307,9 +307,9 @@ class JudgePanelSettings(JudgingSettings, ClientSettings):
     """The judges (one or several), their rubric, cache and client."""
 
     judges: Optional[list[str]] = setting(
-        None, "Judge model id; repeat for several judges (all on --judge-server-url, or the local model).", flags=("--judge", "--judge-model")
+        None, "Judge model id; repeat for several judges (all on --judge-server-url, or the local model)." + vocab.PLUGIN_JUDGE_HELP, flags=("--judge", "--judge-model")
     )
-    judges_file: Optional[Path] = setting(None, "YAML list of judges: name, model, url, provider, api_key_env.")
+    judges_file: Optional[Path] = setting(None, vocab.JUDGES_FILE_HELP)
     provider: str = setting("openai-compatible", "openai-compatible (vllm) | openai | anthropic | gemini, for --judge.")
     judge_server_url: Optional[list[str]] = setting(None, "Endpoint for the judge; never inherits --vllm-server-url (no URL: local model)." + _SEVERAL)
     judge_thinking: str = setting("default", "Judge: " + THINKING_HELP)

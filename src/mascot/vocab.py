@@ -23,6 +23,8 @@ SAFETY_MODES = ("auto", "on", "off")
 JUDGE_SCORING_MODES = ("auto", "logprobs", "json")
 DEFAULT_RUBRIC_VERSION = "paper_v2"  # paper_v1's prompts, reported under the names the paper uses
 THINKING_CHOICES = ("on", "off", "default")  # a role's reasoning mode; default: the server's
+PLUGIN_JUDGE_HELP = " A judge named python:PATH_OR_MODULE:FUNCTION is a Python function (e.g. python:mascot.judge.rules:persona_rules)."
+JUDGES_FILE_HELP = "YAML list of judges: name, model, url, provider, api_key_env (model: python:PATH_OR_MODULE:FUNCTION for a function)."
 
 # ---- models
 DEFAULT_LOCAL_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the embedded model, in-process

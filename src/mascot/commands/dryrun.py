@@ -192,10 +192,7 @@ def check_judges(specs: list, rubric_version: str) -> dict[str, str]:
     found: dict[str, str] = {}
     for spec in specs:
         if spec.is_plugin:
-            from mascot.judge.plugin import declared_version, load_judge_function
-
-            version = declared_version(load_judge_function(spec.model))
-            found[spec.label] = f"Python function (version {version})" if version else "Python function (no version: not cached)"
+            found[spec.label] = check_plugin_judge(spec.model)
             continue
         if spec.provider in ("openai", "anthropic", "gemini"):
             env = spec.api_key_env or {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "gemini": "GEMINI_API_KEY"}[spec.provider]
@@ -206,3 +203,11 @@ def check_judges(specs: list, rubric_version: str) -> dict[str, str]:
         endpoint = RoleEndpoint("judge", spec.model, spec.url, api_key_env=spec.api_key_env or "JUDGE_API_KEY")
         found[spec.label] = check_endpoints({f"judge {spec.label}": endpoint})[f"judge {spec.label}"]
     return found
+
+
+def check_plugin_judge(ref: str) -> str:
+    """How a plug-in judge (`python:PATH_OR_MODULE:FUNCTION`) loads; one that cannot is one line."""
+    from mascot.judge.plugin import declared_version, load_judge_function
+
+    version = declared_version(load_judge_function(ref))
+    return f"Python function (version {version})" if version else "Python function (no version: not cached)"

@@ -116,7 +116,8 @@ def run_judge(s: JudgeSettings) -> None:
     c, num_judges = result.report["counters"], len(result.report["judges"])
     console.print(
         f"judged {plural(c['num_items'], 'item')} with {plural(num_judges, 'judge')}: {plural(c['num_model_calls'], 'model call')}, "
-        f"{c['num_cached']} cached, {plural(c['num_annotation_failures'], 'annotation failure')}; wrote {result.judgments_path} and {result.metrics_path}",
+        + (f"{plural(c['num_function_calls'], 'function call')}, " if c["num_function_calls"] else "")
+        + f"{c['num_cached']} cached, {plural(c['num_annotation_failures'], 'annotation failure')}; wrote {result.judgments_path} and {result.metrics_path}",
         soft_wrap=True,
         markup=False,
     )

@@ -75,7 +75,7 @@ def judgments_source(s: PrefsGroupSettings, items: list) -> JudgmentsSource:
     rubrics = sorted({j.rubric_version for js in per_judge.values() for j in js})
     problem = f"it has no judgment for {len(missing)} of {len(items)} items (e.g. {missing[0]})" if missing else None
     if problem is None and s.judgments is None:
-        problem = _not_this_panel(s, sorted(per_judge), rubrics)
+        problem = _not_this_panel(s, per_judge, rubrics)
     if problem and s.judgments is not None:
         raise MascotError(f"--judgments {path}: {problem}: judge them with `mascot judge --scope collective`, or leave --judgments out")
     if problem:
@@ -85,15 +85,36 @@ def judgments_source(s: PrefsGroupSettings, items: list) -> JudgmentsSource:
     return JudgmentsSource(note, path, per_judge)
 
 
-def _not_this_panel(s: PrefsGroupSettings, judges: list[str], rubrics: list[str]) -> str | None:
+def _not_this_panel(s: PrefsGroupSettings, per_judge: dict, rubrics: list[str]) -> str | None:
     """Why found judgments are not what this command's judges would give, if they are not."""
     if rubrics != [s.rubric_version]:
         return f"its rubric is {', '.join(rubrics)}, not --rubric-version {s.rubric_version}"
     from mascot.judge.opener import panel_specs
 
-    wanted = sorted(spec.label for spec in panel_specs(s))
+    specs = panel_specs(s)
+    judges, wanted = sorted(per_judge), sorted(spec.label for spec in specs)
     if judges != wanted:
         return f"judged by {', '.join(judges)}, not {', '.join(wanted)}"
+    return next((problem for spec in specs if (problem := _not_this_judge(spec, per_judge[spec.label]))), None)
+
+
+def _not_this_judge(spec, judgments: list) -> str | None:
+    """A judge of the same label that is not the same judge: a model where a function is named (or
+    the other way round), another function, or the same function at another declared version. A
+    function without a version may have changed since: its judgments are never reused."""
+    from mascot.judge.plugin import SCORING, declared_version, load_judge_function
+
+    by_function = {j.scoring == SCORING for j in judgments}
+    if by_function != {spec.is_plugin}:
+        return f"judge {spec.label} is {'a Python function' if spec.is_plugin else 'a model'} here, not in that file"
+    if not spec.is_plugin:
+        return None
+    version = declared_version(load_judge_function(spec.model))
+    if version is None:
+        return f"judge {spec.label} declares no version, so its judgments there may come from other code"
+    found = sorted({f"{j.judge_model} version {j.judge_version}" for j in judgments})
+    if found != [f"{spec.model} version {version}"]:
+        return f"judge {spec.label} is {spec.model} version {version} here, {', '.join(found)} there"
     return None
 
 

@@ -57,12 +57,22 @@ def prepare(settings: EvalSettings) -> tuple[str, Catalogue, list[Cell]]:
         raise MascotError(f"--baseline {settings.baseline!r} is not one of the evaluated systems ({', '.join(names)})")
     cells = plan_cells(settings, names, catalogue, dataset)
     if not settings.report_only:
+        plugin_judges(settings)  # a plug-in judge that cannot load stops the run before any system is generated
         for cell in cells:  # every call each cell makes is built (and so checked) before any runs
             check_supported(cell)
             generate_settings(cell, settings, catalogue, dataset)  # adapters exist
             judge_settings(cell.folder / EPISODES, cell, settings, dataset)
             metrics_settings(cell.folder / EPISODES, cell, settings)
     return dataset, catalogue, cells
+
+
+def plugin_judges(settings: EvalSettings) -> dict[str, str]:
+    """Each plug-in judge (`python:PATH_OR_MODULE:FUNCTION`) of --judge / --judges-file and how it loads."""
+    from mascot.commands.dryrun import check_plugin_judge
+    from mascot.judge.opener import judge_specs
+
+    specs = judge_specs(settings.judges or None, settings.judges_file, "openai-compatible", None)
+    return {spec.label: check_plugin_judge(spec.model) for spec in specs if spec.is_plugin}
 
 
 def metrics_are_current(run_dir: Path, settings: EvalSettings) -> bool:
@@ -150,7 +160,9 @@ def dry_run_eval(command: str, settings: EvalSettings) -> None:
     from mascot.commands.dryrun import print_settings
 
     dataset, _, cells = prepare(settings)
-    resolved = {"dataset": dataset, "runs": [c.label for c in cells]}
+    resolved: dict = {"dataset": dataset, "runs": [c.label for c in cells]}
+    if functions := plugin_judges(settings):
+        resolved["plug-in judges"] = functions
     if settings.data_file:  # each split's contexts are there (and the split is not empty)
         from mascot.data import load_contexts
 

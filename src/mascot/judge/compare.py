@@ -9,6 +9,13 @@ A reply is parsed strictly (every criterion, a valid label) after forgiving pack
 blocks, fences, prose around the JSON); an unusable reply gets one corrective follow-up, then the
 verdict is recorded as failed and counted. Successful verdicts are cached in the judge cache, keyed
 by the judge model, rubric version, prompt version and the ordered episodes (ids and content).
+
+A plug-in judge (`python:PATH_OR_MODULE:FUNCTION`, `mascot.judge.plugin`) scores one item at a time,
+never two conversations side by side: it scores each system's conversation as the collective item
+`mascot judge` would (sharing its cache), and per criterion and overall (the rubric's Overall) the
+system with the highest score wins; a shared highest score is a tie. A conversation it could not
+score fails the verdict (counted, like an unparseable reply). It sees no positions, so its verdict
+is the same in every order.
 """
 
 from __future__ import annotations
@@ -25,14 +32,15 @@ from mascot.errors import MascotError
 from mascot.judge.cache import JudgmentCache, cache_key
 from mascot.judge.compare_report import TIE, summarize, write_outputs
 from mascot.judge.compare_settings import DEFAULT_COMPARE_ROOT, CompareSettings
-from mascot.judge.items import opening_lines, render_context, turn_lines
-from mascot.judge.opener import judge_specs, open_judges
+from mascot.judge.items import collective_item, opening_lines, render_context, turn_lines
+from mascot.judge.opener import JudgeConfig, OpenJudges, judge_specs, open_judges, plugin_judge
 from mascot.judge.parse import _load_object, json_object_spans, normalize_key
+from mascot.judge.plugin import SCORING as PLUGIN_SCORING, PluginJudge
 from mascot.judge.prompt import defuse, render_lines
 from mascot.llm.base import ChatClient, ChatRequest, LLMError, Message, strip_think
 from mascot.prompt_text import prompt_environment
 from mascot.rubrics import rubric_for
-from mascot.schema import Episode
+from mascot.schema import Episode, Judgment
 from mascot.settings_groups import ClientLimits
 from mascot.store import ensure_writable_dir
 
@@ -211,8 +219,7 @@ class CompareJudge:
             key = cache_key(self.client.model, self.rubric_version, COMPARE_PROMPT_VERSION, fingerprint)
             value, hit = await self.cache.get_or_compute(key, compute, judge_model=self.client.model, rubric_version=self.rubric_version, template_version=COMPARE_PROMPT_VERSION)
             self.stats["cached"] += int(hit)
-        record = {"matchup": matchup.key, "context_id": first.context_id, "judge": self.label, "order": list(order),
-                  "episodes": {n: matchup.episodes[n].episode_id for n in order}, "prompt_version": COMPARE_PROMPT_VERSION, "rubric_version": self.rubric_version}
+        record = verdict_record(matchup, order, self.label, self.rubric_version, COMPARE_PROMPT_VERSION)
         if value.get("failed"):
             self.stats["failures"] += 1
             log.warning("comparison failed for %s (%s, order %s): %s", matchup.key, self.label, "/".join(order), value["error"])
@@ -221,7 +228,55 @@ class CompareJudge:
         return {**record, "failed": False, "positions": value["winners"], "winners": positions}
 
 
-async def judge_matchups(judges: list[CompareJudge], matchups: list[Matchup], names: list[str], order_mode: str) -> list[dict]:
+def verdict_record(matchup: Matchup, order: list[str], label: str, rubric_version: str, prompt_version: str) -> dict:
+    first = matchup.episodes[order[0]]
+    return {"matchup": matchup.key, "context_id": first.context_id, "judge": label, "order": list(order),
+            "episodes": {n: matchup.episodes[n].episode_id for n in order}, "prompt_version": prompt_version, "rubric_version": rubric_version}
+
+
+def best_system(scores: dict[str, float]) -> str:
+    """The system with the highest score, or "tie" when the highest is shared."""
+    top = max(scores.values())
+    leaders = [name for name, score in scores.items() if score == top]
+    return leaders[0] if len(leaders) == 1 else TIE
+
+
+@dataclass
+class PluginCompareJudge:
+    """A plug-in judge in a comparison: each side scored alone, the higher score wins (module docstring)."""
+
+    scorer: PluginJudge
+    failures: int = 0
+    _judgments: dict[str, asyncio.Task] = field(default_factory=dict, repr=False)  # episode id -> its judgment, shared by every order
+
+    @property
+    def label(self) -> str:
+        return self.scorer.label
+
+    @property
+    def stats(self) -> dict:
+        return {"function_calls": self.scorer.function_calls, "cached": self.scorer.stats.cached, "failures": self.failures}
+
+    async def _judgment(self, episode: Episode) -> Judgment:
+        if episode.episode_id not in self._judgments:
+            self._judgments[episode.episode_id] = asyncio.ensure_future(self.scorer.judge(collective_item(episode)))
+        return await self._judgments[episode.episode_id]
+
+    async def judge(self, matchup: Matchup, order: list[str]) -> dict:
+        judgments = {name: await self._judgment(matchup.episodes[name]) for name in order}
+        record = verdict_record(matchup, order, self.label, self.scorer.rubric_version, PLUGIN_SCORING)
+        failed = [j for j in judgments.values() if j.failed]
+        if failed:
+            self.failures += 1
+            log.warning("comparison failed for %s (%s, order %s): %s", matchup.key, self.label, "/".join(order), failed[0].error)
+            return {**record, "failed": True, "error": failed[0].error}
+        scores = {name: {**j.scores, OVERALL: j.overall} for name, j in judgments.items()}
+        winners = {key: best_system({name: s[key] for name, s in scores.items()}) for key in scores[order[0]]}
+        positions = {key: (str(order.index(w) + 1) if w != TIE else TIE) for key, w in winners.items()}
+        return {**record, "failed": False, "positions": positions, "winners": winners, "scores": scores}
+
+
+async def judge_matchups(judges: list[CompareJudge | PluginCompareJudge], matchups: list[Matchup], names: list[str], order_mode: str) -> list[dict]:
     orders = [[names[i] for i in order] for order in orders_for(len(names), order_mode)]
     tasks = [judge.judge(m, order) for m in matchups for order in orders for judge in judges]
     return list(await asyncio.gather(*tasks))
@@ -268,5 +323,12 @@ def run_compare(settings: CompareSettings, *, clients: dict | None = None) -> Co
 async def _judge_all(settings: CompareSettings, names: list[str], matchups: list, clients: dict | None):
     limits = ClientLimits(max_in_flight=settings.max_in_flight, request_timeout=settings.request_timeout)
     async with open_judges(compare_judge_specs(settings), limits, cache_dir=settings.cache_dir, no_cache=settings.no_cache, clients=clients) as opened:
-        judges = [CompareJudge(client, label, settings.rubric_version, opened.cache, settings.judge_max_tokens) for label, client in opened.clients.items()]
+        judges = [compare_judge(spec, opened, settings) for spec in opened.specs]  # every judge named, plug-ins included
         return await judge_matchups(judges, matchups, names, settings.orders), judges
+
+
+def compare_judge(spec, opened: OpenJudges, settings: CompareSettings) -> CompareJudge | PluginCompareJudge:
+    if spec.is_plugin:
+        scorer = plugin_judge(spec.model, JudgeConfig(settings.rubric_version), opened.cache, label=spec.label, function=opened.functions[spec.label])
+        return PluginCompareJudge(scorer)
+    return CompareJudge(opened.clients[spec.label], spec.label, settings.rubric_version, opened.cache, settings.judge_max_tokens)

@@ -10,7 +10,8 @@
 - `open_panel` is the two together for the commands whose settings are `JudgePanelSettings`.
 
 A judge named `python:PATH_OR_MODULE:FUNCTION` is a function, not a model (`mascot.judge.plugin`):
-it gets no client, and `stage_judge` / `OpenJudges.panel` make a `PluginJudge` of it.
+it gets no client, and `stage_judge` / `OpenJudges.panel` make a `PluginJudge` of it (`mascot eval
+compare` scores each side of a matchup with one: `mascot.judge.compare`).
 """
 
 from __future__ import annotations

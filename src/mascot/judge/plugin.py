@@ -10,22 +10,29 @@ item's rubric (its key, or its display name) to a score on the rubric's scale: a
 (`score.version = "2"`): the version goes into every Judgment and into the cache key, so a changed
 rule judges again; a function without a version is not cached (its code may change between runs).
 
-A return that cannot be used (a criterion missing or unknown, a score off the scale or not a
-number, an exception) is a counted annotation failure, like an LLM judge's unparseable reply: the
-first is logged whole (with the traceback of an exception), the rest in one line each.
+A return that cannot be used (a criterion missing, unknown or given twice, a score off the scale or
+not a number, an exception) is a counted annotation failure, like an LLM judge's unparseable reply:
+the first is logged whole (with the traceback of an exception), the rest in one line each.
+
+A plain function is called one item at a time in one worker thread of its own, so a slow classifier
+neither stalls the model calls of the run (other judges of a panel, Stage 1's Speaker) nor has to be
+thread-safe; an `async` function is awaited on the run's event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import importlib
 import importlib.util
 import inspect
 import logging
 import math
+import numbers
 import sys
 import traceback
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -110,11 +117,14 @@ def _module_from_file(name: str, path: Path) -> Any:
     if spec is None or spec.loader is None:
         raise MascotError(f"judge {name}: {path} cannot be loaded as a Python module")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # during execution too: dataclasses and pickling look the module up there
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:
+    except BaseException as exc:
+        del sys.modules[module_name]
+        if not isinstance(exc, Exception):
+            raise
         raise MascotError(f"judge {name}: loading {path} failed: {type(exc).__name__}: {exc}") from None
-    sys.modules[module_name] = module
     return module
 
 
@@ -152,6 +162,8 @@ def checked_scores(returned: Any, rubric: Rubric) -> tuple[dict[str, float], dic
         if key is None:
             unknown.append(raw_key)
             continue
+        if key in scores:
+            raise UnusableReturn(f"criterion {key} given twice (by its key and by its name)")
         scores[key], reason = _score_and_reason(key, value, rubric)
         if reason:
             reasons[key] = reason
@@ -172,7 +184,8 @@ def _score_and_reason(key: str, value: Any, rubric: Rubric) -> tuple[float, str 
         if reason is not None and not isinstance(reason, str):
             raise UnusableReturn(f"criterion {key}: the reason must be a string (got {type(reason).__name__})")
         value = value["score"]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    # numbers.Real takes numpy's scalars too (a classifier's probabilities); a bool is no score
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
         raise UnusableReturn(f"criterion {key}: {_short(value)} is not a number")
     if not rubric.scale_min <= value <= rubric.scale_max:
         raise UnusableReturn(f"criterion {key}: {value} is off the scale {rubric.scale_min}-{rubric.scale_max}")
@@ -198,16 +211,15 @@ class PluginJudge:
     name: str | None = None
     counters: Counters = field(default_factory=Counters)
     strict: bool = False
-    stats: JudgeStats = field(default_factory=JudgeStats)
+    stats: JudgeStats = field(default_factory=JudgeStats)  # stats.calls stays 0: it counts model requests
+    function_calls: int = 0  # items the function scored (cached ones cost none)
     patterns: PatternTally = field(default_factory=PatternTally)  # fixed patterns are an LLM judge's failure: never filled
     template_version: str = TEMPLATE_VERSION
     effective_scoring: str = SCORING
     client: None = None  # no model client: usage and token counts are empty
     _rubrics: dict = field(default_factory=dict, repr=False)
-
-    @classmethod
-    def load(cls, ref: str, **kwargs: Any) -> PluginJudge:
-        return cls(load_judge_function(ref), ref, **kwargs)
+    _worker: ThreadPoolExecutor | None = field(default=None, repr=False)
+    _failure_logged: bool = field(default=False, repr=False)
 
     @property
     def version(self) -> str | None:
@@ -234,14 +246,20 @@ class PluginJudge:
             return None
         return cache_key(f"{self.ref}@{version}", self.rubric_version, TEMPLATE_VERSION, item.fingerprint(), SCORING)
 
+    async def _call(self, judged: JudgedItem) -> Any:
+        if inspect.iscoroutinefunction(self.function):
+            return await self.function(judged)
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mascot-plugin-judge")
+        returned = await asyncio.get_running_loop().run_in_executor(self._worker, self.function, judged)
+        return await returned if inspect.isawaitable(returned) else returned  # e.g. a callable object with an async __call__
+
     async def _score(self, item: JudgeItem, rubric: Rubric) -> dict:
-        self.stats.calls += 1
+        self.function_calls += 1
         try:
-            returned = self.function(judged_item(item, rubric))
-            if inspect.isawaitable(returned):
-                returned = await returned
+            returned = await self._call(judged_item(item, rubric))
         except Exception as exc:
-            return self._failure(item, f"raised {type(exc).__name__}: {exc}", traceback.format_exc())
+            return self._failure(item, f"raised {type(exc).__name__}: {exc}", "".join(traceback.format_exception(exc)))
         try:
             scores, reasons = checked_scores(returned, rubric)
         except UnusableReturn as exc:
@@ -250,7 +268,8 @@ class PluginJudge:
 
     def _failure(self, item: JudgeItem, problem: str, details: str = "") -> dict:
         error = f"plug-in judge {self.label}: {problem}"
-        if self.stats.failures == 0:  # the first failure whole; the rest in one line each
+        if not self._failure_logged:  # the first failure whole; the rest in one line each
+            self._failure_logged = True
             log.warning("annotation failed for %s: %s%s", item.item_id, error, f"\n{details}" if details else "")
         else:
             log.info("annotation failed for %s: %s", item.item_id, error)
@@ -285,5 +304,5 @@ class PluginJudge:
         return Judgment.model_construct(scores=scores, reasons=value.get("reasons", {}), overall=rubric.overall(scores), failed=False, **base)
 
     async def judge_many(self, items: list[JudgeItem]) -> list[Judgment]:
-        """In order, one at a time: a rule is quick, and a model behind a function need not be thread-safe."""
+        """In order, one at a time (the worker thread takes one item at a time anyway)."""
         return [await self.judge(item) for item in items]

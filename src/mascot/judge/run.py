@@ -116,6 +116,7 @@ def _report_counters(panel, counters: Counters, num_items: int, per_judge: dict)
         "num_items": num_items,
         "num_judgments": sum(len(v) for v in per_judge.values()),
         "num_model_calls": panel.calls,
+        "num_function_calls": sum(getattr(j, "function_calls", 0) for j in judges),  # plug-in judges (mascot.judge.plugin)
         "num_cached": sum(j.stats.cached for j in judges),
         "num_corrective_retries": sum(j.stats.retries for j in judges),
         "num_structured_replies": sum(j.stats.structured for j in judges),

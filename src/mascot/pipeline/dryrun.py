@@ -46,16 +46,15 @@ def dry_run_pipeline(settings: PipelineSettings) -> dict[str, Any]:
 def check_models(settings: PipelineSettings, problems: list[str]) -> dict[str, str]:
     """How each model would load (a folder, the cache, embedded, the hub) or which endpoint serves
     it; what cannot is added to `problems`."""
-    from mascot.commands.dryrun import check_endpoints, check_model
+    from mascot.commands.dryrun import check_endpoints, check_model, check_plugin_judge
+    from mascot.judge.plugin import is_plugin
     from mascot.llm.providers import RoleEndpoint
-
-    from mascot.judge.plugin import is_plugin, load_judge_function
 
     local = {"reward models": (settings.reward_model, "--reward-model")}
     served = {}
     found = {}
-    if is_plugin(settings.judge_model):  # a Python function: it must load
-        found["judge"] = f"{settings.judge_model} ({_checked(lambda: bool(load_judge_function(settings.judge_model)) and 'Python function', problems)})"
+    if is_plugin(settings.judge_model):  # a Python function: it must load (a --judge-url is not asked)
+        found["judge"] = f"{settings.judge_model} ({_checked(lambda: check_plugin_judge(settings.judge_model), problems)})"
     for role, model, url, flag in (("policy", settings.policy_model, settings.generation_url, "--policy-model"),
                                    ("judge", settings.judge_model, settings.judge_url, "--judge-model"),
                                    ("rollouts", settings.policy_model, settings.rollout_url, None)):  # fmt: skip

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from mascot.judge.patterns import PatternTally, pattern_warning
+from mascot.judge.plugin import is_plugin
 from mascot.judge.rubric_judge import failure_kind
 from mascot.schema import Candidate, Judgment
 from mascot.store import read_jsonl, write_jsonl
@@ -81,6 +82,8 @@ def judging_summary(candidates: list[Candidate], scale_min: int = 1) -> dict:
     whose scores follow a fixed pattern (mascot.judge.patterns)."""
     tallies: dict[str, PatternTally] = {}
     for c in candidates:
+        if is_plugin(getattr(c, "judge_model", None)):  # a rule may well give every criterion one score: that is its verdict, not a lapse
+            continue
         if c.scores and not any(isinstance(v, float) and v != int(v) for v in c.scores.values()):
             tallies.setdefault(str(getattr(c, "judge_model", None) or "?"), PatternTally()).add(list(c.scores.values()), scale_min)
     failed = [c for c in candidates if judgment_failed(c)]
