@@ -7,7 +7,7 @@ TORCH ?= torch==2.13.0
 # The benchmark scripts that need no GPU (benchmarks/gpu_train_profile.py needs CUDA); each prints its figures.
 CPU_BENCHMARKS := client_concurrency multi_endpoint local_batching episode_throughput judge_throughput metrics_speed train_speed judge_scoring_agreement safety_screen pipeline_toy prefix_affinity
 
-.PHONY: install demo test test-slow test-server test-realdata test-vllm test-web test-pipeline test-walkthrough test-multiprocess bench bench-client clean
+.PHONY: install demo test test-slow test-server test-realdata test-vllm test-web test-pipeline test-learn test-walkthrough test-multiprocess bench bench-client clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -47,6 +47,11 @@ test-web: $(STAMP)
 # `mascot pipeline --preset toy` end to end on the embedded model, offline (minutes on a CPU).
 test-pipeline: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -m pipeline
+
+# `mascot pipeline --preset learn` end to end (about 40 minutes on 2 cores, offline): the trained
+# Speaker beats the base on held-out contexts with p < 0.05, the trained group beats the base group.
+test-learn: $(STAMP)
+	$(VENV)/bin/python -m pytest -q -s -m learn tests/test_pipeline_learn.py
 
 # The README walk-through as written, each command its own process, on the embedded model and the
 # real QMSum test file (../shared/data/qmsum/test.jsonl or $$MASCOT_QMSUM_TEST); prints each step's time.

@@ -203,6 +203,7 @@ def test_director_grpo_raises_the_rate_of_the_favoured_persona(tmp_path):
         gradient_checkpointing=False,  # a tiny model needs no memory saving; recomputing costs time
         # a 2-layer model averages attention over a long prompt: LoRA on the MLPs too lets it move
         lora_target_modules="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj",
+        directive_opening=False,  # warmed up, sampled and measured on whole answers
     )
     outcome = train_director_grpo(settings, rollout_clients=scripted_clients(), trajectory_scorer=Favour("The Anchor"))
     after = rate(sample(str(outcome.output_dir), prompts[:8], 8), "The Anchor")
@@ -226,3 +227,16 @@ def test_the_aggregation_and_the_reward_weights_reach_grpo_config(monkeypatch, t
     assert seen["args"].multi_objective_aggregation == aggregation
     assert [fn.__name__ for fn in seen["reward_funcs"]] == names
     assert seen["args"].reward_weights == [2.0, 0.5][: len(names)]
+
+
+def test_the_directive_opening_is_written_into_the_prompt_and_read_back_with_the_answer(tmp_path):
+    from mascot.dialogue.director import DIRECTIVE_OPENING
+    from mascot.train.director_grpo import directive_prompt
+
+    episodes = [episode(i) for i in range(2)]
+    points, _ = sample_decision_points(episodes, per_episode=1, seed=1)
+    opened = directive_prompt(points[0], DirectorGRPOSettings(data_path="x", model_name="m"))
+    assert opened[:-1] == points[0].prompt() and opened[-1] == {"role": "assistant", "content": DIRECTIVE_OPENING}
+    assert directive_prompt(points[0], DirectorGRPOSettings(data_path="x", model_name="m", directive_opening=False)) == points[0].prompt()
+    # the completion continues the opening: parsed together, " The Beacon" names a roster member
+    assert parse_directive(DIRECTIVE_OPENING + " The Beacon\naction: ask\ntone: warm\n</directive>", ROSTER).directive.agent_name == "The Beacon"

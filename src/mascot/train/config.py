@@ -178,6 +178,10 @@ class DirectorGRPOSettings(GRPOSettings):
         -1.0, "What a completion that does not parse as a directive scores on each reward, the group reward and the diversity term (counted)."
     )
     max_completion_length: int = setting(128, "Most tokens of one directive.")
+    directive_opening: bool = setting(
+        True, "Each sampled directive continues the directive block's opening (`<directive>` and `agent:`), written at the start of the "
+        "Director's answer as the local backend's Director writes it in episodes; off: the Director writes its whole answer.",
+    )
     group_reward_max_length: int = setting(2048, "Longest (context, trajectory) the group reward model reads; as in its training, a longer one loses the middle of its context.")
     rollout_concurrency: int = setting(16, "Suffix rollouts in flight at once.")
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from mascot.dialogue.director import parse_directive
+from mascot.dialogue.director import DIRECTIVE_OPENING, parse_directive
 from mascot.dialogue.engine import EngineSettings, EpisodeEngine
 from mascot.dialogue.tally import Tally
 from mascot.llm.base import ChatClient, LLMError, Message, strip_think
@@ -160,7 +160,8 @@ class DirectorRollouts:
 
     async def batch(self, completions, point_id, trainer_state=None, log_metric=None) -> RolloutBatch:
         step = getattr(trainer_state, "global_step", 0)
-        texts = [completion_text(c) for c in completions]
+        opening = DIRECTIVE_OPENING if self.settings.directive_opening else ""
+        texts = [opening + completion_text(c) for c in completions]  # the answer as the episode records it
         key = (step, tuple(point_id), tuple(texts))
         entry = self._shared.get(key)
         if entry is None:
@@ -309,6 +310,14 @@ def director_rewards(
 # --------------------------------------------------------------------------- clients
 
 
+def directive_prompt(point: DecisionPoint, settings: DirectorGRPOSettings) -> list[Message]:
+    """The Director's prompt; with --directive-opening its answer starts as the local backend starts
+    it in episodes (TRL continues a final assistant message), so a 135M Director samples names, not
+    formats, and what it learns is what the episodes ask of it."""
+    messages = point.prompt()
+    return [*messages, {"role": "assistant", "content": DIRECTIVE_OPENING}] if settings.directive_opening else messages
+
+
 def rollout_endpoints(settings: DirectorGRPOSettings) -> dict[str, RoleEndpoint]:
     """The frozen roles during rollouts: the Speaker (the trained one when --speaker-adapter is
     given), the simulated user and, for later suffix rounds, the base Director.
@@ -412,7 +421,7 @@ def train_director_grpo(
             model=load_causal_lm(settings.model_name),
             reward_funcs=rewards.funcs,
             args=config,
-            train_dataset=data.to_dataset([{"prompt": p.prompt(), "point_id": p.point_id} for p in inputs.points]),
+            train_dataset=data.to_dataset([{"prompt": directive_prompt(p, settings), "point_id": p.point_id} for p in inputs.points]),
             processing_class=load_tokenizer(settings.model_name),
             peft_config=lora_config(settings, "CAUSAL_LM") if settings.lora else None,
         )
