@@ -272,7 +272,7 @@ def test_mascot_judge_with_the_rules_judge(tmp_path, capsys):
     episodes = group_episodes(tmp_path / "group.jsonl")
     run_mascot(["judge", "--input-file", episodes, "--judge", RULES])
     judgments = lines(tmp_path / "judgments_group.jsonl")
-    assert len(judgments) == 7 + 3 and {(j["scoring"], j["judge_model"], j["judge_version"]) for j in judgments} == {("python", RULES, "1")}
+    assert len(judgments) == 7 + 3 and {(j["scoring"], j["judge_model"], j["judge_version"]) for j in judgments} == {("python", RULES, rules.VERSION)}
     report = json.loads((tmp_path / "metrics_group.json").read_text())
     assert report["judges"] == [{"name": RULES, "model": RULES}] and report["counters"]["num_model_calls"] == 0
     # two episodes open with the same Anchor line: one item's content, scored once
@@ -338,14 +338,14 @@ def test_stage1_with_the_rules_judge_opens_no_judge_client_and_records_its_versi
     run_mascot(args)
     [run] = tmp_path.glob("individual_*")
     config = json.loads((run / "run_config.json").read_text())
-    assert config["settings"]["models"]["judge"] == {"model": RULES, "version": "1", "adapter": None, "extra_body": None}
+    assert config["settings"]["models"]["judge"] == {"model": RULES, "version": rules.VERSION, "adapter": None, "extra_body": None}
     assert "judge" not in speaker.stats.roles
     candidates = lines(run / "candidates.jsonl")
     assert len(candidates) == 9 and {c["judge_model"] for c in candidates} == {RULES} and all(c["overall"] is not None for c in candidates)
     assert lines(run / "pairs.jsonl")
     assert json.loads((run / "run_summary.json").read_text())["judging"]["num_fixed_pattern"] == 0  # one score per criterion is a rule's verdict
-    monkeypatch.setattr(rules.persona_rules, "version", "2")
-    with pytest.raises(MascotError, match="version: saved '1', now '2'"):
+    monkeypatch.setattr(rules.persona_rules, "version", "changed")
+    with pytest.raises(MascotError, match=f"version: saved '{rules.VERSION}', now 'changed'"):
         run_mascot([*args, "--resume"])
 
 
@@ -389,7 +389,7 @@ def test_eval_compare_counts_a_tie_as_a_tie_and_keeps_a_function_beside_a_model(
 def test_pipeline_passes_a_plug_in_judge_to_every_judging_step(tmp_path, capsys):
     run_mascot(["pipeline", "--judge-model", RULES, "--output-dir", tmp_path, "--dry-run"])
     report = json.loads(capsys.readouterr().out)
-    assert report["resolved"]["models"]["judge"] == f"{RULES} (Python function (version 1))"
+    assert report["resolved"]["models"]["judge"] == f"{RULES} (Python function (version {rules.VERSION}))"
     steps = {s["step"]: s for s in report["plan"]}
     for name in ("candidates", "group_pairs", "judge_base", "judge_trained"):
         assert RULES in steps[name]["command"], name

@@ -1,10 +1,14 @@
 """The learning preset end to end: both stages on the embedded model against the shipped rule judge,
 then the evaluation on contexts no training step saw (opt-in, about 40 minutes on 2 cores:
-`make test-learn`)."""
+`make test-learn`). With MASCOT_LEARN_OUTPUT_DIR the run goes to that folder instead of a fresh
+one: the pipeline skips the steps already complete there, so a finished run is checked in seconds
+(and an interrupted one resumed)."""
 
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 
@@ -16,7 +20,7 @@ pytestmark = pytest.mark.learn
 def test_the_method_learns_the_judges_preferences_on_held_out_contexts(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("MASCOT_JUDGE_CACHE_DIR", str(tmp_path / "judge_cache"))
-    out = tmp_path / "learn"
+    out = Path(os.environ.get("MASCOT_LEARN_OUTPUT_DIR") or tmp_path / "learn")
     run_command(["pipeline", "--preset", "learn", "--output-dir", str(out)])
     steps = json.loads((out / "pipeline.json").read_text())["steps"]
     assert all(r["status"] == "completed" for r in steps.values()), steps

@@ -4,9 +4,10 @@ It is the example plug-in judge (`mascot.judge.plugin`) of the docs and the lear
 (`mascot pipeline --preset learn`): every verdict follows from the text by rules a 135M model can
 learn, so a run that trains against it has a known right answer.
 
-- A persona turn (scope "agent") scores 1-5: +2 when the reply shows its persona's marker (below),
-  +1 when it speaks to the person (it says "you" and does not narrate "The person ..."), +1 when it
-  is brief (30 words or fewer; +0.5 up to 45).
+- A persona turn (scope "agent") scores 1, 3 or 5: +2 when the reply shows its persona's marker
+  (below), +2 when it speaks to the person (it says "you" and does not narrate "The person ...").
+  Length is left to the Speaker's conciseness reward: two clean rules give preference pairs that
+  differ by whole steps, which a 135M reward model learns from a hundred pairs.
 - A block of conversation (scope "collective") scores 1-5: +2 times the share of consecutive
   companion turns by different companions (no one speaks twice in a row), +1 times the share of the
   roster that spoke, +1 times the share of companion turns that show their persona's marker.
@@ -19,7 +20,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-VERSION = "1"
+VERSION = "2"
 
 # Persona -> (what the marker is, a pattern that finds it). Personas not listed have no marker.
 MARKERS: dict[str, tuple[str, re.Pattern[str]]] = {
@@ -40,16 +41,10 @@ def shows_marker(persona: str | None, text: str) -> bool:
     return bool(marker and marker[1].search(text or ""))
 
 
-def _brevity(text: str) -> float:
-    words = len(text.split())
-    return 1.0 if words <= 30 else 0.5 if words <= 45 else 0.0
-
-
 def agent_score(persona: str | None, text: str) -> tuple[float, str]:
     marker = shows_marker(persona, text)
     direct = bool(_YOU.search(text)) and not _NARRATION.search(text)
-    brevity = _brevity(text)
-    score = 1.0 + 2.0 * marker + 1.0 * direct + brevity
+    score = 1.0 + 2.0 * marker + 2.0 * direct
     what = MARKERS.get(persona or "", ("has no marker",))[0]
     reason = f"{'' if marker else 'never '}{what}; {'speaks to the person' if direct else 'does not speak to the person'}; {len(text.split())} words"
     return score, reason
