@@ -18,7 +18,7 @@ class CompareSettings:
 
     systems: list[str] = setting(None, "Two or three episode files (or run folders holding episodes.jsonl), one per system.", argument=True, required=True)
     labels: Optional[str] = setting(None, "Comma-separated system names, in the order of the files (default: each file's metadata.system).")
-    judge: Optional[list[str]] = setting(None, "Judge model id; repeat for several judges (all on --judge-server-url, or the local model)." + vocab.PLUGIN_JUDGE_HELP, flags=("--judge-model",))
+    judge: Optional[list[str]] = setting(None, "Judge model id; repeat for several judges (all on --judge-server-url, or the local model)." + vocab.PLUGIN_JUDGE_HELP, flags=("--judge-model", "--judge"))
     judges_file: Optional[str] = setting(None, vocab.JUDGES_FILE_HELP)
     provider: str = setting("openai-compatible", "openai-compatible (vllm) | openai | anthropic | gemini, for --judge.")
     judge_server_url: Optional[list[str]] = setting(None, "Endpoint of the judge (no URL: local model); repeat or comma-separate to spread the load.")

@@ -58,7 +58,10 @@ class PipelineSettings:
     seed: int = setting(42, "Seed of every step (the evaluation runs base and trained systems on the same contexts and seeds).")
     policy_model: str = setting(vocab.DEFAULT_LOCAL_MODEL, "Base model of the Speaker, Director and simulated user (hub id or folder; the served id with a URL).")
     reward_model: str = setting(vocab.DEFAULT_LOCAL_MODEL, "Base model of both reward models (hub id or folder).")
-    judge_model: str = setting(vocab.DEFAULT_LOCAL_MODEL, "Judge model (hub id or folder; the served id with --judge-url), or a Python function: python:PATH_OR_MODULE:FUNCTION.")
+    judge_model: str = setting(
+        vocab.DEFAULT_LOCAL_MODEL, "Judge model (hub id or folder; the served id with --judge-url), or a Python function: python:PATH_OR_MODULE:FUNCTION.",
+        flags=("--judge-model", "--judge"),
+    )
     generation_url: Optional[str] = setting(None, "OpenAI-compatible endpoint (vLLM) for Director, Speakers and user; none: in-process local model.")
     judge_url: Optional[str] = setting(None, "OpenAI-compatible endpoint of the judge; none: in-process local model.")
     rollout_url: Optional[str] = setting(None, "Endpoint for the Director GRPO rollouts (default: --generation-url, or in-process).")
