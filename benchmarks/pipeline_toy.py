@@ -1,7 +1,7 @@
 """Each step's share of a shipped pipeline's wall time (the toy preset unless --preset).
 
     python benchmarks/pipeline_toy.py                 # runs `mascot pipeline --preset toy` (offline, minutes)
-    python benchmarks/pipeline_toy.py --preset learn  # the learning preset (about 40 minutes on 2 cores)
+    python benchmarks/pipeline_toy.py --preset learn  # the learning preset (about 50 minutes on 2 cores)
     python benchmarks/pipeline_toy.py --read DIR      # reads a finished pipeline's DIR/pipeline.json
 
 With the learning preset (or any pipeline whose report wrote learning.json) it also prints what was
@@ -32,12 +32,12 @@ def print_shares(folder: Path) -> None:
     state = json.loads((folder / "pipeline.json").read_text(encoding="utf-8"))
     steps = {name: r for name, r in state["steps"].items()}
     total = sum(float(r.get("wall_s") or 0.0) for r in steps.values()) or 1.0
-    print(f"{'step':<20}{'status':<12}{'wall s':>9}{'share':>8}{'tokens':>10}")
+    print(f"{'step':<22}{'status':<12}{'wall s':>9}{'share':>8}{'tokens':>10}")
     for name, r in steps.items():
         wall = float(r.get("wall_s") or 0.0)
         tokens = r.get("tokens")
-        print(f"{name:<20}{r.get('status', ''):<12}{wall:>9.1f}{wall / total:>8.1%}{tokens if tokens is not None else '-':>10}")
-    print(f"{'total':<32}{total:>9.1f}")
+        print(f"{name:<22}{r.get('status', ''):<12}{wall:>9.1f}{wall / total:>8.1%}{tokens if tokens is not None else '-':>10}")
+    print(f"{'total':<34}{total:>9.1f}")
     print_learning(folder)
 
 

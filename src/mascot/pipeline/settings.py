@@ -44,7 +44,7 @@ class PipelineSettings:
 
     preset: Optional[str] = setting(
         None, "Shipped config to start from: toy (embedded model, minutes on a CPU), learn (embedded model and a rule judge, a run that "
-        "visibly learns on held-out contexts in about 40 minutes on a CPU) or paper (Qwen3-8B / Qwen3-0.6B on vLLM).",
+        "visibly learns on held-out contexts in about 50 minutes on a CPU) or paper (Qwen3-8B / Qwen3-0.6B on vLLM).",
     )
     version: int = setting(CONFIG_VERSION, "Version of the pipeline config format.")
     output_dir: str = setting("outputs/pipeline", "Folder of the whole run: one sub-folder per step, pipeline.json and report.md.")
