@@ -238,5 +238,10 @@ def test_the_directive_opening_is_written_into_the_prompt_and_read_back_with_the
     opened = directive_prompt(points[0], DirectorGRPOSettings(data_path="x", model_name="m"))
     assert opened[:-1] == points[0].prompt() and opened[-1] == {"role": "assistant", "content": DIRECTIVE_OPENING}
     assert directive_prompt(points[0], DirectorGRPOSettings(data_path="x", model_name="m", directive_opening=False)) == points[0].prompt()
+    from mascot.train.director_grpo import directive_answer
+
+    assert directive_answer(" The Beacon", True) == DIRECTIVE_OPENING + " The Beacon"
+    assert directive_answer("<directive>\nagent: The Beacon", True) == "<directive>\nagent: The Beacon"  # wrote the block itself
+    assert directive_answer(" The Beacon", False) == " The Beacon"
     # the completion continues the opening: parsed together, " The Beacon" names a roster member
     assert parse_directive(DIRECTIVE_OPENING + " The Beacon\naction: ask\ntone: warm\n</directive>", ROSTER).directive.agent_name == "The Beacon"

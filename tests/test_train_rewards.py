@@ -117,7 +117,7 @@ def total(rewards, values: dict[str, list[float]]) -> list[float]:
 
 
 def test_director_rewards_roll_out_score_and_count_parse_failures():
-    settings = DirectorGRPOSettings(data_path="x", suffix_rounds=2, user_response_probability=0.0, diversity_weight=0.5, parse_failure_reward=-3.0)
+    settings = DirectorGRPOSettings(data_path="x", directive_opening=False, suffix_rounds=2, user_response_probability=0.0, diversity_weight=0.5, parse_failure_reward=-3.0)
     clients = {role: group_client() for role in ("director", "speaker", "user")}
     rewards = director_rewards({"c1:e0@r1": point()}, clients, FavourScorer(), settings)
     assert [fn.__name__ for fn in rewards.funcs] == ["group_reward_model", "diversity"] and rewards.weights == [1.0, 0.5]
@@ -143,7 +143,7 @@ def test_director_rewards_roll_out_score_and_count_parse_failures():
 
 
 def test_both_director_rewards_share_one_rollout_per_completion():
-    settings = DirectorGRPOSettings(data_path="x", suffix_rounds=1, user_response_probability=0.0, multi_objective_aggregation="normalize_then_sum")
+    settings = DirectorGRPOSettings(data_path="x", directive_opening=False, suffix_rounds=1, user_response_probability=0.0, multi_objective_aggregation="normalize_then_sum")
     clients = {role: group_client(latency_s=0.01) for role in ("director", "speaker", "user")}  # rollouts in flight while both wait
     rewards = director_rewards({"c1:e0@r1": point()}, clients, FavourScorer(), settings)
     assert len(rewards.funcs) == 2
@@ -163,16 +163,16 @@ def test_a_zero_weight_drops_its_reward_function_and_two_zeros_are_refused():
     from mascot.train.runtime import TrainingSetupError
 
     clients = {role: group_client() for role in ("director", "speaker", "user")}
-    only_diversity = director_rewards({"c1:e0@r1": point()}, clients, FavourScorer(), DirectorGRPOSettings(data_path="x", group_reward_weight=0.0))
+    only_diversity = director_rewards({"c1:e0@r1": point()}, clients, FavourScorer(), DirectorGRPOSettings(data_path="x", directive_opening=False, group_reward_weight=0.0))
     assert [fn.__name__ for fn in only_diversity.funcs] == ["diversity"] and only_diversity.weights == [0.5]
-    no_model = director_rewards({"c1:e0@r1": point()}, clients, None, DirectorGRPOSettings(data_path="x"))
+    no_model = director_rewards({"c1:e0@r1": point()}, clients, None, DirectorGRPOSettings(data_path="x", directive_opening=False))
     assert [fn.__name__ for fn in no_model.funcs] == ["diversity"]
     with pytest.raises(TrainingSetupError, match="--group-reward-weight and --diversity-weight are both 0"):
-        director_rewards({"c1:e0@r1": point()}, clients, FavourScorer(), DirectorGRPOSettings(data_path="x", group_reward_weight=0.0, diversity_weight=0.0))
+        director_rewards({"c1:e0@r1": point()}, clients, FavourScorer(), DirectorGRPOSettings(data_path="x", directive_opening=False, group_reward_weight=0.0, diversity_weight=0.0))
 
 
 def test_failed_rollout_does_not_move_the_advantage():
-    settings = DirectorGRPOSettings(data_path="x", suffix_rounds=1, user_response_probability=0.0)
+    settings = DirectorGRPOSettings(data_path="x", directive_opening=False, suffix_rounds=1, user_response_probability=0.0)
 
     def speaker(request):
         return LLMError("server down") if request.messages[0]["content"].startswith("You are The Beacon") else "fine"
@@ -218,7 +218,7 @@ def test_rollouts_over_http_are_metered_traced_and_closed_on_the_trainers_loop(s
     from mascot.train.director_grpo import build_rollout_backends, close_backends
 
     server = stub(responder=stub_responder)
-    settings = DirectorGRPOSettings(data_path="x", rollout_server_url=server.url, rollout_model="stub-model", suffix_rounds=1,
+    settings = DirectorGRPOSettings(data_path="x", directive_opening=False, rollout_server_url=server.url, rollout_model="stub-model", suffix_rounds=1,
                                     user_response_probability=0.0, diversity_weight=1.0)
     backends = build_rollout_backends(settings, tmp_path / "out" / "rollout_call_trace.jsonl")
     rewards = director_rewards({"c1:e0@r1": point()}, backends.clients, None, settings)
@@ -243,7 +243,7 @@ def test_rollouts_over_http_are_metered_traced_and_closed_on_the_trainers_loop(s
 def test_every_rollout_failing_stops_training_with_a_clear_error():
     from mascot.train.director_grpo import RolloutFailure
 
-    settings = DirectorGRPOSettings(data_path="x", suffix_rounds=1, user_response_probability=0.0)
+    settings = DirectorGRPOSettings(data_path="x", directive_opening=False, suffix_rounds=1, user_response_probability=0.0)
     down = ScriptedClient(fn=lambda request: LLMError("connection refused"))
     rewards = director_rewards({"c1:e0@r1": point()}, {"director": down, "speaker": down, "user": down}, FavourScorer(), settings)
     assert len(rewards.funcs) == 2
@@ -257,7 +257,7 @@ def test_rollout_model_defaults_to_the_policy_and_reward_models_to_their_trainer
     from mascot.train.director_grpo import build_rollout_backends, resolve_group_reward_model_path
     from mascot.train.runtime import TrainingSetupError
 
-    settings = DirectorGRPOSettings(data_path="x", model_name="Qwen/Qwen3-8B", rollout_server_url="http://a:1/v1")
+    settings = DirectorGRPOSettings(data_path="x", directive_opening=False, model_name="Qwen/Qwen3-8B", rollout_server_url="http://a:1/v1")
     assert build_rollout_backends(settings)["speaker"].model == "Qwen/Qwen3-8B"
     monkeypatch.chdir(tmp_path)
     with pytest.raises(TrainingSetupError, match="group_reward_ESConv_Qwen3-0.6B.*mascot train group-reward-model"):
@@ -267,7 +267,7 @@ def test_rollout_model_defaults_to_the_policy_and_reward_models_to_their_trainer
     (folder / artefact.METADATA_FILE).write_text("{}")
     resolve_group_reward_model_path(settings, "ESConv")
     assert settings.group_reward_model_path == str(folder.relative_to(tmp_path))
-    untouched = DirectorGRPOSettings(data_path="x", group_reward_weight=0.0)
+    untouched = DirectorGRPOSettings(data_path="x", directive_opening=False, group_reward_weight=0.0)
     resolve_group_reward_model_path(untouched, "ESConv")
     assert untouched.group_reward_model_path is None
 

@@ -160,8 +160,7 @@ class DirectorRollouts:
 
     async def batch(self, completions, point_id, trainer_state=None, log_metric=None) -> RolloutBatch:
         step = getattr(trainer_state, "global_step", 0)
-        opening = DIRECTIVE_OPENING if self.settings.directive_opening else ""
-        texts = [opening + completion_text(c) for c in completions]  # the answer as the episode records it
+        texts = [directive_answer(completion_text(c), self.settings.directive_opening) for c in completions]
         key = (step, tuple(point_id), tuple(texts))
         entry = self._shared.get(key)
         if entry is None:
@@ -308,6 +307,14 @@ def director_rewards(
 
 
 # --------------------------------------------------------------------------- clients
+
+
+def directive_answer(completion: str, opening: bool) -> str:
+    """The Director's whole answer, as an episode records it: the opening the prompt wrote, then
+    the completion (a completion that writes the block itself is taken as it is)."""
+    if not opening or completion.lstrip().lower().startswith("<directive>"):
+        return completion
+    return DIRECTIVE_OPENING + completion
 
 
 def directive_prompt(point: DecisionPoint, settings: DirectorGRPOSettings) -> list[Message]:
