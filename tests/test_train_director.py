@@ -245,3 +245,20 @@ def test_the_directive_opening_is_written_into_the_prompt_and_read_back_with_the
     assert directive_answer(" The Beacon", False) == " The Beacon"
     # the completion continues the opening: parsed together, " The Beacon" names a roster member
     assert parse_directive(DIRECTIVE_OPENING + " The Beacon\naction: ask\ntone: warm\n</directive>", ROSTER).directive.agent_name == "The Beacon"
+
+
+def test_rollouts_reply_as_long_and_as_sampled_as_the_settings_say():
+    from mascot.train.director_grpo import DirectorRollouts
+
+    points, _ = sample_decision_points([episode(i, with_user=False) for i in range(2)], per_episode=1, seed=42)
+    settings = DirectorGRPOSettings(
+        data_path="unused", model_name="tiny", suffix_rounds=1, user_response_probability=1.0, directive_opening=False,
+        rollout_max_tokens=24, rollout_user_max_tokens=12, rollout_temperature=0.3,
+    )
+    clients = scripted_clients()
+    rollouts = DirectorRollouts({p.point_id: p for p in points}, clients, settings, consumers=1)
+    batch = asyncio.run(rollouts.batch([[{"role": "assistant", "content": directive("The Anchor")}]], [points[0].point_id]))
+    assert len(batch.rollouts) == 1 and not batch.failed
+    # the rolled-out replies are as long and as sampled as the settings say, not the generation defaults
+    asked = {(c.role, c.max_tokens, c.temperature) for role in ("speaker", "user") for c in clients[role].calls}
+    assert asked == {("speaker", 24, 0.3), ("user", 12, 0.3)}

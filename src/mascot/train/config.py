@@ -12,6 +12,7 @@ This module imports nothing heavy: `mascot --help` reads it.
 from dataclasses import dataclass, field
 from typing import Optional
 
+from mascot import vocab
 from mascot.data.registry import DATASET_CHOICES
 from mascot.settings import setting
 
@@ -168,6 +169,15 @@ class DirectorGRPOSettings(GRPOSettings):
     rollout_endpoints: Optional[str] = setting(None, "Comma-separated extra rollout endpoints; requests go to the one with the fewest outstanding.")
     speaker_adapter: Optional[str] = setting(None, "The trained Speaker for rollouts: its served LoRA alias (with a rollout URL) or its adapter folder (local).")
     suffix_rounds: int = setting(2, "Rounds rolled out after the Director's directive.")
+    # The rollouts should read like the episodes the Director is judged on: same reply lengths and
+    # sampling as `mascot generate` (a rollout Speaker writing 160 tokens where the episodes wrote 40
+    # trains the Director on conversations it never meets, at four times the cost).
+    rollout_max_tokens: int = setting(vocab.MAX_TOKENS, "Longest Speaker reply in a rollout, in tokens (as --max-tokens of `mascot generate`).")
+    rollout_user_max_tokens: int = setting(vocab.USER_MAX_TOKENS, "Longest simulated-user reply in a rollout, in tokens.")
+    rollout_director_max_tokens: Optional[int] = setting(
+        None, "Longest later-round Director reply in a rollout (suffix rounds after the first); default: what the longest valid directive needs."
+    )
+    rollout_temperature: float = setting(vocab.TEMPERATURE, "Sampling temperature of the rollouts' Speakers, user and later-round Director.")
     decision_points_per_episode: int = setting(2, "Decision points sampled from each recorded episode.")
     user_response_probability: float = setting(0.5, "Chance that the simulated user speaks after a round.")
     group_reward_weight: float = setting(1.0, "Weight of the group reward model's score.")

@@ -132,6 +132,18 @@ class RolloutBatch:
         return rewards
 
 
+def rollout_engine_settings(settings: DirectorGRPOSettings) -> EngineSettings:
+    """How the suffix of a rollout unfolds: the user's chance to speak, reply lengths, sampling."""
+    return EngineSettings(
+        user_response_probability=settings.user_response_probability,
+        seed=settings.seed,
+        max_tokens=settings.rollout_max_tokens,
+        user_max_tokens=settings.rollout_user_max_tokens,
+        director_max_tokens=settings.rollout_director_max_tokens,
+        temperature=settings.rollout_temperature,
+    )
+
+
 class DirectorRollouts:
     """Parses each sampled directive and rolls it out, once per completion whatever the number of
     reward functions that score the rollout.
@@ -154,7 +166,7 @@ class DirectorRollouts:
     def engine(self, roster: Roster):
         if roster.ident not in self._engines:
             self._tally = self._tally or Tally()
-            engine_settings = EngineSettings(user_response_probability=self.settings.user_response_probability, seed=self.settings.seed)
+            engine_settings = rollout_engine_settings(self.settings)
             self._engines[roster.ident] = EpisodeEngine(roster, self.clients, engine_settings, self._tally)
         return self._engines[roster.ident]
 
