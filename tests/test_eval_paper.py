@@ -21,7 +21,7 @@ from mascot.eval.reference import NO_STD, OUTSIDE, WITHIN, Reference, comparison
 from mascot.eval.systems import SystemSpec
 from test_eval import Judge, run_dir_of, write_ed
 
-# The paper's numbers exactly as the task statement lists them (agent-specific then collective, ED).
+# The paper's numbers, copied as listed (agent-specific then collective tables, Empathetic Dialogues; then its other figures).
 PAPER_AGENT = """
 Positive: Zero-Shot 59.5/58.1/61.5/58.6/56.5 || 58.8; Zero-Shot CoT 63.4/60.5/65.2/60.4/59.4 || 61.8;
 Few-Shot 61.4/59.9/63.5/59.8/58.6 || 60.6; Few-Shot + CoT 63.8/61.2/65.4/61.2/60.2 || 62.4;
