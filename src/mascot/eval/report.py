@@ -83,7 +83,8 @@ def provenance_line(provenance: dict) -> str:
             f"judge prompt version {provenance['prompt_version'] or '-'}; dataset {provenance['dataset']}.")
 
 
-def write_report(folder: Path, tables: dict[str, list[dict]], provenance: dict, plots: dict[str, Path]) -> Path:
+def write_report(folder: Path, tables: dict[str, list[dict]], provenance: dict, plots: dict[str, Path], closing: list[str] | None = None) -> Path:
+    """results.json, one CSV per table and report.md; `closing`: lines ending the report (the paper's layouts)."""
     folder.mkdir(parents=True, exist_ok=True)
     write_json_atomic(folder / "results.json", {"provenance": provenance, "tables": tables, "plots": {k: str(v.name) for k, v in plots.items()}})
     domain = ", out-of-domain" if provenance.get("out_of_domain") else ""
@@ -97,6 +98,7 @@ def write_report(folder: Path, tables: dict[str, list[dict]], provenance: dict, 
         lines += [f"## {TITLES[name]}", "", provenance_line(provenance), "", *table_lines(name, rows), "", f"CSV: [{name}.csv]({name}.csv)", ""]
         lines += [f"![{title}]({path.name})" for key, path in plots.items() if key.startswith(name) for title in [key]]
         lines.append("")
+    lines += closing or []
     path = folder / "report.md"
     path.write_text("\n".join(lines), encoding="utf-8")
     return path

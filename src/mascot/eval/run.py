@@ -42,10 +42,12 @@ def prepare(settings: EvalSettings) -> tuple[str, Catalogue, list[Cell]]:
     """Everything checked before any model is asked: dataset, splits, systems, adapters, support."""
     from mascot.data.names import canonical_dataset_name
     from mascot.data.subsets import parse_split
+    from mascot.eval.reference import load_reference
     from mascot.rubrics import load_rubric_set
 
     dataset = canonical_dataset_name(settings.dataset)
     load_rubric_set(settings.rubric_version)  # an unknown version fails before any generation
+    load_reference(settings.reference)  # so does a malformed reference file
     if not settings.split_names:
         raise MascotError("--split: name at least one split")
     for split in settings.split_names:
@@ -100,6 +102,7 @@ def run_cell(cell: Cell, settings: EvalSettings, catalogue: Catalogue, dataset: 
 
 def run_eval(settings: EvalSettings) -> Path:
     """Runs (or, with --report-only, only reports) an evaluation; returns report.md's path."""
+    from mascot.eval.paper_report import write_paper_layouts
     from mascot.eval.plots import write_plots
     from mascot.eval.report import write_report
     from mascot.eval.tables import build_tables
@@ -115,7 +118,8 @@ def run_eval(settings: EvalSettings) -> Path:
     folder = Path(settings.output_dir) / dataset
     folder.mkdir(parents=True, exist_ok=True)
     plots = write_plots(folder, tables)
-    return write_report(folder, tables, provenance(results, rubric_version, dataset, settings), plots)
+    closing = write_paper_layouts(folder, results, dataset, rubric_version, settings.reference)
+    return write_report(folder, tables, provenance(results, rubric_version, dataset, settings), plots, closing)
 
 
 def provenance(results: list[CellResult], rubric_version: str, dataset: str, settings: EvalSettings) -> dict:

@@ -12,6 +12,7 @@ from mascot import vocab
 from mascot.settings import require, setting
 
 DEFAULT_OUTPUT_ROOT = "outputs/mascot_eval"
+DEFAULT_REFERENCE = "mascot_emnlp2026_v1"  # src/mascot/eval/references/<name>.yaml
 
 
 @dataclass
@@ -47,6 +48,7 @@ class EvalSettings:
     big_five: Optional[str] = setting(None, '"all": every context under each of the ten Big Five user profiles (or one profile name).')
     sweep: list[str] = setting([], "Model-scale sweep, repeatable: director=MODEL,MODEL or speaker=MODEL,MODEL (every combination is run).")
     adapters: list[str] = setting([], "Where a named adapter lives: NAME=PATH (repeatable), e.g. speaker_grpo=outputs/llm/my_speaker.", flags=("--adapter",))
+    reference: str = setting(DEFAULT_REFERENCE, "Published numbers set beside the measured ones: a shipped reference name, a reference YAML file, or none.")
     baseline: Optional[str] = setting(None, "Reference system of the delta table (default: the best-scoring baseline of each split).")
     bootstrap_samples: int = setting(2000, "Bootstrap resamples of contexts for the 95% intervals.")
     max_in_flight: int = setting(vocab.MAX_IN_FLIGHT, "Requests in flight per endpoint.")

@@ -34,6 +34,7 @@ class Criterion(BaseModel):
     name: str
     question: str
     anchors: dict[int, str]
+    paper_column: str | None = Field(None, description="short column name in the paper's tables; none keeps it out of them")
 
 
 class Rubric(BaseModel):
