@@ -179,3 +179,19 @@ def test_docs_list_the_baselines_in_the_papers_order():
     table = text.split("## The paper's baselines", 1)[1].split("\n## ", 1)[0]
     rows = [line.split("|")[2].strip().strip("`") for line in table.splitlines() if line.startswith("| ") and "---" not in line][1:]
     assert rows == [*PAPER_BASELINES, "mascot"]
+
+
+def test_a_live_conversation_is_shown_the_chosen_sample_whole(es_roster, es_context):
+    from mascot.dialogue.agents import Speaker
+
+    class Shown:
+        def __init__(self):
+            self.pieces = []
+
+        def reply_text(self, text):
+            self.pieces.append(text)
+
+    shown, client = Shown(), sampling_speaker()
+    speaker = Speaker(client, es_roster, Tally(), samples=3)
+    reply = asyncio.run(speaker.reply(es_roster.personas[0], es_context, [], None, seed=11, listener=shown))
+    assert shown.pieces == [reply.text] and reply.text in PARAPHRASES and len(client.calls) == 3

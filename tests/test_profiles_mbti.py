@@ -2,6 +2,7 @@
 --user-profile-set / --user-profile in generate and eval; and the four-persona roster."""
 
 import asyncio
+import json
 import itertools
 from pathlib import Path
 
@@ -156,3 +157,17 @@ def test_a_round_robin_episode_of_the_four_gives_each_a_turn(es_context):
     episode = asyncio.run(engine(load_roster("emotional_support_four"), num_turns=4, turn_policy="round-robin", user_response_probability=0.0).run_episode(es_context))
     assert [t.agent_name for t in episode.agent_turns] == load_roster("emotional_support_four").names
     assert episode.metadata.roster == "emotional_support_four"
+
+
+def test_an_mbti_eval_study_writes_its_table(stub, tmp_path):
+    from test_eval import Judge, eval_args, write_ed
+
+    (tmp_path / "systems.yaml").write_text("systems_version: 1\nsystems:\n  toy-director:\n    turn_policy: director\n  toy-round-robin:\n    turn_policy: round-robin\n    baseline: true\n")
+    toy = {"url": stub(responder=Judge()).url, "data": write_ed(tmp_path / "test.csv"), "out": tmp_path / "eval", "systems": tmp_path / "systems.yaml"}
+    run_mascot(eval_args(toy, "--split", "negative", "--user-profile-set", "mbti", "--user-profile", "infp", "--limit", "1"))
+    top = toy["out"] / "EmpatheticDialogues"
+    rows = json.loads((top / "results.json").read_text())["tables"]["mbti"]
+    assert {(r["system"], r["profile"]) for r in rows} == {("toy-director", "INFP"), ("toy-round-robin", "INFP")}
+    [episodes] = (top / "negative" / "toy-director" / "mbti" / "INFP").glob("*/episodes.jsonl")
+    assert all(json.loads(line)["user_mbti"] == "INFP" for line in episodes.read_text().splitlines())
+    assert "MBTI user profiles" in (top / "report.md").read_text()
