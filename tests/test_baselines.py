@@ -60,7 +60,7 @@ def test_cot_family_reasons_and_records_its_version(es_roster, es_context):
 def test_unknown_prompt_family_is_one_clear_error(es_roster):
     client = group_client()
     with pytest.raises(MascotError, match="--prompt-family"):
-        EpisodeEngine(es_roster, {"speaker": client}, EngineSettings(prompt_family="few-shot"), Tally())
+        EpisodeEngine(es_roster, {"speaker": client}, EngineSettings(prompt_family="many-shot"), Tally())
 
 
 def test_strategy_parsing_and_ranking():

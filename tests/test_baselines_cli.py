@@ -45,5 +45,5 @@ def test_multiagentesc_runs_with_a_supporter_and_backstage_records(stub, tmp_pat
 
 def test_unknown_prompt_family_is_refused(stub, tmp_path):
     result = CliRunner().invoke(app, ["generate", "--mode", "group", "--dataset", "ESConv", "--data-file", str(ESCONV_SAMPLE), "--model-name", "m",
-                                      "--vllm-server-url", stub.url, "--output-dir", str(tmp_path), "--prompt-family", "few-shot"])
+                                      "--vllm-server-url", stub.url, "--output-dir", str(tmp_path), "--prompt-family", "many-shot"])
     assert result.exit_code != 0 and "--prompt-family" in str(result.exception or result.output)

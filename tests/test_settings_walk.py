@@ -31,7 +31,7 @@ BASE = {"dataset": "ESConv", "data_file": ESCONV, "output_dir": Path("runs")}
 VALUES = {
     "dataset": "ED", "data_file": Path("other/test.jsonl"), "split": "valid", "extra_body": '{"top_k": 20}',
     "generation_mode": "independent", "turn_policy": "round-robin", "prompt_family": "zero-shot", "safety": "on",
-    "safety_locale": "en-GB", "user_big_five_profile": "High Openness", "system": "baseline", "rubric_version": "paper_v1",
+    "safety_locale": "en-GB", "user_big_five_profile": "High Openness", "user_profile_set": "mbti", "user_profile": "Low Openness", "system": "baseline", "rubric_version": "paper_v1",
     "judge_scoring": "json", "cache_dir": Path("cache"), "output_dir": Path("elsewhere"), "roster": "meetings",
     "mode": "individual", "user_response_probability": 0.9, "temperature": 0.2,
 }  # fmt: skip

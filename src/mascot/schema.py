@@ -103,6 +103,34 @@ class BigFiveProfile(Record):
     level: Literal["High", "Low"]
     description: str
 
+    @property
+    def label(self) -> str:
+        """How the simulated user's prompt names the profile."""
+        return self.name
+
+
+MBTI_LETTERS = {"E": "Extraversion", "I": "Introversion", "S": "Sensing", "N": "Intuition", "T": "Thinking", "F": "Feeling", "J": "Judging", "P": "Perceiving"}
+
+
+class MbtiProfile(Record):
+    name: str = Field(pattern=r"^[EI][SN][TF][JP]$", description="the type's four letters, e.g. 'INTJ'")
+    letters: list[str] = Field(description="what each letter stands for, in order: e.g. Introversion, Intuition, Thinking, Judging")
+    description: str
+
+    @model_validator(mode="after")
+    def _letters_match_name(self):
+        expected = [MBTI_LETTERS[c] for c in self.name]
+        if self.letters != expected:
+            raise ValueError(f"{self.name}: letters must be {', '.join(expected)}")
+        return self
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({', '.join(self.letters)})"
+
+
+UserProfile = BigFiveProfile | MbtiProfile
+
 
 # --------------------------------------------------------------------------- dataset items
 
@@ -239,6 +267,7 @@ class Episode(Record):
     final_emotion: str | None = None
     emotion_trajectory: list[str] | None = None
     user_big_five: str | None = None
+    user_mbti: str | None = None  # the simulated user's MBTI type (--user-profile-set mbti)
     context: Context | None = None  # the dataset item it grew from: records stand on their own
     safety_events: list[SafetyEvent] | None = None  # absent when the screen matched nothing
     metadata: EpisodeMetadata

@@ -14,10 +14,14 @@ ROLES = (*DIALOGUE_ROLES, JUDGE)  # every role a run may name an endpoint for
 
 # ---- how a conversation unfolds
 TURN_POLICIES = ("director", "round-robin", "random", "multiagentesc")
-PROMPT_FAMILIES = ("persona", "zero-shot", "zero-shot-cot", "few-shot-cot")
+PROMPT_FAMILIES = ("persona", "zero-shot", "zero-shot-cot", "few-shot", "few-shot-cot")
 GENERATION_MODES = ("directed", "independent", "branching")
 GENERATE_MODES = ("group", "individual")  # `mascot generate --mode`
 SAFETY_MODES = ("auto", "on", "off")
+# Simulated-user profile sets (mascot.rosters.PROFILE_SETS: one data file each); Big Five is the
+# set a profile name is looked up in when no set is named.
+USER_PROFILE_SETS = ("big_five", "mbti")
+DEFAULT_USER_PROFILE_SET = "big_five"
 
 # ---- judging
 JUDGE_SCORING_MODES = ("auto", "logprobs", "json")

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from contextlib import aclosing
 from dataclasses import dataclass
+from typing import Any
 
+from mascot.dialogue.consistency import CONSISTENCY_RULE, consistency_scores, most_consistent
 from mascot.dialogue.emotion import UserReply, read_user_reply, user_turn_schema
 from mascot.dialogue.prompts import speaker_messages, user_label, user_messages
 from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE, response_parts, token_budget
 from mascot.vocab import USER_MAX_TOKENS
 from mascot.dialogue.reply_stream import ReplyStream, RoundListener, clean_reply, first_paragraph
+from mascot.dialogue.seeds import derive_seed
 from mascot.dialogue.tally import Tally
 from mascot.llm.base import ChatClient, ChatRequest, cut_at_stop, split_reasoning
-from mascot.schema import BigFiveProfile, Context, Directive, Persona, Roster, Turn
+from mascot.schema import Context, Directive, Persona, Roster, Turn, UserProfile
 
 # Small models run on into an imagined transcript or echo the prompt's own headings: stop there.
 _PROMPT_ECHOES = ("\nConversation so far", "<transcript>", "</transcript>", "\nThe person's situation:", "\nThe person feels:")
@@ -49,11 +53,14 @@ class SpeakerReply:
     text: str
     reasoning: str | None = None
     revised: bool = False  # streamed: the saved reply does not continue what was shown
+    backstage: dict[str, Any] | None = None  # self-consistency: the samples and the choice among them
 
 
 class Speaker:
     """`think` asks for reasoning: the prompt invites it and the request turns the server's
-    thinking on with `reasoning_allowance` more tokens; off, the request turns thinking off."""
+    thinking on with `reasoning_allowance` more tokens; off, the request turns thinking off.
+    `samples` above 1 is the Self-Consistency baseline: that many replies are sampled per turn and
+    the most consistent with the others is kept (`mascot.dialogue.consistency`)."""
 
     def __init__(
         self,
@@ -66,6 +73,7 @@ class Speaker:
         think: bool = False,
         reasoning_allowance: int = DEFAULT_REASONING_ALLOWANCE,
         prompt_family: str = "persona",
+        samples: int = 1,
     ) -> None:
         self.client = client
         self.roster = roster
@@ -75,6 +83,7 @@ class Speaker:
         self.think = think
         self.reasoning_allowance = reasoning_allowance
         self.prompt_family = prompt_family
+        self.samples = samples
 
     async def respond(self, persona: Persona, context: Context, history: list[Turn], directive: Directive | None, seed: int) -> str:
         return (await self.reply(persona, context, history, directive, seed)).text
@@ -85,25 +94,50 @@ class Speaker:
         """The visible reply and the reasoning set aside from it. With a `listener` the reply is
         streamed to it as it is generated; either way the saved reply is the same cleaning's."""
         messages = speaker_messages(persona, self.roster, context, history, directive, think=self.think, family=self.prompt_family)
+        if self.samples > 1:
+            return await self._most_consistent(messages, persona, context, seed, listener)
         for attempt in range(2):  # an empty reply is retried once with another seed
-            request = ChatRequest(
-                messages=messages,
-                temperature=self.temperature,
-                max_tokens=token_budget(self.max_tokens, self.think, self.reasoning_allowance),
-                seed=seed + attempt,
-                stop=stop_strings(self.roster, context),
-                role="speaker",
-                thinking=self.think,
-            )
+            request = self._request(messages, context, seed + attempt)
             if listener is None:
-                visible, reasoning = response_parts(await self.client.chat(request))
-                reply = SpeakerReply(clean_speaker_reply(visible, persona, self.roster, context), reasoning)
+                reply = await self._generated(request, persona, context)
             else:
                 reply = await self._streamed(request, persona, context, listener)
             if reply.text:
                 return reply
         self.tally.count("num_empty_responses", f"{persona.name} gave an empty reply twice")
         return SpeakerReply("")
+
+    def _request(self, messages: list, context: Context, seed: int) -> ChatRequest:
+        return ChatRequest(
+            messages=messages,
+            temperature=self.temperature,
+            max_tokens=token_budget(self.max_tokens, self.think, self.reasoning_allowance),
+            seed=seed,
+            stop=stop_strings(self.roster, context),
+            role="speaker",
+            thinking=self.think,
+        )
+
+    async def _generated(self, request: ChatRequest, persona: Persona, context: Context) -> SpeakerReply:
+        visible, reasoning = response_parts(await self.client.chat(request))
+        return SpeakerReply(clean_speaker_reply(visible, persona, self.roster, context), reasoning)
+
+    async def _most_consistent(self, messages: list, persona: Persona, context: Context, seed: int, listener: RoundListener | None) -> SpeakerReply:
+        """`samples` replies at once (the first on the turn's own seed, as a single reply would be),
+        the most consistent kept; its rivals and their scores go to the turn's backstage record.
+        Empty samples are left out of the choice: with all of them empty the turn is empty."""
+        seeds = [seed, *(derive_seed(seed, "self-consistency", k) for k in range(1, self.samples))]
+        replies = await asyncio.gather(*(self._generated(self._request(messages, context, s), persona, context) for s in seeds))
+        texts = [r.text for r in replies]
+        chosen = most_consistent(texts)
+        if chosen is None:
+            self.tally.count("num_empty_responses", f"{persona.name} gave {self.samples} empty samples")
+            return SpeakerReply("")
+        reply = replies[chosen]
+        reply.backstage = {"rule": CONSISTENCY_RULE, "samples": texts, "consistency": consistency_scores(texts), "chosen": chosen}
+        if listener is not None:  # shown whole once chosen: no sample is streamed
+            listener.reply_text(reply.text)
+        return reply
 
     async def _streamed(self, request: ChatRequest, persona: Persona, context: Context, listener: RoundListener) -> SpeakerReply:
         """One streamed generation: pieces go to the listener as they settle; the completed reply
@@ -132,7 +166,7 @@ class SimulatedUser:
         roster: Roster,
         tally: Tally,
         *,
-        profile: BigFiveProfile | None = None,
+        profile: UserProfile | None = None,
         temperature: float = 0.7,
         max_tokens: int = USER_MAX_TOKENS,
         thinking: bool = False,

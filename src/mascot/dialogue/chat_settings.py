@@ -49,7 +49,7 @@ def check_conversation(s) -> None:
 class ChatSettings(EndpointFields, ConversationSettings):
     """Chat with the group: the Director picks who answers each message; replies stream as they are written."""
 
-    roster: Optional[str] = setting(None, "Roster name (emotional_support, meetings) or roster file.")
+    roster: Optional[str] = setting(None, "Roster name (emotional_support, emotional_support_four, meetings) or roster file.")
     dataset: Optional[str] = setting(None, "Choose the roster by dataset (ESConv, ED, QMSum); recorded in metadata.")
     situation: Optional[str] = setting(None, "What the conversation is about (meetings: the participant's question).")
     meeting_file: Optional[Path] = setting(None, "Meetings roster: a transcript ('Speaker: text' lines, JSONL, or a QMSum record).")

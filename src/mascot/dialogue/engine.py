@@ -25,14 +25,13 @@ from mascot.dialogue.prompts import PROMPT_VERSION
 from mascot.dialogue.reasoning import OutputPaths, role_thinks
 from mascot.dialogue.reply_stream import RoundListener
 from mascot.dialogue.seeds import derive_seed, derived_rng
-from mascot.dialogue.settings import EngineSettings, GenerationMode  # noqa: F401  (re-exported)
+from mascot.dialogue.settings import EngineSettings, GenerationMode, user_profile_choice  # noqa: F401  (re-exported)
 from mascot.dialogue.tally import Tally
 from mascot.llm.base import ChatClient, route_together
-from mascot.rosters import big_five_profile, load_big_five
+from mascot.rosters import load_profiles, profile_set, user_profile
 from mascot.safety import SAFETY_ACTION, Finding, SafetyScreen, screen_applies
 from mascot.vocab import DEFAULT_RUBRIC_VERSION
 from mascot.schema import (
-    BigFiveProfile,
     BranchInfo,
     Context,
     Directive,
@@ -42,6 +41,7 @@ from mascot.schema import (
     Roster,
     SafetyEvent,
     Turn,
+    UserProfile,
     utc_now,
 )
 
@@ -50,7 +50,7 @@ class EpisodeState:
     context: Context
     episode_idx: int
     seed_key: tuple
-    profile: BigFiveProfile | None
+    profile: UserProfile | None
     turns: list[Turn] = field(default_factory=list)
     emotions: list[str] = field(default_factory=list)
     safety_events: list[SafetyEvent] = field(default_factory=list)
@@ -103,10 +103,12 @@ class EpisodeEngine:
         think = role_thinks(clients["speaker"]) or family_thinks(check_prompt_family(s.prompt_family))
         self.speaker = Speaker(
             clients["speaker"], roster, self.tally, temperature=s.temperature, max_tokens=s.max_tokens, think=think, reasoning_allowance=s.reasoning_allowance,
-            prompt_family=s.prompt_family,
+            prompt_family=s.prompt_family, samples=s.self_consistency_samples,
         )
         self.policy: TurnPolicy = make_policy(s.turn_policy, roster, self.director, speaker_client=clients["speaker"], settings=s, tally=self.tally)
         self.safety = SafetyScreen(locale=s.safety_locale, embeddings=s.safety_embeddings) if screen_applies(s.safety, roster.domain) else None
+        set_name, self.fixed_profile = user_profile_choice(s)
+        self.profile_set = profile_set(set_name) if set_name else None
         self.role_identities = role_identities or {
             role: RoleIdentity(base_model=c.model, served_model=c.model, backend=c.backend) for role, c in clients.items()  # type: ignore[arg-type]
         }
@@ -116,14 +118,13 @@ class EpisodeEngine:
     def simulates_user(self) -> bool:
         return self.settings.enable_user_simulation and self.settings.user_response_probability > 0 and "user" in self.clients
 
-    def _profile_for(self, context: Context, episode_idx: int) -> BigFiveProfile | None:
-        s = self.settings
-        if s.user_big_five_profile:
-            return big_five_profile(s.user_big_five_profile)
-        if not s.enable_big_five:
+    def _profile_for(self, context: Context, episode_idx: int) -> UserProfile | None:
+        if self.profile_set is None:
             return None
-        profiles = list(load_big_five().values())
-        return derived_rng(s.seed, context.context_id, episode_idx, "big5").choice(profiles)
+        if self.fixed_profile:
+            return user_profile(self.fixed_profile, self.profile_set.name)
+        profiles = list(load_profiles(self.profile_set.name).values())
+        return derived_rng(self.settings.seed, context.context_id, episode_idx, self.profile_set.label).choice(profiles)
 
     def new_state(self, context: Context, episode_idx: int, *seed_extra: object) -> EpisodeState:
         state = EpisodeState(context, episode_idx, (self.settings.seed, context.context_id, episode_idx, *seed_extra), self._profile_for(context, episode_idx))
@@ -171,7 +172,7 @@ class EpisodeEngine:
             director_raw_output=(decision.output or None) if fell_back else None,
             reasoning=reply.reasoning,
             directive_reasoning=decision.reasoning,
-            backstage=getattr(decision, "backstage", None),
+            backstage=getattr(decision, "backstage", None) or getattr(reply, "backstage", None),
         )
         state.turns.append(turn)
         if listener is not None:
@@ -264,7 +265,7 @@ class EpisodeEngine:
         metadata = EpisodeMetadata(
             system=s.system,
             dataset=self.dataset or ctx.dataset,
-            persona_set="big5" if state.profile else "default",
+            persona_set=self.profile_set.label if state.profile and self.profile_set else "default",
             director_model=ident["director"].served_model if "director" in ident and s.turn_policy == "director" else None,
             speaker_model=ident["speaker"].served_model if "speaker" in ident else None,
             user_model=ident["user"].served_model if ran_user and "user" in ident else None,
@@ -299,7 +300,8 @@ class EpisodeEngine:
             episode.initial_emotion = state.emotions[0] if state.emotions else None
             episode.final_emotion = state.emotions[-1] if state.emotions else None
             episode.emotion_trajectory = list(state.emotions)
-            episode.user_big_five = state.profile.name if state.profile else None
+            if state.profile and self.profile_set:
+                setattr(episode, self.profile_set.episode_field, state.profile.name)
         return episode
 
     async def run_episode(self, context: Context, episode_idx: int = 0) -> Episode:

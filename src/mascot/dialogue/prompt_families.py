@@ -5,8 +5,10 @@
   persona prompt (`baseline_v1_*.j2`) and no worked example.
 - `zero-shot-cot`: the same, asked to reason first inside <think>...</think> (chain of thought);
   the reasoning is set aside from the reply as for any thinking Speaker.
-- `few-shot-cot`: the same with reasoning, after worked examples (`baseline_v1_examples.yaml`,
-  one user/assistant exchange each, for the context's domain).
+- `few-shot`: the same, after worked examples (`baseline_v1_examples.yaml`, one user/assistant
+  exchange each, for the context's domain) whose answers are the replies alone: no reasoning asked
+  for, none shown.
+- `few-shot-cot`: the same examples with their reasoning, and the Speaker asked to reason first.
 
 The templates and examples are versioned data (BASELINE_PROMPT_VERSION); an episode's
 `metadata.prompt_version` names the family's version when it is not `persona`.
@@ -25,6 +27,7 @@ from mascot.schema import Context, Directive, Persona
 from mascot.vocab import PROMPT_FAMILIES
 
 REASONING_FAMILIES = ("zero-shot-cot", "few-shot-cot")
+EXAMPLE_FAMILIES = ("few-shot", "few-shot-cot")
 BASELINE_PROMPT_VERSION = "baseline_v1"
 COT_INSTRUCTION = (
     "Think step by step first, inside <think>...</think>: what the person feels or needs, what was "
@@ -59,8 +62,9 @@ def _render(template: str, **values) -> str:
     return prompt_environment().get_template(template).render(**values).strip()
 
 
-def _example_messages(context: Context, persona: Persona) -> list[Message]:
-    """One user/assistant exchange per worked example of the context's domain."""
+def _example_messages(context: Context, persona: Persona, reasoning: bool) -> list[Message]:
+    """One user/assistant exchange per worked example of the context's domain; the answer shows
+    the example's reasoning only when the family reasons (plain few-shot sees replies alone)."""
     domain = "meetings" if context.is_meeting else "emotional_support"
     out: list[Message] = []
     for ex in worked_examples().get(domain, []):
@@ -69,7 +73,7 @@ def _example_messages(context: Context, persona: Persona) -> list[Message]:
         else:
             head = f"The person's situation: {neutralize(ex['situation'])}\nThe person feels: {neutralize(ex['emotion'])}"
         question = f"{head}\n\nConversation so far:\n<transcript>\n{neutralize(ex['transcript'])}\n</transcript>\nReply now as {persona.name}."
-        answer = f"<think>{ex['reasoning'].strip()}</think>\n{ex['reply'].strip()}"
+        answer = f"<think>{ex['reasoning'].strip()}</think>\n{ex['reply'].strip()}" if reasoning else ex["reply"].strip()
         out += [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
     return out
 
@@ -86,7 +90,7 @@ def baseline_speaker_messages(
     reasoning = family_thinks(family)
     system = _render("baseline_v1_system.j2", persona=persona, sentences=sentences, reasoning=reasoning, reasoning_instruction=Trusted(COT_INSTRUCTION))
     user = _render("baseline_v1_user.j2", context=context, persona=persona, directive=directive, transcript=transcript)
-    examples = _example_messages(context, persona) if family == "few-shot-cot" else []
+    examples = _example_messages(context, persona, reasoning) if family in EXAMPLE_FAMILIES else []
     return [{"role": "system", "content": system}, *examples, {"role": "user", "content": user}]
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from mascot.llm.base import Message
 from mascot.prompt_text import PROMPT_DIR, Trusted, neutralize, prompt_environment, transcript_text
-from mascot.schema import BigFiveProfile, Context, Directive, Persona, Roster, Turn
+from mascot.schema import Context, Directive, Persona, Roster, Turn, UserProfile
 
 PROMPT_VERSION = "v1"
 __all__ = ["PROMPT_DIR", "PROMPT_VERSION", "neutralize", "director_messages", "speaker_messages", "user_messages"]
@@ -98,7 +98,7 @@ def with_think_instruction(messages: list[Message], think: bool) -> list[Message
 def user_messages(
     context: Context,
     history: list[Turn],
-    profile: BigFiveProfile | None = None,
+    profile: UserProfile | None = None,
     *,
     report_emotion: bool = False,
 ) -> list[Message]:

@@ -55,12 +55,14 @@ def _role(s: Any, role: str) -> RoleSettings:
 
 def run_variant(s: Any) -> list[str]:
     """What sets a run apart from the default MASCOT run, as folder-name parts: turn policy, system
-    label, adapters, Big Five users. The default run has none (`group_QMSum_Qwen3-8B`)."""
+    label, adapters, user profiles. The default run has none (`group_QMSum_Qwen3-8B`)."""
     parts = []
     if s.turn_policy != "director":
         parts.append(_slug(s.turn_policy))
     if s.prompt_family != "persona":
         parts.append(_slug(s.prompt_family))
+    if s.self_consistency_samples > 1:
+        parts.append(f"sc{s.self_consistency_samples}")
     if s.system != "mascot" and _slug(s.system) not in parts:
         parts.append(_slug(s.system))
     for role in ("director", "speaker"):
@@ -70,6 +72,8 @@ def run_variant(s: Any) -> list[str]:
         parts.append(f"big5-{_slug(s.user_big_five_profile)}")
     elif s.enable_big_five:
         parts.append("big5")
+    elif s.user_profile_set:  # another profile set: its name, and the one profile if every user has it
+        parts.append("-".join(_slug(p) for p in (s.user_profile_set, s.user_profile) if p))
     return parts
 
 

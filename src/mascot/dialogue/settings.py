@@ -30,11 +30,20 @@ class EngineSettings(SeedSettings):
     num_candidates: int = setting(vocab.NUM_CANDIDATES, "Directives per decision point (branching) or replies per persona (individual).")
     user_response_probability: float = setting(0.5, "Chance the simulated user speaks after a round.")
     enable_user_simulation: bool = setting(True, "Simulate the user between rounds.", flags=("--enable-user-simulation/--no-user-simulation",))
-    enable_big_five: bool = setting(False, "Give simulated users Big Five profiles (persona_set big5).")
-    user_big_five_profile: Optional[str] = setting(None, 'One profile for every user, e.g. "High Openness".')
+    enable_big_five: bool = setting(False, "Give simulated users Big Five profiles (persona_set big5); as --user-profile-set big_five.")
+    user_big_five_profile: Optional[str] = setting(None, 'One Big Five profile for every user, e.g. "High Openness".')
+    user_profile_set: Optional[str] = setting(
+        None, "Give simulated users profiles of this set, one drawn per episode: " + " | ".join(vocab.USER_PROFILE_SETS) + "."
+    )
+    user_profile: Optional[str] = setting(
+        None, f'One profile for every user, from --user-profile-set (default {vocab.DEFAULT_USER_PROFILE_SET}), e.g. "High Openness" or INTJ.'
+    )
     turn_policy: str = setting("director", "Who speaks next: director | round-robin | random | multiagentesc (the MultiAgentESC baseline).")
     prompt_family: str = setting(
-        "persona", "Speaker prompts: persona (MASCOT's) | zero-shot | zero-shot-cot | few-shot-cot (prompting baselines)."
+        "persona", "Speaker prompts: persona (MASCOT's) | zero-shot | zero-shot-cot | few-shot | few-shot-cot (prompting baselines)."
+    )
+    self_consistency_samples: int = setting(
+        1, "Replies sampled per Speaker turn; above 1 the one most consistent with the others is kept (the Self-Consistency baseline)."
     )
     mesc_strategists: int = setting(3, "multiagentesc: agents that each propose a support strategy and vote.")
     max_concurrent_episodes: int = setting(vocab.MAX_CONCURRENT_EPISODES, "Contexts (group) or queries (individual) in flight at once.")
@@ -74,11 +83,39 @@ def check_engine(s: Any) -> None:
 
     check_prompt_family(s.prompt_family)
     require(s.mesc_strategists >= 1, "--mesc-strategists must be at least 1")
+    require(s.self_consistency_samples >= 1, "--self-consistency-samples must be at least 1")
+    require(s.self_consistency_samples == 1 or s.turn_policy != "multiagentesc", "--self-consistency-samples: multiagentesc writes its replies itself (no Speaker samples to choose among)")
     require(0.0 <= s.user_response_probability <= 1.0, "--user-response-probability must lie between 0 and 1")
     require(min(s.num_turns, s.num_candidates, s.num_episodes) >= 1, "--num-turns, --num-candidates and --num-episodes must be at least 1")
     require(min(s.max_tokens, s.user_max_tokens, s.max_concurrent_episodes) >= 1, "--max-tokens, --user-max-tokens and --max-concurrent-episodes must be at least 1")
-    if s.user_big_five_profile:
-        from mascot.rosters import big_five_profile
+    check_user_profiles(s)
 
-        big_five_profile(s.user_big_five_profile)  # fail early on a typo
+
+def check_user_profiles(s: Any) -> None:
+    """Fails early on an unknown set or profile. Big Five users are recorded under the Big Five
+    settings whichever flags asked for them, so that their runs keep the ids they always had."""
+    from mascot.rosters import profile_set, user_profile
+
+    chosen = profile_set(s.user_profile_set).name if (s.user_profile_set or s.user_profile) else None
+    if chosen == "big_five":
+        require(not (s.user_profile and s.user_big_five_profile and s.user_profile != s.user_big_five_profile), "--user-profile and --user-big-five-profile name different profiles")
+        s.user_big_five_profile = s.user_profile or s.user_big_five_profile
+        s.enable_big_five, s.user_profile_set, s.user_profile = True, None, None
+    elif chosen is not None:
+        require(not (s.enable_big_five or s.user_big_five_profile), f"--user-profile-set {chosen} and Big Five users (--enable-big-five, --user-big-five-profile) exclude each other")
+        s.user_profile_set = chosen
+        if s.user_profile:
+            s.user_profile = user_profile(s.user_profile, chosen).name  # the file's spelling
+    if s.user_big_five_profile:
+        user_profile(s.user_big_five_profile, "big_five")  # kept as typed: run ids have always digested it so
         s.enable_big_five = True  # one profile for every user implies Big Five users
+
+
+def user_profile_choice(s: Any) -> tuple[str | None, str | None]:
+    """(profile set, the one profile every user gets or None for one drawn per episode); no set
+    when simulated users have no profile."""
+    if s.user_profile_set:
+        return s.user_profile_set, s.user_profile
+    if s.enable_big_five or s.user_big_five_profile:
+        return "big_five", s.user_big_five_profile
+    return None, None

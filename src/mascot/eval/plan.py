@@ -2,8 +2,8 @@
 `mascot generate`, `mascot judge` and `mascot metrics` calls it makes (the same objects those
 commands build from their flags, so a cell runs exactly what a user would type).
 
-Folders: OUTPUT_DIR/<dataset>/<split>/<system>/ holds the system's run; a Big Five profile or a
-sweep point gets its own folder below it (`big5/<profile>`, `sweep/<label>`).
+Folders: OUTPUT_DIR/<dataset>/<split>/<system>/ holds the system's run; a user profile or a sweep
+point gets its own folder below it (`big5/<profile>`, `mbti/<type>`, `sweep/<label>`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ class Cell:
     system: str
     spec: SystemSpec
     folder: Path
-    study: str = "main"  # main | big5 | sweep
+    study: str = "main"  # main | sweep | a profile set's label (big5, mbti)
     point: str = ""  # the profile name or the sweep label
     role_models: dict[str, str] = field(default_factory=dict)  # sweep overrides
 
@@ -54,12 +54,24 @@ def study_points(settings: EvalSettings) -> list[tuple[str, str, dict[str, str]]
     """(study, point label, role-model overrides) for each run of one system on one split."""
     if settings.sweep:
         return [("sweep", "_".join(f"{r}-{slug(Path(m).name)}" for r, m in p.items()), p) for p in sweep_points(settings.sweep)]
-    if settings.big_five:
-        from mascot.rosters import big_five_profile, load_big_five
+    wanted = settings.big_five or settings.user_profile
+    if wanted:
+        from mascot.rosters import load_profiles, profile_set, user_profile
 
-        names = list(load_big_five()) if settings.big_five.strip().lower() == "all" else [big_five_profile(settings.big_five).name]
-        return [("big5", name, {}) for name in names]
+        pset = profile_set("big_five" if settings.big_five else settings.user_profile_set)
+        names = list(load_profiles(pset.name)) if wanted.strip().lower() == "all" else [user_profile(wanted, pset.name).name]
+        return [(pset.label, name, {}) for name in names]
     return [("main", "", {})]
+
+
+def profile_flags(cell: Cell) -> dict[str, Any]:
+    """The generate flags of a profile study's cell: every user of the run gets the cell's profile."""
+    from mascot.rosters import PROFILE_SETS
+
+    for pset in PROFILE_SETS.values():
+        if cell.study == pset.label:
+            return {"user_profile_set": pset.name, "user_profile": cell.point}
+    return {}
 
 
 def plan_cells(settings: EvalSettings, systems: list[str], catalogue: Catalogue, dataset: str) -> list[Cell]:
@@ -133,9 +145,10 @@ def generate_settings(cell: Cell, settings: EvalSettings, catalogue: Catalogue, 
     s = settings
     flags = dict(mode="group", dataset=dataset, split=cell.split, seed=s.seed, num_turns=s.num_turns, user_response_probability=s.user_response_probability,
                  temperature=s.temperature, max_tokens=s.max_tokens, turn_policy=cell.spec.turn_policy, system=cell.system, max_in_flight=s.max_in_flight,
-                 output_dir=cell.folder, resume=True, prompt_family=cell.spec.prompt_family, data_file=s.data_file, limit=s.limit, model_name=s.model_name,
-                 vllm_server_url=[s.vllm_server_url] if s.vllm_server_url else None, user_big_five_profile=cell.point if cell.study == "big5" else None)  # fmt: skip
-    return cell_settings("generate", cell, {**flags, **role_flags(cell, settings, catalogue, dataset)})
+                 output_dir=cell.folder, resume=True, prompt_family=cell.spec.prompt_family,
+                 self_consistency_samples=cell.spec.self_consistency_samples, data_file=s.data_file, limit=s.limit, model_name=s.model_name,
+                 vllm_server_url=[s.vllm_server_url] if s.vllm_server_url else None)  # fmt: skip
+    return cell_settings("generate", cell, {**flags, **profile_flags(cell), **role_flags(cell, settings, catalogue, dataset)})
 
 
 def judge_settings(episodes: Path, cell: Cell, settings: EvalSettings, dataset: str) -> Any:

@@ -14,6 +14,7 @@ TITLES = {
     "automatic_metrics": "Automatic metrics (NLI over adjacent agent turns, Self-BLEU on 0-1, distinct-n)",
     "delta_vs_baseline": "Difference to the reference baseline (0-100 points, bootstrap 95% interval over contexts)",
     "big_five": "Big Five user profiles (0-100)",
+    "mbti": "MBTI user profiles (0-100)",
     "model_scale_sweep": "Model-scale sweep: agent-specific vs collective Overall (0-100)",
 }
 
@@ -66,6 +67,7 @@ LAYOUT = {
     "per_persona": (("split", "system", "persona"), "criterion"),
     "automatic_metrics": (("split", "system"), "metric"),
     "big_five": (("split", "system", "scope", "profile"), "criterion"),
+    "mbti": (("split", "system", "scope", "profile"), "criterion"),
 }
 
 

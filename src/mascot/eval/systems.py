@@ -33,6 +33,7 @@ class SystemSpec(BaseModel):
     description: str = ""
     turn_policy: Literal[vocab.TURN_POLICIES] = "director"  # type: ignore[valid-type]
     prompt_family: Literal[vocab.PROMPT_FAMILIES] = "persona"  # type: ignore[valid-type]
+    self_consistency_samples: int = Field(1, ge=1)  # replies sampled per Speaker turn, the most consistent kept
     baseline: bool = False
     roles: dict[Literal[vocab.DIALOGUE_ROLES], RoleSpec] = Field(default_factory=dict)  # type: ignore[valid-type]
 

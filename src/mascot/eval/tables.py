@@ -103,8 +103,9 @@ def delta_table(results: list[CellResult], forced: str | None, samples: int) -> 
     return rows
 
 
-def big_five_table(results: list[CellResult]) -> list[dict]:
-    items = items_of(results, "big5")
+def big_five_table(results: list[CellResult], study: str = "big5") -> list[dict]:
+    """Each criterion per user profile of one profile study (big5; mbti through `study`)."""
+    items = items_of(results, study)
     key = lambda i: (i.cell.split, i.cell.system, i.cell.point, i.scope)  # noqa: E731
     return score_rows(items, key, ("split", "system", "profile", "scope"))
 
@@ -127,6 +128,7 @@ def build_tables(results: list[CellResult], *, baseline: str | None, samples: in
         "automatic_metrics": auto_table(results),
         "delta_vs_baseline": delta_table(results, baseline, samples),
         "big_five": big_five_table(results),
+        "mbti": big_five_table(results, "mbti"),
         "model_scale_sweep": sweep_table(results),
     }
     return {name: rows for name, rows in tables.items() if rows}
