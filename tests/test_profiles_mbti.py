@@ -171,3 +171,5 @@ def test_an_mbti_eval_study_writes_its_table(stub, tmp_path):
     [episodes] = (top / "negative" / "toy-director" / "mbti" / "INFP").glob("*/episodes.jsonl")
     assert all(json.loads(line)["user_mbti"] == "INFP" for line in episodes.read_text().splitlines())
     assert "MBTI user profiles" in (top / "report.md").read_text()
+    # the paper's heatmap is drawn from the same study (one of the 16 columns filled)
+    assert (top / "paper_mbti_heatmap.png").stat().st_size > 0
