@@ -99,14 +99,18 @@ def distil(source: str, folder: Path) -> None:
     vectors = pca_reduce(token_vectors(embedder.model[0].auto_model, tokenizer), PCA_DIMS)
     folder.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}-"))
-    np.save(scratch / "vectors.npy", vectors)
-    np.save(scratch / "weights.npy", rank_weights(len(vectors)))
-    tokenizer.backend_tokenizer.save(str(scratch / "tokenizer.json"))
-    meta = {"source_model": source, "version": STATIC_VERSION, "dims": int(vectors.shape[1]), "vocabulary": int(vectors.shape[0]),
-            "pca_dims": PCA_DIMS, "sif_coefficient": SIF_COEFFICIENT, "pooling": "the token's output in [CLS] token [SEP]"}
-    (scratch / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
-    shutil.rmtree(folder, ignore_errors=True)
-    scratch.rename(folder)
+    try:  # written beside the table and renamed: a reader never sees half a table
+        np.save(scratch / "vectors.npy", vectors)
+        np.save(scratch / "weights.npy", rank_weights(len(vectors)))
+        tokenizer.backend_tokenizer.save(str(scratch / "tokenizer.json"))
+        meta = {"source_model": source, "version": STATIC_VERSION, "dims": int(vectors.shape[1]), "vocabulary": int(vectors.shape[0]),
+                "pca_dims": PCA_DIMS, "sif_coefficient": SIF_COEFFICIENT, "pooling": "the token's output in [CLS] token [SEP]"}
+        (scratch / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
+        shutil.rmtree(folder, ignore_errors=True)
+        scratch.rename(folder)
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
 
 
 def cached_meta(folder: Path) -> dict | None:
