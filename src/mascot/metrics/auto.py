@@ -150,11 +150,26 @@ def settings_block(settings: MetricsSettings, nli=None, embedder=None) -> dict:
     if not settings.skip_embeddings:
         block["redundancy"] = {
             "model": settings.embedding_model,
+            "embedding": settings.embedding,
+            **(embedder.report_fields() if hasattr(embedder, "report_fields") else {}),
             "precision": getattr(embedder, "precision", settings.embedding_precision),
             "max_seq_length": settings.embedding_max_seq_length,
             "definition": "mean cosine similarity of the response pairs selected by the pairing mode (same-round: responses within one round)",
         }
     return block
+
+
+def load_embedder(settings: MetricsSettings):
+    """The redundancy embedder the settings choose: the sentence-transformers model itself, or the
+    static table distilled from it (built into the cache on first use)."""
+    if settings.embedding == "static":
+        from mascot.metrics.static_embedding import StaticEmbedder
+
+        return StaticEmbedder(settings.embedding_model)
+    from mascot.llm.embeddings import Embedder
+
+    return Embedder(settings.embedding_model, batch_size=max(settings.batch_size, 64), precision=settings.embedding_precision,
+                    max_seq_length=settings.embedding_max_seq_length)
 
 
 def run_metrics_file(input_file: Path, settings: MetricsSettings, *, output_file: Path, dataset: str | None = None, nli=None, embedder=None) -> dict:
@@ -165,10 +180,7 @@ def run_metrics_file(input_file: Path, settings: MetricsSettings, *, output_file
 
         nli = NLIScorer.load(settings.nli_model, batch_size=settings.batch_size)
     if not settings.skip_embeddings and embedder is None:
-        from mascot.llm.embeddings import Embedder
-
-        embedder = Embedder(settings.embedding_model, batch_size=max(settings.batch_size, 64), precision=settings.embedding_precision,
-                            max_seq_length=settings.embedding_max_seq_length)
+        embedder = load_embedder(settings)
     report = compute_metrics(loaded.episodes, settings, infer=infer, nli=nli, embedder=embedder)
     warnings = list(loaded.warnings)
     if settings.pairing_mode == "same-round" and report["num_episodes_without_pairs"]:
