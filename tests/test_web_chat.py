@@ -384,3 +384,23 @@ def test_the_address_is_announced_only_once_the_app_listens(tmp_path):
     thread.join(10)
     sock.close()
     assert seen == [("bound", False), ("listening", True)]
+
+
+def test_a_model_that_cannot_load_is_one_line_not_a_traceback(tmp_path, capfd, monkeypatch):
+    import socket
+
+    import mascot.dialogue.chat as chat
+    from mascot.errors import MascotError
+    from mascot.web.app import serve
+
+    def no_model(settings):
+        raise MascotError(f"model folder not found: {settings.model_name}")
+
+    monkeypatch.setattr(chat, "chat_backends", no_model)  # what loading a missing folder ends in, without loading torch
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    settings = WebSettings(session_dir=tmp_path / "chat", port=port, model_name=str(tmp_path / "no-such-model"))
+    with pytest.raises(MascotError, match=r"^mascot web could not start: model folder not found: "):
+        serve(settings, on_listening=lambda: pytest.fail("a server that did not start was announced"))
+    assert "Traceback" not in capfd.readouterr().err

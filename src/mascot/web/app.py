@@ -9,6 +9,7 @@ when it stops; tests pass scripted clients instead. `serve` binds the port befor
 from __future__ import annotations
 
 import errno
+import logging
 import socket
 from collections.abc import Callable
 from contextlib import asynccontextmanager
@@ -59,6 +60,18 @@ def runs_smoke_test_model(settings: WebSettings) -> bool:
     return any(e.url is None and (tiny(e.model) or tiny(e.base_model)) for e in resolve_roles(settings, CHAT_ROLES).values())
 
 
+async def open_backends(app: FastAPI, settings: WebSettings):
+    """The settings' backends, opened and their in-process models loaded, behind the app's sessions."""
+    import asyncio
+
+    from mascot.dialogue.chat import chat_backends, preload_local_models
+
+    backends, identities = await asyncio.to_thread(chat_backends, settings)
+    app.state.sessions = WebSessions(settings.session_dir, settings, {role: backends[role] for role in backends.endpoints}, identities)
+    await preload_local_models(backends)
+    return backends
+
+
 def create_app(settings: WebSettings, clients: dict[str, ChatClient] | None = None, *, smoke_test_model: bool | None = None) -> FastAPI:
     """The app; `smoke_test_model` (shown as a banner) defaults to what the settings' own backends
     would be, and to False for clients passed in."""
@@ -66,13 +79,11 @@ def create_app(settings: WebSettings, clients: dict[str, ChatClient] | None = No
     async def lifespan(app: FastAPI):
         backends = None
         if clients is None:
-            import asyncio
-
-            from mascot.dialogue.chat import chat_backends, preload_local_models
-
-            backends, identities = await asyncio.to_thread(chat_backends, settings)
-            app.state.sessions = WebSessions(settings.session_dir, settings, {role: backends[role] for role in backends.endpoints}, identities)
-            await preload_local_models(backends)
+            try:
+                backends = await open_backends(app, settings)
+            except MascotError as exc:  # a model that cannot load: `serve` says it in one line
+                app.state.startup_error = exc
+                raise
         try:
             yield
         finally:
@@ -124,6 +135,11 @@ def serve(settings: WebSettings, app: FastAPI | None = None, *, on_bound: Callab
         on_bound()
     try:
         server.run(sockets=[sock])
+    except SystemExit:  # uvicorn's exit when the app could not start
+        error = getattr(server.config.app.state, "startup_error", None)
+        if error is not None:
+            raise MascotError(f"mascot web could not start: {error}") from None
+        raise
     finally:
         sock.close()
 
@@ -140,5 +156,8 @@ def web_server(settings: WebSettings, app: FastAPI | None = None, on_listening: 
             if on_listening is not None and not self.should_exit:
                 on_listening()
 
-    config = uvicorn.Config(app or create_app(settings), host=settings.host, port=settings.port, log_level="warning")
+    app = app or create_app(settings)
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning")
+    # A start that failed on a MascotError is told by `serve` in one line, not as uvicorn's traceback.
+    logging.getLogger("uvicorn.error").addFilter(lambda record: getattr(app.state, "startup_error", None) is None)
     return AnnouncingServer(config), sock
