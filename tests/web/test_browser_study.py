@@ -139,11 +139,11 @@ WATCH_POLICY = "window.__violations = []; document.addEventListener('securitypol
 
 
 def item_layout(browser, base: str, token: str, screenshot: Path) -> tuple[dict, list[str], list[str]]:
-    """The two conversations' boxes on a rater's first item, the page's console errors and the
-    policy violations it reported."""
+    """The two conversations' boxes on a rater's first item, the page's console errors about the
+    Content Security Policy and the policy violations it reported."""
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     errors: list[str] = []
-    page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    page.on("console", lambda message: errors.append(message.text) if message.type == "error" and "Content Security Policy" in message.text else None)
     page.add_init_script(WATCH_POLICY)
     page.goto(f"{base}/study/r/{token}/0")
     page.wait_for_load_state("load")
