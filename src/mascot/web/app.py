@@ -131,16 +131,25 @@ def serve(settings: WebSettings, app: FastAPI | None = None, *, on_bound: Callab
     the port is held, `on_listening` once the app has started (models loaded) and accepts
     connections."""
     server, sock = web_server(settings, app, on_listening)
+    state = server.config.app.state
+
+    def untold(record: logging.LogRecord) -> bool:
+        # A start that failed on a MascotError is told below in one line, not as uvicorn's traceback.
+        return getattr(state, "startup_error", None) is None
+
+    server_log = logging.getLogger("uvicorn.error")
+    server_log.addFilter(untold)
     if on_bound is not None:
         on_bound()
     try:
         server.run(sockets=[sock])
     except SystemExit:  # uvicorn's exit when the app could not start
-        error = getattr(server.config.app.state, "startup_error", None)
+        error = getattr(state, "startup_error", None)
         if error is not None:
             raise MascotError(f"mascot web could not start: {error}") from None
         raise
     finally:
+        server_log.removeFilter(untold)
         sock.close()
 
 
@@ -156,8 +165,5 @@ def web_server(settings: WebSettings, app: FastAPI | None = None, on_listening: 
             if on_listening is not None and not self.should_exit:
                 on_listening()
 
-    app = app or create_app(settings)
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning")
-    # A start that failed on a MascotError is told by `serve` in one line, not as uvicorn's traceback.
-    logging.getLogger("uvicorn.error").addFilter(lambda record: getattr(app.state, "startup_error", None) is None)
+    config = uvicorn.Config(app or create_app(settings), host=settings.host, port=settings.port, log_level="warning")
     return AnnouncingServer(config), sock
