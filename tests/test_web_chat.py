@@ -313,6 +313,9 @@ def test_saved_times_read_as_a_date_and_a_clock_time(tmp_path, monkeypatch):
         index = client.get("/").text
         stamp = re.search(r'<time datetime="([^"]+)">([^<]+)</time>', index)
         assert stamp.group(2) == readable_time(stamp.group(1)) and "T" not in stamp.group(2)
+        session_page = client.get(f"/sessions/{start(client)}").text
+        started = re.search(r'<time datetime="([^"]+)" id="started">([^<]+)</time>', session_page)
+        assert started.group(2) == readable_time(started.group(1)) and re.fullmatch(r"\d{1,2} \w{3} \d{4}, \d\d:\d\d", started.group(2))
     finally:
         monkeypatch.delenv("TZ")
         time.tzset()

@@ -15,7 +15,7 @@ from mascot.rosters import RosterError
 from mascot.web.error_pages import sentence
 from mascot.web.events import DONE, QueueListener, colour_index, sse
 from mascot.web.security import require_csrf, scrub
-from mascot.web.sessions import SessionNotFound, WebSessions
+from mascot.web.sessions import SessionNotFound, WebSessions, readable_time
 
 router = APIRouter()
 log = logging.getLogger(__name__)
@@ -85,7 +85,8 @@ async def session_page(request: Request, session_id: str) -> HTMLResponse:
         return page(request, "error.html", 422, title="This session cannot be continued", message=sentence(scrub(str(exc))))
     names = session.roster.names
     colours = {name: colour_index(name, names) for name in names}
-    return page(request, "session.html", session=session, session_id=session_id, colours=colours, max_chars=request.app.state.settings.max_message_chars)
+    started = readable_time(session.created_at)
+    return page(request, "session.html", session=session, session_id=session_id, colours=colours, started=started, max_chars=request.app.state.settings.max_message_chars)
 
 
 @router.get("/sessions/{session_id}/export.jsonl")
