@@ -258,7 +258,7 @@ def test_a_refused_message_reads_as_a_sentence_and_comes_back(tmp_path, page):
     with serving(create_app(settings, {"director": director, "speaker": TokenStreamClient(default="As you say.")}), settings.port) as base:
         open_session(page, base)
         session_url = page.url
-        other = page.context.new_page()  # a second tab on the same session
+        other = page.context.browser.new_page()  # a second window on the same session
         other.goto(session_url)
         page.fill("#message", "first")
         page.press("#message", "Enter")
