@@ -102,3 +102,10 @@ def test_the_settings_check_the_new_options():
         EngineSettings(prompt_version="v3")
     with pytest.raises(MascotError, match="--max-consecutive-turns"):
         EngineSettings(max_consecutive_turns=-1)
+
+
+def test_a_directive_copying_the_placeholder_is_not_passed_to_the_speaker(es_roster, es_context):
+    persona = es_roster.personas[0]
+    copied = Directive(agent_name=persona.name, action="[EXAMPLE ONLY: one sentence naming what they just said]", tone="warm")
+    assert "EXAMPLE ONLY" not in speaker_messages(persona, es_roster, es_context, [], copied)[1]["content"]
+    assert "Now: name the fear" in speaker_messages(persona, es_roster, es_context, [], copied.model_copy(update={"action": "name the fear"}))[1]["content"]
