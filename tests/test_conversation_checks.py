@@ -131,3 +131,17 @@ def test_metrics_reports_the_checks(tmp_path):
     assert "conversation checks:" in result.output and "user as companion 50% (1/2)" in result.output
     written = json.loads((tmp_path / "metrics_auto.json").read_text())
     assert written["conversation"]["checks"]["user_as_companion"]["count"] == 1
+
+
+def test_the_pipeline_report_shows_the_checks_of_base_and_trained(tmp_path):
+    from mascot.pipeline.report import _conversation
+
+    assert _conversation(tmp_path) == ""
+    for system, faulty in (("base", replaced(4, response="The person is brave.")), ("trained", clean_turns())):
+        folder = tmp_path / f"metrics_{system}"
+        folder.mkdir()
+        report = compute_metrics([episode("a", faulty)], MetricsSettings(skip_nli=True, skip_embeddings=True))
+        (folder / "metrics_auto.json").write_text(json.dumps(report))
+    section = _conversation(tmp_path)
+    assert "| third_person_user | agent replies | 33% (1/3) | 0% (0/3) |" in section
+    assert "| max_longest_speaker_run | episodes | 1 | 1 |" in section
