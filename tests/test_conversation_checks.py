@@ -48,7 +48,7 @@ def test_a_clean_episode_raises_no_check():
     checks = check_episode(episode("e", clean_turns()), ROSTER)
     assert {name: count for name, (count, _) in checks.counts.items()} == dict.fromkeys(CHECKS, 0)
     units = {name: n for name, (_, n) in checks.counts.items()}
-    assert units == {"directive_example_copies": 3, "same_speaker_repeats": 2, "instruction_restatements": 3, "third_person_user": 3,
+    assert units == {"directive_example_copies": 3, "same_speaker_repeats": 2, "instruction_restatements": 5, "third_person_user": 3,
                      "speaking_as_another": 5, "repeated_sentences": 7, "user_as_companion": 2}
     assert checks.balance == {"top_speaker_share": pytest.approx(1 / 3, abs=1e-4), "longest_speaker_run": 1, "most_repeated_sentence": 1}
 
@@ -69,6 +69,7 @@ def test_a_clean_episode_raises_no_check():
         (3, {"response": "The Beacon: Thursday will be the start of something good."}, "speaking_as_another"),
         (4, {"response": "You have carried a lot this month. Thursday could be a start."}, "repeated_sentences"),
         (3, {"response": "I'm here for you, and you're not alone in this."}, "user_as_companion"),
+        (3, {"response": "Okay. I will react to what the companions just said."}, "instruction_restatements"),
     ],
 )
 def test_each_fault_is_found_by_its_own_check_only(idx, changes, check):

@@ -10,9 +10,10 @@ Each check is a count over a stated unit, and its rate is count / units (pooled 
   agent turn before (the person's messages in between do not count); with the balance figures
   `top_speaker_share` (the most frequent companion's share of agent turns) and
   `longest_speaker_run` (most agent turns of one companion in a row), each per episode;
-- `instruction_restatements` (unit: agent replies): a reply that talks about its instructions
-  ("Your role is to...", "as the emotional validator", "the Director") or repeats six words in a
-  row of its speaker's system prompt (the roster's persona as the prompts describe it);
+- `instruction_restatements` (unit: agent replies and simulated-user turns): a reply that talks
+  about its instructions ("Your role is to...", "as the emotional validator", "the Director") or
+  repeats six words in a row of its own system prompt (a companion's: the roster's persona as the
+  prompts describe it; the person's: the user prompt without its situation);
 - `third_person_user` (unit: agent replies): a reply that speaks of the person instead of to them
   ("the person", "the user", "this person", "they feel" opening a sentence);
 - `speaking_as_another` (unit: all turns): a line that opens with another participant's name and a
@@ -42,7 +43,7 @@ CHECKS = (
 UNITS = {
     "directive_example_copies": "Director directives",
     "same_speaker_repeats": "agent turns after another agent turn",
-    "instruction_restatements": "agent replies",
+    "instruction_restatements": "agent replies and simulated-user turns",
     "third_person_user": "agent replies",
     "speaking_as_another": "turns",
     "repeated_sentences": "sentences of 3+ words",
@@ -175,6 +176,16 @@ def persona_prompts(roster: Roster | None, version: str) -> dict[str, list[str]]
     return {p.name: words(speaker_messages(p, roster, context, [], version=version)[0]["content"]) for p in roster.personas}
 
 
+def user_prompt_words(version: str) -> list[str]:
+    """The simulated user's system prompt as words, its situation and emotion left empty (the
+    person may well repeat their own situation)."""
+    from mascot.dialogue.prompts import PROMPT_VERSIONS, user_messages
+    from mascot.schema import Context
+
+    version = version if version in PROMPT_VERSIONS else "v1"
+    return words(user_messages(Context(context_id="check", dataset="ESConv"), [], report_emotion=True, version=version)[0]["content"])
+
+
 def restates_instructions(reply: str, prompt_words: list[str]) -> bool:
     if _META.search(reply or ""):
         return True
@@ -226,6 +237,7 @@ def check_episode(episode: Episode, roster: Roster | None = None) -> EpisodeChec
     speaker_balance(agents, checks)
     companions = list(roster.names) if roster else sorted({t.agent_name for t in agents})
     prompts = persona_prompts(roster, episode.metadata.prompt_version or "v1")
+    user_words = user_prompt_words(episode.metadata.prompt_version or "v1")
     examples = example_directives()
     user_as_speaker = name_pattern(companions)
     said: Counter[str] = Counter()
@@ -233,6 +245,7 @@ def check_episode(episode: Episode, roster: Roster | None = None) -> EpisodeChec
         text = turn.response or ""
         if turn.is_user:
             checks.add("user_as_companion", bool(_SUPPORTIVE.search(text)), text)
+            checks.add("instruction_restatements", restates_instructions(text, user_words), text)
             checks.add("speaking_as_another", bool(user_as_speaker and user_as_speaker.search(text)), text)
         else:
             agent_turn_checks(turn, text, [n for n in companions if n != turn.agent_name], prompts, examples, checks)
