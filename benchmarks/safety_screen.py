@@ -1,23 +1,31 @@
-"""Precision and recall of the safety screen on its labelled set, overall and per category, for the
-rules alone and for rules + the embedding check (all-MiniLM-L6-v2, offline).
+"""The safety screen measured on held-out phrasings: precision, recall on crisis messages and the
+look-alike false-positive rate, overall, per category and per source (the taxonomy category each
+held-out item was written from), for rules v1, rules v2 alone and rules v2 + the embedding check
+(all-MiniLM-L6-v2, offline); with --model-url, rules v2 + embeddings + a served model asked about
+the messages the first stages leave unsure. The tuning sets (the rules' labelled set and the
+development set) are reported too, as what the rules were tuned on.
 
 An item counts as caught when the screen flags it with any crisis category (a crisis message
 flagged under another crisis category still reaches the safety reply); per-category figures need
-the right category. Also printed: the false positives on benign look-alikes and ordinary messages.
+the right category.
 
-    .venv/bin/python benchmarks/safety_screen.py [--data benchmarks/data/safety_labelled_v1.jsonl] [--no-embeddings] [--threshold T]
+    .venv/bin/python benchmarks/safety_screen.py [--data FILE ...] [--no-embeddings] [--show-misses]
+        [--model-url http://127.0.0.1:8000/v1 --model NAME]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 from collections import Counter
 from pathlib import Path
 
 from mascot.safety import SafetyScreen
 
-DEFAULT_DATA = Path(__file__).parent / "data" / "safety_labelled_v1.jsonl"
+DATA = Path(__file__).parent / "data"
+HELDOUT = DATA / "safety_heldout_v1.jsonl"
+TUNING = (DATA / "safety_labelled_v1.jsonl", DATA / "safety_dev_v1.jsonl")
 
 
 def read_items(path: Path) -> list[dict]:
@@ -28,70 +36,82 @@ def ratio(num: int, den: int) -> str:
     return f"{num / den:.3f} ({num}/{den})" if den else "n/a"
 
 
-def evaluate(screen: SafetyScreen, items: list[dict]) -> dict:
-    predicted = []
+async def predict(screen: SafetyScreen, items: list[dict]) -> list[tuple[str, str]]:
+    """(category or "none", the stage that caught it or "") per item."""
+    out = []
     for item in items:
-        finding = screen.check(item["text"])
-        predicted.append(finding.category if finding else "none")
+        finding = await screen.check_async(item["text"])
+        out.append((finding.category, finding.method) if finding else ("none", ""))
+    return out
+
+
+def evaluate(items: list[dict], predicted: list[tuple[str, str]]) -> dict:
     crisis = [i for i, item in enumerate(items) if item["label"] != "none"]
-    flagged = [i for i, p in enumerate(predicted) if p != "none"]
+    flagged = [i for i, (p, _) in enumerate(predicted) if p != "none"]
     caught = [i for i in flagged if items[i]["label"] != "none"]
     by_category = {}
     for category in sorted({item["label"] for item in items} - {"none"}):
         true = {i for i, item in enumerate(items) if item["label"] == category}
-        said = {i for i, p in enumerate(predicted) if p == category}
+        said = {i for i, (p, _) in enumerate(predicted) if p == category}
         by_category[category] = (len(true & said), len(said), len(true))
-    by_kind = Counter((items[i]["kind"], items[i]["label"] != "none") for i in flagged)
-    totals = Counter((item["kind"], item["label"] != "none") for item in items)
-    misses = [items[i]["text"] for i in crisis if predicted[i] == "none"]
-    false_alarms = [items[i]["text"] for i in flagged if items[i]["label"] == "none"]
-    return {"caught": len(caught), "flagged": len(flagged), "crisis": len(crisis), "by_category": by_category,
-            "by_kind": by_kind, "totals": totals, "misses": misses, "false_alarms": false_alarms}
+    kinds = Counter(item["kind"] for item in items)
+    flagged_kinds = Counter(items[i]["kind"] for i in flagged)
+    return {"caught": len(caught), "flagged": len(flagged), "crisis": len(crisis), "benign": len(items) - len(crisis),
+            "false_alarms": [items[i]["text"] for i in flagged if items[i]["label"] == "none"],
+            "misses": [items[i]["text"] for i in crisis if predicted[i][0] == "none"], "by_category": by_category,
+            "kinds": [(k, items[[j["kind"] for j in items].index(k)]["label"] != "none", flagged_kinds[k], n) for k, n in kinds.items()],
+            "stages": Counter(predicted[i][1] for i in caught)}
 
 
-def report(name: str, result: dict) -> None:
+def report(name: str, result: dict, show_misses: bool) -> None:
     print(f"== {name}")
-    print(f"  any crisis: precision {ratio(result['caught'], result['flagged'])}, recall {ratio(result['caught'], result['crisis'])}")
+    print(f"  crisis messages: precision {ratio(result['caught'], result['flagged'])}, recall {ratio(result['caught'], result['crisis'])}; "
+          f"look-alikes and benign flagged {ratio(len(result['false_alarms']), result['benign'])}")
     for category, (hit, said, true) in result["by_category"].items():
         print(f"  {category}: precision {ratio(hit, said)}, recall {ratio(hit, true)}")
-    for (kind, is_crisis), total in sorted(result["totals"].items()):
-        print(f"  flagged {kind} {'crisis' if is_crisis else 'benign'} items: {result['by_kind'][(kind, is_crisis)]}/{total}")
-    print(f"  missed: {result['misses']}")
+    print("  per source kind (crisis: share caught; benign: share flagged): "
+          + ", ".join(f"{kind} {flagged}/{n}" + ("" if crisis else " benign") for kind, crisis, flagged, n in result["kinds"]))
+    print(f"  caught by stage: {dict(result['stages'])}")
+    if show_misses:
+        print(f"  missed: {result['misses']}")
     print(f"  false alarms: {result['false_alarms']}")
+
+
+def screens(args) -> list[tuple[str, SafetyScreen]]:
+    out = [("rules v1 (before)", SafetyScreen(rules_file="rules_v1.yaml")), ("rules v2", SafetyScreen())]
+    if not args.no_embeddings:
+        with_embeddings = SafetyScreen(embeddings=True)
+        rules = with_embeddings.rules
+        out.append((f"rules v2 + embeddings (threshold {rules.embedding_threshold}, margin {rules.embedding_margin})", with_embeddings))
+    if args.model_url:
+        from mascot.llm.providers import RoleEndpoint, build_client
+        from mascot.safety.model_check import ModelCheck
+
+        client = build_client(RoleEndpoint(role="safety", model=args.model, url=args.model_url))
+        out.append((f"rules v2{'' if args.no_embeddings else ' + embeddings'} + model {args.model} on unsure messages",
+                    SafetyScreen(embeddings=not args.no_embeddings, model_check=ModelCheck(client))))
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--data", type=Path, nargs="+", default=[HELDOUT, *TUNING])
     parser.add_argument("--no-embeddings", action="store_true")
-    parser.add_argument("--threshold", type=float, default=None, help="override the rules' embedding threshold")
-    parser.add_argument("--sweep", action="store_true", help="also print any-crisis precision/recall at several thresholds")
+    parser.add_argument("--show-misses", action="store_true", help="print the missed crisis messages too")
+    parser.add_argument("--model-url", default=None, help="an OpenAI-compatible endpoint for the second stage")
+    parser.add_argument("--model", default="default", help="the served model's name (with --model-url)")
     args = parser.parse_args()
-    items = read_items(args.data)
-    print(f"{len(items)} labelled items from {args.data}")
-    report("rules only", evaluate(SafetyScreen(), items))
-    if not args.no_embeddings:
-        screen = SafetyScreen(embeddings=True)
-        if args.threshold is not None:
-            from dataclasses import replace
-
-            screen.similarity.rules = replace(screen.rules, embedding_threshold=args.threshold)
-        report(f"rules + embeddings (threshold {screen.similarity.rules.embedding_threshold})", evaluate(screen, items))
-        if args.sweep:
-            sweep(screen, items)
-
-
-def sweep(screen: SafetyScreen, items: list[dict]) -> None:
-    """The trade-off the threshold sets (chosen on this same set, so read it as optimistic)."""
-    from dataclasses import replace
-
-    print("== threshold sweep (rules + embeddings, any crisis)")
-    base = screen.rules
-    for threshold in (0.40, 0.45, 0.50, 0.55, 0.60, 0.65, 0.70):
-        screen.similarity.rules = replace(base, embedding_threshold=threshold)
-        result = evaluate(screen, items)
-        print(f"  {threshold:.2f}: precision {ratio(result['caught'], result['flagged'])}, recall {ratio(result['caught'], result['crisis'])}")
-    screen.similarity.rules = base
+    built = screens(args)
+    for path in args.data:
+        items = read_items(path)
+        sources = Counter(item.get("source", "") for item in items if item.get("source"))
+        print(f"\n#### {len(items)} items from {path.name}: {sum(i['label'] != 'none' for i in items)} crisis, "
+              f"{sum(i['label'] == 'none' for i in items)} benign" + (f"; {len(sources)} sources" if sources else ""))
+        for name, screen in built:
+            report(name, evaluate(items, asyncio.run(predict(screen, items))), args.show_misses)
+            if screen.model_check is not None:
+                check = screen.model_check
+                print(f"  second stage: asked {check.asked}, caught {check.caught}, fallbacks {check.fallbacks}")
 
 
 if __name__ == "__main__":

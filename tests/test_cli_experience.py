@@ -455,6 +455,32 @@ def test_a_second_ctrl_c_stops_a_real_process_at_once(tmp_path):
         server.stop()
 
 
+def test_sigterm_ends_a_real_run_as_interrupted_and_resume_finishes_it(tmp_path):
+    """`kill`, `timeout` or a scheduler's preemption: the summary says interrupted, never running."""
+    import os
+
+    from mascot.testing.players import stub_responder
+    from mascot.testing.stub_server import start_stub_server
+
+    server = start_stub_server(port=0, latency_s=0.2, responder=stub_responder)
+    try:
+        data, out = _contexts_file(tmp_path, 20), tmp_path / "out"
+        episodes = out / RUN.replace("SmolLM2-135M-Instruct", "stub-model") / "episodes.jsonl"
+        proc = _generate_process(server.url, data, out)
+        _wait_for_records(episodes, 1)
+        os.kill(proc.pid, signal.SIGTERM)
+        code, err = proc.wait(timeout=30), proc.stderr.read()
+        assert code == 143 and "terminated (SIGTERM): stopping; " in err, err[-2000:]
+        summary = json.loads((episodes.parent / "run_summary.json").read_text())
+        assert summary["status"] == "interrupted" and 1 <= summary["num_records"] < 20
+        resumed = _generate_process(server.url, data, out, "--resume")
+        assert resumed.wait(timeout=120) == 0
+        ids = [json.loads(line)["episode_id"] for line in episodes.read_text().splitlines()]
+        assert len(ids) == len(set(ids)) == 20
+    finally:
+        server.stop()
+
+
 def test_mascot_judge_shows_its_judgments_and_counts_them_in_words(tmp_path, monkeypatch):
     from judge_helpers import sample_episode, write_episodes
 

@@ -152,7 +152,10 @@ def materialise(option: str, value: str, workdir: Path) -> str:
         write_jsonl(target / "candidates.jsonl", fixture_candidates())
         write_run_config(target, dataset)
     elif option in ("--input-file", "--episodes", "--a", "--b"):
-        write_jsonl(target, fixture_episodes(dataset, "branching" in str(path)))
+        episodes = fixture_episodes(dataset, "branching" in str(path))
+        for episode in episodes if option == "--b" else []:  # a study compares two different systems
+            episode.metadata.system = "baseline"
+        write_jsonl(target, episodes)
     elif option in ("--reward-model-path", "--group-reward-model-path"):
         artefact(target, "group_reward_model" if "group" in option else "persona_reward_model", "Qwen/Qwen3-0.6B")
     elif option == "--adapter" and "=" in value:  # `mascot eval --adapter NAME=PATH`

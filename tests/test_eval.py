@@ -250,6 +250,7 @@ def test_an_eval_killed_while_judging_reruns_only_the_missing_work(toy, stub, tm
         proc = subprocess.Popen([sys.executable, "-m", "mascot", *args], env=env, stdout=sink, stderr=sink)
         judge.victim = proc.pid  # the child needs seconds to import before its first request
         assert proc.wait(timeout=600) == -9, (tmp_path / "killed.log").read_text(errors="replace")[-2000:]
+    server.wait_idle()  # requests the killed process sent before it died are answered (and counted) now, not during the rerun
     first_run = judge.asked[:]
     saved = cached_judgments(toy["out"])
     kept = {p: p.read_text() for p in toy["out"].rglob("episodes.jsonl")}

@@ -329,3 +329,14 @@ def test_embedded_conversion_runs_once_across_concurrent_callers(tmp_path, monke
     assert conversions == [1]
     assert not [p for p in (tmp_path / "models").iterdir() if p.name.startswith(".SmolLM2-135M-Instruct-")]
     assert models.is_complete_checkpoint(results[0])
+
+
+def test_local_batch_size_reaches_the_in_process_client_and_is_checked():
+    from mascot.llm.providers import RoleEndpoint, build_client
+    from mascot.settings_groups import ClientLimits
+
+    client = build_client(RoleEndpoint(role="speaker", model="some-local-model"), ClientLimits(local_batch_size=5))
+    assert isinstance(client, LocalClient) and client.max_batch_size == 5
+    assert build_client(RoleEndpoint(role="speaker", model="m"), ClientLimits()).max_batch_size == 32
+    with pytest.raises(MascotError, match="--local-batch-size must be at least 1"):
+        ClientLimits(local_batch_size=0)

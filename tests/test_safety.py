@@ -88,8 +88,8 @@ class TinyEmbedder:
 
 
 def test_embedding_check_matches_close_phrasings():
-    rules = load_rules()
-    screen = SafetyScreen(embeddings=True, embedder=TinyEmbedder())
+    rules = load_rules("rules_v1.yaml")  # v1's examples and threshold; v2's margin: tests/test_safety_stages.py
+    screen = SafetyScreen(embeddings=True, embedder=TinyEmbedder(), rules_file="rules_v1.yaml")
     screen.similarity = ExampleSimilarity(rules, TinyEmbedder())
     finding = screen.check("the pain gives me control")
     assert finding is not None and finding.method == "embedding" and finding.score >= rules.embedding_threshold

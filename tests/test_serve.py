@@ -229,7 +229,7 @@ def _wait_gone(pids, timeout_s: float = 30.0) -> bool:
     return False
 
 
-def _serve(tmp_path, model: str, monkeypatch):
+def _serve(tmp_path, model: str, monkeypatch, preexec_fn=None):
     import os
     import subprocess
 
@@ -239,7 +239,7 @@ def _serve(tmp_path, model: str, monkeypatch):
     cmd = [sys.executable, "-c", "import mascot.serve as s; s.STOP_GRACE_S = 1.0; from mascot.cli import app; app()",
            "serve", "--model", model, "--port", str(free_port()), "--python", sys.executable,
            "--log-file", str(tmp_path / "vllm.log"), "--timeout", "60"]
-    process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ)
+    process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ, preexec_fn=preexec_fn)
     for _ in range(200):
         if pids.exists() and len(pids.read_text().split()) == 2:
             return process, [int(p) for p in pids.read_text().split()]
@@ -262,6 +262,30 @@ def test_every_server_process_ends_with_mascot_serve(tmp_path, fake_vllm, monkey
         process.send_signal(getattr(signal, how))
         process.wait(timeout=40)
         assert _wait_gone([server, engine]), f"after {how} to mascot serve, a server process is still running"
+    finally:
+        for pid in (server, engine):
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _inherit_sigint_ignored_and_blocked():
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+
+def test_sigint_stops_mascot_serve_started_with_sigint_ignored_and_blocked(tmp_path, fake_vllm, monkeypatch):
+    import os
+    import signal
+
+    # as from a background job or a runner that ignores Ctrl-C: without its own handler the
+    # process would ignore SIGINT and the server would outlive it
+    process, (server, engine) = _serve(tmp_path, "forking", monkeypatch, preexec_fn=_inherit_sigint_ignored_and_blocked)
+    try:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=40)
+        assert _wait_gone([server, engine]), "after SIGINT to mascot serve, a server process is still running"
     finally:
         for pid in (server, engine):
             if _alive(pid):

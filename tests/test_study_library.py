@@ -172,3 +172,40 @@ def test_cli_create_dry_run_checks_contexts_and_writes_nothing(tmp_path):
     assert result.exit_code == 0 and '"pairs": 3' in result.output and not (tmp_path / "s.db").exists()
     bad = CliRunner().invoke(app, ["study", "create", "--a", str(a), "--b", str(b), "--out", str(tmp_path / "s.db"), "--raters", "0"])
     assert bad.exit_code != 0 and "--raters must be at least 1" in str(bad.exception)
+
+
+def test_identical_a_and_b_are_refused_by_path_or_content(systems, tmp_path):
+    a, _ = systems
+    copy = tmp_path / "copy.jsonl"
+    copy.write_bytes(a.read_bytes())
+    same_path = a.parent / ".." / a.parent.name / a.name  # another spelling of the same file
+    with pytest.raises(StudyError, match=r"^--a and --b are the same file \(.*\): give the episodes of two different systems$"):
+        create_study(a, same_path, tmp_path / "s.db", raters=1)
+    with pytest.raises(StudyError, match=r"have the same content: give the episodes of two different systems$"):
+        create_study(a, copy, tmp_path / "s.db", raters=1)
+    assert not (tmp_path / "s.db").exists()
+    for args in (["--b", str(a)], ["--b", str(copy), "--dry-run"]):
+        result = CliRunner().invoke(app, ["study", "create", "--a", str(a), *args, "--out", str(tmp_path / "s.db")])
+        assert result.exit_code != 0 and "\n" not in str(result.exception) and "two different systems" in str(result.exception)
+
+
+def test_raters_read_the_person_or_the_situations_name_for_them_never_you(tmp_path):
+    from mascot.schema import Context, DialogueLine
+    from mascot.study.create import context_view, conversation_view
+    from mascot.study.samples import sample_episode
+
+    episode = sample_episode("mascot", 0, "That sounds hard.")
+    assert [t["speaker"] for t in conversation_view(episode)] == ["The Anchor", "The person", "The Beacon"]
+    assert context_view(episode)["opening"] == []  # the opening line repeats the situation shown above it
+    episode.context.opening_turns = [DialogueLine(speaker="seeker", text="I failed my exam."), DialogueLine(speaker="supporter", text="Oh no.")]
+    assert [line["speaker"] for line in context_view(episode)["opening"]] == ["The person", "supporter"]
+    named = episode.model_copy(deep=True)
+    named.turns[1].agent_name = "Maya"
+    assert [t["speaker"] for t in conversation_view(named)][1] == "Maya"
+    meeting = episode.model_copy(deep=True)
+    meeting.context = Context(context_id="m", dataset="QMSum", meeting="m1", query="What was decided?", transcript=[DialogueLine(speaker="PM", text="Hello")])
+    assert [t["speaker"] for t in conversation_view(meeting)][1] == "The participant"
+    built = create_study(*write_sample_systems(tmp_path / "eps", num_contexts=1), tmp_path / "s.db", raters=1)
+    with opened(built.path) as conn:
+        item = rater_item(conn, 0, 0)
+    assert [t["speaker"] for t in item.episode_a if t["is_user"]] == ["The person"]

@@ -174,3 +174,60 @@ def test_mascot_web_refuses_a_missing_study_file(tmp_path):
 
     with pytest.raises(MascotError, match="no such study file"):
         WebSettings(session_dir=tmp_path / "chat", study=tmp_path / "missing.db")
+
+
+def test_the_rater_reads_the_person_not_you(client, study):
+    page = client.get(f"/study/r/{study.rater_tokens[0]}/0").text
+    assert '<span class="who">The person:</span> Thank you. It still feels heavy.' in page
+    assert "You:" not in page
+
+
+def study_addresses(study) -> list[str]:
+    token = study.rater_tokens[0]
+    return [f"/study/r/{token}", f"/study/r/{token}/0", "/study/r/not-a-token", f"/study/results/{study.owner_token}",
+            f"/study/results/{study.owner_token}/ratings.csv", "/study/static/study.js", "/study/static/study.css", "/study/nowhere"]
+
+
+def assert_one_policy(response) -> None:
+    policies = response.headers.get_list("content-security-policy")
+    assert len(policies) == 1, (response.url, policies)
+    assert "style-src 'self'" in policies[0] and "script-src 'self'" in policies[0] and "unsafe-inline" not in policies[0]
+    for name in ("referrer-policy", "x-frame-options", "x-content-type-options"):
+        assert len(response.headers.get_list(name)) == 1, (response.url, name)
+    assert response.headers["referrer-policy"] == "no-referrer"
+
+
+def test_one_security_policy_per_response_alone_and_beside_the_chat(study, tmp_path):
+    from mascot.testing.players import group_client
+    from mascot.web.app import create_app
+    from mascot.web.settings import WebSettings
+    from mascot.web.study_app import study_app
+
+    combined = create_app(WebSettings(session_dir=tmp_path / "chat", study=study.path), {"director": group_client(), "speaker": group_client()})
+    for app in (combined, study_app(study.path)):
+        client = TestClient(app, base_url="http://127.0.0.1", follow_redirects=False)
+        for address in study_addresses(study):
+            assert_one_policy(client.get(address))
+        token = study.rater_tokens[0]
+        csrf = csrf_of(client.get(f"/study/r/{token}/0").text)
+        assert_one_policy(client.post(f"/study/r/{token}/0", data=answer("1", csrf=csrf)))
+        page = client.get(f"/study/r/{token}/0").text
+        assert "<style" not in page and " style=" not in page and '<link rel="stylesheet" href="/study/static/study.css">' in page
+        assert client.get("/study/static/study.css").headers["content-type"].startswith("text/css")
+        assert ".pair { display: grid; grid-template-columns: 1fr 1fr;" in client.get("/study/static/study.css").text
+    chat = TestClient(combined, base_url="http://127.0.0.1")
+    for address in ("/", "/static/chat.js", "/static/style.css", "/nowhere"):
+        assert_one_policy(chat.get(address))
+
+
+def test_an_unknown_study_address_is_a_page_not_json(study):
+    for address in ("/study/nowhere", "/study/static/secret.db"):
+        response = TestClient(study_app_of(study)).get(address)
+        assert response.status_code == 404 and response.headers["content-type"].startswith("text/html")
+        assert '"detail"' not in response.text
+
+
+def study_app_of(study):
+    from mascot.web.study_app import study_app
+
+    return study_app(study.path)

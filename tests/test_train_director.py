@@ -262,3 +262,18 @@ def test_rollouts_reply_as_long_and_as_sampled_as_the_settings_say():
     # the rolled-out replies are as long and as sampled as the settings say, not the generation defaults
     asked = {(c.role, c.max_tokens, c.temperature) for role in ("speaker", "user") for c in clients[role].calls}
     assert asked == {("speaker", 24, 0.3), ("user", 12, 0.3)}
+
+
+@pytest.mark.parametrize(("flags", "says"), [
+    ({"rollout_max_tokens": 0}, "--rollout-max-tokens must be at least 1"),
+    ({"rollout_user_max_tokens": 0}, "--rollout-user-max-tokens must be at least 1"),
+    ({"rollout_temperature": -0.5}, "--rollout-temperature must not be negative"),
+])
+def test_rollout_settings_that_would_roll_out_nothing_are_one_line(tmp_path, flags, says):
+    from mascot.errors import MascotError
+
+    run = write_episode_run(tmp_path / "directed_ED_tiny", [episode(i) for i in range(4)])
+    settings = DirectorGRPOSettings(data_path=str(run), model_name="tiny", output_dir=str(tmp_path / "director"), batch_size=4, num_generations=2, **flags)
+    with pytest.raises(MascotError, match=says):
+        train_director_grpo(settings, rollout_clients=scripted_clients(), trajectory_scorer=Favour("The Anchor"))
+    assert not (tmp_path / "director").exists()

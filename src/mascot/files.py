@@ -263,3 +263,29 @@ def cache_root() -> Path:
     if os.environ.get("MASCOT_CACHE_DIR"):
         return Path(os.environ["MASCOT_CACHE_DIR"]).expanduser()
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "mascot"
+
+
+def shipped_or_path(name_or_path: str, folder: Path) -> Path | None:
+    """A user's YAML file when `name_or_path` names one, else the file shipped in `folder` under
+    that name; None when neither exists (the caller words the error)."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") and path.is_file():
+        return path
+    shipped = folder / f"{name_or_path}.yaml"
+    return shipped if shipped.is_file() else None
+
+
+def read_yaml_mapping(path: Path, *, expected: str, error: type[Exception] = MascotError, label: str = "") -> dict:
+    """A YAML file that must hold a mapping; invalid YAML names its line, anything else what was
+    expected (`expected`: "a mapping with ..."), in one line prefixed by `label`."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark else ""
+        raise error(f"{label}{path}{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    if not isinstance(data, dict):
+        raise error(f"{label}{path}: expected {expected}")
+    return data

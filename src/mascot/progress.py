@@ -9,6 +9,8 @@
   (`ProgressLine(..., drains=True)`: generation) finishes the records in flight and takes no new
   ones (`stop_requested()`); any other step stops where it is. The second Ctrl-C ends the process
   at once: records are appended whole, so what was written is kept and `--resume` continues.
+  SIGTERM (`kill`, `timeout`, a batch scheduler's preemption) stops the run where it is, as an
+  interrupted one: its summary says `interrupted`, the exit status is 143, `--resume` continues.
 
 Imports nothing heavy; rich only when a bar is shown.
 """
@@ -278,6 +280,7 @@ _ACTIVE: list[ProgressLine] = []
 class _Interrupts:
     presses = 0  # Ctrl-C presses during the running command (0 outside one)
     announced = False  # the last command's first press was answered on screen
+    terminated = False  # the last command was stopped by SIGTERM
     installed = False
     hint = ""
 
@@ -322,6 +325,14 @@ def _on_interrupt(_signum: int, _frame: Any) -> None:
     os._exit(130)  # records are appended whole: what was written is kept
 
 
+def _on_terminate(_signum: int, _frame: Any) -> None:
+    if _Interrupts.terminated:
+        return  # a second SIGTERM while stopping: the first one's unwinding is under way
+    _Interrupts.terminated = _Interrupts.announced = True
+    _say(f"terminated (SIGTERM): stopping; {_saved_text()}; {_Interrupts.hint}")
+    raise KeyboardInterrupt  # unwinds like Ctrl-C: the run's summary is closed as interrupted
+
+
 @contextmanager
 def interrupt_handling(hint: str) -> Iterator[None]:
     """Ctrl-C as the module docstring says, while the block runs (main thread only; the outermost
@@ -329,14 +340,22 @@ def interrupt_handling(hint: str) -> Iterator[None]:
     if _Interrupts.installed or threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.getsignal(signal.SIGINT)
+    previous = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGINT, _on_interrupt)
+    signal.signal(signal.SIGTERM, _on_terminate)
     _Interrupts.installed, _Interrupts.hint, _Interrupts.presses, _Interrupts.announced = True, hint, 0, False
+    _Interrupts.terminated = False
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGINT, previous[0])
+        signal.signal(signal.SIGTERM, previous[1])
         _Interrupts.installed, _Interrupts.presses = False, 0  # a later run in this process starts afresh
+
+
+def terminated() -> bool:
+    """The last command was stopped by SIGTERM."""
+    return _Interrupts.terminated
 
 
 def interrupt_announced() -> bool:

@@ -249,7 +249,7 @@ class SafetyEvent(Record):
 
     turn_idx: int  # the user turn that was screened
     category: str  # suicide, self_harm, abuse, danger_to_others
-    method: Literal["rule", "embedding"]
+    method: Literal["rule", "embedding", "model"]  # the screen's stage that caught it
     rule: str  # "<category>:<pattern index>" or the closest example phrase
     score: float | None = None  # similarity, for the embedding check
     rules_version: str

@@ -153,7 +153,9 @@ class ClientLimits:
         vocab.MAX_STOP_STRINGS, "Stop strings sent per request (stock vLLM refuses more than 4); the rest are cut when the reply arrives."
     )
     max_retries: int = fixed(vocab.MAX_RETRIES)
-    local_batch_size: int = fixed(vocab.LOCAL_BATCH_SIZE)  # prompts the in-process model decodes together
+    local_batch_size: int = setting(
+        vocab.LOCAL_BATCH_SIZE, "Rows the in-process model decodes together (a request's n choices are n rows); more rows, more tokens a second."
+    )
 
     def __post_init__(self) -> None:
         check_limits(self)
@@ -165,6 +167,7 @@ def check_limits(s: Any) -> None:
         "--request-timeout must be positive; --retry-budget and --max-stop-strings must not be negative",
     )
     require(s.max_in_flight >= 1, "--max-in-flight must be at least 1")
+    require(s.local_batch_size >= 1, "--local-batch-size must be at least 1")
 
 
 

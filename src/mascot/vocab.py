@@ -57,4 +57,4 @@ REQUEST_TIMEOUT_S = 120.0
 RETRY_BUDGET_S = 60.0  # rides out a server restart of about 30 s
 MAX_RETRIES = 10
 MAX_STOP_STRINGS = 4  # stock vLLM refuses more than 4
-LOCAL_BATCH_SIZE = 8
+LOCAL_BATCH_SIZE = 32  # rows decoded together: on 2 CPU cores 32 gives 2.8x the tokens a second of 8 (benchmarks/local_batching.py)

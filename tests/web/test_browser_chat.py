@@ -1,6 +1,9 @@
 """The group chat in a real browser (headless Chromium from the system's packages, driven by
 Playwright): open the app, start a session, send a message, watch two companions' replies stream
-in, reload and find the session again. Opt-in: `make test-web` (marker `web`).
+in, reload and find the session again; what the page shows while the group answers (who is being
+chosen, who is typing), that nothing sends twice meanwhile (button or Enter) and nothing typed is
+lost, a retry's status line that clears, and `mascot web` on a taken port. Opt-in: `make test-web`
+(marker `web`).
 
 Screenshots go to outputs/test-web/test_browser_chat/ (MASCOT_WEB_TEST_OUTPUT overrides it).
 """
@@ -12,7 +15,10 @@ import itertools
 import os
 import shutil
 import socket
+import subprocess
+import sys
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -53,22 +59,68 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-@pytest.fixture
-def server(tmp_path):
+class Gated:
+    """Holds the n-th call of a client until the test opens gate n: the page can be looked at
+    while the group is still answering. Calls past the gates given run at once."""
+
+    def __init__(self, count: int) -> None:
+        self.gates = [threading.Event() for _ in range(count)]
+        self.calls = 0
+
+    async def wait(self) -> None:
+        number, self.calls = self.calls, self.calls + 1
+        while number < len(self.gates) and not self.gates[number].is_set():
+            await asyncio.sleep(0.02)
+
+    def open(self, number: int) -> None:
+        self.gates[number].set()
+
+
+class GatedDirector(ScriptedClient):
+    def __init__(self, gated: Gated, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.gated = gated
+
+    async def chat(self, request):
+        await self.gated.wait()
+        return await super().chat(request)
+
+
+class GatedSpeaker(TokenStreamClient):
+    def __init__(self, gated: Gated, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.gated = gated
+
+    async def stream(self, request):
+        await self.gated.wait()
+        async for piece in super().stream(request):
+            yield piece
+
+
+@contextmanager
+def serving(app, port: int):
     import uvicorn
 
-    clients = {"director": alternating_director(), "speaker": TokenStreamClient(fn=lambda r: group_reply(r.messages, r.seed, r.role))}
-    settings = WebSettings(session_dir=tmp_path / "chat", rounds_per_message=2, port=free_port())
-    web = uvicorn.Server(uvicorn.Config(create_app(settings, clients), host="127.0.0.1", port=settings.port, log_level="warning"))
+    web = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=web.run, daemon=True)
     thread.start()
     while not web.started:
         if not thread.is_alive():
             pytest.fail("the web app did not start")
         threading.Event().wait(0.05)
-    yield f"http://127.0.0.1:{settings.port}"
-    web.should_exit = True
-    thread.join()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        web.should_exit = True
+        thread.join()
+
+
+@pytest.fixture
+def server(tmp_path):
+    clients = {"director": alternating_director(), "speaker": TokenStreamClient(fn=lambda r: group_reply(r.messages, r.seed, r.role))}
+    settings = WebSettings(session_dir=tmp_path / "chat", rounds_per_message=2, port=free_port())
+    with serving(create_app(settings, clients), settings.port) as base:
+        yield base
 
 
 @pytest.fixture
@@ -124,3 +176,121 @@ def test_chat_in_a_browser(server, page):
     page.wait_for_selector("#transcript")
     assert page.locator(".turn.agent .who").all_text_contents() == speakers
     page.screenshot(path=str(OUTPUT / "session-list-and-resume.png"), full_page=True)
+
+
+def open_session(page, base: str) -> None:
+    page.goto(base + "/")
+    page.select_option("#roster", "emotional_support")
+    page.click("#start")
+    page.wait_for_selector("#message-form")
+
+
+def after_content(page, selector: str) -> str:
+    return page.evaluate("(s) => getComputedStyle(document.querySelector(s), '::after').content", selector)
+
+
+def test_the_page_shows_who_is_chosen_and_typing_and_sends_once(tmp_path, page):
+    OUTPUT.mkdir(parents=True, exist_ok=True)
+    director_gates, speaker_gates = Gated(1), Gated(1)
+    director = GatedDirector(director_gates, fn=lambda request: f"<directive>\nagent: {NAMES[0]}\naction: answer warmly\ntone: warm\n</directive>")
+    speaker = GatedSpeaker(speaker_gates, fn=lambda r: f"As {NAMES[0]}: that sounds heavy, I am here.")
+    settings = WebSettings(session_dir=tmp_path / "chat", rounds_per_message=1, port=free_port())
+    posts: list[str] = []
+    page.on("request", lambda request: posts.append(request.url) if request.method == "POST" and "/messages" in request.url else None)
+    with serving(create_app(settings, {"director": director, "speaker": speaker}), settings.port) as base:
+        open_session(page, base)
+        page.fill("#message", "I lost my job today")
+        page.press("#message", "Enter")
+        activity = page.locator("#activity")
+        activity.filter(has_text="The Director is choosing who answers").wait_for()  # before the Director has answered
+        assert page.is_disabled("#send")
+        assert page.input_value("#message") == ""  # the sent text moved into the transcript
+        page.locator(".turn.user .text", has_text="I lost my job today").wait_for()
+
+        page.locator("#message").press_sequentially("and my rent is due")  # typing goes on while the group answers
+        page.press("#message", "Enter")  # neither Enter ...
+        page.click("#send", force=True)  # ... nor the (disabled) button sends it
+        page.screenshot(path=str(OUTPUT / "waiting-director.png"), full_page=True)
+        director_gates.open(0)
+        activity.filter(has_text=f"{NAMES[0]} is typing").wait_for()
+        bubble = page.locator(".turn.agent.streaming")
+        bubble.wait_for()
+        assert bubble.locator(".who").text_content() == NAMES[0] and bubble.locator(".text").text_content() == ""
+        assert after_content(page, ".turn.agent.streaming .text") == '"typing…"'  # never an empty bubble
+        page.screenshot(path=str(OUTPUT / "waiting-speaker.png"), full_page=True)
+        speaker_gates.open(0)
+        bubble.wait_for(state="detached")
+        page.wait_for_function("() => !document.getElementById('send').disabled")
+        assert page.locator(".turn.agent .text").all_text_contents() == [f"As {NAMES[0]}: that sounds heavy, I am here."]
+        assert activity.is_hidden() and page.text_content("#status") == ""
+        assert page.input_value("#message") == "and my rent is due"  # what was typed meanwhile is kept
+        assert len(posts) == 1 and page.locator(".turn.user").count() == 1
+
+        page.press("#message", "Enter")  # now it sends
+        page.locator(".turn.agent").nth(1).wait_for()
+        page.wait_for_function("() => !document.getElementById('send').disabled")
+        assert len(posts) == 2 and page.locator(".turn.user .text").all_text_contents() == ["I lost my job today", "and my rent is due"]
+
+
+def test_a_retried_reply_clears_its_status_line(tmp_path, page):
+    speaker_gates = Gated(2)
+    replies = [f"{NAMES[1]}: you should go for a walk.", f"As {NAMES[0]}: I hear how tiring this is."]
+    speaker = GatedSpeaker(speaker_gates, replies=replies)
+    director = ScriptedClient(fn=lambda request: f"<directive>\nagent: {NAMES[0]}\naction: answer\ntone: warm\n</directive>")
+    settings = WebSettings(session_dir=tmp_path / "chat", rounds_per_message=1, port=free_port())
+    with serving(create_app(settings, {"director": director, "speaker": speaker}), settings.port) as base:
+        open_session(page, base)
+        page.fill("#message", "so tired")
+        page.press("#message", "Enter")
+        speaker_gates.open(0)  # the first reply opens as another companion: discarded, asked again
+        page.locator("#status", has_text="was discarded; asking again").wait_for()
+        speaker_gates.open(1)
+        page.locator(".turn.agent.streaming").wait_for(state="detached")
+        page.wait_for_function("() => !document.getElementById('send').disabled")
+        assert page.locator(".turn.agent .text").all_text_contents() == [replies[1]]
+        assert page.text_content("#status") == ""  # the retry succeeded: its note is gone
+
+
+def test_a_refused_message_reads_as_a_sentence_and_comes_back(tmp_path, page):
+    director_gates = Gated(1)
+    director = GatedDirector(director_gates, fn=lambda request: f"<directive>\nagent: {NAMES[0]}\naction: answer\ntone: warm\n</directive>")
+    settings = WebSettings(session_dir=tmp_path / "chat", rounds_per_message=1, port=free_port())
+    with serving(create_app(settings, {"director": director, "speaker": TokenStreamClient(default="As you say.")}), settings.port) as base:
+        open_session(page, base)
+        session_url = page.url
+        other = page.context.browser.new_page()  # a second window on the same session
+        other.goto(session_url)
+        page.fill("#message", "first")
+        page.press("#message", "Enter")
+        page.locator("#activity", has_text="choosing").wait_for()
+        other.fill("#message", "from the other tab")
+        other.press("#message", "Enter")
+        other.locator("#status", has_text="The group is still answering").wait_for()
+        status = other.text_content("#status")
+        assert "409" not in status and "{" not in status and status.endswith(".")
+        assert other.input_value("#message") == "from the other tab"  # refused: the text comes back
+        director_gates.open(0)
+        page.wait_for_function("() => !document.getElementById('send').disabled")
+
+
+def test_upload_without_a_file_shows_a_sentence(tmp_path, page):
+    settings = WebSettings(session_dir=tmp_path / "chat", port=free_port())
+    with serving(create_app(settings, {"director": alternating_director(), "speaker": TokenStreamClient(default="ok")}), settings.port) as base:
+        page.goto(base + "/")
+        page.evaluate("() => document.querySelector('input[name=roster_file]').removeAttribute('required')")  # past the browser's own check
+        page.click("form.upload button[type=submit]")
+        page.wait_for_load_state()
+        assert "No roster file was chosen" in page.inner_text("main") and "detail" not in page.content()
+
+
+def test_mascot_web_on_a_taken_port_says_one_line(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "HF_HUB_OFFLINE": "1"}
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "mascot", "web", "--port", str(port), "--session-dir", str(tmp_path / "chat")],
+                              env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines() == [f"error: port {port} on 127.0.0.1 is taken by another program: pick another with --port (e.g. --port {port + 1})"]
+    assert "Traceback" not in done.stderr and "http://" not in done.stdout  # no address for a server that never listened

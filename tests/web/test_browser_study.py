@@ -104,3 +104,66 @@ def test_two_raters_complete_the_study_and_the_owner_sees_results(served_study, 
     results = compute_results(study.path)
     assert results["ratings_used"] == 6 and results["preference"]["ties"] == 0
     assert (output / "study_results.png").stat().st_size > 1000
+
+
+@pytest.fixture
+def served_beside_the_chat(served_study, tmp_path):
+    """The same study under `mascot web --study` (the group chat's app, scripted companions)."""
+    import threading
+
+    import uvicorn
+
+    from mascot.testing.players import group_client
+    from mascot.web.app import create_app
+    from mascot.web.settings import WebSettings
+
+    study, standalone = served_study
+    settings = WebSettings(session_dir=tmp_path / "chat", study=study.path, port=free_port())
+    app = create_app(settings, {"director": group_client(), "speaker": group_client()})
+    web = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=settings.port, log_level="warning"))
+    thread = threading.Thread(target=web.run, daemon=True)
+    thread.start()
+    while not web.started:
+        assert thread.is_alive(), "mascot web did not start"
+        time.sleep(0.05)
+    yield study, standalone, f"http://127.0.0.1:{settings.port}"
+    web.should_exit = True
+    thread.join()
+
+
+LAYOUT = """() => Object.fromEntries(["conversation-1", "conversation-2"].map((id) => {
+  const box = document.getElementById(id).getBoundingClientRect();
+  return [id, {x: box.x, y: box.y, width: box.width}];
+}))"""
+WATCH_POLICY = "window.__violations = []; document.addEventListener('securitypolicyviolation', (e) => window.__violations.push(e.violatedDirective));"
+
+
+def item_layout(browser, base: str, token: str, screenshot: Path) -> tuple[dict, list[str], list[str]]:
+    """The two conversations' boxes on a rater's first item, the page's console errors about the
+    Content Security Policy and the policy violations it reported."""
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors: list[str] = []
+    page.on("console", lambda message: errors.append(message.text) if message.type == "error" and "Content Security Policy" in message.text else None)
+    page.add_init_script(WATCH_POLICY)
+    page.goto(f"{base}/study/r/{token}/0")
+    page.wait_for_load_state("load")
+    layout, violations = page.evaluate(LAYOUT), page.evaluate("window.__violations")
+    page.screenshot(path=str(screenshot), full_page=True)
+    page.close()
+    return layout, errors, violations
+
+
+def test_the_study_under_mascot_web_is_styled_as_standalone(served_beside_the_chat, browser, tmp_path):
+    study, standalone, combined = served_beside_the_chat
+    output = Path(os.environ.get("MASCOT_WEB_OUTPUT", tmp_path))
+    output.mkdir(parents=True, exist_ok=True)
+    token = study.rater_tokens[0]
+    alone, alone_errors, alone_violations = item_layout(browser, standalone, token, output / "study_item_standalone.png")
+    beside, errors, violations = item_layout(browser, combined, token, output / "study_item_beside_chat.png")
+    one, two = beside["conversation-1"], beside["conversation-2"]
+    assert abs(one["y"] - two["y"]) < 1 and two["x"] >= one["x"] + one["width"]  # side by side, not stacked
+    assert abs(one["width"] - two["width"]) < 1 and one["width"] < 1280 / 2
+    assert beside == alone  # exactly the standalone layout
+    assert errors == alone_errors == [] and violations == alone_violations == []  # no CSP error in the console
+    policies = httpx.get(f"{combined}/study/r/{token}/0").headers.get_list("content-security-policy")
+    assert len(policies) == 1 and "unsafe-inline" not in policies[0]

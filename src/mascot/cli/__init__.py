@@ -38,10 +38,16 @@ def main() -> None:
     except MascotError as exc:
         typer.secho(f"error: {exc}", fg="red", err=True)
         sys.exit(2)
-    except KeyboardInterrupt:
-        from mascot.progress import interrupt_announced
+    except SystemExit as exc:
+        from mascot.progress import terminated
 
-        # The first Ctrl-C already said what was saved and how to continue (mascot.progress).
+        if exc.code == 130 and terminated():  # typer ends an interrupted command with 130
+            sys.exit(143)  # 128 + SIGTERM, as a shell reports a terminated process
+        raise
+    except KeyboardInterrupt:
+        from mascot.progress import interrupt_announced, terminated
+
+        # The first Ctrl-C (or SIGTERM) already said what was saved and how to continue (mascot.progress).
         message = "interrupted" if interrupt_announced() else "interrupted: partial results are saved; rerun with --resume to continue"
         typer.secho(message, fg="yellow", err=True)
-        sys.exit(130)
+        sys.exit(143 if terminated() else 130)

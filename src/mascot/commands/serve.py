@@ -105,6 +105,10 @@ def _run(plan, log_path: Path, timeout: float, served_adapters: Path | None) -> 
     process = start_server(plan, log_path)
     watchdog = start_watchdog(process)  # ends the server's group should this process be killed -9
     signal.signal(signal.SIGTERM, _interrupt)  # a plain `kill` stops the vLLM server too
+    # Ctrl-C (SIGINT) stops it even where this process inherited SIGINT ignored or blocked (started
+    # from a script, a background job, a test runner): else the server would outlive every Ctrl-C.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
         served = wait_until_ready(process, plan, log_path, timeout)
         if served_adapters:

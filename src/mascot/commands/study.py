@@ -11,7 +11,7 @@ import typer
 from mascot.commands.dryrun import DryRunError, print_settings
 from mascot.files import write_json_atomic
 from mascot.progress import plural
-from mascot.study.create import create_study, episodes_by_context, matched_contexts
+from mascot.study.create import create_study, episodes_by_context, matched_contexts, refuse_identical
 from mascot.study.db import opened
 from mascot.study.results import compute_results, format_results, ratings_csv
 from mascot.study.settings import StudyCreateSettings, StudyResultsSettings
@@ -28,6 +28,7 @@ def run_study_create(settings: StudyCreateSettings) -> None:
 
 
 def dry_run_study_create(command: str, settings: StudyCreateSettings) -> None:
+    refuse_identical(settings.a, settings.b)
     contexts = matched_contexts(episodes_by_context(settings.a, "--a"), episodes_by_context(settings.b, "--b"))
     if Path(settings.out).exists() and not settings.overwrite:
         raise DryRunError(f"--out {settings.out} exists: pick another path or pass --overwrite")

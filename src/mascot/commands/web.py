@@ -13,13 +13,25 @@ from mascot.web.settings import WebSettings
 
 
 def run_web(settings: WebSettings) -> None:
+    """Serves the app; its address is printed once it listens (the models load first), and a
+    port another program holds is one line at once."""
     import typer
 
-
-    typer.secho(f"mascot web on http://{settings.host}:{settings.port}/ (sessions in {settings.session_dir}; Ctrl-C stops)", fg="green")
     if not settings.loopback_only:
         typer.secho(f"warning: --host {settings.host} lets other machines reach the app; it has no login", fg="yellow", err=True)
-    serve(settings)
+
+    def bound() -> None:
+        typer.secho(f"mascot web: port {settings.port} reserved; starting (models load first, then the address is printed)", err=True)
+
+    def listening() -> None:
+        typer.secho(f"mascot web on {web_address(settings)} (sessions in {settings.session_dir}; Ctrl-C stops)", fg="green")
+
+    serve(settings, on_bound=bound, on_listening=listening)
+
+
+def web_address(settings: WebSettings) -> str:
+    host = f"[{settings.host}]" if ":" in settings.host else settings.host
+    return f"http://{host}:{settings.port}/"
 
 
 def dry_run_web(command: str, settings: WebSettings) -> None:

@@ -31,6 +31,7 @@ from mascot.dialogue.tally import Tally
 from mascot.llm.base import ChatClient, route_together
 from mascot.rosters import load_profiles, profile_set, user_profile
 from mascot.safety import SAFETY_ACTION, Finding, SafetyScreen, screen_applies
+from mascot.safety.model_check import ModelCheck
 from mascot.vocab import DEFAULT_RUBRIC_VERSION
 from mascot.schema import (
     BranchInfo,
@@ -112,7 +113,10 @@ class EpisodeEngine:
         )
         policy = make_policy(s.turn_policy, roster, self.director, speaker_client=clients["speaker"], settings=s, tally=self.tally)
         self.policy: TurnPolicy = TurnLimit(policy, roster, self.max_consecutive_turns, self.tally) if self.max_consecutive_turns else policy
-        self.safety = SafetyScreen(locale=s.safety_locale, embeddings=s.safety_embeddings) if screen_applies(s.safety, roster.domain) else None
+        # A "safety" client, when given, is the screen's second stage for messages the rules leave unsure.
+        model_check = ModelCheck(clients["safety"]) if "safety" in clients else None
+        self.safety = (SafetyScreen(locale=s.safety_locale, embeddings=s.safety_embeddings, model_check=model_check)
+                       if screen_applies(s.safety, roster.domain) else None)
         set_name, self.fixed_profile = user_profile_choice(s)
         self.profile_set = profile_set(set_name) if set_name else None
         self.role_identities = role_identities or {
@@ -197,7 +201,7 @@ class EpisodeEngine:
             state.emotions.append(emotion)
         turn = Turn(turn_idx=state.next_turn_idx, round_id=round_id, agent_name="user", response=text, turn_type="user", emotion=emotion)
         state.turns.append(turn)
-        finding = self.safety.check(text) if self.safety is not None else None
+        finding = await self.safety.check_async(text) if self.safety is not None else None
         if finding is not None:
             state.pending_safety = (finding, turn.turn_idx)
         return turn

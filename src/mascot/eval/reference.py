@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from mascot.errors import MascotError
+from mascot.files import read_yaml_mapping, shipped_or_path
 from mascot.eval.paper import POOLED, block_label, block_of, model_size, row_label
 
 REFERENCE_DIR = Path(__file__).with_name("references")
@@ -90,13 +91,10 @@ def shipped_references() -> list[str]:
 
 
 def reference_path(name_or_path: str) -> Path:
-    path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") and path.is_file():
-        return path
-    shipped = REFERENCE_DIR / f"{name_or_path}.yaml"
-    if shipped.is_file():
-        return shipped
-    raise MascotError(f"--reference {name_or_path!r}: no such file or shipped reference (shipped: {', '.join(shipped_references())}; none switches it off)")
+    path = shipped_or_path(name_or_path, REFERENCE_DIR)
+    if path is None:
+        raise MascotError(f"--reference {name_or_path!r}: no such file or shipped reference (shipped: {', '.join(shipped_references())}; none switches it off)")
+    return path
 
 
 def _where(loc: tuple) -> str:
@@ -108,18 +106,10 @@ def _where(loc: tuple) -> str:
 
 def load_reference(name_or_path: str | None) -> Reference | None:
     """The reference file by shipped name or path; None for `none`. A bad entry is one line naming it."""
-    import yaml
-
     if not name_or_path or name_or_path.strip().lower() == NO_REFERENCE:
         return None
     path = reference_path(name_or_path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise MascotError(f"reference {path}{f':{mark.line + 1}' if mark else ''}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
-    if not isinstance(data, dict):
-        raise MascotError(f"reference {path}: expected a mapping with reference_version, title, tables and cells")
+    data = read_yaml_mapping(path, expected="a mapping with reference_version, title, tables and cells", label="reference ")
     try:
         return Reference.model_validate(data)
     except ValidationError as exc:

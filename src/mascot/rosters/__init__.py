@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
 from pydantic import ValidationError
 
 from mascot.errors import MascotError
+from mascot.files import read_yaml_mapping
 from mascot.schema import BigFiveProfile, MbtiProfile, Roster, UserProfile
 from mascot.vocab import DEFAULT_USER_PROFILE_SET
 
@@ -44,16 +44,9 @@ class RosterError(MascotError, ValueError):
 
 def _read_yaml(path: Path) -> dict:
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return read_yaml_mapping(path, expected="a mapping with name, version and personas", error=RosterError)
     except FileNotFoundError:
         raise RosterError(f"roster file not found: {path}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark else ""
-        raise RosterError(f"{path}{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
-    if not isinstance(data, dict):
-        raise RosterError(f"{path}: expected a mapping with name, version and personas")
-    return data
 
 
 @lru_cache(maxsize=32)

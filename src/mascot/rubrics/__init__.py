@@ -13,10 +13,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from mascot.errors import MascotError
+from mascot.files import read_yaml_mapping, shipped_or_path
 from mascot.vocab import DEFAULT_RUBRIC_VERSION
 
 RUBRIC_DIR = Path(__file__).parent
@@ -113,27 +113,17 @@ def available_versions() -> list[str]:
 
 
 def _rubric_path(version_or_path: str) -> Path:
-    path = Path(version_or_path)
-    if path.suffix in (".yaml", ".yml") and path.exists():
-        return path
-    builtin = RUBRIC_DIR / f"{version_or_path}.yaml"
-    if builtin.exists():
-        return builtin
-    raise RubricError(f"unknown rubric version {version_or_path!r}: use one of {', '.join(available_versions())} or a path to a rubric YAML file")
+    path = shipped_or_path(version_or_path, RUBRIC_DIR)
+    if path is None:
+        raise RubricError(f"unknown rubric version {version_or_path!r}: use one of {', '.join(available_versions())} or a path to a rubric YAML file")
+    return path
 
 
 @lru_cache(maxsize=16)
 def load_rubric_set(version_or_path: str = DEFAULT_RUBRIC_VERSION) -> RubricSet:
     """A built-in rubric version by name, or a user's rubric file in the same layout."""
     path = _rubric_path(version_or_path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark else ""
-        raise RubricError(f"{path}{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
-    if not isinstance(data, dict):
-        raise RubricError(f"{path}: expected a mapping with rubric_version, scale and domains")
+    data = read_yaml_mapping(path, expected="a mapping with rubric_version, scale and domains", error=RubricError)
     try:
         return RubricSet.model_validate(data)
     except ValidationError as exc:

@@ -1,7 +1,9 @@
 """The safety screen every user message passes before the group answers (emotional-support roster).
 
-`SafetyScreen.check(text)` returns a `Finding` on a clear match: a rule pattern, or (when enabled)
-similarity to an example phrasing at or above the rules' threshold. The caller then answers with
+Three stages, each recorded as the `method` of what it finds: the rules (always), the embedding
+check (when enabled), and a served model asked for a label (when one is given) about the messages
+the first two leave unsure. `SafetyScreen.check(text)` runs the first two; `await
+SafetyScreen.check_async(text)` adds the model. On a finding the caller answers with
 `SafetyScreen.reply(finding)` instead of a normal round and records `SafetyScreen.event(...)`.
 """
 
@@ -17,32 +19,61 @@ from mascot.schema import SafetyEvent
 
 SAFETY_MODES = ("auto", "on", "off")
 SAFETY_ACTION = "safety response: crisis resources"  # the directive action of the safety reply turn
+STAGES = ("rule", "embedding", "model")
 
 
 @dataclass(frozen=True)
 class Finding:
     category: str
-    method: str  # "rule" or "embedding"
-    rule: str
+    method: str  # the stage that caught it: "rule", "embedding" or "model"
+    rule: str  # the rule id, the closest example, or the model's name
     score: float | None = None
+
+
+@dataclass(frozen=True)
+class Screening:
+    """What the rules and the embedding check made of a message: a finding, or why they are unsure
+    (a context such as "someone_else", a watch word, a similarity just under the threshold)."""
+
+    finding: Finding | None
+    unsure: str | None = None
+    category_hint: str | None = None  # the category the unsure evidence points to
 
 
 class SafetyScreen:
     def __init__(self, *, locale: str | None = None, embeddings: bool = False, rules_file: Path | str = RULES_FILE,
-                 resources_file: Path | str = RESOURCES_FILE, embedder=None) -> None:
+                 resources_file: Path | str = RESOURCES_FILE, embedder=None, model_check=None) -> None:
         self.rules = load_rules(rules_file)
         self.resources = load_resources(resources_file)
         self.locale = self.resources.resolve_locale(locale)
         self.similarity = ExampleSimilarity(self.rules, embedder) if embeddings else None
+        self.model_check = model_check  # a `ModelCheck`, or None for no model stage
+
+    def assess(self, text: str) -> Screening:
+        found = self.rules.match(text)
+        if found is not None and found.unsure is None:
+            return Screening(Finding(found.category, "rule", found.rule))
+        unsure, hint = (f"context {found.unsure}", found.category) if found is not None else (None, None)
+        if self.similarity is not None and found is None:
+            near = self.similarity.nearest(self.rules.without_lookalikes(text))
+            if near is not None and near.counts(self.rules):
+                return Screening(Finding(near.category, "embedding", near.example, near.score))
+            if near is not None and near.unsure(self.rules):
+                unsure, hint = f"similarity {near.score:.2f} to {near.example!r}", near.category
+        if unsure is None and (word := self.rules.watched(text)):
+            unsure = f"watch word {word!r}"
+        return Screening(None, unsure, hint)
 
     def check(self, text: str) -> Finding | None:
-        found = self.rules.match(text)
-        if found is not None:
-            return Finding(found.category, "rule", found.rule)
-        if self.similarity is None:
-            return None
-        close = self.similarity.closest(self.rules.without_lookalikes(text))
-        return Finding(close.category, "embedding", close.example, close.score) if close else None
+        """The rules and (when enabled) the embedding check."""
+        return self.assess(text).finding
+
+    async def check_async(self, text: str) -> Finding | None:
+        """`check`, then the model stage (when there is one) for a message left unsure."""
+        screening = self.assess(text)
+        if screening.finding is not None or screening.unsure is None or self.model_check is None:
+            return screening.finding
+        return await self.model_check.decide(text)
 
     def reply(self, finding: Finding) -> str:
         return self.resources.message(finding.category, self.locale)

@@ -8,6 +8,7 @@ error line): a rater who does not prefer the intact side fails the check.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import secrets
@@ -24,6 +25,9 @@ BROKEN_REPLIES = (
     "asdf asdf lorem ipsum the the the",
     "Our office hours are Monday to Friday, 9am to 5pm. Press 1 for billing.",
 )
+
+# What datasets and the engine call the person seeking help: replaced by a label a rater reads.
+GENERIC_USER_NAMES = frozenset({"user", "usr", "seeker", "person", "you"})
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,26 @@ def episodes_by_context(path: Path, flag: str) -> dict[str, Episode]:
     return found
 
 
+def refuse_identical(a_path: Path, b_path: Path) -> None:
+    """Two systems are compared: the same file twice (by path or by content) would be a study of
+    nothing, every preference a coin toss."""
+    a_path, b_path = Path(a_path), Path(b_path)
+    if not (a_path.is_file() and b_path.is_file()):
+        return  # a missing file gets its own error when it is read
+    if a_path.resolve() == b_path.resolve():
+        raise StudyError(f"--a and --b are the same file ({a_path}): give the episodes of two different systems")
+    if file_digest(a_path) == file_digest(b_path):
+        raise StudyError(f"--a {a_path} and --b {b_path} have the same content: give the episodes of two different systems")
+
+
+def file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def matched_contexts(a: dict[str, Episode], b: dict[str, Episode]) -> list[str]:
     only_a, only_b = sorted(set(a) - set(b)), sorted(set(b) - set(a))
     if only_a or only_b:
@@ -76,13 +100,25 @@ def context_view(episode: Episode) -> dict:
         return {"situation": "", "opening": []}
     situation = ctx.situation or ctx.query or ""
     lines = [line for line in (ctx.opening_turns or ctx.transcript) if line.text.strip() != situation.strip()]
-    opening = [{"speaker": line.speaker, "text": line.text} for line in lines]
+    person = person_label(episode)
+    opening = [{"speaker": person if line.speaker.lower() in GENERIC_USER_NAMES else line.speaker, "text": line.text} for line in lines]
     return {"situation": situation, "emotion": ctx.emotion, "opening": opening}
 
 
 def conversation_view(episode: Episode) -> list[dict]:
-    """The turns a rater sees: speaker and text only (no directives, models or ids)."""
-    return [{"speaker": "You" if t.is_user else t.agent_name, "is_user": t.is_user, "text": t.response} for t in episode.turns]
+    """The turns a rater sees: speaker and text only (no directives, models or ids). The rater is
+    not the person in the conversation, so the person's lines are not labelled "You"."""
+    person = person_label(episode)
+    return [{"speaker": person if t.is_user else t.agent_name, "is_user": t.is_user, "text": t.response} for t in episode.turns]
+
+
+def person_label(episode: Episode) -> str:
+    """What a rater reads beside the person's lines: the situation's own name for them when the
+    record gives one (a named user turn), else "The participant" in a meeting, "The person" elsewhere."""
+    named = {t.agent_name.strip() for t in episode.turns if t.is_user and t.agent_name.strip().lower() not in GENERIC_USER_NAMES}
+    if len(named) == 1:
+        return named.pop()
+    return "The participant" if episode.context is not None and episode.context.is_meeting else "The person"
 
 
 def broken_copy(conversation: list[dict], rng: random.Random) -> list[dict]:
@@ -125,6 +161,7 @@ def _insert(conn, rows: list[tuple], num_raters: int, rng: random.Random) -> lis
 
 def create_study(a_path: Path, b_path: Path, out: Path, *, raters: int, attention_checks: int = 0, seed: int = 0,
                  system_a: str | None = None, system_b: str | None = None, overwrite: bool = False) -> BuiltStudy:
+    refuse_identical(a_path, b_path)
     a, b = episodes_by_context(a_path, "--a"), episodes_by_context(b_path, "--b")
     contexts = matched_contexts(a, b)
     out = Path(out)

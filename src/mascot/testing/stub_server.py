@@ -53,6 +53,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 from urllib.request import urlopen
@@ -98,6 +99,15 @@ class StubServerHandle:
     @property
     def stats(self) -> StubStats:
         return self.server.stats
+
+    def wait_idle(self, timeout_s: float = 30.0) -> None:
+        """Returns once no connection is open: every request a client sent, even one that died since,
+        has been read and answered (a killed client's last requests can reach the server late)."""
+        deadline = time.monotonic() + timeout_s
+        while self.server._connections or self.server.stats.in_flight:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"stub server still busy after {timeout_s:g} s")
+            time.sleep(0.02)
 
     def stop(self) -> None:
         if not self._loop.is_running():

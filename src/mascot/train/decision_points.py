@@ -17,6 +17,7 @@ from mascot.rosters import load_roster, roster_for_dataset
 from mascot.schema import Context, Episode, Roster, Turn
 from mascot.train import data
 from mascot.train.common import validate_grpo
+from mascot.train.runtime import TrainingSetupError
 from mascot.train.config import DirectorGRPOSettings
 from mascot.train.guard import require_group_prompts
 
@@ -128,11 +129,22 @@ def load_decision_inputs(settings: DirectorGRPOSettings) -> DecisionInputs:
     return DecisionInputs(data_file, episodes, run, data.resolve_dataset(settings.dataset, run), roster, points)
 
 
+def validate_rollouts(settings: DirectorGRPOSettings) -> None:
+    """Rollout settings that would roll out nothing, refused before anything is loaded."""
+    for flag, value in (("--rollout-max-tokens", settings.rollout_max_tokens), ("--rollout-user-max-tokens", settings.rollout_user_max_tokens),
+                        ("--rollout-director-max-tokens", settings.rollout_director_max_tokens or 1), ("--suffix-rounds", settings.suffix_rounds)):
+        if value < 1:
+            raise TrainingSetupError(f"{flag} must be at least 1, got {value}")
+    if settings.rollout_temperature < 0:
+        raise TrainingSetupError(f"--rollout-temperature must not be negative, got {settings.rollout_temperature}")
+
+
 def require_decision_points(settings: DirectorGRPOSettings, kept: int, sampled: int, data_file, num_episodes: int) -> None:
     """One line when the decision points are fewer than one GRPO step's prompts (`num_episodes`
     counts the episodes they are sampled from: branch records are not)."""
 
     validate_grpo(settings)
+    validate_rollouts(settings)
     limited = f", {kept} kept by --limit" if kept < sampled else ""
     counted = f"{sampled} sampled from {num_episodes} episodes of {data_file} (--decision-points-per-episode {settings.decision_points_per_episode}){limited}"
     more = "raise --decision-points-per-episode, or record more episodes"

@@ -2,11 +2,16 @@
 
 Without `clients` the app opens the Director's and the Speakers' backends from the settings when it
 starts (the embedded local model by default, an OpenAI-compatible endpoint by flag) and closes them
-when it stops; tests pass scripted clients instead.
+when it stops; tests pass scripted clients instead. `serve` binds the port before anything loads
+(a taken port is one line at once) and says the address only when the server listens.
 """
 
 from __future__ import annotations
 
+import errno
+import logging
+import socket
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -15,8 +20,9 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
+from mascot.errors import MascotError
 from mascot.llm.base import ChatClient
-from mascot.web import chat_routes, study_routes
+from mascot.web import chat_routes, error_pages, study_routes
 from mascot.web.security import CSRF_FORM_FIELD, GuardMiddleware, csrf_token
 from mascot.web.sessions import WebSessions
 from mascot.web.settings import LOOPBACK_HOSTS, WebSettings
@@ -40,18 +46,44 @@ def allowed_hosts(settings: WebSettings) -> list[str]:
     return [*LOOPBACK_HOSTS, "[::1]", "testserver"]
 
 
-def create_app(settings: WebSettings, clients: dict[str, ChatClient] | None = None) -> FastAPI:
+def runs_smoke_test_model(settings: WebSettings) -> bool:
+    """True when a chat role answers from the embedded smoke-test model, in process: its replies
+    show that the app works, not what the companions can do, and the pages say so."""
+    from mascot.dialogue.chat import CHAT_ROLES
+    from mascot.llm.models import is_embedded_checkpoint
+    from mascot.llm.routing import resolve_roles
+    from mascot.vocab import DEFAULT_LOCAL_MODEL
+
+    def tiny(model: str | None) -> bool:
+        return model == DEFAULT_LOCAL_MODEL or (model is not None and is_embedded_checkpoint(model))
+
+    return any(e.url is None and (tiny(e.model) or tiny(e.base_model)) for e in resolve_roles(settings, CHAT_ROLES).values())
+
+
+async def open_backends(app: FastAPI, settings: WebSettings):
+    """The settings' backends, opened and their in-process models loaded, behind the app's sessions."""
+    import asyncio
+
+    from mascot.dialogue.chat import chat_backends, preload_local_models
+
+    backends, identities = await asyncio.to_thread(chat_backends, settings)
+    app.state.sessions = WebSessions(settings.session_dir, settings, {role: backends[role] for role in backends.endpoints}, identities)
+    await preload_local_models(backends)
+    return backends
+
+
+def create_app(settings: WebSettings, clients: dict[str, ChatClient] | None = None, *, smoke_test_model: bool | None = None) -> FastAPI:
+    """The app; `smoke_test_model` (shown as a banner) defaults to what the settings' own backends
+    would be, and to False for clients passed in."""
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         backends = None
         if clients is None:
-            import asyncio
-
-            from mascot.dialogue.chat import chat_backends, preload_local_models
-
-            backends, identities = await asyncio.to_thread(chat_backends, settings)
-            app.state.sessions = WebSessions(settings.session_dir, settings, {role: backends[role] for role in backends.endpoints}, identities)
-            await preload_local_models(backends)
+            try:
+                backends = await open_backends(app, settings)
+            except MascotError as exc:  # a model that cannot load: `serve` says it in one line
+                app.state.startup_error = exc
+                raise
         try:
             yield
         finally:
@@ -64,19 +96,74 @@ def create_app(settings: WebSettings, clients: dict[str, ChatClient] | None = No
     app.state.settings = settings
     app.state.templates = make_templates()
     app.state.tasks = set()
+    app.state.smoke_test_model = (clients is None and runs_smoke_test_model(settings)) if smoke_test_model is None else smoke_test_model
     if clients is not None:
         app.state.sessions = WebSessions(settings.session_dir, settings, clients)
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts(settings))
     app.add_middleware(GuardMiddleware, max_body_bytes=settings.max_body_bytes)
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
     app.include_router(chat_routes.router)
+    error_pages.install(app)
     if settings.study is not None:  # the human-study pages of one study file, beside the chat
         study_routes.mount_study(app, settings.study)
     return app
 
 
-def serve(settings: WebSettings) -> None:
-    """Serves the app until Ctrl-C."""
+def listening_socket(host: str, port: int) -> socket.socket:
+    """The app's socket, bound now: a port another program holds is a MascotError, before any
+    model loads (uvicorn would load them first, then log a traceback)."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise MascotError(f"port {port} on {host} is taken by another program: pick another with --port (e.g. --port {port % 65535 + 1})") from None
+        raise MascotError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve(settings: WebSettings, app: FastAPI | None = None, *, on_bound: Callable[[], None] | None = None,
+          on_listening: Callable[[], None] | None = None) -> None:
+    """Serves the app (built from the settings unless given) until Ctrl-C. `on_bound` runs once
+    the port is held, `on_listening` once the app has started (models loaded) and accepts
+    connections."""
+    server, sock = web_server(settings, app, on_listening)
+    state = server.config.app.state
+
+    def untold(record: logging.LogRecord) -> bool:
+        # A start that failed on a MascotError is told below in one line, not as uvicorn's traceback.
+        return getattr(state, "startup_error", None) is None
+
+    server_log = logging.getLogger("uvicorn.error")
+    server_log.addFilter(untold)
+    if on_bound is not None:
+        on_bound()
+    try:
+        server.run(sockets=[sock])
+    except SystemExit:  # uvicorn's exit when the app could not start
+        error = getattr(state, "startup_error", None)
+        if error is not None:
+            raise MascotError(f"mascot web could not start: {error}") from None
+        raise
+    finally:
+        server_log.removeFilter(untold)
+        sock.close()
+
+
+def web_server(settings: WebSettings, app: FastAPI | None = None, on_listening: Callable[[], None] | None = None):
+    """(uvicorn server, its bound socket): run with `server.run(sockets=[sock])`."""
     import uvicorn
 
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning")
+    sock = listening_socket(settings.host, settings.port)
+
+    class AnnouncingServer(uvicorn.Server):
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets)
+            if on_listening is not None and not self.should_exit:
+                on_listening()
+
+    config = uvicorn.Config(app or create_app(settings), host=settings.host, port=settings.port, log_level="warning")
+    return AnnouncingServer(config), sock

@@ -12,9 +12,10 @@ from pydantic import BaseModel
 
 from mascot.errors import MascotError
 from mascot.rosters import RosterError
+from mascot.web.error_pages import sentence
 from mascot.web.events import DONE, QueueListener, colour_index, sse
 from mascot.web.security import require_csrf, scrub
-from mascot.web.sessions import SessionNotFound, WebSessions
+from mascot.web.sessions import SessionNotFound, WebSessions, readable_time
 
 router = APIRouter()
 log = logging.getLogger(__name__)
@@ -37,9 +38,9 @@ def bounded_text(request: Request, text: str, what: str, *, allow_empty: bool = 
     limit = request.app.state.settings.max_message_chars
     text = text.strip()
     if not text and not allow_empty:
-        raise HTTPException(status_code=422, detail=f"the {what} is empty")
+        raise HTTPException(status_code=422, detail=f"The {what} is empty: write something first.")
     if len(text) > limit:
-        raise HTTPException(status_code=422, detail=f"the {what} is too long: at most {limit} characters (it has {len(text)})")
+        raise HTTPException(status_code=422, detail=f"The {what} is too long: at most {limit} characters (it has {len(text)}).")
     return text
 
 
@@ -51,11 +52,16 @@ async def index(request: Request, roster: str | None = None) -> HTMLResponse:
 
 
 @router.post("/rosters", dependencies=[Depends(require_csrf)])
-async def upload_roster(request: Request, roster_file: UploadFile = File(...)) -> Response:
+async def upload_roster(request: Request, roster_file: UploadFile | str | None = File(None)) -> Response:
+    # A form sent without a file chosen carries an empty part (or none): a sentence, not a 422 JSON.
+    data = await roster_file.read() if hasattr(roster_file, "read") else b""
+    if not data.strip():
+        message = "No roster file was chosen (or the file is empty): choose a YAML or JSON roster file, then press Upload."
+        return page(request, "error.html", 422, title="No roster to upload", message=message)
     try:
-        key, _ = sessions_of(request).add_roster(await roster_file.read())
+        key, _ = sessions_of(request).add_roster(data)
     except RosterError as exc:
-        return page(request, "error.html", 422, title="This roster cannot be used", message=str(exc))
+        return page(request, "error.html", 422, title="This roster cannot be used", message=sentence(str(exc)))
     return RedirectResponse(f"/?roster={key}", status_code=303)
 
 
@@ -65,7 +71,7 @@ async def start_session(request: Request, roster: str = Form(...), situation: st
     try:
         session = sessions_of(request).create(roster, situation or None)
     except MascotError as exc:
-        return page(request, "error.html", 422, title="The session cannot start", message=scrub(str(exc)))
+        return page(request, "error.html", 422, title="The session cannot start", message=sentence(scrub(str(exc))))
     return RedirectResponse(f"/sessions/{session.path.stem}", status_code=303)
 
 
@@ -74,12 +80,13 @@ async def session_page(request: Request, session_id: str) -> HTMLResponse:
     try:
         session = sessions_of(request).get(session_id)
     except SessionNotFound as exc:
-        return page(request, "error.html", 404, title="No such session", message=str(exc))
+        return page(request, "error.html", 404, title="No such session", message=sentence(f"{exc}: it may have been removed, or the address is mistyped"))
     except MascotError as exc:
-        return page(request, "error.html", 422, title="This session cannot be continued", message=scrub(str(exc)))
+        return page(request, "error.html", 422, title="This session cannot be continued", message=sentence(scrub(str(exc))))
     names = session.roster.names
     colours = {name: colour_index(name, names) for name in names}
-    return page(request, "session.html", session=session, session_id=session_id, colours=colours, max_chars=request.app.state.settings.max_message_chars)
+    started = readable_time(session.created_at)
+    return page(request, "session.html", session=session, session_id=session_id, colours=colours, started=started, max_chars=request.app.state.settings.max_message_chars)
 
 
 @router.get("/sessions/{session_id}/export.jsonl")
@@ -108,7 +115,7 @@ async def send_message(request: Request, session_id: str, message: MessageIn) ->
         raise HTTPException(status_code=404, detail=str(exc)) from None
     lock = sessions.lock(session_id)
     if lock.locked():
-        raise HTTPException(status_code=409, detail="the group is still answering the last message")
+        raise HTTPException(status_code=409, detail="The group is still answering the last message: wait for the reply to end, then send yours.")
     await lock.acquire()
     queue: asyncio.Queue = asyncio.Queue()
     task = asyncio.create_task(answer(session, text, queue, lock))
@@ -123,10 +130,11 @@ async def answer(session, text: str, queue: asyncio.Queue, lock: asyncio.Lock) -
         await session.send(text, QueueListener(queue, session.roster.names))
     except MascotError as exc:  # a backend failure ends this message's rounds, not the session
         session.count_failed_round()
-        queue.put_nowait(("error", {"message": scrub(str(exc)) + " (your message is saved; send another)"}))
+        reason = scrub(str(exc)).rstrip(".")
+        queue.put_nowait(("error", {"message": f"The group could not answer: {reason}. Your message is saved; send another to try again."}))
     except Exception:  # a fault of the app itself: logged whole here, one plain line for the page
         log.exception("answering a message of session %s failed", session.session_id)
-        queue.put_nowait(("error", {"message": "something went wrong on the server (your message is saved; the log has the details)"}))
+        queue.put_nowait(("error", {"message": "Something went wrong on the server. Your message is saved; the server's log has the details."}))
     finally:
         lock.release()
         queue.put_nowait(DONE)

@@ -28,9 +28,14 @@ _TOKEN = re.compile(r"^[A-Za-z0-9_-]{32,128}$")
 _SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 _URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s]+@")
 _KEY_ENVIRONMENT = ("OPENAI_API_KEY", "JUDGE_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY")
+# The one policy of every page, the chat's and the study's alike: scripts and styles come from the
+# app's own files only (no inline script or style anywhere), so a single header serves them all.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+)
 SECURITY_HEADERS = {
-    "content-security-policy": "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-    "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+    "content-security-policy": CONTENT_SECURITY_POLICY,
     "x-content-type-options": "nosniff",
     "x-frame-options": "DENY",
     "referrer-policy": "no-referrer",
@@ -61,7 +66,7 @@ async def require_csrf(request: Request) -> None:
     if not sent and request.headers.get("content-type", "").startswith(("application/x-www-form-urlencoded", "multipart/form-data")):
         sent = str((await request.form()).get(CSRF_FORM_FIELD, ""))
     if not (_TOKEN.match(cookie) and secrets.compare_digest(cookie, sent)):
-        raise HTTPException(status_code=403, detail="missing or wrong CSRF token: reload the page and try again")
+        raise HTTPException(status_code=403, detail="This page's security token is missing or out of date (CSRF check): reload the page and try again.")
 
 
 def scrub(text: str) -> str:
@@ -74,9 +79,16 @@ def scrub(text: str) -> str:
     return text
 
 
+def with_security_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """`headers` plus each security header they lack (names compared without case)."""
+    present = {name.lower() for name, _ in headers}
+    return headers + [(k.encode(), v.encode()) for k, v in SECURITY_HEADERS.items() if k.encode() not in present]
+
+
 class GuardMiddleware:
     """Bounds request bodies (413 past `max_body_bytes`, 411 for a body of unknown length on a
-    mutating request), adds the security headers, and sets the CSRF cookie a page handed out."""
+    mutating request), adds the security headers a response does not already carry (each header
+    once: two policies would both be enforced), and sets the CSRF cookie a page handed out."""
 
     def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
         self.app = app
@@ -94,8 +106,7 @@ class GuardMiddleware:
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                headers = list(message.get("headers", []))
-                headers += [(k.encode(), v.encode()) for k, v in SECURITY_HEADERS.items()]
+                headers = with_security_headers(list(message.get("headers", [])))
                 token = state.get("csrf_token")
                 if token:
                     cookie = f"{CSRF_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict"
@@ -110,9 +121,9 @@ class GuardMiddleware:
         length = headers.get(b"content-length")
         if length is not None:
             if not length.isdigit() or int(length) > self.max_body_bytes:
-                return PlainTextResponse(f"request body too large: at most {self.max_body_bytes} bytes", status_code=413)
+                return PlainTextResponse(f"The request is too large: at most {self.max_body_bytes} bytes are accepted.", status_code=413)
         elif scope["method"] not in _SAFE_METHODS and b"chunked" in headers.get(b"transfer-encoding", b""):
-            return PlainTextResponse("a request body needs a Content-Length", status_code=411)
+            return PlainTextResponse("The request was refused: a request body needs a Content-Length.", status_code=411)
         return None
 
     def _bounded(self, receive: Receive) -> Receive:

@@ -1,7 +1,8 @@
 """The web app's group-chat sessions: the same session files as `mascot chat` (one Episode record
 each, in the same folder), opened over the app's clients, one reply at a time per session.
 
-A session created in the browser gets an unguessable id and is written with its first message;
+A session created in the browser gets an unguessable id and is written at once (listed, and
+continued after a restart, before its first message);
 uploaded rosters are validated and kept in `<session dir>/rosters/` so sessions held with them can
 be continued after a restart.
 """
@@ -13,6 +14,7 @@ import hashlib
 import logging
 import re
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 from mascot.dialogue.chat import ChatSession, load_session_episode, open_session
@@ -38,8 +40,26 @@ class SessionSummary:
     session_id: str
     roster: str
     rounds: int
-    updated_at: str
+    updated_at: str  # ISO 8601, UTC (what the record holds)
     opening: str  # the person's first message, shortened
+    situation: str = ""  # what the person said it is about, shortened
+
+    @property
+    def updated_label(self) -> str:
+        return readable_time(self.updated_at)
+
+
+def readable_time(stamp: str) -> str:
+    """A record's UTC ISO time as a person reads it, in this machine's time zone (the app serves
+    the machine it runs on): "3 Mar 2026, 14:05"; the stamp unchanged when it cannot be read."""
+    try:
+        moment = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return stamp
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    local = moment.astimezone()
+    return f"{local.day} {local.strftime('%b %Y, %H:%M')}"
 
 
 class WebSessions:
@@ -109,9 +129,11 @@ class WebSessions:
         return self.directory / f"{session_id}.jsonl"
 
     def create(self, roster_key: str, situation: str | None = None) -> ChatSession:
-        """A new session (written with its first message) under an unguessable id."""
+        """A new session under an unguessable id, saved at once: a person who leaves before the
+        first message finds it in the list."""
         path = self.path_of(new_id(SESSION_PREFIX))
         session, _ = open_session(path, self.clients, self.settings, roster=self.roster_for(roster_key), situation=situation, role_identities=self.identities)
+        session.save()
         self._open[path.stem] = session
         return session
 
@@ -133,7 +155,7 @@ class WebSessions:
         """The session file as saved: one JSONL line (`mascot judge` reads it)."""
         path = self.path_of(session_id)
         if not path.is_file():
-            raise SessionNotFound(f"no session {session_id!r} has been saved yet: send a message first")
+            raise SessionNotFound(f"no session {session_id!r}")
         return path.read_bytes()
 
     def summaries(self) -> list[SessionSummary]:
@@ -148,5 +170,7 @@ class WebSessions:
             opening = next((t.response for t in episode.turns if t.is_user), "")
             rounds = len({t.round_id for t in episode.agent_turns})
             stamp = episode.metadata.updated_at or episode.metadata.created_at or ""
-            found.append(SessionSummary(path.stem, episode.metadata.roster or "", rounds, stamp, opening[:80]))
+            context = episode.context
+            situation = (context.situation or context.query or "") if context is not None else ""
+            found.append(SessionSummary(path.stem, episode.metadata.roster or "", rounds, stamp, opening[:80], situation[:80]))
         return sorted(found, key=lambda s: s.updated_at, reverse=True)

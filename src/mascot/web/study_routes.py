@@ -23,18 +23,13 @@ from mascot.study import METRIC_LABELS, METRICS
 from mascot.study.db import Item, StudyError, existing_rating, meta, opened, rater_id_for, rater_item, rater_progress
 from mascot.study.rating import RatingError, submit
 from mascot.study.results import compute_results, ratings_csv
+from mascot.web.security import SECURITY_HEADERS
 from mascot.web.study_csrf import CSRF_FIELD, csrf_ok, csrf_token
 
 router = APIRouter(prefix="/study")
 MAX_FORM_BYTES = 16 * 1024  # a rating form is well under 1 KiB
 STATIC_DIR = Path(__file__).parent / "static"
-SECURITY_HEADERS = {
-    "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'; form-action 'self'",
-    "Referrer-Policy": "no-referrer",  # the link token is in the URL: never send it on
-    "X-Content-Type-Options": "nosniff",
-    "X-Frame-Options": "DENY",
-    "Cache-Control": "no-store",
-}
+STATIC_TYPES = {"study.js": "text/javascript", "study.css": "text/css"}
 _templates = Environment(loader=PackageLoader("mascot.web", "templates"), autoescape=select_autoescape(default=True, default_for_string=True))
 
 
@@ -67,9 +62,14 @@ def not_found() -> HTMLResponse:
     return message("Link not valid", "This study link is not valid. Please check the address you were given.", 404)
 
 
-@router.get("/static/study.js")
-def study_script() -> Response:
-    return Response((STATIC_DIR / "study.js").read_text(encoding="utf-8"), media_type="text/javascript", headers=SECURITY_HEADERS)
+@router.get("/static/{name}")
+def study_static(name: str) -> Response:
+    """The study's script and style sheet, served under /study so a study-only app has them too.
+    The pages carry the app's one security policy (`mascot.web.security`), which Referrer-Policy
+    no-referrer is part of: the link token is in the URL and must never be sent on."""
+    if name not in STATIC_TYPES:
+        return not_found()
+    return Response((STATIC_DIR / name).read_text(encoding="utf-8"), media_type=STATIC_TYPES[name], headers=SECURITY_HEADERS)
 
 
 @router.get("/r/{token}", response_class=HTMLResponse)

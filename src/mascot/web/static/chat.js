@@ -1,5 +1,7 @@
 // Group chat: sends a message, then shows the group's replies as they stream (server-sent events
 // over the POST response). Every piece of text is inserted with textContent, never as markup.
+// While the group answers, the activity line says who is being chosen and who is typing, and
+// nothing sends again (the button and Enter both wait) while the box stays free to write in.
 "use strict";
 
 (function () {
@@ -12,7 +14,12 @@
   const input = document.getElementById("message");
   const sendButton = document.getElementById("send");
   const status = document.getElementById("status");
+  const activity = document.getElementById("activity");
   const toggle = document.getElementById("show-directives");
+  const CHOOSING = "The Director is choosing who answers\u2026";
+  const UNREACHABLE = "The app could not be reached: check that mascot web is still running, then send again.";
+  let busy = false;
+  let retryNote = null; // the status line of a discarded reply, cleared once its retry ends
 
   function showDirectives() {
     for (const item of transcript.querySelectorAll(".directive")) {
@@ -20,6 +27,22 @@
     }
   }
   toggle.addEventListener("change", showDirectives);
+
+  function setBusy(on) {
+    busy = on;
+    sendButton.disabled = on;
+    form.setAttribute("aria-busy", on ? "true" : "false");
+  }
+
+  function showActivity(text) {
+    activity.textContent = text;
+    activity.classList.toggle("hidden", !text);
+  }
+
+  function showStatus(text) {
+    status.textContent = text;
+    retryNote = null;
+  }
 
   function line(classes, who, whoClasses, text) {
     const item = document.createElement("li");
@@ -42,23 +65,33 @@
     const note = data.fell_back ? " (the Director's answer was unusable: chosen at random)" : "";
     item.textContent = "Director \u2192 " + data.agent + ": " + data.action + " (tone: " + data.tone + ")" + note;
     transcript.append(item);
+    showActivity(data.agent + " is typing\u2026");
   }
 
   let current = null;
   const handlers = {
     directive: directiveLine,
-    start: (d) => { current = line("turn agent streaming", d.agent, "who name c" + d.colour, ""); },
+    start: (d) => {
+      current = line("turn agent streaming", d.agent, "who name c" + d.colour, "");
+      showActivity(d.agent + " is typing\u2026");
+    },
     token: (d) => { if (current) current.textContent += d.text; },
-    discarded: (d) => { status.textContent = "A reply from " + d.agent + " opened as someone else and was discarded; asking again."; if (current) current.textContent = ""; },
+    discarded: (d) => {
+      showStatus("A reply from " + d.agent + " opened as someone else and was discarded; asking again.");
+      retryNote = status.textContent;
+      if (current) current.textContent = "";
+    },
     end: (d) => {
       if (current) {
         current.textContent = d.response || "(no reply)";
         current.parentElement.classList.remove("streaming");
       }
       current = null;
+      if (retryNote !== null && status.textContent === retryNote) showStatus("");
+      showActivity(CHOOSING);
     },
-    error: (d) => { status.textContent = d.message; },
-    done: () => {},
+    error: (d) => { showStatus(d.message); showActivity(""); },
+    done: () => { showActivity(""); },
   };
 
   function dispatch(block) {
@@ -71,24 +104,48 @@
     if (data.length && handlers[kind]) handlers[kind](JSON.parse(data.join("\n")));
   }
 
-  async function send(text) {
-    const response = await fetch("/api/sessions/" + encodeURIComponent(sessionId) + "/messages", {
-      method: "POST",
-      headers: { "Content-Type": "application/json", "X-CSRF-Token": csrf },
-      body: JSON.stringify({ text: text }),
-    });
-    if (!response.ok) {
+  // The server's explanation of a refusal: its JSON detail or its one plain line, never a code.
+  async function refusal(response) {
+    const type = response.headers.get("content-type") || "";
+    if (type.includes("application/json")) {
       const problem = await response.json().catch(() => ({}));
-      const detail = typeof problem.detail === "string" ? problem.detail : "the message could not be sent";
-      throw new Error(detail + " (" + response.status + ")");
+      if (typeof problem.detail === "string" && problem.detail) return problem.detail;
+    } else if (type.startsWith("text/plain")) {
+      const text = (await response.text().catch(() => "")).trim();
+      if (text && text.length < 300) return text;
     }
+    return "The message could not be sent. Reload the page and try again.";
+  }
+
+  async function post(text) {
+    try {
+      return await fetch("/api/sessions/" + encodeURIComponent(sessionId) + "/messages", {
+        method: "POST",
+        headers: { "Content-Type": "application/json", "X-CSRF-Token": csrf },
+        body: JSON.stringify({ text: text }),
+      });
+    } catch (error) {
+      throw new Error(UNREACHABLE);
+    }
+  }
+
+  // Resolves when the group's answer has ended; `accepted` runs once the server has the message.
+  async function send(text, accepted) {
+    const response = await post(text);
+    if (!response.ok) throw new Error(await refusal(response));
+    accepted();
     line("turn user", "You", "who", text);
     const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
     let buffer = "";
     for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      buffer += value;
+      let chunk;
+      try {
+        chunk = await reader.read();
+      } catch (error) {
+        throw new Error(UNREACHABLE + " Your message was saved.");
+      }
+      if (chunk.done) break;
+      buffer += chunk.value;
       let cut;
       while ((cut = buffer.indexOf("\n\n")) >= 0) {
         dispatch(buffer.slice(0, cut));
@@ -99,24 +156,29 @@
 
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
+    if (busy) return;
     const text = input.value.trim();
     if (!text) return;
-    sendButton.disabled = true;
-    status.textContent = "";
+    setBusy(true);
+    showStatus("");
+    showActivity(CHOOSING);
+    input.value = ""; // the box is free for the next message while the group answers
+    let sent = false;
     try {
-      await send(text);
-      input.value = "";
+      await send(text, () => { sent = true; });
     } catch (error) {
-      status.textContent = error.message;
+      showStatus(error.message);
+      if (!sent && !input.value.trim()) input.value = text; // refused: the text comes back to edit
     } finally {
-      sendButton.disabled = false;
+      setBusy(false);
+      showActivity("");
       input.focus();
     }
   });
   input.addEventListener("keydown", (event) => {
     if (event.key === "Enter" && !event.shiftKey) {
-      event.preventDefault();
-      form.requestSubmit();
+      event.preventDefault(); // Enter sends, and only when the group is not answering
+      if (!busy) form.requestSubmit();
     }
   });
 })();

@@ -1,0 +1,153 @@
+"""The screen's held-out set stays apart from what the rules were tuned on; the stages (rules,
+embedding check with look-alike anchors, a served model for unsure messages) and the stage each
+finding records."""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mascot.llm.base import LLMError
+from mascot.safety import SafetyScreen
+from mascot.safety.model_check import LABELS, ModelCheck, parse_label
+from mascot.safety.rules import load_rules
+from mascot.testing.scripted import ScriptedClient
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "benchmarks" / "data"
+HELDOUT = DATA / "safety_heldout_v1.jsonl"
+TUNING_SETS = (DATA / "safety_labelled_v1.jsonl", DATA / "safety_dev_v1.jsonl")
+
+
+def read(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9']+", text.lower().replace("\u2019", "'"))
+
+
+def near_identical(a: str, b: str) -> bool:
+    """The same message reworded a little: most characters in order, or most words shared."""
+    wa, wb = words(a), words(b)
+    shared = len(set(wa) & set(wb)) / len(set(wa) | set(wb))
+    return shared >= 0.6 or difflib.SequenceMatcher(None, " ".join(wa), " ".join(wb)).ratio() >= 0.8
+
+
+def tuning_texts() -> list[str]:
+    texts = [item["text"] for path in TUNING_SETS for item in read(path)]
+    for version in ("rules_v1.yaml", "rules_v2.yaml"):
+        rules = load_rules(version)
+        texts += [e for c in rules.categories for e in c.examples] + list(rules.lookalike_examples)
+    return texts
+
+
+def test_near_identical_catches_rewordings_and_spares_other_messages():
+    assert near_identical("I want to kill myself.", "i want to kill myself")
+    assert near_identical("I'm going to end my life tonight.", "I am going to end my life tonight!")
+    assert not near_identical("I'd kill for a week off.", "I want to kill myself.")
+
+
+def test_heldout_set_is_apart_from_rule_examples_and_tuning_sets():
+    tuning = tuning_texts()
+    close = [(h["text"], t) for h in read(HELDOUT) for t in tuning if near_identical(h["text"], t)]
+    assert not close, f"held-out items near-identical to tuning data: {close[:3]}"
+
+
+def test_heldout_set_is_labelled_sourced_and_large_enough():
+    items = read(HELDOUT)
+    assert 150 <= len(items) <= 250 and len({i["id"] for i in items}) == len(items)
+    assert all(i["label"] in LABELS and i["source"] and i["kind"] for i in items)
+    lookalikes = [i for i in items if i["label"] == "none"]
+    assert len(lookalikes) >= 60 and all(i["source"].startswith("look-alike") for i in lookalikes)
+    assert {i["label"] for i in items} == set(LABELS)
+    assert any("Columbia" in i["source"] for i in items)
+
+
+@pytest.mark.parametrize("reply, label", [
+    ('{"label": "suicide"}', "suicide"), ("self-harm", "self_harm"), ("  Abuse.\n", "abuse"),
+    ('"danger to others"', "danger_to_others"), ("none", "none"), ("I think this person is fine", None), ("", None),
+    ('{"label": "maybe"}', None),
+])
+def test_label_parsing(reply, label):
+    assert parse_label(reply) == label
+
+
+UNSURE = "My brother keeps saying he would be better off dead."  # someone else's words: the rules leave it unsure
+CLEAR = "I want to kill myself."
+
+
+def test_unsure_messages_go_to_the_model_and_record_its_stage():
+    client = ScriptedClient(replies=['{"label": "suicide"}'], model="served-7b")
+    screen = SafetyScreen(model_check=ModelCheck(client))
+    assert screen.check(UNSURE) is None and screen.assess(UNSURE).unsure == "context someone_else"
+    finding = asyncio.run(screen.check_async(UNSURE))
+    assert (finding.category, finding.method, finding.rule) == ("suicide", "model", "model:served-7b")
+    request = client.calls[0]
+    assert request.json_schema["properties"]["label"]["enum"] == list(LABELS) and request.messages[-1]["content"] == UNSURE
+    assert asyncio.run(screen.check_async(CLEAR)).method == "rule" and len(client.calls) == 1  # a clear match asks nobody
+    assert asyncio.run(screen.check_async("I had a lovely walk by the sea.")) is None and len(client.calls) == 1
+
+
+def test_a_garbage_answer_or_a_failed_call_is_a_counted_fallback(caplog):
+    check = ModelCheck(ScriptedClient(replies=["Sure! Here is my analysis of the message...", LLMError("boom"), "none"]))
+    screen = SafetyScreen(model_check=check)
+    assert [asyncio.run(screen.check_async(UNSURE)) for _ in range(3)] == [None, None, None]
+    assert (check.asked, check.caught, check.fallbacks) == (3, 0, 2)
+    assert "not a label" in caplog.text and "call failed" in caplog.text
+
+
+def test_the_engine_records_the_model_stage(es_roster, es_context):
+    from mascot.dialogue.engine import EpisodeEngine
+    from mascot.dialogue.settings import EngineSettings
+    from mascot.dialogue.tally import Tally
+    from mascot.testing.players import group_reply
+
+    def reply(request):
+        if request.role == "safety":
+            return "suicide"
+        if request.role == "user":
+            return f"{UNSURE}\nEmotion: worried"
+        return group_reply(request.messages, request.seed, request.role)
+
+    client = ScriptedClient(fn=reply)
+    engine = EpisodeEngine(es_roster, {"director": client, "speaker": client, "user": client, "safety": client},
+                           EngineSettings(num_turns=1, user_response_probability=1.0), Tally())
+    episode = asyncio.run(engine.run_episode(es_context))
+    assert episode.safety_events and {e.method for e in episode.safety_events} == {"model"}
+    assert all(e.rules_version == "rules_v2" for e in episode.safety_events)
+
+
+class KeywordEmbedder:
+    VOCAB = ("pain", "control", "traffic")
+
+    def encode(self, texts):
+        rows = [np.array([float(w in t.lower()) for w in self.VOCAB]) + 1e-6 for t in texts]
+        return np.array([r / np.linalg.norm(r) for r in rows])
+
+
+def test_embedding_match_needs_to_be_closer_to_crisis_than_to_lookalikes(tmp_path):
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(
+        "categories:\n  self_harm:\n    patterns: ['\\bnever matches this\\b']\n    examples: [pain control]\n"
+        "embedding:\n  threshold: 0.6\n  margin: 0.05\n  lookalike_examples: [pain control traffic]\n", encoding="utf-8")
+    screen = SafetyScreen(embeddings=True, embedder=KeywordEmbedder(), rules_file=rules)
+    assert screen.check("pain and control").method == "embedding"
+    nearer_lookalike = screen.assess("pain, control and traffic")
+    assert nearer_lookalike.finding is None and nearer_lookalike.unsure.startswith("similarity")
+
+
+def test_contexts_leave_matches_unsure_but_the_writer_stays_flagged():
+    rules = load_rules()
+    assert rules.match("Years ago I was suicidal, now I'm well.").unsure == "past_and_resolved"
+    assert rules.match("Years ago I was suicidal and lately I want to die again.").unsure is None
+    assert rules.match("My friend wants to kill herself.") is None or rules.match("My friend wants to kill herself.").unsure
+    assert rules.match("My friend found me just as I was about to jump.").unsure is None
+    assert rules.match("In the film he overdoses.").unsure == "fiction_and_media"
+    assert rules.match("I'm not suicidal, just tired.") is None
