@@ -53,7 +53,7 @@ def test_cot_family_reasons_and_records_its_version(es_roster, es_context):
     assert all(r.thinking is True for r in seen)
     assert episode.metadata.prompt_family == "zero-shot-cot" and episode.metadata.prompt_version == "baseline_v1/zero-shot-cot"
     default, _ = run_episode(es_roster, es_context, {"director": client, "speaker": client, "user": client}, num_turns=1)
-    assert default.metadata.prompt_family is None and default.metadata.prompt_version == "v1"
+    assert default.metadata.prompt_family is None and default.metadata.prompt_version == "v2"
     assert "prompt_family" not in default.to_json()
 
 

@@ -75,7 +75,7 @@ class RecordingView(SilentView):
 
 
 def speaker_name(request) -> str:
-    return re.match(r"You are (.+?), the ", request.messages[0]["content"]).group(1)
+    return re.match(r"You are (.+?)(?:, the |: )", request.messages[0]["content"]).group(1)
 
 
 def new_session(tmp_path, clients=None, settings=None, **kwargs):

@@ -33,7 +33,7 @@ VALUES = {
     "generation_mode": "independent", "turn_policy": "round-robin", "prompt_family": "zero-shot", "safety": "on",
     "safety_locale": "en-GB", "user_big_five_profile": "High Openness", "user_profile_set": "mbti", "user_profile": "Low Openness", "system": "baseline", "rubric_version": "paper_v1",
     "judge_scoring": "json", "cache_dir": Path("cache"), "output_dir": Path("elsewhere"), "roster": "meetings",
-    "mode": "individual", "user_response_probability": 0.9, "temperature": 0.2,
+    "mode": "individual", "user_response_probability": 0.9, "temperature": 0.2, "prompt_version": "v1",
 }  # fmt: skip
 
 # Settings that shape neither what is generated nor what is recorded, by design.

@@ -39,6 +39,17 @@ def neutralize(text: object) -> str:
     return CONTROL_TOKEN.sub(lambda m: f"[|{m.group(1)}|]", value)
 
 
+_THIRD_PERSON_POSSESSIVE = re.compile(r"\bthe (person|user|seeker)'s\b", re.IGNORECASE)
+_THIRD_PERSON = re.compile(r"\bthe (person|user|seeker)\b", re.IGNORECASE)
+
+
+def addressed(text: object) -> str:
+    """A roster description rewritten for a speaker who talks to the person ("the person's own
+    words" -> "their own words"): a prompt that names "the person" gets replies that do too."""
+    value = _THIRD_PERSON_POSSESSIVE.sub("their", str(text or ""))
+    return _THIRD_PERSON.sub("them", value)
+
+
 class Trusted(str):
     """Text the project itself wrote (an instruction shared by a template and code): printed as is."""
 
@@ -64,6 +75,7 @@ def prompt_environment() -> jinja2.Environment:
         finalize=_finalize,
     )
     env.filters["neutralize"] = neutralize
+    env.filters["addressed"] = addressed
     return env
 
 

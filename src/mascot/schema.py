@@ -191,6 +191,9 @@ class Turn(Record):
     # What a baseline's agents said backstage before this reply (MultiAgentESC: analysis, strategy
     # proposals and votes); absent for MASCOT's own turns.
     backstage: dict[str, Any] | None = None
+    # The companion the Director named when --max-consecutive-turns gave the turn to another: the
+    # Director's answer is then kept in `director_raw_output`, as it was not the directive followed.
+    director_pick: str | None = None
 
     @property
     def is_user(self) -> bool:
@@ -352,6 +355,8 @@ class Counters(Record):
     num_skipped_samples: int = 0
     num_director_truncations: int = 0  # Director replies that reached their token limit
     num_user_emotions_missing: int = 0  # simulated-user turns asked for an emotion that gave none
+    # Picks given to another companion by --max-consecutive-turns (a policy event, not a failure)
+    num_turn_limit_overrides: int = Field(0, exclude_if=lambda v: not v)
 
 
 class RoleUsage(Record):

@@ -14,6 +14,11 @@ ROLES = (*DIALOGUE_ROLES, JUDGE)  # every role a run may name an endpoint for
 
 # ---- how a conversation unfolds
 TURN_POLICIES = ("director", "round-robin", "random", "multiagentesc")
+# Versions of the Director, Speaker and user prompts (mascot.dialogue.prompts); the default is the
+# one the conversation checks (mascot.metrics.conversation) measured better (docs/judging_and_metrics.md).
+PROMPT_VERSIONS = ("v1", "v2")
+PROMPT_VERSION = "v2"
+MAX_CONSECUTIVE_TURNS = 2
 PROMPT_FAMILIES = ("persona", "zero-shot", "zero-shot-cot", "few-shot", "few-shot-cot")
 GENERATION_MODES = ("directed", "independent", "branching")
 GENERATE_MODES = ("group", "individual")  # `mascot generate --mode`

@@ -1,4 +1,5 @@
-"""`mascot metrics`: automatic metrics without an LLM (NLI, Self-BLEU, distinct-n, redundancy)."""
+"""`mascot metrics`: automatic metrics without an LLM (NLI, Self-BLEU, distinct-n, redundancy) and
+the conversation checks (mascot.metrics.conversation)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from mascot.settings import part, setting
 
 @dataclass
 class MetricsCommandSettings(MetricsSettings):
-    """Automatic metrics without an LLM: NLI rates, Self-BLEU, distinct-n, redundancy.
+    """Automatic metrics without an LLM: NLI rates, Self-BLEU, distinct-n, redundancy, conversation checks.
 
     Per episode and overall (mean and std), written with the settings used.
     """
@@ -76,6 +77,9 @@ def run_metrics(s: MetricsCommandSettings) -> None:
         raise MascotError(f"{s.input_file} has no episode: no metric computed (the report at {output_file} says failed)")
     summary = ", ".join(f"{k} {v['mean']}" for k, v in report["overall"].items() if v["mean"] is not None)
     typer.secho(f"{plural(report['num_episodes'], 'episode')}: {summary or 'no metric defined'}; wrote {output_file}", err=True)
+    from mascot.metrics.conversation import summary_line
+
+    typer.secho(f"conversation checks: {summary_line(report['conversation'])}", err=True)
     typer.echo(str(output_file))
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from mascot.dialogue.consistency import CONSISTENCY_RULE, consistency_scores, most_consistent
 from mascot.dialogue.emotion import UserReply, read_user_reply, user_turn_schema
-from mascot.dialogue.prompts import speaker_messages, user_label, user_messages
+from mascot.dialogue.prompts import PROMPT_VERSION, speaker_messages, user_label, user_messages
 from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE, response_parts, token_budget
 from mascot.vocab import USER_MAX_TOKENS
 from mascot.dialogue.reply_stream import ReplyStream, RoundListener, clean_reply, first_paragraph
@@ -74,6 +74,7 @@ class Speaker:
         reasoning_allowance: int = DEFAULT_REASONING_ALLOWANCE,
         prompt_family: str = "persona",
         samples: int = 1,
+        prompt_version: str = PROMPT_VERSION,
     ) -> None:
         self.client = client
         self.roster = roster
@@ -84,6 +85,7 @@ class Speaker:
         self.reasoning_allowance = reasoning_allowance
         self.prompt_family = prompt_family
         self.samples = samples
+        self.prompt_version = prompt_version
 
     async def respond(self, persona: Persona, context: Context, history: list[Turn], directive: Directive | None, seed: int) -> str:
         return (await self.reply(persona, context, history, directive, seed)).text
@@ -93,7 +95,7 @@ class Speaker:
     ) -> SpeakerReply:
         """The visible reply and the reasoning set aside from it. With a `listener` the reply is
         streamed to it as it is generated; either way the saved reply is the same cleaning's."""
-        messages = speaker_messages(persona, self.roster, context, history, directive, think=self.think, family=self.prompt_family)
+        messages = speaker_messages(persona, self.roster, context, history, directive, think=self.think, family=self.prompt_family, version=self.prompt_version)
         if self.samples > 1:
             return await self._most_consistent(messages, persona, context, seed, listener)
         for attempt in range(2):  # an empty reply is retried once with another seed
@@ -171,11 +173,13 @@ class SimulatedUser:
         max_tokens: int = USER_MAX_TOKENS,
         thinking: bool = False,
         reasoning_allowance: int = DEFAULT_REASONING_ALLOWANCE,
+        prompt_version: str = PROMPT_VERSION,
     ) -> None:
         self.client = client
         self.roster = roster
         self.tally = tally
         self.profile = profile
+        self.prompt_version = prompt_version
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.thinking = thinking  # off by default: the emotion report must not be cut off
@@ -185,7 +189,7 @@ class SimulatedUser:
         """The user's next message and, outside meetings, the emotion it reports (None when the
         reply carried none: the engine counts those)."""
         report_emotion = not context.is_meeting
-        messages = user_messages(context, history, self.profile, report_emotion=report_emotion)
+        messages = user_messages(context, history, self.profile, report_emotion=report_emotion, version=self.prompt_version)
         request = ChatRequest(
             messages=messages,
             temperature=self.temperature,

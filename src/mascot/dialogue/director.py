@@ -28,7 +28,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from mascot.dialogue.prompts import director_correction, director_messages
+from mascot.dialogue.prompts import PROMPT_VERSION, director_correction, director_messages
 from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE, OutputPaths, response_parts, token_budget
 from mascot.dialogue.structured import bounded_text, compact_object, widest_json
 from mascot.dialogue.tally import Tally
@@ -206,6 +206,7 @@ class DirectorDecision:
     parse_failed: bool = False
     fell_back: bool = False  # no answer named anyone: `directive` is the random fallback, `output` what failed
     reasoning: str | None = None  # what the Director reasoned before answering, when it did
+    overridden_pick: str | None = None  # the name the Director gave when the turn limit chose another
 
 
 @dataclass
@@ -235,8 +236,10 @@ class Director:
         thinking: bool = False,
         reasoning_allowance: int = DEFAULT_REASONING_ALLOWANCE,
         output_paths: OutputPaths | None = None,
+        prompt_version: str = PROMPT_VERSION,
     ) -> None:
         self.client = client
+        self.prompt_version = prompt_version
         self.roster = roster
         self.tally = tally
         self.temperature = temperature
@@ -276,13 +279,13 @@ class Director:
         return [Answer(*response_parts(response, i), cut=i < len(finishes) and finishes[i] == "length") for i in range(len(response.texts))]
 
     async def decide(self, context: Context, history: list[Turn], seed: int) -> DirectorDecision:
-        messages = director_messages(self.roster, context, history)
+        messages = director_messages(self.roster, context, history, self.prompt_version)
         first = (await self._ask(messages, seed))[0]
         return await self._settle(messages, first, history, seed)
 
     async def propose(self, context: Context, history: list[Turn], seed: int, n: int) -> list[DirectorDecision]:
         """n sampled directives for one decision point (branching generation, GRPO groups)."""
-        messages = director_messages(self.roster, context, history)
+        messages = director_messages(self.roster, context, history, self.prompt_version)
         answers = await self._ask(messages, seed, n=n)
         return [await self._settle(messages, answer, history, seed + 7919 * (i + 1)) for i, answer in enumerate(answers)]
 

@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from mascot.dialogue.agents import SimulatedUser, Speaker
 from mascot.dialogue.director import Director, DirectorDecision
 from mascot.dialogue.emotion import EmotionReports
-from mascot.dialogue.policies import TurnPolicy, make_policy
+from mascot.dialogue.policies import TurnLimit, TurnPolicy, make_policy
 from mascot.dialogue.prompt_families import check_prompt_family, family_prompt_version, family_thinks
 from mascot.dialogue.prompts import PROMPT_VERSION
+from mascot.vocab import MAX_CONSECUTIVE_TURNS
 from mascot.dialogue.reasoning import OutputPaths, role_thinks
 from mascot.dialogue.reply_stream import RoundListener
 from mascot.dialogue.seeds import derive_seed, derived_rng
@@ -85,6 +86,9 @@ class EpisodeEngine:
         self.tally = tally or Tally()
         self.clients = clients
         s = settings
+        # Settings objects made before these options (a chat's, a test's) get the defaults.
+        self.prompt_version = getattr(s, "prompt_version", PROMPT_VERSION)
+        self.max_consecutive_turns = getattr(s, "max_consecutive_turns", MAX_CONSECUTIVE_TURNS)
         self.output_paths = OutputPaths()
         self.emotion_reports = EmotionReports()
         self.director = (
@@ -97,6 +101,7 @@ class EpisodeEngine:
                 thinking=role_thinks(clients["director"]),
                 reasoning_allowance=s.reasoning_allowance,
                 output_paths=self.output_paths,
+                prompt_version=self.prompt_version,
             )
             if "director" in clients
             else None
@@ -104,9 +109,10 @@ class EpisodeEngine:
         think = role_thinks(clients["speaker"]) or family_thinks(check_prompt_family(s.prompt_family))
         self.speaker = Speaker(
             clients["speaker"], roster, self.tally, temperature=s.temperature, max_tokens=s.max_tokens, think=think, reasoning_allowance=s.reasoning_allowance,
-            prompt_family=s.prompt_family, samples=s.self_consistency_samples,
+            prompt_family=s.prompt_family, samples=s.self_consistency_samples, prompt_version=self.prompt_version,
         )
-        self.policy: TurnPolicy = make_policy(s.turn_policy, roster, self.director, speaker_client=clients["speaker"], settings=s, tally=self.tally)
+        policy = make_policy(s.turn_policy, roster, self.director, speaker_client=clients["speaker"], settings=s, tally=self.tally)
+        self.policy: TurnPolicy = TurnLimit(policy, roster, self.max_consecutive_turns, self.tally) if self.max_consecutive_turns else policy
         # A "safety" client, when given, is the screen's second stage for messages the rules leave unsure.
         model_check = ModelCheck(clients["safety"]) if "safety" in clients else None
         self.safety = (SafetyScreen(locale=s.safety_locale, embeddings=s.safety_embeddings, model_check=model_check)
@@ -163,17 +169,21 @@ class EpisodeEngine:
             reply = written
             if listener is not None:
                 listener.reply_text(reply.text)
-        # A random fallback's directive was not the Director's: its failed answers are kept apart.
+        # A random fallback's directive was not the Director's: its failed answers are kept apart,
+        # as is the answer of a pick the turn limit gave to another companion.
         fell_back = getattr(decision, "fell_back", False)
+        overridden = getattr(decision, "overridden_pick", None)
+        kept_apart = fell_back or overridden is not None
         turn = Turn(
             turn_idx=state.next_turn_idx,
             round_id=round_id,
             directive=decision.directive,
             agent_name=persona.name,
             response=reply.text,
-            directive_output=None if fell_back else decision.output or None,
+            directive_output=None if kept_apart else decision.output or None,
             director_fallback=True if fell_back else None,
-            director_raw_output=(decision.output or None) if fell_back else None,
+            director_raw_output=(decision.output or None) if kept_apart else None,
+            director_pick=overridden,
             reasoning=reply.reasoning,
             directive_reasoning=decision.reasoning,
             backstage=getattr(decision, "backstage", None) or getattr(reply, "backstage", None),
@@ -216,7 +226,7 @@ class EpisodeEngine:
         s = self.settings
         user = SimulatedUser(
             self.clients["user"], self.roster, self.tally, profile=state.profile, temperature=s.temperature, max_tokens=s.user_max_tokens, thinking=role_thinks(self.clients["user"]),
-            reasoning_allowance=s.reasoning_allowance,
+            reasoning_allowance=s.reasoning_allowance, prompt_version=self.prompt_version,
         )
         reply = await user.respond(state.context, state.turns, derive_seed(*state.seed_key, round_id, "user"))
         if not state.context.is_meeting:  # asked for an emotion report
@@ -284,7 +294,7 @@ class EpisodeEngine:
             episode_idx=state.episode_idx,
             branch=branch,
             created_at=utc_now(),
-            prompt_version=family_prompt_version(s.prompt_family, PROMPT_VERSION),
+            prompt_version=family_prompt_version(s.prompt_family, self.prompt_version),
             prompt_family=None if s.prompt_family == "persona" else s.prompt_family,
         )
         episode = Episode(

@@ -3,10 +3,12 @@ random order are the baselines (the paper's ablation without a Director)."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from typing import Protocol
 
 from mascot.dialogue.director import Director, DirectorDecision, fallback_directive
+from mascot.dialogue.tally import Tally
 from mascot.errors import MascotError
 from mascot.schema import Context, Directive, Roster, Turn
 from mascot.vocab import TURN_POLICIES
@@ -54,6 +56,55 @@ class RandomPolicy:
         return DirectorDecision(Directive(agent_name=directive.agent_name), output="")
 
 
+def run_length(history: list[Turn], name: str) -> int:
+    """How many agent turns in a row `name` has taken at the end of `history` (the person's
+    messages in between do not break a run: the same companion answered each time)."""
+    count = 0
+    for turn in reversed(history):
+        if turn.is_user:
+            continue
+        if turn.agent_name != name:
+            break
+        count += 1
+    return count
+
+
+def longest_silent(history: list[Turn], names: list[str]) -> str:
+    """Of `names`, the companion whose last turn lies furthest back (one who never spoke first,
+    in roster order)."""
+    last_spoke = {name: -1 for name in names}
+    for idx, turn in enumerate(history):
+        if turn.agent_name in last_spoke:
+            last_spoke[turn.agent_name] = idx
+    return min(names, key=lambda n: last_spoke[n])
+
+
+def limit_run(decision: DirectorDecision, history: list[Turn], roster: Roster, limit: int, tally: Tally) -> DirectorDecision:
+    """`decision`, or, when it would give one companion more than `limit` agent turns in a row,
+    the same action and tone for the companion silent longest (counted). A decision that carries
+    its own reply (MultiAgentESC) is left alone."""
+    picked = decision.directive.agent_name
+    if limit <= 0 or getattr(decision, "reply", None) is not None or run_length(history, picked) < limit:
+        return decision
+    others = [n for n in roster.names if n != picked]
+    if not others:
+        return decision
+    chosen = longest_silent(history, others)
+    tally.note("num_turn_limit_overrides", f"{picked} would have taken {limit + 1} turns in a row; {chosen} speaks instead")
+    directive = decision.directive.model_copy(update={"agent_name": chosen})
+    return dataclasses.replace(decision, directive=directive, overridden_pick=picked)
+
+
+class TurnLimit:
+    """A policy whose picks never give one companion more than `limit` turns in a row."""
+
+    def __init__(self, policy: TurnPolicy, roster: Roster, limit: int, tally: Tally) -> None:
+        self.policy, self.roster, self.limit, self.tally = policy, roster, limit, tally
+        self.name = policy.name
+
+    async def next_turn(self, context, history, round_id, seed) -> DirectorDecision:
+        decision = await self.policy.next_turn(context, history, round_id, seed)
+        return limit_run(decision, history, self.roster, self.limit, self.tally)
 
 
 def make_policy(name: str, roster: Roster, director: Director | None, *, speaker_client=None, settings=None, tally=None) -> TurnPolicy:

@@ -1,5 +1,12 @@
 """Chat messages for the Director, the Speakers and the simulated user, rendered from the Jinja
-templates in `mascot/prompts/` (versioned by PROMPT_VERSION, recorded in every episode).
+templates in `mascot/prompts/`, versioned (`--prompt-version`, recorded in every episode):
+
+- `v1`: `director_example.j2`, `speaker_system.j2`, ... (the first prompts, kept loadable as the
+  reference of earlier runs);
+- `v2` (default): `<role>_v2_<part>.j2` where a template changed (`director_v2_example.j2`: a worked
+  example with placeholders that cannot be copied into a real conversation; `speaker_v2_*.j2`:
+  the person addressed as "you", no instructions to restate; `user_v2_system.j2`: the simulated
+  user stays the person who needs support); every other part is v1's.
 
 Everything a person, a dataset or a model wrote is untrusted: the templates' environment
 (`mascot.prompt_text.prompt_environment`) neutralises every value it prints, so that typed text
@@ -8,17 +15,30 @@ cannot close a block or forge a directive.
 
 from __future__ import annotations
 
+from mascot.errors import MascotError
 from mascot.llm.base import Message
 from mascot.prompt_text import PROMPT_DIR, Trusted, neutralize, prompt_environment, transcript_text
 from mascot.schema import Context, Directive, Persona, Roster, Turn, UserProfile
+from mascot.vocab import PROMPT_VERSION, PROMPT_VERSIONS
 
-PROMPT_VERSION = "v1"
-__all__ = ["PROMPT_DIR", "PROMPT_VERSION", "neutralize", "director_messages", "speaker_messages", "user_messages"]
+__all__ = ["PROMPT_DIR", "PROMPT_VERSION", "PROMPT_VERSIONS", "neutralize", "director_messages", "speaker_messages", "user_messages"]
 THINK_INSTRUCTION = "First reason briefly inside <think>...</think>, then give the reply."
 
 
-def render(template: str, **values) -> str:
-    return prompt_environment().get_template(template).render(**values).strip()
+def versioned(template: str, version: str = PROMPT_VERSION) -> str:
+    """The file of `template` ("director_example.j2") in prompt `version`: `director_v2_example.j2`
+    where that version changed it, else the v1 file."""
+    if version not in PROMPT_VERSIONS:
+        raise MascotError(f"unknown --prompt-version {version!r}: choose one of {', '.join(PROMPT_VERSIONS)}")
+    if version == "v1":
+        return template
+    role, _, part = template.partition("_")
+    candidate = f"{role}_{version}_{part}"
+    return candidate if (PROMPT_DIR / candidate).is_file() else template
+
+
+def render(template: str, version: str = "v1", **values) -> str:
+    return prompt_environment().get_template(versioned(template, version)).render(**values).strip()
 
 
 def user_label(context: Context) -> str:
@@ -34,11 +54,11 @@ def render_transcript(context: Context, history: list[Turn]) -> str:
     return transcript_text(lines, empty="(nothing has been said yet)")
 
 
-def director_messages(roster: Roster, context: Context, history: list[Turn]) -> list[Message]:
+def director_messages(roster: Roster, context: Context, history: list[Turn], version: str = PROMPT_VERSION) -> list[Message]:
     """System rules, one worked example exchange, then the real transcript."""
-    example_question, example_answer = render("director_example.j2", roster=roster, context=context).split("===")
+    example_question, example_answer = director_example(roster, context, version)
     return [
-        {"role": "system", "content": render("director_system.j2", roster=roster, context=context)},
+        {"role": "system", "content": render("director_system.j2", version, roster=roster, context=context)},
         {"role": "user", "content": example_question.strip()},
         {"role": "assistant", "content": example_answer.strip()},
         {
@@ -46,6 +66,12 @@ def director_messages(roster: Roster, context: Context, history: list[Turn]) -> 
             "content": render("director_user.j2", context=context, transcript=render_transcript(context, history)),
         },
     ]
+
+
+def director_example(roster: Roster, context: Context, version: str = PROMPT_VERSION) -> tuple[str, str]:
+    """The worked exchange shown before the real one: (question, answer)."""
+    question, answer = render("director_example.j2", version, roster=roster, context=context).split("===")
+    return question.strip(), answer.strip()
 
 
 def director_correction(roster: Roster, problem: str) -> Message:
@@ -62,6 +88,7 @@ def speaker_messages(
     think: bool = False,
     sentences: str = "one to three sentences",
     family: str = "persona",
+    version: str = PROMPT_VERSION,
 ) -> list[Message]:
     """The prompt a Speaker answers; also the `prompt` of Stage-1 preference pairs. `family` other
     than `persona` writes a prompting baseline's prompt (see `prompt_families`)."""
@@ -70,9 +97,10 @@ def speaker_messages(
 
         return baseline_speaker_messages(family, persona, context, render_transcript(context, history), directive, sentences)
     others = [n for n in roster.names if n != persona.name]
-    system = render("speaker_system.j2", persona=persona, others=others, think=think, think_instruction=Trusted(THINK_INSTRUCTION), sentences=sentences)
+    system = render("speaker_system.j2", version, persona=persona, others=others, think=think, think_instruction=Trusted(THINK_INSTRUCTION), sentences=sentences)
     user = render(
         "speaker_user.j2",
+        version,
         context=context,
         persona=persona,
         directive=directive,
@@ -101,7 +129,8 @@ def user_messages(
     profile: UserProfile | None = None,
     *,
     report_emotion: bool = False,
+    version: str = PROMPT_VERSION,
 ) -> list[Message]:
-    system = render("user_system.j2", context=context, profile=profile, report_emotion=report_emotion)
-    user = render("user_user.j2", context=context, transcript=render_transcript(context, history))
+    system = render("user_system.j2", version, context=context, profile=profile, report_emotion=report_emotion)
+    user = render("user_user.j2", version, context=context, transcript=render_transcript(context, history))
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]

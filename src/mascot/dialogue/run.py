@@ -96,6 +96,9 @@ _TAGGED_ALWAYS = (
     "director_thinking", "user_thinking",
 )  # fmt: skip
 _ENGINE_DEFAULTS = {f.name: getattr(EngineSettings(), f.name) for f in fields(EngineSettings)}
+# Settings whose default changed: the tag digests them unless they hold the value runs had before
+# the setting existed, so that those runs keep their ids and the new defaults get new ones.
+_DIGESTED_UNLESS = {"prompt_version": "v1", "max_consecutive_turns": 0}
 
 
 def engine_record(s: Any) -> dict:
@@ -114,7 +117,7 @@ def _identity_settings(s: Any) -> dict:
     return {
         k: v
         for k, v in engine_record(s).items()
-        if k not in _NOT_IDENTITY and (k in _TAGGED_ALWAYS or v != _ENGINE_DEFAULTS.get(k))
+        if k not in _NOT_IDENTITY and (k in _TAGGED_ALWAYS or v != _DIGESTED_UNLESS.get(k, _ENGINE_DEFAULTS.get(k)))
     }
 
 

@@ -15,7 +15,7 @@ from typing import Any, Literal, Optional
 from mascot import vocab
 from mascot.settings import fixed, require, setting
 from mascot.settings_groups import SeedSettings
-from mascot.vocab import GENERATION_MODES, SAFETY_MODES, TURN_POLICIES, USER_MAX_TOKENS
+from mascot.vocab import GENERATION_MODES, MAX_CONSECUTIVE_TURNS, PROMPT_VERSION, PROMPT_VERSIONS, SAFETY_MODES, TURN_POLICIES, USER_MAX_TOKENS
 
 GenerationMode = Literal["directed", "independent", "branching"]
 
@@ -41,6 +41,12 @@ class EngineSettings(SeedSettings):
     turn_policy: str = setting("director", "Who speaks next: director | round-robin | random | multiagentesc (the MultiAgentESC baseline).")
     prompt_family: str = setting(
         "persona", "Speaker prompts: persona (MASCOT's) | zero-shot | zero-shot-cot | few-shot | few-shot-cot (prompting baselines)."
+    )
+    prompt_version: str = setting(
+        PROMPT_VERSION, "Director, Speaker and user prompts: " + " | ".join(PROMPT_VERSIONS) + " (v1: the first prompts, kept for earlier runs)."
+    )
+    max_consecutive_turns: int = setting(
+        MAX_CONSECUTIVE_TURNS, "Most agent turns one companion may take in a row: a pick past it goes to the companion silent longest (counted); 0: no limit."
     )
     self_consistency_samples: int = setting(
         1, "Replies sampled per Speaker turn; above 1 the one most consistent with the others is kept (the Self-Consistency baseline)."
@@ -82,6 +88,8 @@ def check_engine(s: Any) -> None:
     from mascot.dialogue.prompt_families import check_prompt_family
 
     check_prompt_family(s.prompt_family)
+    require(s.prompt_version in PROMPT_VERSIONS, f"unknown --prompt-version {s.prompt_version!r}: choose one of {', '.join(PROMPT_VERSIONS)}")
+    require(s.max_consecutive_turns >= 0, "--max-consecutive-turns must be 0 (no limit) or more")
     require(s.mesc_strategists >= 1, "--mesc-strategists must be at least 1")
     require(s.self_consistency_samples >= 1, "--self-consistency-samples must be at least 1")
     require(s.self_consistency_samples == 1 or s.turn_policy != "multiagentesc", "--self-consistency-samples: multiagentesc writes its replies itself (no Speaker samples to choose among)")

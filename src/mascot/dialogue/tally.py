@@ -38,11 +38,16 @@ class Tally:
         if self.strict:
             raise StrictModeStop(f"--strict: stopping at the first failure ({name}: {detail or 'no detail'})")
 
+    def note(self, name: str, detail: str = "") -> None:
+        """Counts an event that is no failure (strict mode goes on)."""
+        setattr(self.counters, name, getattr(self.counters, name) + 1)
+        log.info("%s: %s", name, detail)
+
     @property
     def failures(self) -> int:
         """Failed events, each once: a random fallback follows a parse failure already counted."""
         values = self.counters.model_dump()
-        return sum(v for name, v in values.items() if name not in CONSEQUENCES)
+        return sum(v for name, v in values.items() if name not in CONSEQUENCES and name not in NOT_FAILURES)
 
     def describe(self) -> str:
         return describe_counters(self.counters)
@@ -50,6 +55,8 @@ class Tally:
 
 # Counters that only record how an already counted failure was handled.
 CONSEQUENCES = frozenset({"num_random_agent_fallbacks"})
+# Counters of events that are no failure.
+NOT_FAILURES = frozenset({"num_turn_limit_overrides"})
 
 
 def counter_label(name: str) -> str:

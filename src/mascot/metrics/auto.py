@@ -5,7 +5,9 @@ pairs the pairing mode selects (see `pairing`), Self-BLEU and distinct-1/2 (see 
 semantic redundancy: the mean cosine similarity between the embeddings of the same response pairs
 (adjacent-agent by default: consecutive responses by two different agents). The report gives every metric's mean and
 population standard deviation over episodes (episodes where a metric is undefined, e.g. no pairs,
-are left out and counted), NLI rates pooled over all pairs, and the settings used.
+are left out and counted), NLI rates pooled over all pairs, and the settings used. The
+conversation checks (copied directives, speaker balance, restated instructions, loops... see
+`conversation`) run on every episode too, under the report's `conversation`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 
 from mascot.episodes import load_episode_file
 from mascot.errors import MascotError
+from mascot.metrics.conversation import conversation_report
 from mascot.metrics.lexical import DISTINCT_SETTINGS, SELF_BLEU_SETTINGS, distinct_n, self_bleu
 from mascot.metrics.nli import NLI_LABELS
 from mascot.metrics.pairing import PAIRING_MODES, response_pairs, unordered_pairs
@@ -110,7 +113,11 @@ def compute_metrics(episodes: list[Episode], settings: MetricsSettings, *, infer
     if not settings.skip_embeddings:
         for metrics, value in zip(per_episode, redundancy_values(episodes, settings, infer, embedder)):
             metrics.values["redundancy"] = value
-    return summarize(per_episode, pooled, len(all_pairs))
+    report = summarize(per_episode, pooled, len(all_pairs))
+    report["conversation"], checked = conversation_report(episodes)
+    for row, counts in zip(report["per_episode"], checked):
+        row["conversation"] = counts
+    return report
 
 
 def summarize(per_episode: list[EpisodeMetrics], pooled: dict, num_pairs: int) -> dict:

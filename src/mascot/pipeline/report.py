@@ -1,7 +1,7 @@
 """`<output>/report.md` and its plots: what ran with which models and versions, pairs and
 margins, reward-model accuracy, GRPO reward curves (the total and each reward function), the
 evaluation table, the paired learning statistics of every evaluation system
-(mascot.pipeline.learning), wall time and tokens."""
+(mascot.pipeline.learning), the conversation checks, wall time and tokens."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from mascot.pipeline import figures as fig
 from mascot.pipeline.figures import plot_curves
 from mascot.pipeline.learning import learning_section
 from mascot.pipeline.settings import STEP_NAMES
+from mascot.pipeline.status import read_json
 
 REPORT_FILE = "report.md"
 CURVES_FILE = "grpo_rewards.png"
@@ -24,7 +25,7 @@ TIME_FILE = "wall_time.png"
 
 def write_report(root: Path, state: dict[str, Any]) -> Path:
     root = Path(root)
-    sections = [_header(root, state), _steps_table(root, state), _pairs(root), _reward_models(root), _curves(root), _evaluation(root), learning_section(root), _commands(state)]
+    sections = [_header(root, state), _steps_table(root, state), _pairs(root), _reward_models(root), _curves(root), _evaluation(root), _conversation(root), learning_section(root), _commands(state)]
     path = root / REPORT_FILE
     tmp = path.with_suffix(".tmp")
     tmp.write_text("\n\n".join(s for s in sections if s) + "\n", encoding="utf-8")
@@ -172,6 +173,25 @@ def _evaluation(root: Path) -> str:
         for metric, base, trained in auto:
             lines.append(f"| {metric} | {_fmt(base)} | {_fmt(trained)} | {_difference(base, trained, 3)} |")
     return "\n".join(lines).strip()
+
+
+def _conversation(root: Path) -> str:
+    """The conversation checks of `mascot metrics` (mascot.metrics.conversation), base and trained."""
+    base, trained = ((read_json(root / f"metrics_{system}" / "metrics_auto.json") or {}).get("conversation") or {} for system in ("base", "trained"))
+    checks = {**(trained.get("checks") or {}), **(base.get("checks") or {})}
+    if not checks:
+        return ""
+
+    def cell(report: dict, name: str) -> str:
+        row = (report.get("checks") or {}).get(name)
+        return f"{row['rate']:.0%} ({row['count']}/{row['of']})" if row and row.get("of") else "–"
+
+    lines = ["### Conversation checks (count / units; lower is better)", "| check | unit | base | trained |", "|---|---|---|---|"]
+    lines += [f"| {name} | {row.get('unit', '')} | {cell(base, name)} | {cell(trained, name)} |" for name, row in checks.items()]
+    for key in ("mean_top_speaker_share", "max_longest_speaker_run"):
+        figures = [_fmt((report.get("speaker_balance") or {}).get(key)) for report in (base, trained)]
+        lines.append(f"| {key} | episodes | {figures[0]} | {figures[1]} |")
+    return "\n".join(lines)
 
 
 def _commands(state: dict[str, Any]) -> str:

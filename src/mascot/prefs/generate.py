@@ -77,6 +77,7 @@ def _run_settings(s: Any, roles: dict, roster_ident: str, num_contexts: int, cac
         "num_candidates": s.num_candidates, "score_margin": s.score_margin, "temperature": s.temperature, "max_tokens": s.max_tokens,
         "seed": s.seed, "personas": s.personas, "max_concurrent_queries": s.max_concurrent_episodes,
         "speaker_think": speaker is not None and speaker.thinking is True, "reasoning_allowance": s.reasoning_allowance, "strict": s.strict,
+        "prompt_version": s.prompt_version,
     }  # fmt: skip
 
 

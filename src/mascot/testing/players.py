@@ -52,7 +52,7 @@ def user_reply(messages: list[dict], seed: int | None) -> str:
 
 
 def speaker_reply(messages: list[dict], seed: int | None) -> str:
-    speaker = re.match(r"You are (.+?), the ", messages[0]["content"]) if messages else None
+    speaker = re.match(r"You are (.+?)(?:, the |: )", messages[0]["content"]) if messages else None
     who = speaker.group(1) if speaker else "someone"
     return f"As {who}: I hear you, and here is one thing to consider. (seed {seed})"
 
