@@ -5,9 +5,12 @@ in a row), on the same contexts and seeds, with the embedded model in process or
 Each variant is one `mascot generate --mode group` run; the checks (`mascot.metrics.conversation`)
 are counted over its episodes and printed side by side, as counts over their units.
 
-    .venv/bin/python benchmarks/conversation_checks.py --data-file ../shared/data/esconv/test.jsonl \\
+    .venv/bin/python benchmarks/conversation_checks.py [--data-file ../shared/data/esconv/test.jsonl] \\
         [--limit 8] [--num-turns 4] [--seed 7] [--server-url http://127.0.0.1:8931/v1 --model DIR] \\
         [--output-dir runs/conversation_checks] [--json]
+
+Without --data-file it reads the test split of the contexts shipped for the learning preset
+(`mascot/samples/learn`).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+SHIPPED_CONTEXTS = Path(__file__).resolve().parent.parent / "src" / "mascot" / "samples" / "learn"
 VARIANTS = {
     "v1, no limit": ["--prompt-version", "v1", "--max-consecutive-turns", "0"],
     "v2, limit 2": ["--prompt-version", "v2", "--max-consecutive-turns", "2"],
@@ -27,7 +31,8 @@ VARIANTS = {
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-file", required=True, help="ESConv contexts (the hub export's JSONL)")
+    parser.add_argument("--data-file", default=None, help="ESConv contexts (the hub export's JSONL; default: the shipped learn contexts)")
+    parser.add_argument("--split", default="test", help="the split read from the data (default: test)")
     parser.add_argument("--dataset", default="ESConv")
     parser.add_argument("--limit", type=int, default=8, help="contexts")
     parser.add_argument("--num-turns", type=int, default=4, help="rounds per episode")
@@ -44,7 +49,8 @@ def parse_args() -> argparse.Namespace:
 def run_variant(args: argparse.Namespace, name: str, flags: list[str]) -> tuple[Path, float]:
     """Generates (or resumes) one variant's episodes; returns their file and the wall time."""
     out = args.output_dir / name.replace(", ", "_").replace(" ", "_")
-    command = [sys.executable, "-m", "mascot", "generate", "--mode", "group", "--dataset", args.dataset, "--data-file", args.data_file,
+    data_file = args.data_file or str(SHIPPED_CONTEXTS)
+    command = [sys.executable, "-m", "mascot", "generate", "--mode", "group", "--dataset", args.dataset, "--data-file", data_file, "--split", args.split,
                "--limit", str(args.limit), "--num-turns", str(args.num_turns), "--seed", str(args.seed), "--max-tokens", str(args.max_tokens),
                "--user-max-tokens", str(args.user_max_tokens), "--output-dir", str(out), "--resume", *flags]  # fmt: skip
     if args.server_url:

@@ -340,3 +340,13 @@ def test_local_batch_size_reaches_the_in_process_client_and_is_checked():
     assert build_client(RoleEndpoint(role="speaker", model="m"), ClientLimits()).max_batch_size == 32
     with pytest.raises(MascotError, match="--local-batch-size must be at least 1"):
         ClientLimits(local_batch_size=0)
+
+
+def test_a_run_saved_with_another_local_batch_size_still_resumes(tmp_path):
+    """Rows decoded together change speed, not what a run is: runs saved with 8 resume under 32."""
+    from mascot.store import check_resume_settings
+
+    (tmp_path / "run_config.json").write_text(json.dumps({"settings": {"local_batch_size": 8, "seed": 7}}))
+    check_resume_settings(tmp_path, {"local_batch_size": 32, "seed": 7})
+    with pytest.raises(MascotError, match="seed: saved 7, now 8"):
+        check_resume_settings(tmp_path, {"local_batch_size": 32, "seed": 8})

@@ -334,7 +334,7 @@ def mark_failed(report_path: Path, error: str) -> None:
 RESUMABLE_SETTINGS = frozenset(
     {
         "resume", "overwrite", "limit", "strict", "trace_role_calls", "num_contexts", "output_dir", "run_name",
-        "max_concurrent_episodes", "max_concurrent_queries", "max_in_flight", "local_backend_roles", "judge_cache",
+        "max_concurrent_episodes", "max_concurrent_queries", "max_in_flight", "local_batch_size", "local_backend_roles", "judge_cache",
         "run_tag",  # derived from the settings compared here
     }
 )
