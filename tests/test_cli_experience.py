@@ -396,6 +396,14 @@ def _wait_for_records(path: Path, count: int, timeout_s: float = 120) -> None:
         time.sleep(0.05)
 
 
+def _resume_finishes(server_url: str, data: Path, out: Path, episodes: Path, total: int) -> None:
+    """`--resume` exits 0 with every context's episode written exactly once."""
+    resumed = _generate_process(server_url, data, out, "--resume")
+    assert resumed.wait(timeout=120) == 0
+    ids = [json.loads(line)["episode_id"] for line in episodes.read_text().splitlines()]
+    assert len(ids) == len(set(ids)) == total
+
+
 def test_ctrl_c_in_a_real_process_says_at_once_what_was_saved_and_resume_finishes(tmp_path):
     import os
     import threading
@@ -423,10 +431,7 @@ def test_ctrl_c_in_a_real_process_says_at_once_what_was_saved_and_resume_finishe
         assert any(line.startswith("episodes: ") for _, line in lines)  # progress lines: stderr is a pipe
         summary = json.loads((episodes.parent / "run_summary.json").read_text())
         assert summary["status"] == "interrupted" and 2 <= summary["num_records"] < 40
-        resumed = _generate_process(server.url, data, out, "--resume")
-        assert resumed.wait(timeout=120) == 0
-        ids = [json.loads(line)["episode_id"] for line in episodes.read_text().splitlines()]
-        assert len(ids) == len(set(ids)) == 40
+        _resume_finishes(server.url, data, out, episodes, 40)
     finally:
         server.stop()
 
@@ -473,10 +478,7 @@ def test_sigterm_ends_a_real_run_as_interrupted_and_resume_finishes_it(tmp_path)
         assert code == 143 and "terminated (SIGTERM): stopping; " in err, err[-2000:]
         summary = json.loads((episodes.parent / "run_summary.json").read_text())
         assert summary["status"] == "interrupted" and 1 <= summary["num_records"] < 20
-        resumed = _generate_process(server.url, data, out, "--resume")
-        assert resumed.wait(timeout=120) == 0
-        ids = [json.loads(line)["episode_id"] for line in episodes.read_text().splitlines()]
-        assert len(ids) == len(set(ids)) == 20
+        _resume_finishes(server.url, data, out, episodes, 20)
     finally:
         server.stop()
 
