@@ -68,3 +68,42 @@ def test_judge_v2_keeps_judge_v1_json_prompts_and_puts_the_criterion_last(scope)
     shared = first[1]["content"].split("Criterion [")[0]
     assert second[1]["content"].startswith(shared) and len(shared) > 100
     assert first[1]["content"].rstrip().endswith("Answer with one digit from 1 to 5.")
+
+
+def _record_forward_shapes(net):
+    shapes = []
+    forward = net.forward
+
+    def recording(*args, **kwargs):
+        shapes.append(tuple(kwargs["input_ids"].shape))
+        return forward(*args, **kwargs)
+
+    net.forward = recording
+    return shapes
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_rows_repeating_a_prompt_share_one_prefill_and_decode_as_without_it(temperature):
+    """The n samples of a request are rows with one prompt: its prefill runs once per distinct
+    prompt (two here, for four rows), and every row decodes the tokens it decodes without sharing."""
+    from mascot.llm.base import ChatRequest
+    from mascot.llm.local_decoding import generate
+
+    loaded = tiny_model()
+    long_prompt, short_prompt = list(range(2, 40)), list(range(50, 62))
+    prompts = [long_prompt, short_prompt, long_prompt, long_prompt]
+    requests = [ChatRequest(messages=[], temperature=temperature, max_tokens=8, seed=3) for _ in prompts]
+    alone = generate(loaded, prompts, requests, share_prefill=False)
+    shapes = _record_forward_shapes(loaded.net)
+    shared = generate(loaded, prompts, requests)
+    assert shared.tolist() == alone.tolist()
+    assert shapes[0] == (2, len(long_prompt) - 1)  # the distinct prompts, all but their last token
+    assert all(width == 1 for _, width in shapes[1:])  # generate itself only decodes
+
+
+def test_rows_with_distinct_prompts_get_no_shared_cache():
+    from mascot.llm.local_decoding import left_pad, shared_prompt_cache
+
+    loaded = tiny_model()
+    ids, mask = left_pad([[2, 3, 4], [5, 6]], loaded.pad_id, loaded.device)
+    assert shared_prompt_cache(loaded, ids, mask) is None
