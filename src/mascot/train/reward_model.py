@@ -27,7 +27,8 @@ from mascot.train.scoring import RewardModelScorer, pairwise_accuracy
 
 log = logging.getLogger(__name__)
 
-TRAIN_ACCURACY_SAMPLE = 256  # training pairs re-scored at the end, to compare with held-out accuracy
+TRAIN_ACCURACY_SAMPLE = 96  # training pairs re-scored at the end: enough to see memorising next to the held-out figure
+SCORING_BATCH = 16  # no-grad scoring batch for the end-of-training accuracies
 
 
 def train_reward_model(settings: RewardModelSettings) -> TrainOutcome:
@@ -105,7 +106,7 @@ def per_device_cap(settings: RewardModelSettings) -> int:
 
 def evaluate_pairs(model, tokenizer, held_out: list[PreferencePair], train_pairs: list[PreferencePair], max_length: int) -> dict:
     """Held-out pairwise accuracy (the figure that matters) and the same on a sample of training pairs."""
-    scorer = RewardModelScorer(model, tokenizer, max_length=max_length)
+    scorer = RewardModelScorer(model, tokenizer, max_length=max_length, batch_size=SCORING_BATCH)
     held = pairwise_accuracy(scorer, held_out)
     seen = pairwise_accuracy(scorer, train_pairs[:TRAIN_ACCURACY_SAMPLE])
     return {
