@@ -277,3 +277,17 @@ def test_generate_individual_end_to_end_feeds_trl_reward_trainer(tmp_path, monke
     trainer = RewardTrainer(model=model, args=args, train_dataset=pairs, processing_class=tokenizer)
     trainer.train()
     assert trainer.state.global_step == 1 and "loss" in trainer.state.log_history[0]
+
+
+def test_directive_pairs_carry_the_director_prompt_of_the_version_their_episode_was_made_with(es_context, es_roster):
+    from mascot.dialogue.prompts import director_messages
+    from mascot.prefs.group import director_prompt
+    from mascot.schema import Episode, EpisodeMetadata
+
+    def made_with(version):
+        meta = EpisodeMetadata(dataset="ESConv", roster=es_roster.name, prompt_version=version)
+        return Episode(episode_id="e", context_id=es_context.context_id, context=es_context, turns=[], metadata=meta)
+
+    assert director_prompt(made_with("v1"), [], None) == director_messages(es_roster, es_context, [], "v1")
+    assert director_prompt(made_with("v1"), [], None) != director_prompt(made_with("v2"), [], None)
+    assert director_prompt(made_with(None), [], None) == director_messages(es_roster, es_context, [])

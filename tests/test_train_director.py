@@ -87,6 +87,18 @@ def test_decision_points_rebuild_prefixes_from_recorded_turns():
     assert [p.point_id for p in again] == [p.point_id for p in points]
 
 
+def test_decision_points_rebuild_the_prompts_of_the_version_their_episode_was_made_with():
+    made_with_v1 = episode(0)
+    made_with_v1.metadata = made_with_v1.metadata.model_copy(update={"prompt_version": "v1"})
+    unversioned = episode(1)
+    points, _ = sample_decision_points([made_with_v1, unversioned], per_episode=1, seed=7)
+    by_episode = {p.episode_id: p for p in points}
+    first, second = by_episode[made_with_v1.episode_id], by_episode[unversioned.episode_id]
+    assert first.prompt() == director_messages(ROSTER, first.context, first.prefix, "v1")
+    assert first.prompt() != director_messages(ROSTER, first.context, first.prefix, "v2")
+    assert second.prompt() == director_messages(ROSTER, second.context, second.prefix)  # no version recorded: the default
+
+
 def test_branch_records_are_not_sampled_twice_and_bare_contexts_are_counted():
     spine = episode(0)
     spine.context = None

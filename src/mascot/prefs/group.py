@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Literal
 
 from mascot.dialogue.director import NEUTRAL_ACTION, NEUTRAL_TONE, render_directive
-from mascot.dialogue.prompts import director_messages
+from mascot.dialogue.prompts import PROMPT_VERSION, director_messages
 from mascot.episodes import episode_context, episode_domain, episode_roster
 from mascot.judge.items import collective_item, opening_lines, render_context, user_label
 from mascot.judge.panel import JudgePanel, mean_scores
@@ -88,7 +88,7 @@ def directive_text(turn: Turn) -> str:
 def director_prompt(episode: Episode, prefix: list[Turn], contexts: dict[str, Context] | None) -> list[Message]:
     context = episode_context(episode, contexts) or Context(context_id=episode.context_id or episode.episode_id, dataset=episode.metadata.dataset)
     roster = episode_roster(episode) or roster_for_dataset(episode.metadata.dataset)
-    return director_messages(roster, context, prefix)
+    return director_messages(roster, context, prefix, episode.metadata.prompt_version or PROMPT_VERSION)
 
 
 # --------------------------------------------------------------------------- grouping

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mascot.data import load_contexts
-from mascot.dialogue.prompts import director_messages
+from mascot.dialogue.prompts import PROMPT_VERSION, director_messages
 from mascot.episodes import episode_context, episode_domain, episode_roster
 from mascot.errors import MascotError
 from mascot.llm.base import Message
@@ -33,9 +33,10 @@ class DecisionPoint:
     roster: Roster
     domain: str
     decision_round: int
+    prompt_version: str = PROMPT_VERSION  # the episode's: the Director trains on the prompts it decided on
 
     def prompt(self) -> list[Message]:
-        return director_messages(self.roster, self.context, self.prefix)
+        return director_messages(self.roster, self.context, self.prefix, self.prompt_version)
 
 
 def decision_rounds(episode: Episode) -> list[int]:
@@ -81,6 +82,7 @@ def sample_decision_points(
                     roster=team,
                     domain=episode_domain(episode),
                     decision_round=round_id,
+                    prompt_version=episode.metadata.prompt_version or PROMPT_VERSION,
                 )
             )
     return points, bare_contexts
