@@ -171,12 +171,13 @@ def shared_prompt_cache(loaded: LoadedModel, input_ids: torch.Tensor, attention_
     feeds each row only its last prompt token. Short replies to long prompts spend most of their
     time in the prefill, so n = 8 candidates of one request cost about one prefill instead of 8."""
     rows = [tuple(row) for row in input_ids.tolist()]
-    slot: dict[tuple[int, ...], int] = {}
-    for row in rows:
-        slot.setdefault(row, len(slot))
-    if len(slot) == len(rows) or input_ids.shape[1] < 2:
+    first_row: dict[tuple[int, ...], int] = {}  # distinct prompt -> the first row holding it
+    for index, row in enumerate(rows):
+        first_row.setdefault(row, index)
+    if len(first_row) == len(rows) or input_ids.shape[1] < 2:
         return None
-    firsts = torch.tensor([rows.index(row) for row in slot], device=input_ids.device)
+    slot = {row: position for position, row in enumerate(first_row)}
+    firsts = torch.tensor(list(first_row.values()), device=input_ids.device)
     ids, mask = input_ids[firsts, :-1], attention_mask[firsts, :-1]
     positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)  # as generate numbers left-padded rows
     output = loaded.net(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
