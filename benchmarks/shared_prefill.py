@@ -29,7 +29,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--tokens", type=int, default=40, help="max new tokens per reply")
     parser.add_argument("--batch-size", type=int, default=32, help="rows decoded together (--local-batch-size)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    return parser.parse_args()
+    args = parser.parse_args()
+    for name in ("contexts", "samples", "tokens", "batch_size"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    return args
 
 
 def speaker_requests(args: argparse.Namespace) -> list:
