@@ -289,3 +289,23 @@ def test_rollout_settings_that_would_roll_out_nothing_are_one_line(tmp_path, fla
     with pytest.raises(MascotError, match=says):
         train_director_grpo(settings, rollout_clients=scripted_clients(), trajectory_scorer=Favour("The Anchor"))
     assert not (tmp_path / "director").exists()
+
+
+def test_rollouts_continue_each_episode_with_the_prompts_it_was_recorded_with():
+    from mascot.dialogue.prompts import speaker_messages
+    from mascot.train.director_grpo import DirectorRollouts
+
+    made_with_v1 = episode(0, with_user=False)
+    made_with_v1.metadata = made_with_v1.metadata.model_copy(update={"prompt_version": "v1"})
+    points, _ = sample_decision_points([made_with_v1, episode(1, with_user=False)], per_episode=1, seed=42)
+    settings = DirectorGRPOSettings(data_path="unused", model_name="tiny", suffix_rounds=1, user_response_probability=0.0, directive_opening=False)
+    anchor = ROSTER.persona("The Anchor")
+    for point, version in zip(sorted(points, key=lambda p: p.episode_id), ("v1", "v2"), strict=True):
+        clients = scripted_clients()
+        rollouts = DirectorRollouts({point.point_id: point}, clients, settings, consumers=1)
+        batch = asyncio.run(rollouts.batch([[{"role": "assistant", "content": directive("The Anchor")}]], [point.point_id]))
+        assert len(batch.rollouts) == 1
+        system = clients["speaker"].calls[0].messages[0]["content"]
+        assert system == speaker_messages(anchor, ROSTER, point.context, point.prefix, version=version)[0]["content"]
+        other = "v2" if version == "v1" else "v1"
+        assert system != speaker_messages(anchor, ROSTER, point.context, point.prefix, version=other)[0]["content"]

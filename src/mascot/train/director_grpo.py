@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from mascot.dialogue.director import DIRECTIVE_OPENING, parse_directive
 from mascot.dialogue.engine import EngineSettings, EpisodeEngine
+from mascot.dialogue.prompts import PROMPT_VERSION
 from mascot.dialogue.tally import Tally
 from mascot.llm.base import ChatClient, LLMError, Message, strip_think
 from mascot.llm.providers import Backends, RoleEndpoint, build_backends
@@ -132,9 +133,12 @@ class RolloutBatch:
         return rewards
 
 
-def rollout_engine_settings(settings: DirectorGRPOSettings) -> EngineSettings:
-    """How the suffix of a rollout unfolds: the user's chance to speak, reply lengths, sampling."""
+def rollout_engine_settings(settings: DirectorGRPOSettings, prompt_version: str = PROMPT_VERSION) -> EngineSettings:
+    """How the suffix of a rollout unfolds: the user's chance to speak, reply lengths, sampling, and
+    the prompts of the version the decision point's episode was recorded with (a v1 prefix rolled
+    out with v2 Speaker and user prompts would score a conversation no system holds)."""
     return EngineSettings(
+        prompt_version=prompt_version,
         user_response_probability=settings.user_response_probability,
         seed=settings.seed,
         max_tokens=settings.rollout_max_tokens,
@@ -163,12 +167,13 @@ class DirectorRollouts:
         self._tally = None
         self._shared: dict[tuple, list] = {}  # batch key -> [rollout task, consumers still to come]
 
-    def engine(self, roster: Roster):
-        if roster.ident not in self._engines:
+    def engine(self, point: DecisionPoint):
+        key = (point.roster.ident, point.prompt_version)
+        if key not in self._engines:
             self._tally = self._tally or Tally()
-            engine_settings = rollout_engine_settings(self.settings)
-            self._engines[roster.ident] = EpisodeEngine(roster, self.clients, engine_settings, self._tally)
-        return self._engines[roster.ident]
+            engine_settings = rollout_engine_settings(self.settings, point.prompt_version)
+            self._engines[key] = EpisodeEngine(point.roster, self.clients, engine_settings, self._tally)
+        return self._engines[key]
 
     async def batch(self, completions, point_id, trainer_state=None, log_metric=None) -> RolloutBatch:
         step = getattr(trainer_state, "global_step", 0)
@@ -190,7 +195,7 @@ class DirectorRollouts:
             point = self.points[point_id[i]]
             async with semaphore:
                 try:
-                    suffix = await self.engine(point.roster).continue_from(
+                    suffix = await self.engine(point).continue_from(
                         point.context,
                         point.prefix,
                         parsed[i].directive,
