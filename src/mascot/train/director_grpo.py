@@ -31,7 +31,7 @@ from mascot.dialogue.tally import Tally
 from mascot.llm.base import ChatClient, LLMError, Message, strip_think
 from mascot.llm.providers import Backends, RoleEndpoint, build_backends
 from mascot.prefs.group import group_rm_prompt, render_trajectory
-from mascot.schema import Directive, Roster, Turn
+from mascot.schema import Directive, Turn
 from mascot.settings_groups import ClientLimits, split_urls
 from mascot.train import artefact, data
 from mascot.train.artefact import TrainingMetadata
