@@ -83,6 +83,11 @@ class RewardModelSettings(TrainSettings):
         "margin is multiplied by this (0: plain Bradley-Terry without margin).",
     )
     full_weights: bool = setting(False, "Also merge the LoRA adapter and save a full-weight checkpoint instead of the adapter.")
+    head_init: str = setting(
+        "probe",
+        "How the score head starts: probe (fitted by logistic regression on the frozen model's features of the training pairs, "
+        "then fine-tuned with the rest: LP-FT) or random.",
+    )
     max_per_device_batch: int = field(default=16, metadata={"cli": False})
     # Memory follows tokens, not pairs: the per-device batch is also capped so that one device
     # holds at most this many tokens per side (8 pairs of 1,024 tokens, 2 of 4,096).

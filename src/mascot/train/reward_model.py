@@ -21,8 +21,9 @@ from mascot.train import artefact, data
 from mascot.train.artefact import TrainingMetadata
 from mascot.train.common import TrainOutcome, finish, open_output, run_training, save_model
 from mascot.train.config import GroupRewardModelSettings, RewardModelSettings
+from mascot.train.head_probe import HEAD_INITS, fit_head_by_probe
 from mascot.train.models import base_model_id, count_parameters, load_sequence_classifier, load_tokenizer, lora_config
-from mascot.train.runtime import derive_batch, trainer_arguments, world_size
+from mascot.train.runtime import TrainingSetupError, derive_batch, trainer_arguments, world_size
 from mascot.train.scoring import RewardModelScorer, pairwise_accuracy
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,8 @@ def train_group_reward_model(settings: GroupRewardModelSettings) -> TrainOutcome
 
 def train_pairwise_reward_model(settings: RewardModelSettings, *, kind: str, role: str) -> TrainOutcome:
     """The reward-model recipe both stages share; `kind` selects the pairs, `role` the artefact."""
+    if settings.head_init not in HEAD_INITS:
+        raise TrainingSetupError(f"--head-init must be {' or '.join(HEAD_INITS)}, got {settings.head_init!r}")
     data_file, pairs = data.load_pairs(settings.data_path, kind)
     run = data.run_settings(data_file)
     dataset = data.resolve_dataset(settings.dataset, run)
@@ -49,13 +52,13 @@ def train_pairwise_reward_model(settings: RewardModelSettings, *, kind: str, rol
     train_pairs = data.limit_records(train_pairs, settings.limit, settings.seed)
     data.require_records_left(len(train_pairs), what="preference pairs", source=data_file, read=len(pairs), held_out=len(held_out))
     output, checkpoint = open_output(settings, artefact.default_output_dir(role, dataset, settings.model_name))
-    trainer, tokenizer, num_cut = _reward_trainer(settings, output, plan, train_pairs)
+    trainer, tokenizer, num_cut, probe = _reward_trainer(settings, output, plan, train_pairs, resuming=checkpoint is not None)
     skipped = len(train_pairs) - len(trainer.train_dataset)
     data.require_records_left(
         len(trainer.train_dataset), what="preference pairs", source=data_file, read=len(pairs), held_out=len(held_out), dropped=skipped, dropped_by="--max-length"
     )
     figures = run_training(trainer, checkpoint)
-    figures.update(count_parameters(trainer.model), num_truncated_pairs=num_cut, num_skipped_too_long=skipped)
+    figures.update(count_parameters(trainer.model), **probe, num_truncated_pairs=num_cut, num_skipped_too_long=skipped)
     evaluation = evaluate_pairs(trainer.model, tokenizer, held_out, train_pairs, settings.max_length)
     meta = TrainingMetadata(
         role=role,
@@ -77,9 +80,9 @@ def train_pairwise_reward_model(settings: RewardModelSettings, *, kind: str, rol
     return TrainOutcome(output, meta)
 
 
-def _reward_trainer(settings: RewardModelSettings, output: Path, plan, train_pairs: list[PreferencePair]):
-    """TRL's RewardTrainer over the tokenized training pairs; also the tokenizer and how many
-    pairs had the middle of their prompt cut to fit --max-length."""
+def _reward_trainer(settings: RewardModelSettings, output: Path, plan, train_pairs: list[PreferencePair], *, resuming: bool = False):
+    """TRL's RewardTrainer over the tokenized training pairs; also the tokenizer, how many pairs
+    had the middle of their prompt cut to fit --max-length, and what fitting the head first did."""
     from trl import RewardConfig, RewardTrainer  # heavy: imported once the inputs are known to be usable
 
     # The config first: under DeepSpeed ZeRO-3 it must exist before the model loads, so that the
@@ -89,14 +92,29 @@ def _reward_trainer(settings: RewardModelSettings, output: Path, plan, train_pai
     rows, num_cut = data.tokenized_pair_rows(train_pairs, tokenizer, settings.max_length, settings.margin_scale)
     if num_cut:
         log.warning("%d of %d training pairs are longer than --max-length %d: the middle of their prompt was cut", num_cut, len(rows), settings.max_length)
+    model = load_sequence_classifier(settings.model_name, tokenizer.pad_token_id)
+    probe = {} if resuming else initial_head(settings, model, rows, tokenizer.pad_token_id)  # a checkpoint brings its own head
     trainer = RewardTrainer(
-        model=load_sequence_classifier(settings.model_name, tokenizer.pad_token_id),
+        model=model,
         args=config,
         train_dataset=data.to_dataset(rows),
         processing_class=tokenizer,
         peft_config=lora_config(settings, "SEQ_CLS") if settings.lora else None,
     )
-    return trainer, tokenizer, num_cut
+    return trainer, tokenizer, num_cut, probe
+
+
+def initial_head(settings: RewardModelSettings, model, rows: list[dict], pad_token_id: int) -> dict:
+    """Fit the score head on the frozen model first (`--head-init probe`, see `head_probe`), unless
+    the head starts random or the weights are partitioned across processes (DeepSpeed ZeRO-3)."""
+    if settings.head_init == "random":
+        return {}
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    if is_deepspeed_zero3_enabled():
+        log.warning("--head-init probe is skipped under DeepSpeed ZeRO-3 (the head's weights are partitioned): the head starts random")
+        return {}
+    return fit_head_by_probe(model, rows, pad_token_id)
 
 
 def per_device_cap(settings: RewardModelSettings) -> int:
