@@ -33,7 +33,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
     parser.add_argument("--model", default=None, help="model id or folder (default: the embedded model)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    return parser.parse_args()
+    args = parser.parse_args()
+    for name in ("requests", "tokens"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1")
+    if args.threads is not None and args.threads < 1:
+        parser.error("--threads must be at least 1")
+    return args
 
 
 def requests_for(count: int, tokens: int):
