@@ -109,6 +109,30 @@ async def test_stage1_writes_candidates_pairs_and_stats(tmp_path):
     assert {"prompt", "chosen", "rejected", "margin"} <= set(dataset.column_names) and len(dataset) == len(pairs)
 
 
+async def test_stage1_writes_each_querys_candidates_in_one_write(tmp_path, monkeypatch):
+    """A kill lands between two writes, never inside one: a query's candidates survive together or
+    not at all, so --resume asks again for all of them with the request's own n and seed (a kill
+    between two candidate lines made it ask for the missing one alone, with another seed)."""
+    import os
+
+    from mascot import files
+
+    writes = []
+    real_write = os.write
+
+    def counting_write(fd, data):
+        path = os.readlink(f"/proc/self/fd/{fd}") if os.path.exists(f"/proc/self/fd/{fd}") else ""
+        if path.endswith("candidates.jsonl"):
+            writes.append(bytes(data).count(b"\n"))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(files.os, "write", counting_write)
+    store, _ = await run_stage1(tmp_path, numbered_speaker(), scoring_judge(score_of_reply), k=4)
+    assert writes == [4, 4, 4, 4]  # 2 contexts x 2 personas, each query's 4 candidates in one write
+    assert len(list(read_jsonl(store.path("candidates.jsonl"), Candidate))) == 16
+    assert json.loads(store.path("run_summary.json").read_text())["num_records"] == 16
+
+
 async def test_stage1_judge_failures_are_counted_and_kept_out_of_pairs(tmp_path):
     judge = scoring_judge(lambda text: 9 if text.endswith(" 2") else score_of_reply(text))  # candidate 2 never parses
     store, stats = await run_stage1(tmp_path, numbered_speaker(), judge, ctxs=contexts(1), k=3, margin=0.0)

@@ -194,11 +194,14 @@ class JsonlAppender:
         self._last_sync = time.monotonic()
 
     def append(self, record: BaseModel | dict) -> None:
-        if isinstance(record, BaseModel):
-            line = record.model_dump_json(exclude_none=True)
-        else:
-            line = json.dumps(record, ensure_ascii=False)
-        payload = (line + "\n").encode("utf-8")
+        self.append_many([record])
+
+    def append_many(self, records: list[BaseModel | dict]) -> None:
+        """The records' lines in one write: a process killed around it leaves all of them or none."""
+        lines = [r.model_dump_json(exclude_none=True) if isinstance(r, BaseModel) else json.dumps(r, ensure_ascii=False) for r in records]
+        if not lines:
+            return
+        payload = "".join(line + "\n" for line in lines).encode("utf-8")
         size_before = os.fstat(self._fd).st_size
         try:
             view = memoryview(payload)

@@ -248,15 +248,20 @@ class RunStore:
         return key in self.done_keys
 
     def append(self, record: BaseModel, output: str | None = None) -> None:
+        self.append_many([record], output)
+
+    def append_many(self, records: list[BaseModel], output: str | None = None) -> None:
+        """Records that belong together (one query's candidates) in one write: all or none survive a kill."""
         name = output or self.outputs[0]
-        self._appenders[name].append(record)
+        self._appenders[name].append_many(records)
         if name == self.outputs[0]:
-            key = self._key_of_record(record)
-            if key not in self.done_keys:  # a record superseding one of its id is no new record
-                self.done_keys.add(key)
-                self.summary.num_records += 1
-            if self.summary.failures.dropped:
-                self._repaired(key)
+            for record in records:
+                key = self._key_of_record(record)
+                if key not in self.done_keys:  # a record superseding one of its id is no new record
+                    self.done_keys.add(key)
+                    self.summary.num_records += 1
+                if self.summary.failures.dropped:
+                    self._repaired(key)
         self.write_summary()
 
     # ---- failures

@@ -244,13 +244,17 @@ class IndividualRun:
         to_judge = [(k, text) for k, text, _ in replies if text] + [(k, existing[k].response) for k in retry]
         self.store.counters.num_annotation_failures = max(0, self.store.counters.num_annotation_failures - len(retry))
         judgments = dict(zip((k for k, _ in to_judge), await self.judge.judge_many([self._judge_item(query, k, context, persona, t) for k, t in to_judge])))
+        new = []
         for k, reply, reasoning in replies:
             if not reply:
                 self._count("num_empty_responses", f"{query} candidate {k} is empty")
             candidate = self._candidate(query, k, context, persona, prompt, reply, judgments.get(k))
             candidate.reasoning = reasoning
-            self.store.append(candidate, CANDIDATES_FILE)
+            new.append(candidate)
             existing[k] = candidate
+        # One write for the request's candidates: a run killed around it keeps all or none of them,
+        # so --resume asks again for the same n with the same seed and gets the same replies.
+        self.store.append_many(new, CANDIDATES_FILE)
         for k in retry:
             if (repaired := rejudged(existing[k], judgments[k])) is not None:
                 self.store.append(repaired, CANDIDATES_FILE)  # supersedes the failed line
