@@ -106,3 +106,28 @@ def test_cli_trains_and_reports_held_out_accuracy(base, stage1_run, tmp_path):
     assert "held-out pairwise accuracy" in result.output and str(out) in result.output
     meta = read_metadata(out)
     assert meta.train_metrics["global_steps"] == 2 and meta.hyperparameters["batch_size"] == 8
+
+
+def test_pairwise_accuracy_scores_each_distinct_conversation_once():
+    from mascot.schema import PreferencePair
+    from mascot.train.scoring import pairwise_accuracy
+
+    class LengthScorer:  # a longer reply scores higher; records what it was asked to score
+        def __init__(self):
+            self.seen = []
+
+        def score(self, conversations):
+            self.seen.extend(conversations)
+            return [float(len(c[-1]["content"])) for c in conversations]
+
+    prompt = [{"role": "user", "content": "hi"}]
+    replies = ["a", "bb", "ccc"]
+
+    def pair(chosen, rejected):
+        return PreferencePair(prompt=prompt, chosen=[{"role": "assistant", "content": chosen}], rejected=[{"role": "assistant", "content": rejected}], margin=1.0)
+
+    pairs = [pair("ccc", "a"), pair("ccc", "bb"), pair("bb", "a"), pair("a", "bb")]  # 4 pairs of 3 distinct replies
+    scorer = LengthScorer()
+    result = pairwise_accuracy(scorer, pairs)
+    assert sorted(c[-1]["content"] for c in scorer.seen) == replies  # each once
+    assert result == {"pairwise_accuracy": 0.75, "mean_score_gap": 0.75, "num_pairs": 4}  # gaps 2, 1, 1, -1

@@ -97,12 +97,32 @@ class RewardModelScorer:
         return input_ids, attention
 
 
+def score_pair_sides(scorer: RewardModelScorer, pairs: Sequence[PreferencePair]) -> tuple[list[float], list[float]]:
+    """The chosen and the rejected side of every pair, each distinct conversation scored once: the
+    pairs of one prompt share their replies (8 candidates make up to 28 pairs of 8 texts)."""
+    import json
+
+    sides = [(p.prompt + p.chosen, p.prompt + p.rejected) for p in pairs]
+    distinct: dict[str, int] = {}
+    conversations = []
+    for conversation in (c for side in sides for c in side):
+        key = json.dumps(conversation, sort_keys=True, ensure_ascii=False)
+        if key not in distinct:
+            distinct[key] = len(conversations)
+            conversations.append(conversation)
+    scores = scorer.score(conversations)
+
+    def score_of(conversation) -> float:
+        return scores[distinct[json.dumps(conversation, sort_keys=True, ensure_ascii=False)]]
+
+    return [score_of(c) for c, _ in sides], [score_of(r) for _, r in sides]
+
+
 def pairwise_accuracy(scorer: RewardModelScorer, pairs: Sequence[PreferencePair]) -> dict[str, float | int]:
     """Share of pairs whose chosen response outscores the rejected one, and the mean score gap."""
     if not pairs:
         return {"pairwise_accuracy": None, "mean_score_gap": None, "num_pairs": 0}
-    chosen = scorer.score([p.prompt + p.chosen for p in pairs])
-    rejected = scorer.score([p.prompt + p.rejected for p in pairs])
+    chosen, rejected = score_pair_sides(scorer, pairs)
     wins = [c > r for c, r in zip(chosen, rejected)]
     gaps = [c - r for c, r in zip(chosen, rejected)]
     return {
