@@ -245,11 +245,23 @@ def test_the_directive_opening_is_written_into_the_prompt_and_read_back_with_the
     from mascot.dialogue.director import DIRECTIVE_OPENING
     from mascot.train.director_grpo import directive_prompt
 
+    from transformers import AutoTokenizer
+    from trl.data_utils import is_conversational
+
+    from train_helpers import tokenizer_dir
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir()))
     episodes = [episode(i) for i in range(2)]
     points, _ = sample_decision_points(episodes, per_episode=1, seed=1)
-    opened = directive_prompt(points[0], DirectorGRPOSettings(data_path="x", model_name="m"))
-    assert opened[:-1] == points[0].prompt() and opened[-1] == {"role": "assistant", "content": DIRECTIVE_OPENING}
-    assert directive_prompt(points[0], DirectorGRPOSettings(data_path="x", model_name="m", directive_opening=False)) == points[0].prompt()
+    opened = directive_prompt(points[0], DirectorGRPOSettings(data_path="x", model_name="m"), tokenizer)
+    # text, so that TRL tokenizes it as it is: the answer continues the opening inside the assistant
+    # turn, as in episodes (a conversation would get a closed opening and a new assistant turn)
+    assert not is_conversational({"prompt": opened})
+    assert opened == tokenizer.apply_chat_template(points[0].prompt(), tokenize=False, add_generation_prompt=True) + DIRECTIVE_OPENING
+    ids = tokenizer(text=opened)["input_ids"]  # what GRPOTrainer does with a text prompt
+    assert tokenizer.decode(ids).endswith("<|im_start|>assistant\n" + DIRECTIVE_OPENING)
+    unopened = DirectorGRPOSettings(data_path="x", model_name="m", directive_opening=False)
+    assert directive_prompt(points[0], unopened, tokenizer) == points[0].prompt()
     from mascot.train.director_grpo import directive_answer
 
     assert directive_answer(" The Beacon", True) == DIRECTIVE_OPENING + " The Beacon"

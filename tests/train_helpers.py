@@ -223,9 +223,9 @@ class TrainerBuilt(Exception):
 
 
 def capture_grpo_trainer(monkeypatch, module: str) -> dict:
-    """Replaces TRL's GRPOTrainer (and the model and tokenizer loads of `module`) with a stand-in
-    that keeps its keyword arguments and stops the run with TrainerBuilt: what a trainer hands TRL,
-    checked without a model."""
+    """Replaces TRL's GRPOTrainer (and the model load of `module`; the tokenizer is the real SmolLM2
+    one) with a stand-in that keeps its keyword arguments and stops the run with TrainerBuilt: what
+    a trainer hands TRL, checked without a model."""
     seen: dict = {}
 
     def stand_in(**kwargs):
@@ -234,5 +234,8 @@ def capture_grpo_trainer(monkeypatch, module: str) -> dict:
 
     monkeypatch.setattr("trl.GRPOTrainer", stand_in)
     monkeypatch.setattr(f"{module}.load_causal_lm", lambda name: None)
-    monkeypatch.setattr(f"{module}.load_tokenizer", lambda name: None)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir()))  # the real template: prompts are rendered with it
+    monkeypatch.setattr(f"{module}.load_tokenizer", lambda name: tokenizer)
     return seen

@@ -334,12 +334,19 @@ def directive_answer(completion: str, opening: bool) -> str:
     return DIRECTIVE_OPENING + completion
 
 
-def directive_prompt(point: DecisionPoint, settings: DirectorGRPOSettings) -> list[Message]:
-    """The Director's prompt; with --directive-opening its answer starts as the local backend starts
-    it in episodes (TRL continues a final assistant message), so a 135M Director samples names, not
-    formats, and what it learns is what the episodes ask of it."""
+def directive_prompt(point: DecisionPoint, settings: DirectorGRPOSettings, tokenizer) -> str | list[Message]:
+    """The Director's prompt. With --directive-opening it is text: the chat template with its
+    generation prompt, then the opening, as the local backend starts the answer in episodes, so that
+    the completion continues "agent:" and a 135M Director samples names, not formats. (TRL's
+    GRPOTrainer renders a conversation with add_generation_prompt=True: an opening passed as a final
+    assistant message was closed and followed by a new assistant turn, and 63 of 64 directives of a
+    learning-preset run did not parse.) TRL tokenizes a text prompt as it is."""
     messages = point.prompt()
-    return [*messages, {"role": "assistant", "content": DIRECTIVE_OPENING}] if settings.directive_opening else messages
+    if not settings.directive_opening:
+        return messages
+    template_kwargs = {} if getattr(settings, "thinking", False) else {"enable_thinking": False}
+    rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **template_kwargs)
+    return rendered + DIRECTIVE_OPENING
 
 
 def rollout_endpoints(settings: DirectorGRPOSettings) -> dict[str, RoleEndpoint]:
@@ -441,12 +448,13 @@ def train_director_grpo(
     trainer = None
     try:
         config = grpo_config(settings, output, plan, rewards.weights)  # before the model: see reward_model.py
+        tokenizer = load_tokenizer(settings.model_name)
         trainer = GRPOTrainer(
             model=load_causal_lm(settings.model_name),
             reward_funcs=rewards.funcs,
             args=config,
-            train_dataset=data.to_dataset([{"prompt": directive_prompt(p, settings), "point_id": p.point_id} for p in inputs.points]),
-            processing_class=load_tokenizer(settings.model_name),
+            train_dataset=data.to_dataset([{"prompt": directive_prompt(p, settings, tokenizer), "point_id": p.point_id} for p in inputs.points]),
+            processing_class=tokenizer,
             peft_config=lora_config(settings, "CAUSAL_LM") if settings.lora else None,
         )
         figures = run_training(trainer, checkpoint)
