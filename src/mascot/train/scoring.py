@@ -102,20 +102,14 @@ def score_pair_sides(scorer: RewardModelScorer, pairs: Sequence[PreferencePair])
     pairs of one prompt share their replies (8 candidates make up to 28 pairs of 8 texts)."""
     import json
 
-    sides = [(p.prompt + p.chosen, p.prompt + p.rejected) for p in pairs]
-    distinct: dict[str, int] = {}
-    conversations = []
-    for conversation in (c for side in sides for c in side):
-        key = json.dumps(conversation, sort_keys=True, ensure_ascii=False)
-        if key not in distinct:
-            distinct[key] = len(conversations)
-            conversations.append(conversation)
-    scores = scorer.score(conversations)
-
-    def score_of(conversation) -> float:
-        return scores[distinct[json.dumps(conversation, sort_keys=True, ensure_ascii=False)]]
-
-    return [score_of(c) for c, _ in sides], [score_of(r) for _, r in sides]
+    conversations = [c for p in pairs for c in (p.prompt + p.chosen, p.prompt + p.rejected)]
+    keys = [json.dumps(c, sort_keys=True, ensure_ascii=False) for c in conversations]
+    first = {}  # key -> index of its first conversation, the one scored
+    for i, key in enumerate(keys):
+        first.setdefault(key, i)
+    scored = dict(zip(first, scorer.score([conversations[i] for i in first.values()]), strict=True))
+    sides = [scored[key] for key in keys]
+    return sides[0::2], sides[1::2]
 
 
 def pairwise_accuracy(scorer: RewardModelScorer, pairs: Sequence[PreferencePair]) -> dict[str, float | int]:
