@@ -117,6 +117,12 @@ def save_model(trainer, output: Path, *, full_weights: bool = False) -> str:
     return "full"
 
 
+def policy_template_kwargs(settings) -> dict[str, bool]:
+    """What the policy's chat template is rendered with: Qwen3 templates think unless told
+    otherwise (templates without the switch ignore it)."""
+    return {} if getattr(settings, "thinking", False) else {"enable_thinking": False}
+
+
 def finish(
     trainer,
     output: Path,
@@ -174,8 +180,7 @@ def grpo_config(settings, output: Path, plan: BatchPlan, reward_weights: list[fl
         reward_weights=reward_weights,
         multi_objective_aggregation=settings.multi_objective_aggregation,
         log_completions=False,
-        # Qwen3 templates think unless told otherwise (templates without the switch ignore it)
-        chat_template_kwargs=None if getattr(settings, "thinking", False) else {"enable_thinking": False},
+        chat_template_kwargs=policy_template_kwargs(settings) or None,
         **vllm,
     )
 

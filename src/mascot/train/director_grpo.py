@@ -41,6 +41,7 @@ from mascot.train.common import (
     first_last,
     grpo_config,
     open_output,
+    policy_template_kwargs,
     reward_function_trends,
     run_training,
     save_model,
@@ -344,8 +345,7 @@ def directive_prompt(point: DecisionPoint, settings: DirectorGRPOSettings, token
     messages = point.prompt()
     if not settings.directive_opening:
         return messages
-    template_kwargs = {} if getattr(settings, "thinking", False) else {"enable_thinking": False}
-    rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **template_kwargs)
+    rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **policy_template_kwargs(settings))
     return rendered + DIRECTIVE_OPENING
 
 
