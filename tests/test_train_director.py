@@ -26,7 +26,7 @@ from mascot.train.artefact import read_metadata
 from mascot.train.config import DirectorDPOSettings, DirectorGRPOSettings
 from mascot.train.director_dpo import train_director_dpo
 from mascot.train.decision_points import sample_decision_points
-from mascot.train.director_grpo import train_director_grpo
+from mascot.train.director_grpo import NoDirectiveParsed, train_director_grpo
 
 ROSTER = load_roster("emotional_support")
 SITUATIONS = ["I lost my job", "my exam went badly", "I moved to a new city", "my friend ignores me", "I cannot sleep", "my team blames me"]
@@ -167,26 +167,45 @@ def write_episode_run(folder, episodes):
 
 
 def test_director_grpo_runs_rollouts_counts_failures_and_serves(tmp_path):
-    run = write_episode_run(tmp_path / "directed_ED_tiny", [episode(i) for i in range(4)])
-    base = tiny_model(tmp_path / "base")  # untrained: its directives rarely parse
+    episodes = [episode(i) for i in range(4)]
+    run = write_episode_run(tmp_path / "directed_ED_tiny", episodes)
+    base = tiny_model(tmp_path / "base")
+    points, _ = sample_decision_points(episodes, per_episode=2, seed=42)
+    # warmed up: most of its directives parse, some may not, and both are counted
+    sft_warm_start(base, [p.prompt() for p in points], [directive(ROSTER.names[i % 3]) for i in range(len(points))], steps=150)
     settings = DirectorGRPOSettings(
         data_path=str(run), model_name=str(base), output_dir=str(tmp_path / "director"), batch_size=4, num_generations=2, max_steps=2, max_completion_length=8,
-        logging_steps=1, multi_objective_aggregation="normalize_then_sum",
+        logging_steps=1, multi_objective_aggregation="normalize_then_sum", directive_opening=False,
     )
     clients = scripted_clients()
     outcome = train_director_grpo(settings, rollout_clients=clients, trajectory_scorer=Favour("The Anchor"))
     ev = outcome.metadata.evaluation
     stats = outcome.extra["rollout_stats"]
     assert ev["num_completions"] == 8 == stats.completions
-    assert ev["num_directive_parse_failures"] == stats.parse_failures
+    assert ev["num_directive_parse_failures"] == stats.parse_failures < stats.completions
     speaker_calls = len(clients["speaker"].calls)
-    # one rolled-out round per parsed directive, though two reward functions (TRL awaits them together) score it
-    assert speaker_calls == stats.completions - stats.parse_failures
+    # each parsed directive's rollout runs its --suffix-rounds once, though two reward functions (TRL awaits them together) score it
+    assert speaker_calls == (stats.completions - stats.parse_failures) * settings.suffix_rounds
     assert set(ev["rewards"]) == {"group_reward_model", "diversity"}  # each function's own trend
     meta = read_metadata(outcome.output_dir)
     assert (meta.role, meta.trainer, meta.num_train_records) == ("director", "grpo", 8)  # 4 episodes x 2 decision points
     assert meta.hyperparameters["multi_objective_aggregation"] == "normalize_then_sum" and meta.train_metrics["train_loss"] is not None
     assert len(sample(str(outcome.output_dir), [director_messages(ROSTER, context(0), [])], 1)) == 1
+
+
+def test_director_grpo_whose_directives_never_parse_fails_and_writes_no_artefact(tmp_path):
+    run = write_episode_run(tmp_path / "directed_ED_tiny", [episode(i) for i in range(4)])
+    base = tiny_model(tmp_path / "base")  # untrained and given two tokens: nothing it writes names a persona
+    settings = DirectorGRPOSettings(
+        data_path=str(run), model_name=str(base), output_dir=str(tmp_path / "director"), batch_size=4, num_generations=2, max_steps=1,
+        max_completion_length=2, directive_opening=False,
+    )
+    clients = scripted_clients()
+    with pytest.raises(NoDirectiveParsed, match="none of the 4 directives the Director wrote parsed.*the first was: "):
+        train_director_grpo(settings, rollout_clients=clients, trajectory_scorer=Favour("The Anchor"))
+    assert not clients["speaker"].calls  # nothing was rolled out
+    assert not (tmp_path / "director" / "mascot_metadata.json").exists()
+    assert not (tmp_path / "director" / "adapter_config.json").exists()
 
 
 def test_director_grpo_raises_the_rate_of_the_favoured_persona(tmp_path):

@@ -64,6 +64,8 @@ class TrainingMetadata(Record):
     evaluation: dict[str, Any] = Field(default_factory=dict)
     train_metrics: dict[str, Any] = Field(default_factory=dict)
     source_artefacts: dict[str, str] = Field(default_factory=dict)
+    score_window: int = Field(0, description="a reward model's score reads the mean of its last N positions (0: the last token)")
+    score_layers: int = Field(0, description="a reward model keeps the first N decoder layers of its base (0: all of them)")
 
 
 def sha256_file(path: Path) -> str:

@@ -95,7 +95,7 @@ def reward_function_trends(trainer, reward_funcs) -> dict[str, dict[str, float]]
     return {name: trend for name, trend in trends.items() if trend is not None}
 
 
-def save_model(trainer, output: Path, *, full_weights: bool = False) -> str:
+def save_model(trainer, output: Path, *, full_weights: bool = False, base_layers: int = 0) -> str:
     """Writes the adapter (or merged full weights) and the tokenizer into `output`.
 
     Full weights are merged from the saved adapter on the main process, so the same code works
@@ -111,7 +111,7 @@ def save_model(trainer, output: Path, *, full_weights: bool = False) -> str:
     if is_main_process():
         from mascot.train.merge import merge_adapter
 
-        merge_adapter(staging, output, overwrite_into_existing=True)
+        merge_adapter(staging, output, overwrite_into_existing=True, base_layers=base_layers)
         shutil.rmtree(staging, ignore_errors=True)
     trainer.accelerator.wait_for_everyone()
     return "full"

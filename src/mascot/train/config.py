@@ -88,6 +88,14 @@ class RewardModelSettings(TrainSettings):
         "How the score head starts: probe (fitted by logistic regression on the frozen model's features of the training pairs, "
         "then fine-tuned with the rest: LP-FT) or random.",
     )
+    score_window: int = setting(
+        0,
+        "Score the mean of the final hidden states of the sequence's last N positions (the reply's end) instead of the last "
+        "token's alone; 0: the last token, the stock classifier that any server scores.",
+    )
+    score_layers: int = setting(
+        0, "Keep only the first N decoder layers of the base and score their output (faster; a small model's middle layers can rank replies better); 0: all."
+    )
     max_per_device_batch: int = field(default=16, metadata={"cli": False})
     # Memory follows tokens, not pairs: the per-device batch is also capped so that one device
     # holds at most this many tokens per side (8 pairs of 1,024 tokens, 2 of 4,096).

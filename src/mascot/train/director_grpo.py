@@ -113,6 +113,7 @@ class RolloutStats:
     parse_failures: int = 0
     rollout_failures: int = 0
     engine_counters: dict[str, int] = field(default_factory=dict)
+    first_unparsed: str | None = None  # this process's first completion that was not a directive, for the error
 
 
 @dataclass
@@ -210,6 +211,8 @@ class DirectorRollouts:
             return Rollout(point, parsed[i].directive, suffix)
 
         valid = [i for i, p in enumerate(parsed) if p.directive is not None]
+        if self.stats.first_unparsed is None and len(valid) < len(texts):
+            self.stats.first_unparsed = next(t for t, p in zip(texts, parsed) if p.directive is None)
         outcomes = await asyncio.gather(*(rollout(i) for i in valid))
         rollouts = {i: r for i, r in zip(valid, outcomes) if r is not None}
         failed = set(valid) - set(rollouts)
@@ -463,9 +466,23 @@ def train_director_grpo(
             close_backends(trainer, backends)
     figures.update(count_parameters(trainer.model))
     stats = rewards.rollouts.stats = summed_over_processes(trainer, rewards.rollouts.stats)
+    refuse_if_nothing_parsed(stats)
     meta = _metadata(settings, inputs, save_model(trainer, output), _evaluation(trainer, stats, rewards.funcs), figures)
     finish(trainer, output, meta, settings, plan)
     return TrainOutcome(output, meta, extra={"rollout_stats": stats})
+
+
+class NoDirectiveParsed(TrainingSetupError):
+    """No completion of the whole run was a directive: every reward was the parse-failure penalty,
+    the advantages were all zero, and the adapter would be the base Director under a new name."""
+
+
+def refuse_if_nothing_parsed(stats: RolloutStats) -> None:
+    if stats.completions and stats.parse_failures >= stats.completions:
+        raise NoDirectiveParsed(
+            f"none of the {stats.completions} directives the Director wrote parsed, so no rollout was scored and nothing was learnt "
+            f"(check --directive-opening, --max-completion-length and the Director model); the first was: {(stats.first_unparsed or '')[:300]!r}"
+        )
 
 
 def summed_over_processes(trainer, stats: RolloutStats) -> RolloutStats:
@@ -478,7 +495,7 @@ def summed_over_processes(trainer, stats: RolloutStats) -> RolloutStats:
 
     counts = torch.tensor([stats.completions, stats.parse_failures, stats.rollout_failures], dtype=torch.long, device=accelerator.device)
     completions, parse_failures, rollout_failures = (int(v) for v in accelerator.reduce(counts, reduction="sum").tolist())
-    return RolloutStats(completions, parse_failures, rollout_failures, stats.engine_counters)
+    return RolloutStats(completions, parse_failures, rollout_failures, stats.engine_counters, stats.first_unparsed)
 
 
 def _metadata(settings: DirectorGRPOSettings, inputs: DecisionInputs, weights, evaluation: dict, figures: dict) -> TrainingMetadata:

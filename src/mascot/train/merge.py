@@ -14,8 +14,8 @@ from pathlib import Path
 
 from mascot.train import artefact
 from mascot.train.artefact import ArtefactError
-from mascot.train.models import ADAPTER_CONFIG, adapter_base_model, base_model_id, is_adapter, load_tokenizer, model_ref
-from mascot.train.screen import quiet_load_report, report_loading, silence_library_warnings
+from mascot.train.models import ADAPTER_CONFIG, adapter_base_model, base_model_id, is_adapter, load_sequence_classifier, load_tokenizer, model_ref
+from mascot.train.screen import silence_library_warnings
 
 log = logging.getLogger(__name__)
 
@@ -36,17 +36,14 @@ def _task_type(adapter: Path) -> str:
     return str(config.get("task_type") or "CAUSAL_LM")
 
 
-def _load_base(base: str, task_type: str, dtype):
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+def _load_base(base: str, task_type: str, dtype, num_layers: int = 0):
+    from transformers import AutoModelForCausalLM
 
 
     silence_library_warnings()  # PEFT reads a deprecated property of the base as it wraps it
     if task_type != "SEQ_CLS":
         return AutoModelForCausalLM.from_pretrained(model_ref(base), dtype=dtype)
-    with quiet_load_report():  # the base has no score head; the adapter brings the trained one
-        model, info = AutoModelForSequenceClassification.from_pretrained(model_ref(base), num_labels=1, dtype=dtype, output_loading_info=True)
-    report_loading(info, model_ref(base), new_head_expected=False)
-    return model
+    return load_sequence_classifier(base, None, new_head_expected=False, num_layers=num_layers, dtype=dtype)  # the adapter brings the trained head
 
 
 def _tokenizer_source(adapter: Path, base: str) -> str:
@@ -62,6 +59,7 @@ def merge_adapter(
     dtype: str = "auto",
     overwrite: bool = False,
     overwrite_into_existing: bool = False,
+    base_layers: int | None = None,
 ) -> Path:
     """Merges `adapter` into its base and writes a full checkpoint with tokenizer and metadata."""
     from peft import PeftModel
@@ -79,7 +77,10 @@ def merge_adapter(
     base = base_model or adapter_base_model(adapter)
     task_type = _task_type(adapter)
     tokenizer = load_tokenizer(_tokenizer_source(adapter, base))
-    model = PeftModel.from_pretrained(_load_base(base, task_type, _dtype(dtype)), str(adapter))
+    if base_layers is None:  # a reward model trained on the first N layers of its base (--score-layers) merges into those
+        meta = artefact.read_metadata(adapter)
+        base_layers = meta.score_layers if meta is not None else 0
+    model = PeftModel.from_pretrained(_load_base(base, task_type, _dtype(dtype), base_layers), str(adapter))
     merged = model.merge_and_unload()
     if task_type == "SEQ_CLS":
         merged.config.pad_token_id = tokenizer.pad_token_id

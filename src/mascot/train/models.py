@@ -6,6 +6,7 @@ embedded model's hub id trains offline, and artefacts record hub ids as their ba
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 from mascot.errors import MascotError
@@ -81,8 +82,9 @@ def load_causal_lm(name: str):
     return _load(AutoModelForCausalLM.from_pretrained, model_ref(name), dtype=model_dtype())
 
 
-def load_sequence_classifier(name: str, pad_token_id: int | None, *, new_head_expected: bool = True):
-    """A one-logit sequence classifier on top of a causal LM checkpoint (the head starts random).
+def load_sequence_classifier(name: str, pad_token_id: int | None, *, new_head_expected: bool = True, num_layers: int = 0, dtype=None):
+    """A one-logit sequence classifier on top of a causal LM checkpoint (the head starts random),
+    keeping only its first `num_layers` decoder layers when that is above 0 (`--score-layers`).
 
     transformers' loading report (a table saying `score.weight` is MISSING) is replaced by one line
     when the new head is news (`new_head_expected`), and by nothing when an adapter's trained head
@@ -91,11 +93,34 @@ def load_sequence_classifier(name: str, pad_token_id: int | None, *, new_head_ex
 
 
     source = model_ref(name)
+    kwargs = {"config": truncated_config(source, num_layers)} if num_layers > 0 else {"num_labels": 1}
     with quiet_load_report():
-        model, info = _load(AutoModelForSequenceClassification.from_pretrained, source, num_labels=1, dtype=model_dtype(), output_loading_info=True)
+        model, info = _load(AutoModelForSequenceClassification.from_pretrained, source, dtype=dtype or model_dtype(), output_loading_info=True, **kwargs)
+    info["unexpected_keys"] = [k for k in info.get("unexpected_keys") or [] if not dropped_layer_key(k, num_layers)]
     report_loading(info, source, new_head_expected=new_head_expected)
     model.config.pad_token_id = pad_token_id
     return model
+
+
+def truncated_config(source: str, num_layers: int):
+    """The checkpoint's config with its decoder cut to the first `num_layers` layers, one logit."""
+    from transformers import AutoConfig
+
+    config = _load(AutoConfig.from_pretrained, source)
+    total = config.num_hidden_layers
+    if num_layers > total:
+        raise ModelLoadError(f"--score-layers {num_layers}: {source} has only {total} decoder layers")
+    config.num_hidden_layers = num_layers
+    if isinstance(getattr(config, "layer_types", None), list):  # per-layer attention kinds (Qwen3, Gemma): one per kept layer
+        config.layer_types = config.layer_types[:num_layers]
+    config.num_labels = 1
+    return config
+
+
+def dropped_layer_key(key: str, num_layers: int) -> bool:
+    """Whether a checkpoint weight belongs to a decoder layer that `--score-layers` dropped."""
+    match = re.search(r"\blayers\.(\d+)\.", key)
+    return num_layers > 0 and match is not None and int(match.group(1)) >= num_layers
 
 
 def lora_config(settings: TrainSettings, task_type: str):
@@ -117,15 +142,23 @@ def load_reward_model(path: str, device=None):
     from transformers import AutoModelForSequenceClassification
 
 
+    from mascot.train.artefact import read_metadata
+    from mascot.train.score_window import install_score_window
+
     tokenizer = load_tokenizer(path)
+    meta = read_metadata(Path(path)) if Path(path).is_dir() else None
+    window = meta.score_window if meta is not None else 0  # the pooling it was trained with
     if is_adapter(path):
         from peft import PeftModel
 
-        base = load_sequence_classifier(adapter_base_model(path), tokenizer.pad_token_id, new_head_expected=False)  # the adapter holds the head
+        layers = meta.score_layers if meta is not None else 0  # full weights carry their depth in config.json; an adapter's base does not
+        base = load_sequence_classifier(adapter_base_model(path), tokenizer.pad_token_id, new_head_expected=False, num_layers=layers)  # the adapter holds the head
+        install_score_window(base, window)
         model = PeftModel.from_pretrained(base, model_ref(path))
         model = model.merge_and_unload()
     else:
         model = _load(AutoModelForSequenceClassification.from_pretrained, model_ref(path), num_labels=1, dtype=model_dtype())
+        install_score_window(model, window)
     model.config.pad_token_id = tokenizer.pad_token_id
     if device is not None:
         model.to(device)

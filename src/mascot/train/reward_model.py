@@ -24,6 +24,7 @@ from mascot.train.config import GroupRewardModelSettings, RewardModelSettings
 from mascot.train.head_probe import HEAD_INITS, fit_head_by_probe
 from mascot.train.models import base_model_id, count_parameters, load_sequence_classifier, load_tokenizer, lora_config
 from mascot.train.runtime import TrainingSetupError, derive_batch, trainer_arguments, world_size
+from mascot.train.score_window import install_score_window
 from mascot.train.scoring import RewardModelScorer, pairwise_accuracy
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,10 @@ def train_pairwise_reward_model(settings: RewardModelSettings, *, kind: str, rol
     """The reward-model recipe both stages share; `kind` selects the pairs, `role` the artefact."""
     if settings.head_init not in HEAD_INITS:
         raise TrainingSetupError(f"--head-init must be {' or '.join(HEAD_INITS)}, got {settings.head_init!r}")
+    if settings.score_window < 0:
+        raise TrainingSetupError(f"--score-window must be 0 (the last token) or a number of positions, got {settings.score_window}")
+    if settings.score_layers < 0:
+        raise TrainingSetupError(f"--score-layers must be 0 (all layers) or a number of layers, got {settings.score_layers}")
     data_file, pairs = data.load_pairs(settings.data_path, kind)
     run = data.run_settings(data_file)
     dataset = data.resolve_dataset(settings.dataset, run)
@@ -57,13 +62,15 @@ def train_pairwise_reward_model(settings: RewardModelSettings, *, kind: str, rol
     data.require_records_left(
         len(trainer.train_dataset), what="preference pairs", source=data_file, read=len(pairs), held_out=len(held_out), dropped=skipped, dropped_by="--max-length"
     )
+    if probe and held_out:  # what the head alone ranks before fine-tuning (LoRA starts as the identity), to set beside the final figure
+        probe["probe_heldout_accuracy"] = pairwise_accuracy(RewardModelScorer(trainer.model, tokenizer, max_length=settings.max_length, batch_size=SCORING_BATCH), held_out)["pairwise_accuracy"]
     figures = run_training(trainer, checkpoint)
     figures.update(count_parameters(trainer.model), **probe, num_truncated_pairs=num_cut, num_skipped_too_long=skipped)
     evaluation = evaluate_pairs(trainer.model, tokenizer, held_out, train_pairs, settings.max_length)
     meta = TrainingMetadata(
         role=role,
         trainer="reward",
-        weights=save_model(trainer, output, full_weights=settings.full_weights),
+        weights=save_model(trainer, output, full_weights=settings.full_weights, base_layers=settings.score_layers),
         task="sequence_classification",
         base_model=base_model_id(settings.model_name),
         dataset=dataset,
@@ -75,6 +82,8 @@ def train_pairwise_reward_model(settings: RewardModelSettings, *, kind: str, rol
         num_eval_records=len(held_out),
         evaluation=evaluation,
         train_metrics=figures,
+        score_window=settings.score_window if settings.score_window > 1 else 0,
+        score_layers=settings.score_layers,
     )
     finish(trainer, output, meta, settings, plan)
     return TrainOutcome(output, meta)
@@ -92,7 +101,8 @@ def _reward_trainer(settings: RewardModelSettings, output: Path, plan, train_pai
     rows, num_cut = data.tokenized_pair_rows(train_pairs, tokenizer, settings.max_length, settings.margin_scale)
     if num_cut:
         log.warning("%d of %d training pairs are longer than --max-length %d: the middle of their prompt was cut", num_cut, len(rows), settings.max_length)
-    model = load_sequence_classifier(settings.model_name, tokenizer.pad_token_id)
+    model = load_sequence_classifier(settings.model_name, tokenizer.pad_token_id, num_layers=settings.score_layers)
+    install_score_window(model, settings.score_window)  # before LoRA wraps it and before the probe reads its pooling
     probe = {} if resuming else initial_head(settings, model, rows, tokenizer.pad_token_id)  # a checkpoint brings its own head
     trainer = RewardTrainer(
         model=model,
