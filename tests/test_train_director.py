@@ -197,11 +197,11 @@ def test_director_grpo_whose_directives_never_parse_fails_and_writes_no_artefact
     run = write_episode_run(tmp_path / "directed_ED_tiny", [episode(i) for i in range(4)])
     base = tiny_model(tmp_path / "base")  # untrained and given two tokens: nothing it writes names a persona
     settings = DirectorGRPOSettings(
-        data_path=str(run), model_name=str(base), output_dir=str(tmp_path / "director"), batch_size=4, num_generations=2, max_steps=1,
+        data_path=str(run), model_name=str(base), output_dir=str(tmp_path / "director"), batch_size=4, num_generations=2, max_steps=4,
         max_completion_length=2, directive_opening=False,
     )
     clients = scripted_clients()
-    with pytest.raises(NoDirectiveParsed, match="none of the 4 directives the Director wrote parsed.*the first was: "):
+    with pytest.raises(NoDirectiveParsed, match="none of the 16 directives the Director wrote parsed.*the first was: "):
         train_director_grpo(settings, rollout_clients=clients, trajectory_scorer=Favour("The Anchor"))
     assert not clients["speaker"].calls  # nothing was rolled out
     assert not (tmp_path / "director" / "mascot_metadata.json").exists()

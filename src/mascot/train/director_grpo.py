@@ -477,7 +477,13 @@ class NoDirectiveParsed(TrainingSetupError):
     the advantages were all zero, and the adapter would be the base Director under a new name."""
 
 
+NO_PARSE_REFUSAL_MIN = 16  # a smoke run of a step or two (the walk-through's 2 completions) only warns
+
+
 def refuse_if_nothing_parsed(stats: RolloutStats) -> None:
+    if stats.completions and stats.parse_failures >= stats.completions and stats.completions < NO_PARSE_REFUSAL_MIN:
+        log.warning("none of the %d directives the Director wrote parsed: this run learnt nothing", stats.completions)
+        return
     if stats.completions and stats.parse_failures >= stats.completions:
         raise NoDirectiveParsed(
             f"none of the {stats.completions} directives the Director wrote parsed, so no rollout was scored and nothing was learnt "
