@@ -45,3 +45,12 @@ def test_the_new_flag_wins_over_an_old_spelling(monkeypatch):
     monkeypatch.setattr("mascot.train.speaker_grpo.train_speaker", capture(seen))
     runner.invoke(app, ["train", "speaker", "--data-path", "run", "--vllm-server-url", "http://old:1", "--trl-vllm-server-url", "http://new:2"])
     assert seen["settings"].trl_vllm_server_url == "http://new:2"
+
+
+def test_a_setting_on_by_default_can_be_turned_off_from_the_command_line(monkeypatch):
+    seen: dict = {}
+    monkeypatch.setattr("mascot.train.director_grpo.train_director_grpo", capture(seen))
+    runner.invoke(app, ["train", "director-grpo", "--data-path", "run", "--no-directive-opening"])
+    assert seen["settings"].directive_opening is False
+    runner.invoke(app, ["train", "director-grpo", "--data-path", "run"])
+    assert seen["settings"].directive_opening is True

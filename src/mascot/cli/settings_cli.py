@@ -79,6 +79,8 @@ def _parameter(settings_cls: type, field: dataclasses.Field, annotation: Any) ->
     else:
         flags = meta.get("flags") or ()
         names = [f for f in flags if "/" in f] or [flag_name(field.name), *flags]
+        if default is True and len(names) == 1 and "/" not in names[0]:  # a setting on by default needs a way to turn it off
+            names = [f"{names[0]}/--no-{names[0][2:]}"]
         param = typer.Option(*names, help=help_text, show_default=not required, hidden=meta.get("hidden", False), rich_help_panel=panel)
     return inspect.Parameter(field.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[annotation, param])
 
