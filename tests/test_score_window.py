@@ -11,6 +11,18 @@ from mascot.train.config import RewardModelSettings
 from mascot.train.reward_model import train_reward_model
 
 
+def trained_on_keyword_pairs(base, tmp_path, **pooling):
+    """One step of reward-model training on a learnable pair set: the pairs, the settings, the outcome."""
+    run = tmp_path / "individual_ED_tiny"
+    pairs = keyword_pairs(n_prompts=16, per_prompt=2)
+    write_jsonl(run / "pairs.jsonl", pairs)
+    write_run_config(run, dataset="EmpatheticDialogues")
+    settings = RewardModelSettings(
+        data_path=str(run), model_name=str(base), batch_size=8, max_steps=1, eval_fraction=0.25, output_dir=str(tmp_path / "rm"), **pooling
+    )
+    return pairs, settings, train_reward_model(settings)
+
+
 def test_the_moving_average_covers_the_last_n_positions_up_to_each():
     import torch
 
@@ -52,14 +64,7 @@ def test_a_windowed_reward_model_records_its_window_and_reloads_to_the_same_scor
     from mascot.train.data import split_by_prompt
     from mascot.train.scoring import RewardModelScorer, pairwise_accuracy
 
-    run = tmp_path / "individual_ED_tiny"
-    pairs = keyword_pairs(n_prompts=16, per_prompt=2)
-    write_jsonl(run / "pairs.jsonl", pairs)
-    write_run_config(run, dataset="EmpatheticDialogues")
-    settings = RewardModelSettings(
-        data_path=str(run), model_name=str(base), batch_size=8, max_steps=1, eval_fraction=0.25, score_window=6, output_dir=str(tmp_path / "rm")
-    )
-    outcome = train_reward_model(settings)
+    pairs, settings, outcome = trained_on_keyword_pairs(base, tmp_path, score_window=6)
     meta = read_metadata(outcome.output_dir)
     assert meta.score_window == 6 and meta.hyperparameters["score_window"] == 6
     scorer = RewardModelScorer.from_path(str(outcome.output_dir), max_length=settings.max_length)
@@ -88,14 +93,7 @@ def test_a_reward_model_on_the_first_layers_keeps_them_through_reload_and_merge(
     from mascot.train.models import load_reward_model
     from mascot.train.scoring import RewardModelScorer
 
-    run = tmp_path / "individual_ED_tiny"
-    pairs = keyword_pairs(n_prompts=16, per_prompt=2)
-    write_jsonl(run / "pairs.jsonl", pairs)
-    write_run_config(run, dataset="EmpatheticDialogues")
-    settings = RewardModelSettings(
-        data_path=str(run), model_name=str(base), batch_size=8, max_steps=1, eval_fraction=0.25, score_layers=1, score_window=4, output_dir=str(tmp_path / "rm")
-    )
-    outcome = train_reward_model(settings)
+    pairs, settings, outcome = trained_on_keyword_pairs(base, tmp_path, score_layers=1, score_window=4)
     assert read_metadata(outcome.output_dir).score_layers == 1
     assert 0 <= outcome.metadata.train_metrics["probe_heldout_accuracy"] <= 1  # the head alone, before fine-tuning
     model, _ = load_reward_model(str(outcome.output_dir))

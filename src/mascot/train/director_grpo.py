@@ -481,14 +481,15 @@ NO_PARSE_REFUSAL_MIN = 16  # a smoke run of a step or two (the walk-through's 2 
 
 
 def refuse_if_nothing_parsed(stats: RolloutStats) -> None:
-    if stats.completions and stats.parse_failures >= stats.completions and stats.completions < NO_PARSE_REFUSAL_MIN:
+    if not stats.completions or stats.parse_failures < stats.completions:
+        return
+    if stats.completions < NO_PARSE_REFUSAL_MIN:
         log.warning("none of the %d directives the Director wrote parsed: this run learnt nothing", stats.completions)
         return
-    if stats.completions and stats.parse_failures >= stats.completions:
-        raise NoDirectiveParsed(
-            f"none of the {stats.completions} directives the Director wrote parsed, so no rollout was scored and nothing was learnt "
-            f"(check --directive-opening, --max-completion-length and the Director model); the first was: {(stats.first_unparsed or '')[:300]!r}"
-        )
+    raise NoDirectiveParsed(
+        f"none of the {stats.completions} directives the Director wrote parsed, so no rollout was scored and nothing was learnt "
+        f"(check --directive-opening, --max-completion-length and the Director model); the first was: {(stats.first_unparsed or '')[:300]!r}"
+    )
 
 
 def summed_over_processes(trainer, stats: RolloutStats) -> RolloutStats:

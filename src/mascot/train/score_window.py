@@ -25,9 +25,8 @@ HOOK_ATTRIBUTE = "_mascot_score_window"  # set on the norm module: the window al
 
 def install_score_window(model, window: int) -> None:
     """Make `model` (a transformers sequence classifier, before any PEFT wrapping) score the mean
-    of the last `window` positions; 0 or 1 keeps the stock last-token score. Idempotent."""
-    if window < 0:
-        raise ValueError(f"--score-window must be 0 (the last token) or a number of positions, got {window}")
+    of the last `window` positions; 1 or less keeps the stock last-token score (the trainer refuses
+    a negative one before anything is written). Idempotent."""
     if window <= 1:
         return
     norm = final_norm(model)
