@@ -109,6 +109,26 @@ def test_branch_records_are_not_sampled_twice_and_bare_contexts_are_counted():
     assert points[0].context.context_id == "c0"
 
 
+
+def test_balanced_decision_points_follow_each_last_speaker_equally_often_however_skewed_the_episodes():
+    # Seven of eight episodes end their first round with The Beacon: unbalanced, the diversity term
+    # would teach a Director only to avoid The Beacon.
+    episodes = [episode(i, speakers=("The Beacon", "The Anchor")) for i in range(7)] + [episode(7, speakers=("The Catalyst", "The Anchor"))]
+    plain, _ = sample_decision_points(episodes, per_episode=1, seed=3)
+    points, _ = sample_decision_points(episodes, per_episode=1, seed=3, balance_last_speaker=True)
+    assert len(points) == len(plain) == 8  # as many points as without balancing
+
+    def last(p):
+        return next((t.agent_name for t in reversed(p.prefix) if not t.is_user), None)
+
+    assert [last(p) for p in points] == [None, "The Beacon", "The Catalyst", None, "The Beacon", "The Catalyst", None, "The Beacon"]  # in turn
+    assert len({p.point_id for p in points}) == len(points)  # the one Catalyst prefix, reused, keeps distinct ids
+    catalyst = [p for p in points if last(p) == "The Catalyst"]
+    assert catalyst[0].prefix == catalyst[1].prefix and catalyst[1].point_id == catalyst[0].point_id + "#1"
+    again, _ = sample_decision_points(episodes, per_episode=1, seed=3, balance_last_speaker=True)
+    assert [p.point_id for p in again] == [p.point_id for p in points]
+    assert sample_decision_points(episodes, per_episode=1, seed=3)[0] == plain  # off: the sampling of before
+
 # --------------------------------------------------------------------------- DPO
 
 

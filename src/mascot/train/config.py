@@ -192,6 +192,12 @@ class DirectorGRPOSettings(GRPOSettings):
     )
     rollout_temperature: float = setting(vocab.TEMPERATURE, "Sampling temperature of the rollouts' Speakers, user and later-round Director.")
     decision_points_per_episode: int = setting(2, "Decision points sampled from each recorded episode.")
+    # The diversity term rewards not repeating the last Speaker. When most recorded prefixes end
+    # with one companion, a Director that simply avoids that one earns it, and collapses onto another.
+    balance_last_speaker: bool = setting(
+        False, "Sample as many decision points after each companion's turn (and at the opening, with no companion before) as after any "
+        "other, reusing a scarce kind's prefixes, so that only a Director that varies on the last Speaker earns the diversity term.",
+    )
     user_response_probability: float = setting(0.5, "Chance that the simulated user speaks after a round.")
     group_reward_weight: float = setting(1.0, "Weight of the group reward model's score.")
     diversity_weight: float = setting(

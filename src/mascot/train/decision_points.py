@@ -3,6 +3,7 @@ recorded prefix its prompt is rebuilt from."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 from dataclasses import dataclass
@@ -57,11 +58,14 @@ def sample_decision_points(
     *,
     contexts: dict[str, Context] | None = None,
     roster: Roster | None = None,
+    balance_last_speaker: bool = False,
 ) -> tuple[list[DecisionPoint], int]:
-    """Seeded decision points, and how many episodes had no recorded context (a bare one is used)."""
+    """Seeded decision points, and how many episodes had no recorded context (a bare one is used):
+    `per_episode` rounds of each episode, or (`balance_last_speaker`) as many points in all, drawn
+    evenly over who spoke last before the decision."""
 
     rng = random.Random(seed)
-    points, bare_contexts = [], 0
+    points, pool, bare_contexts, wanted = [], [], 0, 0
     for episode in source_episodes(episodes):
         rounds = decision_rounds(episode)
         if not rounds:
@@ -71,21 +75,47 @@ def sample_decision_points(
             bare_contexts += 1
             context = Context(context_id=episode.context_id or episode.episode_id, dataset=episode.metadata.dataset)
         team = roster or episode_roster(episode) or roster_for_dataset(episode.metadata.dataset)
-        for round_id in sorted(rng.sample(rounds, min(per_episode, len(rounds)))):
-            prefix = [t for t in episode.turns if t.round_id < round_id]
-            points.append(
-                DecisionPoint(
-                    point_id=f"{episode.episode_id}@r{round_id}",
-                    episode_id=episode.episode_id,
-                    context=context,
-                    prefix=prefix,
-                    roster=team,
-                    domain=episode_domain(episode),
-                    decision_round=round_id,
-                    prompt_version=episode.metadata.prompt_version or PROMPT_VERSION,
-                )
-            )
+        episode_points = [_decision_point(episode, round_id, context, team) for round_id in rounds]
+        wanted += min(per_episode, len(rounds))
+        pool.extend(episode_points)
+        points.extend(sorted(rng.sample(episode_points, min(per_episode, len(rounds))), key=lambda p: p.decision_round))
+    if balance_last_speaker:
+        points = balanced_by_last_speaker(pool, wanted, rng)
     return points, bare_contexts
+
+
+def _decision_point(episode: Episode, round_id: int, context: Context, team: Roster) -> DecisionPoint:
+    return DecisionPoint(
+        point_id=f"{episode.episode_id}@r{round_id}",
+        episode_id=episode.episode_id,
+        context=context,
+        prefix=[t for t in episode.turns if t.round_id < round_id],
+        roster=team,
+        domain=episode_domain(episode),
+        decision_round=round_id,
+        prompt_version=episode.metadata.prompt_version or PROMPT_VERSION,
+    )
+
+
+def last_speaker(point: DecisionPoint) -> str | None:
+    """The companion who spoke last before the decision (None at the opening)."""
+    return next((t.agent_name for t in reversed(point.prefix) if not t.is_user), None)
+
+
+def balanced_by_last_speaker(pool: list[DecisionPoint], wanted: int, rng: random.Random) -> list[DecisionPoint]:
+    """`wanted` points, as many after each last Speaker (the opening counts as one) as after any
+    other: each kind's points in a seeded order, taken in turn, a scarce kind's reused from its
+    start. Interleaved, so that any leading share (--limit, a run cut short) stays balanced."""
+    kinds: dict[str | None, list[DecisionPoint]] = {}
+    for point in pool:
+        kinds.setdefault(last_speaker(point), []).append(point)
+    queues = [rng.sample(group, len(group)) for _, group in sorted(kinds.items(), key=lambda kv: kv[0] or "")]
+    points = []
+    for i in range(wanted if queues else 0):
+        queue, turn = queues[i % len(queues)], i // len(queues)
+        point, reuse = queue[turn % len(queue)], turn // len(queue)
+        points.append(dataclasses.replace(point, point_id=f"{point.point_id}#{reuse}") if reuse else point)  # ids stay distinct
+    return points
 
 
 def context_index(data_file, settings: dict[str, Any]) -> dict[str, Context] | None:
@@ -120,7 +150,10 @@ def load_decision_inputs(settings: DirectorGRPOSettings) -> DecisionInputs:
     run = data.run_settings(data_file)
 
     roster = load_roster(settings.roster) if settings.roster else None
-    points, bare = sample_decision_points(episodes, settings.decision_points_per_episode, settings.seed, contexts=context_index(data_file, run), roster=roster)
+    points, bare = sample_decision_points(
+        episodes, settings.decision_points_per_episode, settings.seed, contexts=context_index(data_file, run), roster=roster,
+        balance_last_speaker=settings.balance_last_speaker,
+    )
     if bare:
         log.warning("%d episodes carry no context and their run names no local data file: their prompts show only the transcript", bare)
     sampled = len(points)
