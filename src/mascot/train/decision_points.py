@@ -65,7 +65,7 @@ def sample_decision_points(
     evenly over who spoke last before the decision."""
 
     rng = random.Random(seed)
-    points, pool, bare_contexts, wanted = [], [], 0, 0
+    points, pool, bare_contexts = [], [], 0
     for episode in source_episodes(episodes):
         rounds = decision_rounds(episode)
         if not rounds:
@@ -76,11 +76,10 @@ def sample_decision_points(
             context = Context(context_id=episode.context_id or episode.episode_id, dataset=episode.metadata.dataset)
         team = roster or episode_roster(episode) or roster_for_dataset(episode.metadata.dataset)
         episode_points = [_decision_point(episode, round_id, context, team) for round_id in rounds]
-        wanted += min(per_episode, len(rounds))
         pool.extend(episode_points)
         points.extend(sorted(rng.sample(episode_points, min(per_episode, len(rounds))), key=lambda p: p.decision_round))
     if balance_last_speaker:
-        points = balanced_by_last_speaker(pool, wanted, rng)
+        points = balanced_by_last_speaker(pool, len(points), rng)  # as many as the plain draw
     return points, bare_contexts
 
 

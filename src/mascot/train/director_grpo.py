@@ -47,7 +47,7 @@ from mascot.train.common import (
     save_model,
 )
 from mascot.train.config import DEFAULT_REWARD_BASE_MODEL, DirectorGRPOSettings
-from mascot.train.decision_points import DecisionInputs, DecisionPoint, load_decision_inputs
+from mascot.train.decision_points import DecisionInputs, DecisionPoint, last_speaker, load_decision_inputs
 from mascot.train.models import base_model_id, count_parameters, load_causal_lm, load_tokenizer, lora_config, model_ref
 from mascot.train.rewards import completion_text, diversity_score
 from mascot.train.runtime import TrainingSetupError, derive_batch, world_size
@@ -80,8 +80,8 @@ def block_speakers(rollout: Rollout) -> list[str]:
     """The Speakers of the dialogue block the directive opened: the last Speaker before the
     decision (so that one rolled-out round can already repeat or vary it) and every Speaker of the
     rolled-out rounds."""
-    before = [t.agent_name for t in rollout.point.prefix if not t.is_user][-1:]
-    return before + [t.agent_name for t in rollout.suffix if not t.is_user]
+    before = last_speaker(rollout.point)
+    return ([] if before is None else [before]) + [t.agent_name for t in rollout.suffix if not t.is_user]
 
 
 class TrajectoryScorer(Protocol):
