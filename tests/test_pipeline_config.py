@@ -223,6 +223,13 @@ def test_shipped_contexts_are_named_and_unknown_ones_refused(tmp_path):
     from mascot.pipeline.steps import pipeline_data_file
 
     folder = pipeline_data_file("ESConv", "shipped:learn", tmp_path)
-    assert {p.name for p in folder.iterdir()} >= {"train.jsonl", "test.jsonl"}
+    assert {p.name for p in folder.iterdir()} >= {"train.jsonl", "valid.jsonl", "test.jsonl"}
+    # The held-out claim: no situation or opening message is in two splits.
+    seen: dict[str, str] = {}
+    for split in ("train", "valid", "test"):
+        for line in (folder / f"{split}.jsonl").read_text().splitlines():
+            record = json.loads(line)
+            for text in (record["situation"], record["dialog"][-1]["text"]):
+                assert seen.setdefault(text, split) == split, f"{text!r} is in {seen[text]} and {split}"
     with pytest.raises(MascotError, match="mascot ships no such contexts .*learn"):
         pipeline_data_file("ESConv", "shipped:nope", tmp_path)
