@@ -40,10 +40,9 @@ def stage_one(folder: Path) -> Path:
 def run_inputs(run: Path) -> tuple[Path, Path]:
     """The run's candidates folder (its pairs) and its persona reward model, or one line saying what is missing."""
     candidates = sorted((run / "candidates").glob("*/pairs.jsonl"))
-    reward_model = run / "reward_model"
-    if not candidates or not (reward_model / "mascot_metadata.json").exists():
-        sys.exit(f"persona_swap.py: {run} has no Stage-1 pairs and persona reward model (run `mascot pipeline --preset learn --until reward_model --output-dir {run}`)")
-    return candidates[0].parent, reward_model
+    if not candidates:
+        sys.exit(f"persona_swap.py: {run} has no Stage-1 pairs (run `mascot pipeline --preset learn --until reward_model --output-dir {run}`)")
+    return candidates[0].parent, run / "reward_model"
 
 
 def swapped_items(pairs, held_out):
@@ -67,11 +66,10 @@ def swapped_items(pairs, held_out):
 
 
 def measure(candidates: Path, reward_model: Path) -> dict:
-    from mascot.train import data
+    from mascot.train import artefact, data
     from mascot.train.scoring import RewardModelScorer
 
-    meta = json.loads((reward_model / "mascot_metadata.json").read_text())
-    hyper = meta.get("hyperparameters") or {}
+    hyper = artefact.require_trained(reward_model, role="persona_reward_model", label="the run's reward model").hyperparameters or {}
     _, pairs = data.load_pairs(str(candidates), "persona")
     _, held_out = data.split_by_prompt(pairs, float(hyper.get("eval_fraction", 0.25)), int(hyper.get("seed", 7)))
     items = swapped_items(pairs, held_out)
@@ -80,11 +78,11 @@ def measure(candidates: Path, reward_model: Path) -> dict:
     scorer = RewardModelScorer.from_path(str(reward_model), device="cpu", max_length=int(hyper.get("max_length", 128)))
 
     def prefers(prompts) -> list[bool]:
-        chosen = scorer.score([list(prompt) + list(p.chosen) for p, prompt in zip((p for p, _ in items), prompts)])
-        rejected = scorer.score([list(prompt) + list(p.rejected) for p, prompt in zip((p for p, _ in items), prompts)])
+        chosen = scorer.score([list(prompt) + list(pair.chosen) for (pair, _), prompt in zip(items, prompts)])
+        rejected = scorer.score([list(prompt) + list(pair.rejected) for (pair, _), prompt in zip(items, prompts)])
         return [c > r for c, r in zip(chosen, rejected)]
 
-    own = prefers([p.prompt for p, _ in items])
+    own = prefers([pair.prompt for pair, _ in items])
     swapped = prefers([prompt for _, prompt in items])
     counts: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
     for (pair, _), o, s in zip(items, own, swapped):
@@ -98,7 +96,12 @@ def measure(candidates: Path, reward_model: Path) -> dict:
 def main() -> None:
     args = parse_args()
     run = args.run or stage_one(Path("runs/persona_swap"))
-    figures = measure(*run_inputs(run))
+    from mascot.errors import MascotError
+
+    try:
+        figures = measure(*run_inputs(run))
+    except MascotError as exc:  # a broken pairs file or reward model: one line
+        sys.exit(f"persona_swap.py: {exc}")
     if args.json:
         print(json.dumps({"run": str(run), "figures": figures}, indent=2))
         return
