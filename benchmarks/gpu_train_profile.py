@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 import traceback
+import zlib
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -82,11 +83,13 @@ def random_weights(policy_shape: str, reward_shape: str, vocab_size: int, device
     import mascot.train.models as models
     import mascot.train.reward_model as rm
     import mascot.train.speaker_grpo as speaker
+    from mascot.dialogue.director import parse_directive
 
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
 
-    def build(cls, shape: str, **extra):
-        config = Qwen3Config(vocab_size=vocab_size, max_position_embeddings=8192, **SHAPES[shape], **extra)
+    def build(cls, shape: str | dict, **extra):
+        dims = SHAPES[shape] if isinstance(shape, str) else shape
+        config = Qwen3Config(vocab_size=vocab_size, max_position_embeddings=8192, **dims, **extra)
         previous = torch.get_default_dtype()
         torch.set_default_dtype(dtype)
         try:
@@ -100,11 +103,24 @@ def random_weights(policy_shape: str, reward_shape: str, vocab_size: int, device
     def causal_lm(name):
         return build(Qwen3ForCausalLM, policy_shape)
 
-    def sequence_classifier(name, pad_token_id):
-        return build(Qwen3ForSequenceClassification, reward_shape, num_labels=1, pad_token_id=pad_token_id)
+    def sequence_classifier(name, pad_token_id, *, new_head_expected=True, num_layers=0, dtype=None):
+        shape = dict(SHAPES[reward_shape])
+        if num_layers > 0:  # --score-layers: the first N decoder layers, as the real loader keeps them
+            shape["num_hidden_layers"] = min(num_layers, shape["num_hidden_layers"])
+        return build(Qwen3ForSequenceClassification, shape, num_labels=1, pad_token_id=pad_token_id)
+
+    def any_directive(text, roster):
+        """Random weights write no directive: each completion is read as the roster name its hash
+        picks, so that every completion is rolled out as in a run of a trained Director."""
+        parsed = parse_directive(text, roster)
+        if parsed.directive is not None:
+            return parsed
+        name = roster.names[zlib.crc32((text or "").encode()) % len(roster.names)]
+        return parse_directive(f"agent: {name}", roster)
 
     patched = [(m, "load_causal_lm", causal_lm) for m in (speaker, dpo, dgrpo, models)]
     patched += [(m, "load_sequence_classifier", sequence_classifier) for m in (rm, models)]
+    patched += [(dgrpo, "parse_directive", any_directive)]
     saved = [(m, name, getattr(m, name)) for m, name, _ in patched]
     for module, name, fn in patched:
         setattr(module, name, fn)
