@@ -54,6 +54,8 @@ def swapped_items(pairs, held_out):
     personas = sorted({p.persona for p in pairs if p.persona})
     items = []
     for pair in held_out:
+        if pair.is_cross_persona:  # --cross-persona-pairs: a borrowed reply is not its persona's own
+            continue
         chosen, rejected = pair.chosen[0]["content"], pair.rejected[0]["content"]
         marker_gap = shows_marker(pair.persona, chosen) - shows_marker(pair.persona, rejected)
         score_gap = agent_score(pair.persona, chosen)[0] - agent_score(pair.persona, rejected)[0]

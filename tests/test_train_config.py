@@ -194,6 +194,21 @@ def test_an_unknown_aggregation_is_one_line_before_anything_is_written(tmp_path,
     assert str(result.exception) == "--multi-objective-aggregation must be normalize_then_sum or sum_then_normalize, got 'mean'"
 
 
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--scale-rewards", "std"], "--scale-rewards must be group, batch or none, got 'std'"),
+    (["--scale-rewards", "batch"], "--scale-rewards batch has no effect with --multi-objective-aggregation normalize_then_sum"),
+])
+def test_a_reward_scaling_that_is_unknown_or_would_be_ignored_is_one_line(tmp_path, extra, message):
+    run = tmp_path / "run"
+    write_jsonl(run / "episodes.jsonl", [episode(i) for i in range(2)])
+    write_run_config(run, dataset="EmpatheticDialogues")
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["train", "director-grpo", "--episode-dataset-path", str(run), "--model", "not-loaded", "--output-dir", str(out),
+                                 "--batch-size", "4", "--num-generations", "2", "--group-reward-weight", "0", *extra])  # fmt: skip
+    assert isinstance(result.exception, TrainingSetupError) and not out.exists()
+    assert str(result.exception).startswith(message)
+
+
 def test_missing_required_setting_is_a_one_line_error():
     result = runner.invoke(app, ["train", "reward-model", "--seed", "1"])
     assert isinstance(result.exception, MascotError) and "--data-path" in str(result.exception)

@@ -267,6 +267,7 @@ def test_director_grpo_raises_the_rate_of_the_favoured_persona(tmp_path):
 @pytest.mark.parametrize(("aggregation", "weights", "names"), [
     ("normalize_then_sum", {}, ["group_reward_model", "diversity"]),
     ("sum_then_normalize", {"diversity_weight": 0.0}, ["group_reward_model"]),  # a weight of 0 drops its function
+    ("sum_then_normalize", {"scale_rewards": "batch"}, ["group_reward_model", "diversity"]),
 ])
 def test_the_aggregation_and_the_reward_weights_reach_grpo_config(monkeypatch, tmp_path, aggregation, weights, names):
     run = write_episode_run(tmp_path / "directed_ED_tiny", [episode(i) for i in range(2)])
@@ -276,6 +277,7 @@ def test_the_aggregation_and_the_reward_weights_reach_grpo_config(monkeypatch, t
     with pytest.raises(TrainerBuilt):
         train_director_grpo(settings, rollout_clients=scripted_clients(), trajectory_scorer=Favour("The Anchor"))
     assert seen["args"].multi_objective_aggregation == aggregation
+    assert seen["args"].scale_rewards == weights.get("scale_rewards", "group")
     assert [fn.__name__ for fn in seen["reward_funcs"]] == names
     assert seen["args"].reward_weights == [2.0, 0.5][: len(names)]
 

@@ -131,3 +131,16 @@ def test_pairwise_accuracy_scores_each_distinct_conversation_once():
     result = pairwise_accuracy(scorer, pairs)
     assert sorted(c[-1]["content"] for c in scorer.seen) == replies  # each once
     assert result == {"pairwise_accuracy": 0.75, "mean_score_gap": 0.75, "num_pairs": 4}  # gaps 2, 1, 1, -1
+
+
+def test_held_out_accuracy_is_also_given_per_kind_when_cross_persona_pairs_are_held_out(monkeypatch):
+    from mascot.train import reward_model as rm
+
+    pairs = keyword_pairs(n_prompts=5, per_prompt=1)
+    held_out = pairs[:2] + [p.model_copy(update={"rejected_written_for": "The Beacon"}) for p in pairs[2:]]
+    monkeypatch.setattr(rm, "score_pair_sides", lambda scorer, pairs: ([1.0, 0.0, 1.0, 1.0, 0.0], [0.5] * 5))
+    monkeypatch.setattr(rm, "pairwise_accuracy", lambda scorer, pairs: {"pairwise_accuracy": None, "num_pairs": 0})
+    evaluation = rm.evaluate_pairs(None, None, held_out, [], 128)
+    assert evaluation["heldout_pairwise_accuracy"] == 0.6 and evaluation["heldout_pairs"] == 5
+    assert evaluation["heldout_by_kind"] == {"own": {"pairs": 2, "accuracy": 0.5}, "cross_persona": {"pairs": 3, "accuracy": 0.6667}}
+    assert "heldout_by_kind" not in rm.evaluate_pairs(None, None, pairs, [], 128)  # no cross-persona pair: no split

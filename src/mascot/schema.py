@@ -299,6 +299,9 @@ class Candidate(Record):
     roster_version: str | None = None
     rubric_version: str | None = None
     prompt_version: str | None = None
+    # A cross-persona judgment (`mascot.prefs.cross_persona`): the reply was written for this other
+    # persona and is judged here as `persona`, under `persona`'s prompt.
+    written_for: str | None = None
 
 
 class Judgment(Record):
@@ -333,9 +336,17 @@ class PreferencePair(Record):
     chosen_score: float | None = None
     rejected_score: float | None = None
     kind: Literal["persona", "episode", "directive"] = "persona"
+    # Cross-persona pairs: the persona a side's reply was written for, when not the pair's own
+    # (`mascot.prefs.cross_persona`); None on both sides for every other pair.
+    chosen_written_for: str | None = None
+    rejected_written_for: str | None = None
     roster: str | None = None
     roster_version: str | None = None
     rubric_version: str | None = None
+
+    @property
+    def is_cross_persona(self) -> bool:
+        return bool(self.chosen_written_for or self.rejected_written_for)
 
     @field_validator("prompt", "chosen", "rejected")
     @classmethod

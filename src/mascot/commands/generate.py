@@ -19,7 +19,7 @@ MODES = vocab.GENERATE_MODES
 # The settings only one mode reads: a group run never judges; Stage 1 asks the Speaker alone, for
 # one reply per candidate (no Director, no simulated user, no turns).
 STAGE_1_ONLY = (
-    "score_margin", "judge_scoring", "judge_max_tokens", "cache_dir", "no_cache", "judge_server_url", "judge_model",
+    "score_margin", "cross_persona_pairs", "judge_scoring", "judge_max_tokens", "cache_dir", "no_cache", "judge_server_url", "judge_model",
     "judge_extra_body", "judge_thinking",
 )  # fmt: skip
 GROUP_ONLY = (
@@ -38,6 +38,13 @@ class GenerateSettings(OutputSettings, JudgingSettings, EngineSettings, Endpoint
     mode: str = setting("group", "group: multi-agent episodes; individual: K candidates per persona + preference pairs.")
     roster: Optional[str] = setting(None, "Roster name or file (default: the dataset's roster).", panel="Generation")
     score_margin: float = setting(vocab.SCORE_MARGIN, "Minimum judged score gap for a preference pair (individual mode).", panel="Judging")
+    cross_persona_pairs: int = setting(
+        0,
+        "Individual mode: also judge each reply as every other persona of the roster and keep up to N pairs per query of an own "
+        "and a borrowed reply, which only the persona decides (teaches the reward model who is speaking; costs roster-1 more "
+        "judgments per candidate with an LLM judge). 0: off.",
+        panel="Judging",
+    )
     personas: Optional[tuple[str, ...]] = fixed(None)  # Stage 1: the personas asked (default: the whole roster)
 
     def __post_init__(self) -> None:
@@ -48,6 +55,7 @@ class GenerateSettings(OutputSettings, JudgingSettings, EngineSettings, Endpoint
         check_judging(self)
         check_output(self)
         require(self.score_margin >= 0, "--score-margin must not be negative")
+        require(self.cross_persona_pairs >= 0, "--cross-persona-pairs must not be negative")
         if self.mode == "individual":
             require(self.num_candidates >= 2, "--num-candidates must be at least 2 to make preference pairs")
 
@@ -95,7 +103,7 @@ def dry_run_generate(_command: str, s: GenerateSettings) -> None:
             from mascot.judge.plugin import load_judge_function
 
             load_judge_function(judge_model(s))
-        settings: dict[str, Any] = {k: getattr(s, k) for k in ("num_candidates", "score_margin", "temperature", "max_tokens", "seed", "rubric_version", "judge_scoring")}
+        settings: dict[str, Any] = {k: getattr(s, k) for k in ("num_candidates", "score_margin", "cross_persona_pairs", "temperature", "max_tokens", "seed", "rubric_version", "judge_scoring")}
     else:
         from mascot.dialogue.run import engine_record, roles_needed, run_dir_for
 

@@ -109,6 +109,7 @@ def _pairs(root: Path) -> str:
 
 def _reward_models(root: Path) -> str:
     lines = ["## Reward models", "| model | base | train pairs | held-out pairs | held-out accuracy | train accuracy | steps |", "|---|---|---|---|---|---|---|"]
+    notes: list[str] = []
     for name in ("reward_model", "group_reward_model"):
         meta = fig.artefact_metadata(root / name)
         if not meta:
@@ -116,7 +117,12 @@ def _reward_models(root: Path) -> str:
         ev, tm = meta.get("evaluation") or {}, meta.get("train_metrics") or {}
         lines.append(f"| {name} | `{meta.get('base_model')}` | {_fmt(meta.get('num_train_records'))} | {_fmt(ev.get('heldout_pairs'))} | "
                      f"{_fmt(ev.get('heldout_pairwise_accuracy'))} | {_fmt(ev.get('train_pairwise_accuracy'))} | {_fmt(tm.get('global_steps'))} |")
-    return "\n".join(lines) if len(lines) > 3 else ""
+        kinds = ev.get("heldout_by_kind") or {}
+        if kinds:  # --cross-persona-pairs: the queries' own pairs and the borrowed ones apart
+            notes.append(f"{name}, held out by kind: " + "; ".join(f"{kind.replace('_', '-')} pairs {_fmt(k.get('accuracy'))} on {_fmt(k.get('pairs'))}" for kind, k in kinds.items()))
+    if len(lines) <= 3:
+        return ""
+    return "\n".join(lines + ([""] + notes if notes else []))
 
 
 def _curves(root: Path) -> str:

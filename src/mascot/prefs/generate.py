@@ -77,7 +77,7 @@ def _run_settings(s: Any, roles: dict, roster_ident: str, num_contexts: int, cac
         "num_candidates": s.num_candidates, "score_margin": s.score_margin, "temperature": s.temperature, "max_tokens": s.max_tokens,
         "seed": s.seed, "personas": s.personas, "max_concurrent_queries": s.max_concurrent_episodes,
         "speaker_think": speaker is not None and speaker.thinking is True, "reasoning_allowance": s.reasoning_allowance, "strict": s.strict,
-        "prompt_version": s.prompt_version,
+        "prompt_version": s.prompt_version, **({"cross_persona_pairs": s.cross_persona_pairs} if s.cross_persona_pairs else {}),
     }  # fmt: skip
 
 
@@ -130,7 +130,8 @@ async def _generate(s: Any, run: OpenRun, roster, contexts, cache, report) -> No
     report(stats)
     fail_if_nothing_succeeded(store)
     fail_on_judgments(store)
-    if stats.counts.kept == 0:
+    fail_on_cross_judgments(store)
+    if stats.counts.kept == 0 and not stats.cross_persona_pairs:
         raise GenerationFailed(stats.no_pairs_reason())
 
 
@@ -177,6 +178,19 @@ def fail_on_judgments(store: RunStore) -> None:
         raise GenerationFailed(f"every judgment failed ({failed} of {failed} candidates); the candidates are kept: fix the judge endpoint and rerun with --resume")
     if backend:
         raise GenerationFailed(f"{backend} of {failed + judged} judgments failed (the judge backend gave no answer); the candidates are kept: rerun with --resume to judge them")
+
+
+def fail_on_cross_judgments(store: RunStore) -> None:
+    """--cross-persona-pairs: cross-persona judgments the judge backend failed to give end the run
+    `failed`, as the candidates' do (--resume judges them again), and so does a run whose every
+    cross-persona judgment failed."""
+    cross = (store.summary.judging or {}).get("cross_persona")
+    if not cross:
+        return
+    if cross["num_failed_backend"]:
+        raise GenerationFailed(f"{cross['num_failed_backend']} of {cross['num_judged'] + cross['num_failed']} cross-persona judgments failed (the judge backend gave no answer); the candidates are kept: rerun with --resume")
+    if cross["num_failed"] and not cross["num_judged"]:
+        raise GenerationFailed(f"every cross-persona judgment failed ({cross['num_failed']}; the first is shown above): no cross-persona pair was made")
 
 
 def run_individual_generation(s: Any, **kwargs: Any) -> Path:

@@ -47,10 +47,12 @@ from mascot.prefs.candidates import (
     rejudged,
     unjudged_failures,
 )
+from mascot.prefs.cross_persona import CROSS_FILE, CrossOutcome, is_cross_pair, judge_across_personas, side_key
 from mascot.prefs.pairs import PairStats, preference_index_pairs
 from mascot.progress import stop_requested
 from mascot.rubrics import domain_of, rubric_for
 from mascot.schema import Candidate, Context, Judgment, Persona, PreferencePair, Roster
+from mascot.files import write_jsonl
 from mascot.store import RunStore, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -78,6 +80,8 @@ def candidate_key(record: dict) -> str:
 
 
 def pair_record(query: str, prompt: list[Message], chosen: Candidate, rejected: Candidate, margin: float) -> PreferencePair:
+    """A pair of two replies under the query's prompt; a reply borrowed from another persona
+    (`mascot.prefs.cross_persona`) says whom it was written for."""
     return PreferencePair(
         prompt=prompt,
         chosen=[{"role": "assistant", "content": chosen.response}],
@@ -88,7 +92,9 @@ def pair_record(query: str, prompt: list[Message], chosen: Candidate, rejected: 
         chosen_score=chosen.overall,
         rejected_score=rejected.overall,
         kind="persona",
-        pair_id=f"{query}::{chosen.candidate_idx}>{rejected.candidate_idx}",
+        chosen_written_for=chosen.written_for,
+        rejected_written_for=rejected.written_for,
+        pair_id=f"{query}::{side_key(chosen)}>{side_key(rejected)}",
         chosen_scores=chosen.scores,
         rejected_scores=rejected.scores,
         roster=chosen.roster,
@@ -116,6 +122,7 @@ class IndividualRun:
         self.written: dict[str, dict[int, Candidate]] = {}
         self.written_pairs: set[str] = set()
         self.superseded = 0  # candidate lines a later line of the same id replaces (compacted at the end)
+        self.cross: CrossOutcome | None = None  # --cross-persona-pairs: what judging across personas made
         self._scale_min = 1
         if store.resume:
             self._load_previous()
@@ -139,18 +146,21 @@ class IndividualRun:
         path = self.store.path(PAIRS_FILE)
         if not path.exists():
             return
-        kept, dropped = [], 0
+        kept, dropped, rebuilt = [], 0, 0
         for line in path.read_text(encoding="utf-8").splitlines():
             if not line.strip():
                 continue
             record = json.loads(line)
-            if self._pair_matches_candidates(record):
+            if is_cross_pair(record):  # derived from the stored candidates at the end of every run
+                rebuilt += 1
+            elif self._pair_matches_candidates(record):
                 kept.append(line)
                 self.written_pairs.add(record.get("pair_id", ""))
             else:
                 dropped += 1
         if dropped:
             log.warning("%s: %d pairs no longer match their stored candidates and are rebuilt", path, dropped)
+        if dropped or rebuilt:
             with open(path, "r+", encoding="utf-8") as fh:  # in place: the store's append descriptor stays valid
                 fh.write("".join(f"{line}\n" for line in kept))
                 fh.truncate()
@@ -205,10 +215,10 @@ class IndividualRun:
             return None
         return [response_parts(response, i) for i in range(min(count, len(response.texts)))]
 
-    def _judge_item(self, query: str, idx: int, context: Context, persona: Persona, response: str) -> JudgeItem:
+    def _judge_item(self, item_id: str, context: Context, persona: Persona, response: str) -> JudgeItem:
         domain = domain_of(context.dataset)
         return JudgeItem(
-            item_id=candidate_id(query, idx),
+            item_id=item_id,
             scope="agent",
             domain=domain,
             context=render_context(context),
@@ -243,7 +253,7 @@ class IndividualRun:
         retry = [k for k in sorted(existing) if judgment_failed(existing[k])]  # judged again, text kept
         to_judge = [(k, text) for k, text, _ in replies if text] + [(k, existing[k].response) for k in retry]
         self.store.counters.num_annotation_failures = max(0, self.store.counters.num_annotation_failures - len(retry))
-        judgments = dict(zip((k for k, _ in to_judge), await self.judge.judge_many([self._judge_item(query, k, context, persona, t) for k, t in to_judge])))
+        judgments = dict(zip((k for k, _ in to_judge), await self.judge.judge_many([self._judge_item(candidate_id(query, k), context, persona, t) for k, t in to_judge])))
         new = []
         for k, reply, reasoning in replies:
             if not reply:
@@ -275,6 +285,7 @@ class IndividualRun:
 
     # ------------------------------------------------------------------ all queries
     async def run(self, contexts: Iterable[Context], on_progress: Callable[[int], None] | None = None) -> PairStats:
+        contexts = list(contexts)
         personas = self.personas()
         queries = [(c, p) for c in contexts for p in personas]
         if queries:
@@ -296,6 +307,8 @@ class IndividualRun:
         tasks = [asyncio.ensure_future(one(c, p)) for c, p in queries]
         try:
             await asyncio.gather(*tasks)
+            if self.settings.cross_persona_pairs and not stop_requested():
+                await self._pair_across_personas(contexts, personas)
         except BaseException:
             for task in tasks:
                 task.cancel()
@@ -308,12 +321,27 @@ class IndividualRun:
             self.superseded = 0
         return self.stats
 
+    async def _pair_across_personas(self, contexts: list[Context], personas: list[Persona]) -> None:
+        """--cross-persona-pairs: every complete context's replies judged as each other persona, and
+        the pairs that only the persona decides (`mascot.prefs.cross_persona`)."""
+        s = self.settings
+        self.cross = await judge_across_personas(
+            contexts, personas, self.written, query_of=query_id, judge_item=self._judge_item, judge=self.judge,
+            make_pair=lambda query, chosen, rejected, margin: pair_record(query, chosen.prompt, chosen, rejected, margin),
+            num_candidates=s.num_candidates, margin=s.score_margin, limit=s.cross_persona_pairs, seed=s.seed,
+        )  # fmt: skip
+        write_jsonl(self.store.path(CROSS_FILE), self.cross.judgments)
+        self.store.append_many(self.cross.pairs, PAIRS_FILE)
+        self.stats.cross_persona_pairs = len(self.cross.pairs)
+
     def _update_judging(self) -> None:
         """The summary's judgment figures from the candidates as they stand: `judging`,
         `failures.unjudged` and `counters.num_annotation_failures` agree with the candidates file."""
         candidates = [c for by_idx in self.written.values() for c in by_idx.values()]
         block = judging_summary(candidates, self._scale_min)
         summary = self.store.summary
+        if self.cross is not None:
+            block["cross_persona"] = self.cross.summary()
         summary.judging = block if candidates else None
         summary.failures.unjudged = unjudged_failures(candidates) or None
         summary.counters.num_annotation_failures = block["num_failed"]

@@ -84,6 +84,8 @@ class PairStats:
     # Directive pairs: pairs not made because a side's directive was the Director's random
     # fallback (None, and absent from the stats, elsewhere).
     dropped_director_fallbacks: int | None = None
+    # --cross-persona-pairs: pairs of an own and a borrowed reply (None, and absent, when off)
+    cross_persona_pairs: int | None = None
 
     def add_query(self, query_id: str, pairs: list[IndexPair], counts: PairCounts) -> None:
         self.pairs_per_query[query_id] = len(pairs)
@@ -116,13 +118,16 @@ class PairStats:
         }
         if self.dropped_director_fallbacks is not None:
             stats["num_dropped_director_fallbacks"] = self.dropped_director_fallbacks
+        if self.cross_persona_pairs is not None:  # not in num_pairs: those are the queries' own
+            stats["num_cross_persona_pairs"] = self.cross_persona_pairs
         return stats
 
     def pairs_line(self) -> str:
         """'12 pairs (margin 0.5; 3 ties, 7 below the margin)' for a run's closing line."""
         c = self.counts
 
-        return f"{plural(c.kept, 'pair')} (margin {self.score_margin}; {plural(c.dropped_ties, 'tie')}, {c.dropped_by_margin} below the margin)"
+        cross = f" and {plural(self.cross_persona_pairs, 'cross-persona pair')}" if self.cross_persona_pairs is not None else ""
+        return f"{plural(c.kept, 'pair')}{cross} (margin {self.score_margin}; {plural(c.dropped_ties, 'tie')}, {c.dropped_by_margin} below the margin)"
 
     def no_pairs_reason(self) -> str:
         """Why a run made no pair, naming the setting to change and the figure that would have worked."""

@@ -13,7 +13,7 @@ from typing import Any
 from mascot.train import artefact
 from mascot.train.artefact import ArtefactError, TrainingMetadata
 from mascot.settings import as_dict
-from mascot.train.config import MULTI_OBJECTIVE_AGGREGATIONS, TrainSettings
+from mascot.train.config import MULTI_OBJECTIVE_AGGREGATIONS, REWARD_SCALINGS, TrainSettings
 from mascot.train.guard import non_finite_guard, require_schedule, require_steps_taken
 from mascot.train.runtime import BatchPlan, TrainingSetupError, is_main_process, require_gpu_for_vllm, trainer_arguments
 from mascot.train.screen import replace_default_progress
@@ -179,6 +179,7 @@ def grpo_config(settings, output: Path, plan: BatchPlan, reward_weights: list[fl
         beta=settings.beta,
         reward_weights=reward_weights,
         multi_objective_aggregation=settings.multi_objective_aggregation,
+        scale_rewards=settings.scale_rewards,
         log_completions=False,
         chat_template_kwargs=policy_template_kwargs(settings) or None,
         **vllm,
@@ -199,4 +200,9 @@ def validate_grpo(settings) -> None:
         raise TrainingSetupError(f"--vllm-mode must be server or colocate, got {settings.vllm_mode!r}")
     if settings.multi_objective_aggregation not in MULTI_OBJECTIVE_AGGREGATIONS:
         raise TrainingSetupError(f"--multi-objective-aggregation must be {' or '.join(MULTI_OBJECTIVE_AGGREGATIONS)}, got {settings.multi_objective_aggregation!r}")
+    if settings.scale_rewards not in REWARD_SCALINGS:
+        raise TrainingSetupError(f"--scale-rewards must be {', '.join(REWARD_SCALINGS[:-1])} or {REWARD_SCALINGS[-1]}, got {settings.scale_rewards!r}")
+    if settings.scale_rewards != "group" and settings.multi_objective_aggregation == "normalize_then_sum":
+        raise TrainingSetupError(f"--scale-rewards {settings.scale_rewards} has no effect with --multi-objective-aggregation normalize_then_sum "
+                                 "(each reward is divided by its group's deviation): choose sum_then_normalize to use it")
     require_gpu_for_vllm(settings.use_vllm)

@@ -22,6 +22,7 @@ LORA_TARGET_MODULES = "q_proj,k_proj,v_proj,o_proj"
 DEFAULT_OUTPUT_ROOT = "outputs"
 # TRL's GRPOConfig.multi_objective_aggregation values
 MULTI_OBJECTIVE_AGGREGATIONS = ("normalize_then_sum", "sum_then_normalize")
+REWARD_SCALINGS = ("group", "batch", "none")
 
 
 @dataclass
@@ -135,6 +136,12 @@ class GRPOSettings(TrainSettings):
         "How the reward functions combine into one advantage: normalize_then_sum (each reward normalised within its group, "
         "then the weighted sum normalised over the batch, as in GDPO) or sum_then_normalize (the weighted sum normalised "
         "within its group, TRL's default: the reward with the widest spread dominates).",
+    )
+    scale_rewards: str = setting(
+        "group",
+        "With sum_then_normalize: what the group's advantages are divided by - group (each group's standard deviation, TRL's "
+        "default), batch (the whole batch's: a reward that barely varies within a group keeps its small weight there) or none "
+        "(not divided). normalize_then_sum divides each reward by its group's deviation whatever this says.",
     )
     max_per_device_batch: int = field(default=8, metadata={"cli": False})
 

@@ -25,7 +25,7 @@ from mascot.train.head_probe import HEAD_INITS, fit_head_by_probe
 from mascot.train.models import base_model_id, count_parameters, load_sequence_classifier, load_tokenizer, lora_config
 from mascot.train.runtime import TrainingSetupError, derive_batch, trainer_arguments, world_size
 from mascot.train.score_window import install_score_window
-from mascot.train.scoring import RewardModelScorer, pairwise_accuracy
+from mascot.train.scoring import RewardModelScorer, accuracy_of, pairwise_accuracy, score_pair_sides
 
 log = logging.getLogger(__name__)
 
@@ -133,17 +133,26 @@ def per_device_cap(settings: RewardModelSettings) -> int:
 
 
 def evaluate_pairs(model, tokenizer, held_out: list[PreferencePair], train_pairs: list[PreferencePair], max_length: int) -> dict:
-    """Held-out pairwise accuracy (the figure that matters) and the same on a sample of training pairs."""
+    """Held-out pairwise accuracy (the figure that matters) and the same on a sample of training pairs;
+    with cross-persona pairs among them, each kind's held-out accuracy too."""
     scorer = RewardModelScorer(model, tokenizer, max_length=max_length, batch_size=SCORING_BATCH)
-    held = pairwise_accuracy(scorer, held_out)
+    chosen, rejected = score_pair_sides(scorer, held_out)
+    held = accuracy_of(chosen, rejected)
     seen = pairwise_accuracy(scorer, train_pairs[:TRAIN_ACCURACY_SAMPLE])
-    return {
+    evaluation = {
         "heldout_pairwise_accuracy": held["pairwise_accuracy"],
         "heldout_mean_score_gap": held["mean_score_gap"],
         "heldout_pairs": held["num_pairs"],
         "train_pairwise_accuracy": seen["pairwise_accuracy"],
         "train_pairs_scored": seen["num_pairs"],
     }
+    if any(p.is_cross_persona for p in held_out):
+        evaluation["heldout_by_kind"] = {}
+        for kind, cross in (("own", False), ("cross_persona", True)):
+            sides = [(c, r) for p, c, r in zip(held_out, chosen, rejected) if p.is_cross_persona == cross]
+            figures = accuracy_of([c for c, _ in sides], [r for _, r in sides])
+            evaluation["heldout_by_kind"][kind] = {"pairs": figures["num_pairs"], "accuracy": figures["pairwise_accuracy"]}
+    return evaluation
 
 
 def describe(outcome: TrainOutcome) -> str:

@@ -114,13 +114,17 @@ def score_pair_sides(scorer: RewardModelScorer, pairs: Sequence[PreferencePair])
 
 def pairwise_accuracy(scorer: RewardModelScorer, pairs: Sequence[PreferencePair]) -> dict[str, float | int]:
     """Share of pairs whose chosen response outscores the rejected one, and the mean score gap."""
-    if not pairs:
+    return accuracy_of(*score_pair_sides(scorer, pairs)) if pairs else accuracy_of([], [])
+
+
+def accuracy_of(chosen: Sequence[float], rejected: Sequence[float]) -> dict[str, float | int | None]:
+    """Pairwise accuracy and mean gap of scored sides (None for no pair)."""
+    if not chosen:
         return {"pairwise_accuracy": None, "mean_score_gap": None, "num_pairs": 0}
-    chosen, rejected = score_pair_sides(scorer, pairs)
-    wins = [c > r for c, r in zip(chosen, rejected)]
-    gaps = [c - r for c, r in zip(chosen, rejected)]
+    wins = [c > r for c, r in zip(chosen, rejected, strict=True)]
+    gaps = [c - r for c, r in zip(chosen, rejected, strict=True)]
     return {
         "pairwise_accuracy": round(sum(wins) / len(wins), 4),
         "mean_score_gap": round(sum(gaps) / len(gaps), 4),
-        "num_pairs": len(pairs),
+        "num_pairs": len(wins),
     }
