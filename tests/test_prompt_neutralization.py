@@ -90,7 +90,7 @@ def every_prompt(tmp_path, dataset, text) -> list[str]:
     episode = Episode(episode_id="e", context_id=context.context_id, context=context, turns=turns,
                       metadata=EpisodeMetadata(dataset=dataset, roster=roster.name))
     chats.append(director_prompt(episode, turns, None))
-    stage1_item = IndividualRun._judge_item(None, "q", 0, context, persona, text)  # type: ignore[arg-type]
+    stage1_item = IndividualRun._judge_item(None, "q-0", context, persona, text)  # type: ignore[arg-type]
     for item in [*agent_items(episode), collective_item(episode), collective_item(episode, prefix_turns=1), stage1_item]:
         chats.append(judge_messages(item, rubric_for(episode_domain(episode), item.scope)))
     return [message["content"] for chat in chats for message in chat]
