@@ -48,7 +48,7 @@ test-web: $(STAMP)
 test-pipeline: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -m pipeline
 
-# `mascot pipeline --preset learn` end to end (about 45 minutes on 2 cores, offline): the trained
+# `mascot pipeline --preset learn` end to end (about 38 minutes on 2 cores, offline): the trained
 # Speaker beats the base on held-out contexts with p < 0.05, the trained group beats the base group.
 # MASCOT_LEARN_OUTPUT_DIR=DIR: run (or resume, or check) the preset in DIR instead of a fresh folder.
 test-learn: $(STAMP)

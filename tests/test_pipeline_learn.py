@@ -1,5 +1,5 @@
 """The learning preset end to end: both stages on the embedded model against the shipped rule judge,
-then the evaluation on contexts no training step saw (opt-in, about 45 minutes on 2 cores:
+then the evaluation on contexts no training step saw (opt-in, about 38 minutes on 2 cores:
 `make test-learn`). With MASCOT_LEARN_OUTPUT_DIR the run goes to that folder instead of a fresh
 one: the pipeline skips the steps already complete there, so a finished run is checked in seconds
 (and an interrupted one resumed)."""

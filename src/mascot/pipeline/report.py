@@ -166,7 +166,7 @@ def _evaluation(root: Path) -> str:
     rows = fig.evaluation_table(root / "judge_base" / "metrics_episodes.json", root / "judge_trained" / "metrics_episodes.json")
     lines = []
     if rows:
-        lines += ["## Evaluation: trained vs base (LLM judge, 0-100)", "| scope | criterion | base | trained | difference |", "|---|---|---|---|---|"]
+        lines += ["## Evaluation: trained vs base (the run's judge, its 1-5 scale as 0-100)", "| scope | criterion | base | trained | difference |", "|---|---|---|---|---|"]
         for scope, criterion, base, trained in rows:
             lines.append(f"| {scope} | {criterion} | {_fmt(base, 1)} | {_fmt(trained, 1)} | {_difference(base, trained, 1)} |")
     base_talk, trained_talk = fig.conversations(root / "eval_base"), fig.conversations(root / "eval_trained")
