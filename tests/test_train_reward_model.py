@@ -94,6 +94,21 @@ def test_resume_continues_from_the_last_checkpoint(base, stage1_run, tmp_path):
         train_reward_model(RewardModelSettings(**common, max_steps=4))
 
 
+def test_resume_from_the_final_checkpoint_takes_no_step_past_max_steps(base, stage1_run, tmp_path):
+    common = dict(data_path=str(stage1_run), model_name=str(base), output_dir=str(tmp_path / "rm"), batch_size=16, save_steps=2, keep_checkpoints=True)
+    first = train_reward_model(RewardModelSettings(**common, max_steps=2))
+    scores = RewardModelScorer.from_path(str(first.output_dir)).score([[{"role": "user", "content": "hi"}, {"role": "assistant", "content": KEYWORD}]])
+    (first.output_dir / "mascot_metadata.json").unlink()  # killed after its last checkpoint, before its final save
+    for name in ("adapter_model.safetensors", "model.safetensors"):
+        (first.output_dir / name).unlink(missing_ok=True)
+    resumed = train_reward_model(RewardModelSettings(**common, max_steps=2, resume=True))
+    assert resumed.metadata.train_metrics["resumed_from"] == "checkpoint-2"
+    assert resumed.metadata.train_metrics["global_steps"] == 2  # not 3
+    again = RewardModelScorer.from_path(str(resumed.output_dir)).score([[{"role": "user", "content": "hi"}, {"role": "assistant", "content": KEYWORD}]])
+    assert again == pytest.approx(scores, abs=1e-4)  # the checkpoint's weights, saved as the result
+    assert resumed.metadata.evaluation["heldout_pairs"] > 0
+
+
 def test_cli_trains_and_reports_held_out_accuracy(base, stage1_run, tmp_path):
     from typer.testing import CliRunner
 

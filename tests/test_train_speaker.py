@@ -147,3 +147,20 @@ def test_the_aggregation_and_the_weights_reach_grpo_config(monkeypatch, tmp_path
 
     assert [get_callable_name(fn) for fn in seen["reward_funcs"]] == ["format_reward", "conciseness_reward"]
     assert seen["args"].reward_weights == [0.2, 0.3]  # the persona reward model's weight of 0 dropped it
+
+
+def test_grpo_resumed_from_its_final_checkpoint_saves_it_without_another_step(tmp_path):
+    run = tmp_path / "individual_ED_tiny"
+    write_jsonl(run / "pairs.jsonl", keyword_pairs(8, 1))
+    write_run_config(run, dataset="EmpatheticDialogues")
+    common = dict(data_path=str(run), model_name=str(tiny_model(tmp_path / "policy")), output_dir=str(tmp_path / "speaker"),
+                  reward_model_weight=0.0, format_weight=1.0, conciseness_weight=1.0, batch_size=4, num_generations=2,
+                  max_steps=2, max_completion_length=8, logging_steps=1, save_steps=2, keep_checkpoints=True)
+    first = train_speaker(SpeakerGRPOSettings(**common))
+    (first.output_dir / "mascot_metadata.json").unlink()  # killed after its last checkpoint, before its final save
+    (first.output_dir / "adapter_model.safetensors").unlink()
+    resumed = train_speaker(SpeakerGRPOSettings(**common, resume=True))
+    assert resumed.metadata.train_metrics["resumed_from"] == "checkpoint-2"
+    assert resumed.metadata.train_metrics["global_steps"] == 2
+    assert set(resumed.metadata.evaluation["rewards"]) == {"format_reward", "conciseness_reward"}  # the checkpoint's curves
+    assert (resumed.output_dir / "adapter_model.safetensors").is_file()

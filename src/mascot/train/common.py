@@ -51,16 +51,25 @@ def run_training(trainer, checkpoint: Path | None) -> dict[str, Any]:
     ended at step 0 is an error here, before anything is saved."""
 
     trainer.add_callback(non_finite_guard())
-    progress = replace_default_progress(trainer)  # steps done, rate and time left (mascot.progress)
     started = time.monotonic()
-    try:
-        result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
-    finally:
-        progress.close()
-    metrics = dict(result.metrics or {})
+    finished = _finished_checkpoint_state(trainer, checkpoint)
+    if finished is not None:
+        # Killed after its last checkpoint and before its final save: the checkpoint is the result.
+        # transformers' loop would take one step past max_steps when resumed there.
+        trainer._load_from_checkpoint(str(checkpoint))
+        trainer.state = finished
+        metrics, train_loss = {}, _last_logged(finished, "loss")
+        log.info("%s already holds all %d steps: saved as it is, no step taken", checkpoint.name, finished.global_step)
+    else:
+        progress = replace_default_progress(trainer)  # steps done, rate and time left (mascot.progress)
+        try:
+            result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+        finally:
+            progress.close()
+        metrics, train_loss = dict(result.metrics or {}), result.training_loss
     figures = {
         "global_steps": int(trainer.state.global_step),
-        "train_loss": _finite(result.training_loss),
+        "train_loss": _finite(train_loss),
         "train_runtime_s": round(time.monotonic() - started, 2),
         "resumed_from": checkpoint.name if checkpoint else None,
     }
@@ -72,6 +81,21 @@ def run_training(trainer, checkpoint: Path | None) -> dict[str, Any]:
     if tokens:  # TRL counts the tokens the model was trained on (prompt + response)
         figures["num_tokens"] = int(tokens[-1])
     return figures
+
+
+def _finished_checkpoint_state(trainer, checkpoint: Path | None):
+    """The checkpoint's trainer state when it already reached --max-steps, else None."""
+    if checkpoint is None or trainer.args.max_steps <= 0:
+        return None
+    from transformers import TrainerState
+
+    state = TrainerState.load_from_json(str(checkpoint / "trainer_state.json"))
+    return state if state.global_step >= trainer.args.max_steps else None
+
+
+def _last_logged(state, key: str) -> float | None:
+    values = [entry[key] for entry in state.log_history if key in entry]
+    return values[-1] if values else None
 
 
 def logged_series(trainer, key: str) -> list[float]:
