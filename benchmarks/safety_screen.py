@@ -101,17 +101,30 @@ def main() -> None:
     parser.add_argument("--model-url", default=None, help="an OpenAI-compatible endpoint for the second stage")
     parser.add_argument("--model", default="default", help="the served model's name (with --model-url)")
     args = parser.parse_args()
-    built = screens(args)
-    for path in args.data:
-        items = read_items(path)
-        sources = Counter(item.get("source", "") for item in items if item.get("source"))
-        print(f"\n#### {len(items)} items from {path.name}: {sum(i['label'] != 'none' for i in items)} crisis, "
-              f"{sum(i['label'] == 'none' for i in items)} benign" + (f"; {len(sources)} sources" if sources else ""))
-        for name, screen in built:
-            report(name, evaluate(items, asyncio.run(predict(screen, items))), args.show_misses)
-            if screen.model_check is not None:
-                check = screen.model_check
-                print(f"  second stage: asked {check.asked}, caught {check.caught}, fallbacks {check.fallbacks}")
+    asyncio.run(measure(args, screens(args)))
+
+
+async def measure(args, built: list[tuple[str, SafetyScreen]]) -> None:
+    """Every data file through every screen, in one event loop (the served model's client lives in it)."""
+    clients = [screen.model_check.client for _, screen in built if screen.model_check is not None]
+    try:
+        for client in clients:  # as a run's preflight does: the label is constrained only where the server honours it
+            if hasattr(client, "probe_structured_outputs"):
+                print(f"{client.model}: structured outputs {'supported' if await client.probe_structured_outputs() else 'not supported'}")
+        for path in args.data:
+            items = read_items(path)
+            sources = Counter(item.get("source", "") for item in items if item.get("source"))
+            print(f"\n#### {len(items)} items from {path.name}: {sum(i['label'] != 'none' for i in items)} crisis, "
+                  f"{sum(i['label'] == 'none' for i in items)} benign" + (f"; {len(sources)} sources" if sources else ""))
+            for name, screen in built:
+                report(name, evaluate(items, await predict(screen, items)), args.show_misses)
+                if screen.model_check is not None:
+                    check = screen.model_check
+                    print(f"  second stage: asked {check.asked}, caught {check.caught}, fallbacks {check.fallbacks}")
+                    check.asked = check.caught = check.fallbacks = 0
+    finally:
+        for client in clients:
+            await client.aclose()
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ def test_a_clean_episode_raises_no_check():
     checks = check_episode(episode("e", clean_turns()), ROSTER)
     assert {name: count for name, (count, _) in checks.counts.items()} == dict.fromkeys(CHECKS, 0)
     units = {name: n for name, (_, n) in checks.counts.items()}
-    assert units == {"directive_example_copies": 3, "same_speaker_repeats": 2, "instruction_restatements": 5, "third_person_user": 3,
+    assert units == {"directive_example_copies": 3, "directive_without_instruction": 3, "same_speaker_repeats": 2, "instruction_restatements": 5, "third_person_user": 3,
                      "speaking_as_another": 5, "repeated_sentences": 7, "user_as_companion": 2}
     assert checks.balance == {"top_speaker_share": pytest.approx(1 / 3, abs=1e-4), "longest_speaker_run": 1, "most_repeated_sentence": 1}
 
@@ -59,6 +59,11 @@ def test_a_clean_episode_raises_no_check():
         (2, {"directive": Directive(agent_name="The Catalyst", action="ask what went wrong this time and what they could practise", tone="direct")}, "directive_example_copies"),
         (2, {"directive": Directive(agent_name="The Catalyst", action="ask about Thursday", tone="curious, practical")}, "directive_example_copies"),
         (2, {"directive": Directive(agent_name="The Catalyst", action="[EXAMPLE ONLY: one sentence naming what they just said]", tone="direct")}, "directive_example_copies"),
+        # what the 135M Director writes into a JSON-constrained directive on a served model
+        (2, {"directive": Directive(agent_name="The Catalyst", action="The Catalyst", tone="direct")}, "directive_without_instruction"),
+        (2, {"directive": Directive(agent_name="The Catalyst", action="ask which evening could hold a plan", tone="The Anchor")}, "directive_without_instruction"),
+        (2, {"directive": Directive(agent_name="The Catalyst", action="The Anchor, The Beacon", tone="direct")}, "directive_without_instruction"),
+        (2, {"directive": Directive(agent_name="The Catalyst", action="validate", tone="warm")}, "directive_without_instruction"),
         (4, {"agent_name": "The Catalyst", "directive": Directive(agent_name="The Catalyst", action="connect the class with home", tone="hopeful")}, "same_speaker_repeats"),
         (0, {"response": "My role is to listen. Moving somewhere new sounds lonely."}, "instruction_restatements"),
         (2, {"response": "Let us use cognitive reframing, problem solving, breaking problems into next steps."}, "instruction_restatements"),

@@ -74,6 +74,9 @@ def test_heldout_set_is_labelled_sourced_and_large_enough():
     ('{"label": "suicide"}', "suicide"), ("self-harm", "self_harm"), ("  Abuse.\n", "abuse"),
     ('"danger to others"', "danger_to_others"), ("none", "none"), ("I think this person is fine", None), ("", None),
     ('{"label": "maybe"}', None),
+    # cut by max_tokens inside a constrained object (whitespace between its tokens): the label is complete
+    ('{\n  "label"\n  : "self_harm"', "self_harm"), ('{\n"label"\n    : "danger_to_others', "danger_to_others"),
+    ('{\n  "label"\n  : "danger_to', None), ('{\n  "label"\n  :', None),
 ])
 def test_label_parsing(reply, label):
     assert parse_label(reply) == label

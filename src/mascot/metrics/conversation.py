@@ -37,11 +37,12 @@ from types import SimpleNamespace
 from mascot.schema import Episode, Roster, Turn
 
 CHECKS = (
-    "directive_example_copies", "same_speaker_repeats", "instruction_restatements", "third_person_user",
+    "directive_example_copies", "directive_without_instruction", "same_speaker_repeats", "instruction_restatements", "third_person_user",
     "speaking_as_another", "repeated_sentences", "user_as_companion",
 )  # fmt: skip
 UNITS = {
     "directive_example_copies": "Director directives",
+    "directive_without_instruction": "Director directives",
     "same_speaker_repeats": "agent turns after another agent turn",
     "instruction_restatements": "agent replies and simulated-user turns",
     "third_person_user": "agent replies",
@@ -51,6 +52,7 @@ UNITS = {
 }
 COPY_OVERLAP = 0.5  # share of a directive action's trigrams found in an example action
 RESTATED_RUN = 6  # words in a row shared with the speaker's system prompt
+MIN_ACTION_WORDS = 3  # an action shorter than this, names aside, tells the Speaker nothing
 MIN_SENTENCE_WORDS = 3
 USER_LABELS = ("the person", "person", "user", "the user", "participant", "seeker", "me")
 EXAMPLE_MARK = "example only"
@@ -121,6 +123,17 @@ def copies_example(action: str, tone: str, examples: tuple[tuple[str, str], ...]
         if tone and sorted(words(tone)) == sorted(words(example_tone)):
             return True
     return False
+
+
+def lacks_instruction(action: str, tone: str, names: list[str]) -> bool:
+    """Whether a directive says nothing to do: an action of fewer than MIN_ACTION_WORDS words once
+    the participants' names are left out ("The Catalyst", as a small model fills a constrained
+    directive), or a tone that is a participant's name."""
+    spelled = {" ".join(words(name)) for name in names} - {""}
+    action_text = f" {' '.join(words(action))} "
+    for name in spelled:
+        action_text = action_text.replace(f" {name} ", " ")
+    return len(action_text.split()) < MIN_ACTION_WORDS or " ".join(words(tone)) in spelled
 
 
 def director_directive(turn: Turn) -> tuple[str, str] | None:
@@ -264,6 +277,8 @@ def agent_turn_checks(turn: Turn, text: str, others: list[str], prompts: dict[st
     directive = director_directive(turn)
     if directive is not None:
         checks.add("directive_example_copies", copies_example(*directive, examples), " / ".join(directive))
+        names = [turn.agent_name, *others]
+        checks.add("directive_without_instruction", lacks_instruction(*directive, names), " / ".join(directive))
     checks.add("instruction_restatements", restates_instructions(text, prompts.get(turn.agent_name, [])), text)
     checks.add("third_person_user", bool(_THIRD_PERSON.search(text)), text)
     speaking_as = name_pattern([*others, *USER_LABELS])

@@ -26,15 +26,21 @@ SCHEMA = {"type": "object", "properties": {"label": {"type": "string", "enum": l
           "additionalProperties": False}
 
 
+# A constrained reply cut by max_tokens inside its object: grammars allow whitespace between the
+# tokens, and a small model spends its budget on it ('{\n  "label"\n  : "self_harm"').
+_CUT_OBJECT = re.compile(r'^\{\s*"label"\s*:\s*"([^"]+)"?\s*\}?$')
+
+
 def parse_label(text: str) -> str | None:
-    """The label of a reply: {"label": ...} or the label alone (any case, "self-harm" spellings,
-    trailing punctuation); None for anything else."""
+    """The label of a reply: {"label": ...} (also cut short after a complete label) or the label
+    alone (any case, "self-harm" spellings, trailing punctuation); None for anything else."""
     text = text.strip()
     try:
         data = json.loads(text)
         text = str(data.get("label", "")) if isinstance(data, dict) else str(data)
     except ValueError:
-        pass
+        if cut := _CUT_OBJECT.match(text):
+            text = cut.group(1)
     words = re.sub(r"[\s.!\"'`*]+$|^[\s\"'`*]+", "", text.lower())
     words = _SPELLINGS.get(words, words)
     return words if words in LABELS else None
@@ -43,7 +49,7 @@ def parse_label(text: str) -> str | None:
 class ModelCheck:
     """Asks `client` for a label; `asked`, `caught` and `fallbacks` count what it did."""
 
-    def __init__(self, client, *, max_tokens: int = 16) -> None:
+    def __init__(self, client, *, max_tokens: int = 48) -> None:
         self.client = client
         self.max_tokens = max_tokens
         self.asked = self.caught = self.fallbacks = 0
