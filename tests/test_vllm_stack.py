@@ -143,8 +143,8 @@ def test_director_grpo_rollout_against_the_server(server):
     backends = build_rollout_backends(settings)
     rewards = director_rewards({point.point_id: point}, backends.clients, None, settings)
     (reward,) = rewards.funcs  # the diversity term alone: --group-reward-weight 0
-    completions = [[{"role": "assistant", "content": "agent: The Catalyst\naction: ask one question\ntone: direct"}],
-                   [{"role": "assistant", "content": "agent: The Beacon\naction: offer hope\ntone: warm"}]]
+    # the prompt ends with the directive's opening ("<directive>\nagent:"): completions continue it
+    completions = [" The Catalyst\naction: ask one question\ntone: direct", " The Beacon\naction: offer hope\ntone: warm"]
 
     async def rewards_then_close():  # the clients close on the loop their sessions were opened on
         try:
