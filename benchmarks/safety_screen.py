@@ -21,6 +21,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
+from mascot.errors import MascotError
 from mascot.safety import SafetyScreen
 
 DATA = Path(__file__).parent / "data"
@@ -77,19 +78,17 @@ def report(name: str, result: dict, show_misses: bool) -> None:
     print(f"  false alarms: {result['false_alarms']}")
 
 
-def screens(args) -> list[tuple[str, SafetyScreen]]:
+def screens(args, backends) -> list[tuple[str, SafetyScreen]]:
     out = [("rules v1 (before)", SafetyScreen(rules_file="rules_v1.yaml")), ("rules v2", SafetyScreen())]
     if not args.no_embeddings:
         with_embeddings = SafetyScreen(embeddings=True)
         rules = with_embeddings.rules
         out.append((f"rules v2 + embeddings (threshold {rules.embedding_threshold}, margin {rules.embedding_margin})", with_embeddings))
-    if args.model_url:
-        from mascot.llm.providers import RoleEndpoint, build_client
+    if backends is not None:
         from mascot.safety.model_check import ModelCheck
 
-        client = build_client(RoleEndpoint(role="safety", model=args.model, url=args.model_url))
         out.append((f"rules v2{'' if args.no_embeddings else ' + embeddings'} + model {args.model} on unsure messages",
-                    SafetyScreen(embeddings=not args.no_embeddings, model_check=ModelCheck(client))))
+                    SafetyScreen(embeddings=not args.no_embeddings, model_check=ModelCheck(backends["safety"]))))
     return out
 
 
@@ -101,16 +100,25 @@ def main() -> None:
     parser.add_argument("--model-url", default=None, help="an OpenAI-compatible endpoint for the second stage")
     parser.add_argument("--model", default="default", help="the served model's name (with --model-url)")
     args = parser.parse_args()
-    asyncio.run(measure(args, screens(args)))
-
-
-async def measure(args, built: list[tuple[str, SafetyScreen]]) -> None:
-    """Every data file through every screen, in one event loop (the served model's client lives in it)."""
-    clients = [screen.model_check.client for _, screen in built if screen.model_check is not None]
     try:
-        for client in clients:  # as a run's preflight does: the label is constrained only where the server honours it
-            if hasattr(client, "probe_structured_outputs"):
-                print(f"{client.model}: structured outputs {'supported' if await client.probe_structured_outputs() else 'not supported'}")
+        asyncio.run(measure(args))
+    except MascotError as exc:  # LLMError included: a server that does not answer is one line
+        raise SystemExit(f"error: {exc}") from None
+
+
+async def measure(args) -> None:
+    """Every data file through every screen, in one event loop (the served model's client lives in
+    it), after a run's preflight: a wrong URL or model fails here, and the label is constrained only
+    where the server honours structured outputs."""
+    backends = None
+    if args.model_url:
+        from mascot.llm.providers import RoleEndpoint, build_backends
+
+        backends = build_backends({"safety": RoleEndpoint(role="safety", model=args.model, url=args.model_url)})
+    try:
+        if backends is not None:
+            await backends.preflight()
+        built = screens(args, backends)
         for path in args.data:
             items = read_items(path)
             sources = Counter(item.get("source", "") for item in items if item.get("source"))
@@ -123,8 +131,8 @@ async def measure(args, built: list[tuple[str, SafetyScreen]]) -> None:
                     print(f"  second stage: asked {check.asked}, caught {check.caught}, fallbacks {check.fallbacks}")
                     check.asked = check.caught = check.fallbacks = 0
     finally:
-        for client in clients:
-            await client.aclose()
+        if backends is not None:
+            await backends.aclose()
 
 
 if __name__ == "__main__":
