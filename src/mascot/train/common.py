@@ -58,7 +58,7 @@ def run_training(trainer, checkpoint: Path | None) -> dict[str, Any]:
         # transformers' loop would take one step past max_steps when resumed there.
         trainer._load_from_checkpoint(str(checkpoint))
         trainer.state = finished
-        metrics, train_loss = {}, _last_logged(finished, "loss")
+        metrics, train_loss = {}, (logged_series(trainer, "loss") or [None])[-1]
         log.info("%s already holds all %d steps: saved as it is, no step taken", checkpoint.name, finished.global_step)
     else:
         progress = replace_default_progress(trainer)  # steps done, rate and time left (mascot.progress)
@@ -91,11 +91,6 @@ def _finished_checkpoint_state(trainer, checkpoint: Path | None):
 
     state = TrainerState.load_from_json(str(checkpoint / "trainer_state.json"))
     return state if state.global_step >= trainer.args.max_steps else None
-
-
-def _last_logged(state, key: str) -> float | None:
-    values = [entry[key] for entry in state.log_history if key in entry]
-    return values[-1] if values else None
 
 
 def logged_series(trainer, key: str) -> list[float]:
