@@ -1,7 +1,7 @@
 """The safety screen measured on held-out phrasings: precision, recall on crisis messages and the
 look-alike false-positive rate, overall, per category and per source (the taxonomy category each
-held-out item was written from), for rules v1, rules v2 alone and rules v2 + the embedding check
-(all-MiniLM-L6-v2, offline); with --model-url, rules v2 + embeddings + a served model asked about
+held-out item was written from), for rules v1, v2 and v3 (the default) alone and v3 + the embedding
+check (all-MiniLM-L6-v2, offline); with --model-url, rules v3 + embeddings + a served model asked about
 the messages the first stages leave unsure. The tuning sets (the rules' labelled set and the
 development set) are reported too, as what the rules were tuned on.
 
@@ -79,15 +79,18 @@ def report(name: str, result: dict, show_misses: bool) -> None:
 
 
 def screens(args, backends) -> list[tuple[str, SafetyScreen]]:
-    out = [("rules v1 (before)", SafetyScreen(rules_file="rules_v1.yaml")), ("rules v2", SafetyScreen())]
+    default = SafetyScreen()
+    version = default.rules.version.removeprefix("rules_")
+    out = [("rules v1 (before)", SafetyScreen(rules_file="rules_v1.yaml")), ("rules v2", SafetyScreen(rules_file="rules_v2.yaml")),
+           (f"rules {version} (default)", default)]
     if not args.no_embeddings:
         with_embeddings = SafetyScreen(embeddings=True)
         rules = with_embeddings.rules
-        out.append((f"rules v2 + embeddings (threshold {rules.embedding_threshold}, margin {rules.embedding_margin})", with_embeddings))
+        out.append((f"rules {version} + embeddings (threshold {rules.embedding_threshold}, margin {rules.embedding_margin})", with_embeddings))
     if backends is not None:
         from mascot.safety.model_check import ModelCheck
 
-        out.append((f"rules v2{'' if args.no_embeddings else ' + embeddings'} + model {args.model} on unsure messages",
+        out.append((f"rules {version}{'' if args.no_embeddings else ' + embeddings'} + model {args.model} on unsure messages",
                     SafetyScreen(embeddings=not args.no_embeddings, model_check=ModelCheck(backends["safety"]))))
     return out
 

@@ -42,7 +42,7 @@ def near_identical(a: str, b: str) -> bool:
 
 def tuning_texts() -> list[str]:
     texts = [item["text"] for path in TUNING_SETS for item in read(path)]
-    for version in ("rules_v1.yaml", "rules_v2.yaml"):
+    for version in ("rules_v1.yaml", "rules_v2.yaml", "rules_v3.yaml"):
         rules = load_rules(version)
         texts += [e for c in rules.categories for e in c.examples] + list(rules.lookalike_examples)
     return texts
@@ -124,7 +124,7 @@ def test_the_engine_records_the_model_stage(es_roster, es_context):
                            EngineSettings(num_turns=1, user_response_probability=1.0), Tally())
     episode = asyncio.run(engine.run_episode(es_context))
     assert episode.safety_events and {e.method for e in episode.safety_events} == {"model"}
-    assert all(e.rules_version == "rules_v2" for e in episode.safety_events)
+    assert all(e.rules_version == "rules_v3" for e in episode.safety_events)
 
 
 class KeywordEmbedder:
@@ -144,6 +144,8 @@ def test_embedding_match_needs_to_be_closer_to_crisis_than_to_lookalikes(tmp_pat
     assert screen.check("pain and control").method == "embedding"
     nearer_lookalike = screen.assess("pain, control and traffic")
     assert nearer_lookalike.finding is None and nearer_lookalike.unsure.startswith("similarity")
+    texts = ["pain and control", "pain, control and traffic", "", "nothing here"]
+    assert screen.assess_many(texts) == [screen.assess(text) for text in texts]  # one batch, the same screenings
 
 
 def test_contexts_leave_matches_unsure_but_the_writer_stays_flagged():
@@ -154,3 +156,88 @@ def test_contexts_leave_matches_unsure_but_the_writer_stays_flagged():
     assert rules.match("My friend found me just as I was about to jump.").unsure is None
     assert rules.match("In the film he overdoses.").unsure == "fiction_and_media"
     assert rules.match("I'm not suicidal, just tired.") is None
+
+
+# --------------------------------------------------------------------------- rules v3 and real messages
+
+EVERYDAY = [  # phrasings of the kind v2 flagged in real conversations, written here
+    "My sister threw me a surprise party last night!",
+    "That's an odd thing for him to say.",
+    "Somebody stole my bike from outside the library.",
+    "I'm confident I'll hit my step goal today.",
+    "I don't want to hurt his feelings, but I want to move out.",
+    "We talked for hours and decided to end things between us.",
+    "I've burned myself out with all these late shifts.",
+    "My old cat won't be around forever, I know.",
+    "I thought I was going to die on that rollercoaster.",
+    "I do not want to live in that town anymore, it's too expensive.",
+    "He kept hitting on me at the bar.",
+    "I could never imagine hurting them, they're my kids.",
+]
+STILL_CRISIS = [
+    "I OD'd on my pills last night.",
+    "My son keeps stealing from my purse and pushes me around.",
+    "He won't let me talk to my friends or my mum.",
+    "I'm scared I'll shake my newborn when she screams.",
+    "I've been stalking my ex since she left.",
+    "My boyfriend threw me against the wall.",
+    "I don't want to live anymore.",
+    "I won't be around much longer.",
+]
+
+
+def test_rules_v3_spare_everyday_phrasings_that_v2_flagged():
+    v2, v3 = SafetyScreen(rules_file="rules_v2.yaml"), SafetyScreen()
+    assert v3.rules.version == "rules_v3"
+    assert sum(v2.check(text) is not None for text in EVERYDAY) >= 10  # what v3 corrects
+    assert [text for text in EVERYDAY if v3.check(text) is not None] == []
+
+
+def test_rules_v3_still_catch_the_crisis_forms_they_narrowed():
+    screen = SafetyScreen()
+    assert [text for text in STILL_CRISIS if screen.check(text) is None] == []
+
+
+REAL_LABELS = DATA / "safety_real_labels_v1.jsonl"
+_REF = re.compile(r"^(esconv/(train|valid|test)/\d+/\d+|ed/(valid|test)/hit:\d+_conv:\d+/\d+)$")
+
+
+def test_real_message_labels_hold_references_and_labels_only():
+    rows = read(REAL_LABELS)
+    assert len(rows) >= 600 and len({r["ref"] for r in rows}) == len(rows)
+    assert all(set(r) == {"ref", "label"} and _REF.match(r["ref"]) for r in rows), "no message text may be stored"
+    assert {r["label"] for r in rows} == {*LABELS, "unclear"}
+    assert sum(r["label"] not in ("none", "unclear") for r in rows) >= 30
+
+
+def load_benchmark(name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_real_messages_benchmark_reads_the_hub_exports_and_counts_by_label(tmp_path):
+    bench = load_benchmark("safety_real_messages")
+    (tmp_path / "esconv").mkdir()
+    dialog = [{"speaker": "usr", "text": "I want to kill myself"}, {"speaker": "sys", "text": "I'm here.", "strategy": "Question"},
+              {"speaker": "usr", "text": "Someone stole my lunch today"}, {"speaker": "usr", "text": "It's an odd week"}]
+    for split in ("train", "valid", "test"):
+        (tmp_path / "esconv" / f"{split}.jsonl").write_text(json.dumps({"dialog": dialog}), encoding="utf-8")  # no trailing newline
+    (tmp_path / "ed").mkdir()
+    header = "conv_id,utterance_idx,context,prompt,speaker_idx,utterance,selfeval,tags\n"
+    for split in ("valid", "test"):
+        (tmp_path / "ed" / f"{split}.csv").write_text(header + "hit:1_conv:2,1,sad,x,1,I was so sad_comma_ I cried,,\n", encoding="utf-8")
+    messages = bench.esconv_messages(tmp_path / "esconv") + bench.ed_messages(tmp_path / "ed")
+    assert len(messages) == 3 * 3 + 2 and ("ed/valid/hit:1_conv:2/1", "I was so sad, I cried") in messages
+    labels = {"esconv/train/0/0": "suicide", "esconv/test/0/0": "suicide", "esconv/train/0/2": "none"}
+    parts = bench.measure(SafetyScreen(), messages, labels)
+    assert parts["dev"]["messages"] == 7 and parts["test"]["messages"] == 4
+    assert (parts["dev"]["caught"], parts["dev"]["crisis"], parts["test"]["caught"]) == (1, 1, 1)
+    v2 = bench.measure(SafetyScreen(rules_file="rules_v2.yaml"), messages, labels)
+    # valid's unlabelled crisis message is "not reviewed" for both; v2 also flags "stole my" (labelled none in
+    # train, not reviewed in valid) and "odd" twice
+    assert (v2["dev"]["flagged"]["false alarm"], v2["dev"]["flagged"]["not reviewed"]) == (1, 4)
+    assert (parts["dev"]["flagged"]["false alarm"], parts["dev"]["flagged"]["not reviewed"]) == (0, 1)

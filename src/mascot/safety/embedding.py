@@ -60,9 +60,16 @@ class ExampleSimilarity:
 
     def nearest(self, text: str) -> SimilarityMatch | None:
         """The closest crisis example with its score and the closest look-alike's score."""
-        if not text.strip() or not self._examples or not self._load():
-            return None
-        vector = self._embedder.encode([text])[0]
+        return self.nearest_many([text])[0]
+
+    def nearest_many(self, texts: list[str]) -> list[SimilarityMatch | None]:
+        """`nearest` for many texts, encoded in batches (thousands of messages in a benchmark)."""
+        if not self._examples or not any(text.strip() for text in texts) or not self._load():
+            return [None] * len(texts)
+        vectors = self._embedder.encode(texts)
+        return [self._match(vector) if text.strip() else None for text, vector in zip(texts, vectors)]
+
+    def _match(self, vector) -> SimilarityMatch:
         scores = self._matrix @ vector
         best = int(scores.argmax())
         lookalike = float((self._lookalikes @ vector).max()) if self._lookalikes is not None else 0.0

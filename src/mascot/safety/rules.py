@@ -1,4 +1,4 @@
-"""Crisis-language rules as data (`rules_v2.yaml`; `rules_v1.yaml` stays loadable): patterns per
+"""Crisis-language rules as data (`rules_v3.yaml`; `rules_v1.yaml` and `rules_v2.yaml` stay loadable): patterns per
 category, benign look-alikes removed first, contexts (a past and resolved event, someone else's
 crisis, fiction, a medical question) that leave a match unsure rather than flagged. No model is
 needed: this is the part of the screen that always runs."""
@@ -16,7 +16,7 @@ import yaml
 from mascot.errors import MascotError
 
 RULES_DIR = Path(__file__).parent
-RULES_FILE = RULES_DIR / "rules_v2.yaml"
+RULES_FILE = RULES_DIR / "rules_v3.yaml"
 _QUOTES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u201c": '"', "\u201d": '"'})
 _TERM = re.compile(r"\{([A-Za-z_]\w*)\}")  # {name}, never a quantifier such as {4}
 # Words that speak of the writer: a context about someone else does not hide a match holding them

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from mascot.safety.embedding import ExampleSimilarity
+from mascot.safety.embedding import ExampleSimilarity, SimilarityMatch
 from mascot.safety.resources import RESOURCES_FILE, load_resources
 from mascot.safety.rules import RULES_FILE, load_rules
 from mascot.schema import SafetyEvent
@@ -49,13 +49,14 @@ class SafetyScreen:
         self.similarity = ExampleSimilarity(self.rules, embedder) if embeddings else None
         self.model_check = model_check  # a `ModelCheck`, or None for no model stage
 
-    def assess(self, text: str) -> Screening:
+    def assess(self, text: str, near: SimilarityMatch | None = None) -> Screening:
+        """`near`: the message's embedding match when already computed (`assess_many`)."""
         found = self.rules.match(text)
         if found is not None and found.unsure is None:
             return Screening(Finding(found.category, "rule", found.rule))
         unsure, hint = (f"context {found.unsure}", found.category) if found is not None else (None, None)
         if self.similarity is not None and found is None:
-            near = self.similarity.nearest(self.rules.without_lookalikes(text))
+            near = near or self.similarity.nearest(self.rules.without_lookalikes(text))
             if near is not None and near.counts(self.rules):
                 return Screening(Finding(near.category, "embedding", near.example, near.score))
             if near is not None and near.unsure(self.rules):
@@ -63,6 +64,13 @@ class SafetyScreen:
         if unsure is None and (word := self.rules.watched(text)):
             unsure = f"watch word {word!r}"
         return Screening(None, unsure, hint)
+
+    def assess_many(self, texts: list[str]) -> list[Screening]:
+        """`assess` for many messages, their embeddings computed in batches."""
+        if self.similarity is None:
+            return [self.assess(text) for text in texts]
+        nearest = self.similarity.nearest_many([self.rules.without_lookalikes(text) for text in texts])
+        return [self.assess(text, near) for text, near in zip(texts, nearest)]
 
     def check(self, text: str) -> Finding | None:
         """The rules and (when enabled) the embedding check."""
