@@ -118,7 +118,12 @@ def main() -> None:
         messages = esconv_messages(args.data_dir / "esconv") + ed_messages(args.data_dir / "ed")
     except (OSError, KeyError, ValueError) as exc:
         raise SystemExit(f"error: cannot read ESConv and Empathetic Dialogues under {args.data_dir}: {exc}") from None
-    labels = read_labels(args.labels)
+    try:
+        labels = read_labels(args.labels)
+    except KeyError as exc:
+        raise SystemExit(f"error: cannot read the labels {args.labels}: a row has no {exc} field") from None
+    except (OSError, ValueError, TypeError) as exc:
+        raise SystemExit(f"error: cannot read the labels {args.labels}: {exc}") from None
     counts = Counter(part_of(ref) for ref, _ in messages)
     crisis = Counter(part_of(ref) for ref, label in labels.items() if label in CRISIS)
     print(f"{len(messages)} real messages (dev {counts['dev']}, test {counts['test']}); {len(labels)} reviewed by hand, "
