@@ -2,7 +2,8 @@
 look-alike false-positive rate, overall, per category and per source (the taxonomy category each
 held-out item was written from), for rules v1, v2 and v3 (the default) alone and v3 + the embedding
 check (all-MiniLM-L6-v2, offline); with --model-url, rules v3 + embeddings + a served model asked about
-the messages the first stages leave unsure. The tuning sets (the rules' labelled set and the
+the messages the first stages leave unsure, and asked about every message they do not flag
+(`--safety-model-scope all`). The tuning sets (the rules' labelled set and the
 development set) are reported too, as what the rules were tuned on.
 
 An item counts as caught when the screen flags it with any crisis category (a crisis message
@@ -64,6 +65,16 @@ def evaluate(items: list[dict], predicted: list[tuple[str, str]]) -> dict:
             "stages": Counter(predicted[i][1] for i in caught)}
 
 
+def model_stage_reach(screen: SafetyScreen, items: list[dict]) -> str:
+    """Which messages the first stages do not flag a model stage would be asked about, per scope:
+    the bound each scope puts on recall, whatever the model."""
+    screenings = screen.assess_many([item["text"] for item in items])
+    unflagged = [(item["label"] != "none", s.unsure is not None) for item, s in zip(items, screenings) if s.finding is None]
+    missed, benign = [u for crisis, u in unflagged if crisis], [u for crisis, u in unflagged if not crisis]
+    return (f"  a model stage would be asked about: scope unsure {sum(missed)} of the {len(missed)} crisis messages missed "
+            f"and {sum(benign)} of {len(benign)} benign ones; scope all every one of them")
+
+
 def report(name: str, result: dict, show_misses: bool) -> None:
     print(f"== {name}")
     print(f"  crisis messages: precision {ratio(result['caught'], result['flagged'])}, recall {ratio(result['caught'], result['crisis'])}; "
@@ -90,8 +101,9 @@ def screens(args, backends) -> list[tuple[str, SafetyScreen]]:
     if backends is not None:
         from mascot.safety.model_check import ModelCheck
 
-        out.append((f"rules {version}{'' if args.no_embeddings else ' + embeddings'} + model {args.model} on unsure messages",
-                    SafetyScreen(embeddings=not args.no_embeddings, model_check=ModelCheck(backends["safety"]))))
+        for scope, what in (("unsure", "unsure messages"), ("all", "every message the first stages do not flag")):
+            out.append((f"rules {version}{'' if args.no_embeddings else ' + embeddings'} + model {args.model} on {what}",
+                        SafetyScreen(embeddings=not args.no_embeddings, model_check=ModelCheck(backends["safety"]), model_scope=scope)))
     return out
 
 
@@ -129,6 +141,8 @@ async def measure(args) -> None:
                   f"{sum(i['label'] == 'none' for i in items)} benign" + (f"; {len(sources)} sources" if sources else ""))
             for name, screen in built:
                 report(name, evaluate(items, await predict(screen, items)), args.show_misses)
+                if screen.model_check is None and screen.similarity is not None:
+                    print(model_stage_reach(screen, items))
                 if screen.model_check is not None:
                     check = screen.model_check
                     print(f"  second stage: asked {check.asked}, caught {check.caught}, fallbacks {check.fallbacks}")

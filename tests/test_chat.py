@@ -424,7 +424,8 @@ def test_cli_in_chat_commands(stub_url, tmp_path):
     assert "no directive yet" in out
     (turn,) = saved(path).agent_turns
     assert f"agent: {turn.agent_name}\naction: {turn.directive.action}\ntone: warm" in out
-    assert "raw director output" in out and "<directive>" in out
+    # the run's preflight found structured outputs: the Director's raw output is its JSON object
+    assert "raw director output" in out and f'"agent": "{turn.agent_name}"' in out
     assert f"Director -> {turn.agent_name}" in out
     for persona in ROSTER.personas:
         assert f"{persona.name}: {persona.role}" in out

@@ -192,3 +192,24 @@ def test_chat_answers_a_crisis_message_with_the_safety_reply_and_saves_it(tmp_pa
     assert safety_turn.directive.action == SAFETY_ACTION and "988" in safety_turn.response
     assert [(e.turn_idx, e.response_turn_idx, e.category) for e in episode.safety_events] == [(2, 3, "suicide")]
     assert episode.turns[5].directive.action != SAFETY_ACTION  # the conversation goes on as usual afterwards
+
+
+def test_chat_asks_its_safety_model_with_the_scope_it_was_given(tmp_path):
+    """A chat given a "safety" client (`--safety-server-url`) screens with it; scope "all" asks about
+    a message with no rule evidence, and the model's label gives the safety reply."""
+    from mascot.dialogue.chat import ChatSettings, open_session
+    from mascot.testing.players import group_client
+    from mascot.testing.scripted import ScriptedClient
+
+    guard = ScriptedClient(fn=lambda request: '{"label": "abuse"}' if "door" in request.messages[-1]["content"] else '{"label": "none"}')
+    client = group_client()
+    clients = {"director": client, "speaker": client, "safety": guard}
+    session, _ = open_session(tmp_path / "s.jsonl", clients, ChatSettings(safety_model_scope="all"), situation="hard week")
+    asyncio.run(session.send("hello"))
+    asyncio.run(session.send("He locks the door and takes the keys when he leaves."))
+    (episode,) = [Episode.model_validate_json(line) for line in (tmp_path / "s.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [(e.category, e.method) for e in episode.safety_events] == [("abuse", "model")]
+    assert len(guard.calls) == 2  # both messages asked: neither has rule evidence
+    unsure_only, _ = open_session(tmp_path / "t.jsonl", clients, ChatSettings(), situation="hard week")
+    asyncio.run(unsure_only.send("He locks the door and takes the keys when he leaves."))
+    assert len(guard.calls) == 2  # the default scope asks only about what the rules leave unsure

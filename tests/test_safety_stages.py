@@ -241,3 +241,77 @@ def test_real_messages_benchmark_reads_the_hub_exports_and_counts_by_label(tmp_p
     # train, not reviewed in valid) and "odd" twice
     assert (v2["dev"]["flagged"]["false alarm"], v2["dev"]["flagged"]["not reviewed"]) == (1, 4)
     assert (parts["dev"]["flagged"]["false alarm"], parts["dev"]["flagged"]["not reviewed"]) == (0, 1)
+
+
+# --------------------------------------------------------------------------- the model stage from the command line
+
+def test_the_safety_endpoint_is_its_own_never_the_shared_one():
+    from mascot.commands.generate import GenerateSettings
+    from mascot.errors import MascotError
+    from mascot.llm.routing import resolve_roles, with_safety
+    from mascot.settings import settings_from
+
+    base = {"dataset": "ESConv", "vllm_server_url": ["http://127.0.0.1:9/v1"], "model_name": "shared"}
+    plain = settings_from(GenerateSettings, base, "t")
+    assert with_safety(plain, ("speaker",)) == ("speaker",) and "safety" not in resolve_roles(plain, ("speaker", "safety"))
+    given = settings_from(GenerateSettings, {**base, "safety_server_url": ["http://127.0.0.1:8/v1"], "safety_model": "guard"}, "t")
+    endpoint = resolve_roles(given, with_safety(given, ("speaker",)))["safety"]
+    assert (endpoint.url, endpoint.model) == ("http://127.0.0.1:8/v1", "guard")
+    with pytest.raises(MascotError, match="--safety-model needs --safety-server-url"):
+        settings_from(GenerateSettings, {**base, "safety_model": "guard"}, "t")
+    with pytest.raises(MascotError, match="--safety-model-scope"):
+        settings_from(GenerateSettings, {**base, "safety_model_scope": "everything"}, "t")
+
+
+def test_scope_all_asks_the_model_about_every_message_the_rules_do_not_flag():
+    quiet = "The weather has been grey all week."
+    for scope, asked in (("unsure", 0), ("all", 1)):
+        check = ModelCheck(ScriptedClient(replies=["none"]))
+        screen = SafetyScreen(model_check=check, model_scope=scope)
+        assert asyncio.run(screen.check_async(quiet)) is None and check.asked == asked
+    check = ModelCheck(ScriptedClient(replies=["should not be asked"]))
+    flagged = asyncio.run(SafetyScreen(model_check=check, model_scope="all").check_async("I want to kill myself"))
+    assert flagged.method == "rule" and check.asked == 0  # the rules' finding stands without a call
+
+
+@pytest.mark.parametrize("scope", ["unsure", "all"])
+def test_generate_runs_the_model_stage_on_a_served_endpoint(tmp_path, stub, scope):
+    """`--safety-server-url`: with scope "all" every simulated-user message the rules do not flag is
+    asked, through the run's own endpoint, and the model's label becomes the safety event; with
+    "unsure" a message without rule evidence is not asked."""
+    from typer.testing import CliRunner
+
+    from mascot.cli import app
+    from mascot.schema import Episode
+    from mascot.store import read_jsonl
+    from mascot.testing.players import stub_responder
+
+    group = stub(responder=stub_responder)
+    guard = stub(responder=lambda messages, request: '{"label": "abuse"}')
+    args = ["generate", "--mode", "group", "--dataset", "ESConv", "--data-file", str(ROOT / "tests" / "fixtures" / "esconv_sample.jsonl"),
+            "--limit", "1", "--model-name", "stub-model", "--vllm-server-url", group.url, "--output-dir", str(tmp_path / "out"),
+            "--num-turns", "2", "--safety-server-url", guard.url, "--safety-model", "guard", "--safety-model-scope", scope]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    run_dir = next(p for p in (tmp_path / "out").iterdir() if (p / "episodes.jsonl").exists())
+    episode = next(iter(read_jsonl(run_dir / "episodes.jsonl", Episode)))
+    user_turns = [t for t in episode.turns if t.is_user]
+    asked = len(user_turns) if scope == "all" else 0  # none has rule evidence
+    assert user_turns and guard.stats.roles.count("safety") == asked
+    assert [(e.method, e.rule) for e in episode.safety_events or []] == [("model", "model:guard")] * asked
+    summary = json.loads((run_dir / "run_summary.json").read_text(encoding="utf-8"))
+    assert summary.get("num_safety_events", 0) == asked and summary["usage"].get("safety", {}).get("requests", 0) == asked
+    config = json.loads((run_dir / "run_config.json").read_text(encoding="utf-8"))
+    assert "safety" in config["roles"] and config["settings"]["engine"]["safety_model_scope"] == scope
+    assert ("safety repl" in result.output) == bool(asked)  # the closing line says what the run made
+
+
+def test_model_stage_fallbacks_are_counted_in_the_run():
+    from mascot.dialogue.tally import Tally
+
+    tally = Tally()
+    check = ModelCheck(ScriptedClient(replies=["maybe?", LLMError("down"), "none"]), tally=tally)
+    screen = SafetyScreen(model_check=check, model_scope="all")
+    assert [asyncio.run(screen.check_async("Just an ordinary day.")) for _ in range(3)] == [None, None, None]
+    assert tally.counters.num_safety_model_fallbacks == 2
+    assert "num_safety_model_fallbacks" not in Tally().counters.model_dump()  # absent when none: older records unchanged

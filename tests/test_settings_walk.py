@@ -33,8 +33,11 @@ VALUES = {
     "generation_mode": "independent", "turn_policy": "round-robin", "prompt_family": "zero-shot", "safety": "on",
     "safety_locale": "en-GB", "user_big_five_profile": "High Openness", "user_profile_set": "mbti", "user_profile": "Low Openness", "system": "baseline", "rubric_version": "paper_v1",
     "judge_scoring": "json", "cache_dir": Path("cache"), "output_dir": Path("elsewhere"), "roster": "meetings",
-    "mode": "individual", "user_response_probability": 0.9, "temperature": 0.2, "prompt_version": "v1",
+    "mode": "individual", "user_response_probability": 0.9, "temperature": 0.2, "prompt_version": "v1", "safety_model_scope": "all",
 }  # fmt: skip
+# Settings that act only together with another (refused alone): changed alongside it and compared
+# with a run given that other setting alone.
+COMPANIONS = {"safety_model": {"safety_server_url": ["http://127.0.0.1:9/v1"]}}
 
 # Settings that shape neither what is generated nor what is recorded, by design.
 PRESENTATION_ONLY = {
@@ -102,8 +105,10 @@ def test_every_generate_setting_changes_the_recorded_configuration(mode, resolve
     for f in cli_fields(GenerateSettings):
         if f.name in PRESENTATION_ONLY or f.name in exempt or f.name == "mode":
             continue
-        changed = settings_from(GenerateSettings, {**base, f.name: changed_value(f)}, f"walk {f.name}")
-        if resolve(changed) == reference:
+        companion = COMPANIONS.get(f.name, {})
+        before = resolve(settings_from(GenerateSettings, {**base, **companion}, "walk")) if companion else reference
+        changed = settings_from(GenerateSettings, {**base, **companion, f.name: changed_value(f)}, f"walk {f.name}")
+        if resolve(changed) == before:
             ignored.append(f.name)
     assert ignored == [], f"accepted and ignored by generate --mode {mode}: {', '.join(ignored)}"
 

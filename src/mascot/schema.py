@@ -368,6 +368,8 @@ class Counters(Record):
     num_user_emotions_missing: int = 0  # simulated-user turns asked for an emotion that gave none
     # Picks given to another companion by --max-consecutive-turns (a policy event, not a failure)
     num_turn_limit_overrides: int = Field(0, exclude_if=lambda v: not v)
+    # Safety-screen model-stage answers that were no label, or calls that failed (the rules' decision stood)
+    num_safety_model_fallbacks: int = Field(0, exclude_if=lambda v: not v)
 
 
 class RoleUsage(Record):

@@ -119,7 +119,7 @@ def role_mapping(s: Any) -> dict[str, RoleSettings]:
     place that reads the flat flags; roles without any flag are left out)."""
     shared = parse_extra_body(getattr(s, "extra_body", None))
     roles = {}
-    for role in vocab.ROLES:
+    for role in (*vocab.ROLES, vocab.SAFETY):
         given = {k: getattr(s, f"{role}_{k}") for k in _ROLE_FLAGS if hasattr(s, f"{role}_{k}")}
         if given:
             roles[role] = RoleSettings(
@@ -236,6 +236,10 @@ class GroupEndpointSettings(ClientSettings):
     speaker_extra_body: Optional[str] = setting(None, "JSON object merged into the Speakers' request bodies (over --extra-body).")
     director_thinking: str = setting("default", "Director: " + THINKING_HELP)
     speaker_thinking: str = setting("default", "Speakers: " + THINKING_HELP)
+    safety_server_url: Optional[list[str]] = setting(
+        None, "Endpoint of the safety screen's model stage: a served model asked, its answer constrained to a label, about user "
+        "messages the rules do not flag (--safety-model-scope); never inherits --vllm-server-url; none: no model stage." + _SEVERAL)
+    safety_model: Optional[str] = setting(None, "Model id the safety screen's model stage calls (with --safety-server-url).")
     roles: dict[str, RoleSettings] = roles_field()
 
     def __post_init__(self) -> None:
@@ -259,6 +263,8 @@ class EndpointSettings(GroupEndpointSettings):
 def check_endpoints(s: Any) -> None:
     """Checks the endpoint flags and folds them into `s.roles`."""
     check_client(s)
+    require(not (getattr(s, "safety_model", None) and not getattr(s, "safety_server_url", None)),
+            "--safety-model needs --safety-server-url: the safety screen's model stage runs on a served model only")
     s.roles = role_mapping(s)
 
 

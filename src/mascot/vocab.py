@@ -11,6 +11,10 @@ from __future__ import annotations
 DIRECTOR, SPEAKER, USER, JUDGE = "director", "speaker", "user", "judge"
 DIALOGUE_ROLES = (DIRECTOR, SPEAKER, USER)  # the roles of a group conversation
 ROLES = (*DIALOGUE_ROLES, JUDGE)  # every role a run may name an endpoint for
+# The safety screen's model stage: an endpoint only when given (never the shared one, never a local
+# model), kept out of ROLES so that runs without it record and digest what they always did.
+SAFETY = "safety"
+SAFETY_MODEL_SCOPES = ("unsure", "all")  # the messages the model stage is asked about
 
 # ---- how a conversation unfolds
 TURN_POLICIES = ("director", "round-robin", "random", "multiagentesc")

@@ -40,6 +40,9 @@ def run_chat_command(settings: ChatSettings) -> None:
     backends, identities = chat_backends(settings, trace)
     with asyncio.Runner() as runner:  # one loop for the whole chat: clients stay bound to it
         try:
+            # A wrong URL or model is one line now, not at the first message; and a constrained
+            # reply (the Director's directive, the safety label) is sent as such where the server takes it.
+            runner.run(backends.preflight())
             chat_session, continued = open_session(
                 path,
                 {role: backends[role] for role in backends.endpoints},

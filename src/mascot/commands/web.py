@@ -5,7 +5,7 @@ from __future__ import annotations
 from mascot.commands.dryrun import check_endpoints, print_settings
 from mascot.dialogue.chat import CHAT_ROLES
 from mascot.llm.base import redact_url
-from mascot.llm.routing import resolve_roles
+from mascot.llm.routing import resolve_roles, with_safety
 from mascot.settings import as_dict
 from mascot.web.app import serve
 from mascot.web.security import scrub
@@ -38,9 +38,9 @@ def dry_run_web(command: str, settings: WebSettings) -> None:
     """Checks the models and endpoints the app would open and prints the resolved settings (URLs
     without credentials); starts nothing."""
 
-    roles = check_endpoints(resolve_roles(settings, CHAT_ROLES))
+    roles = check_endpoints(resolve_roles(settings, with_safety(settings, CHAT_ROLES)))
     values = as_dict(settings)
-    for name in ("vllm_server_url", "director_server_url", "speaker_server_url"):
+    for name in ("vllm_server_url", "director_server_url", "speaker_server_url", "safety_server_url"):
         values[name] = [redact_url(url) for url in values[name] or []] or None
     print_settings(command, {**values, "roles": {role: scrub(how) for role, how in roles.items()}})
 

@@ -25,12 +25,13 @@ from mascot.dialogue.tally import Tally
 from mascot.errors import MascotError
 from mascot.llm.base import ChatClient
 from mascot.llm.providers import build_backends
-from mascot.llm.routing import resolve_roles
+from mascot.llm.routing import resolve_roles, with_safety
 from mascot.llm.served import resolve_served_identities
 from mascot.rosters import BUILTIN_ROSTERS, load_roster, roster_for_dataset
 from mascot.rubrics import DOMAINS
 from mascot.schema import Context, Counters, Episode, RoleIdentity, Roster, Turn, utc_now
 from mascot.store import read_jsonl, write_jsonl
+from mascot.vocab import SAFETY
 
 __all__ = ["CHAT_SYSTEM", "DEFAULT_SESSION_DIR", "ChatSettings", "ChatSession", "ChatSessionError", "open_session"]
 
@@ -142,7 +143,7 @@ def chat_backends(settings: EndpointFields, trace: Path | None = None) -> tuple:
 
     if trace:
         trace.parent.mkdir(parents=True, exist_ok=True)
-    backends = build_backends(resolve_roles(settings, CHAT_ROLES), settings, trace_path=trace)
+    backends = build_backends(resolve_roles(settings, with_safety(settings, CHAT_ROLES)), settings, trace_path=trace)
     return backends, resolve_served_identities(role_identities(backends), backends.endpoints)
 
 
@@ -175,6 +176,7 @@ def engine_settings(settings: ConversationSettings, session_id: str) -> EngineSe
         max_tokens=settings.max_tokens,
         safety=settings.safety,
         safety_locale=settings.safety_locale,
+        safety_model_scope=settings.safety_model_scope,
     )
 
 
@@ -201,7 +203,7 @@ class ChatSession:
         self.session_id = episode.episode_id if episode else context.context_id
         self.created_at = (episode.metadata.created_at if episode else None) or utc_now()
         self.tally = Tally(episode.counters.model_copy() if episode and episode.counters else Counters())
-        chat_clients = {role: clients[role] for role in CHAT_ROLES}
+        chat_clients = {role: clients[role] for role in (*CHAT_ROLES, SAFETY) if role in clients}
         self.engine = EpisodeEngine(roster, chat_clients, engine_settings(self.settings, self.session_id), self.tally, role_identities=role_identities, dataset=self.dataset)
         # Seeds derive from (run seed, session id, round, purpose), whatever the session's file name.
         self.state = EpisodeState(context, 0, (self.settings.seed, self.session_id), None, turns=list(episode.turns) if episode else [])

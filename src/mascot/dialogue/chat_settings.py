@@ -32,6 +32,10 @@ class ConversationSettings:
     max_tokens: int = setting(160, "Longest reply in tokens.")
     safety: str = setting("auto", "Crisis-language screen of your messages (mascot.safety): auto (emotional-support roster only), on or off.")
     safety_locale: Optional[str] = setting(None, "Locale section of the crisis resources (default: the file's default section).")
+    safety_model_scope: str = setting(
+        "unsure", "Messages the safety screen's model stage (--safety-server-url) is asked about: unsure (those the rules and the "
+        "embedding check leave unsure) or all (every message they do not flag: for a capable served model)."
+    )
     system: str = fixed(CHAT_SYSTEM)
 
     def __post_init__(self) -> None:
@@ -43,6 +47,9 @@ def check_conversation(s) -> None:
     require(s.max_tokens >= 1, "--max-tokens must be at least 1")
     require(s.temperature >= 0, "--temperature must be 0 or more")
     require(s.safety in ("auto", "on", "off"), f"unknown --safety {s.safety!r}: choose auto, on or off")
+    from mascot.dialogue.settings import check_safety_model_scope
+
+    check_safety_model_scope(s.safety_model_scope)
 
 
 @dataclass

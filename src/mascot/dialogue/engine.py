@@ -113,10 +113,10 @@ class EpisodeEngine:
         )
         policy = make_policy(s.turn_policy, roster, self.director, speaker_client=clients["speaker"], settings=s, tally=self.tally)
         self.policy: TurnPolicy = TurnLimit(policy, roster, self.max_consecutive_turns, self.tally) if self.max_consecutive_turns else policy
-        # A "safety" client, when given, is the screen's second stage for messages the rules leave unsure.
-        model_check = ModelCheck(clients["safety"]) if "safety" in clients else None
-        self.safety = (SafetyScreen(locale=s.safety_locale, embeddings=s.safety_embeddings, model_check=model_check)
-                       if screen_applies(s.safety, roster.domain) else None)
+        # A "safety" client, when given, is the screen's model stage (for the messages its scope names).
+        model_check = ModelCheck(clients["safety"], tally=self.tally) if "safety" in clients else None
+        self.safety = (SafetyScreen(locale=s.safety_locale, embeddings=s.safety_embeddings, model_check=model_check,
+                                    model_scope=s.safety_model_scope) if screen_applies(s.safety, roster.domain) else None)
         set_name, self.fixed_profile = user_profile_choice(s)
         self.profile_set = profile_set(set_name) if set_name else None
         self.role_identities = role_identities or {

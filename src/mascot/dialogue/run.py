@@ -24,7 +24,7 @@ from mascot.dialogue.engine import EngineSettings, EpisodeEngine
 from mascot.dialogue.tally import Tally
 from mascot.llm.base import ChatClient
 from mascot.llm.providers import Backends
-from mascot.llm.routing import resolve_roles
+from mascot.llm.routing import resolve_roles, with_safety
 from mascot.llm.served import resolve_served_identities
 from mascot.progress import ProgressLine, calls_and_tokens, plural, raise_if_stopped
 from mascot.rosters import load_roster, roster_for_dataset
@@ -42,7 +42,7 @@ from mascot.runs import (  # noqa: F401  (re-exported)
 from mascot.schema import Context, Episode, RoleIdentity, Roster
 from mascot.settings_groups import ClientLimits, RoleSettings, parse_extra_body
 from mascot.store import RunStore, read_jsonl
-from mascot.vocab import DEFAULT_LOCAL_MODEL, ROLES
+from mascot.vocab import DEFAULT_LOCAL_MODEL, ROLES, SAFETY
 
 
 def _slug(text: str) -> str:
@@ -124,6 +124,8 @@ def _identity_settings(s: Any) -> dict:
 def endpoint_identity(s: Any) -> dict:
     """The models and adapters each role runs (what the tag digests of the endpoints)."""
     models = {f"{role}_model": _role(s, role).model for role in ROLES}
+    if _role(s, SAFETY).server_url:  # only then: runs without a model stage keep their tags
+        models["safety_model"] = _role(s, SAFETY).model
     adapters = {f"{role}_adapter": _role(s, role).adapter for role in ("director", "speaker")}
     return {"model_name": s.model_name, "share_model": s.share_model, **models, **adapters}
 
@@ -178,7 +180,7 @@ def roles_needed(settings: Any) -> tuple[str, ...]:
         roles.insert(0, "director")
     if settings.enable_user_simulation and settings.user_response_probability > 0:
         roles.append("user")
-    return tuple(roles)
+    return with_safety(settings, tuple(roles))
 
 
 def role_identities(backends: Backends) -> dict[str, RoleIdentity]:
@@ -275,6 +277,8 @@ def _closing_line(run: OpenRun, tally: Tally, total: int, console: Console) -> N
     made = plural(written, "episode") + (f" ({store.summary.num_records} in all)" if store.summary.num_resumed_records else "")
     if written == 0 and total and total <= len(store.done_keys):
         made = f"0 new episodes: all {store.summary.num_records} were already written"
+    if store.summary.num_safety_events:  # the replies the group gave instead of a directed round
+        made += f" ({plural(store.summary.num_safety_events, 'safety reply', 'safety replies')})"
     console.print(
         f"wrote {made} to {store.path()}; {tally.describe()}; contexts {failure_line(store)}"
         + (f"; failed requests: {meter.notes.summary()}" if meter.notes.counts else ""),

@@ -15,7 +15,9 @@ from typing import Any, Literal, Optional
 from mascot import vocab
 from mascot.settings import fixed, require, setting
 from mascot.settings_groups import SeedSettings
-from mascot.vocab import GENERATION_MODES, MAX_CONSECUTIVE_TURNS, PROMPT_VERSION, PROMPT_VERSIONS, SAFETY_MODES, TURN_POLICIES, USER_MAX_TOKENS
+from mascot.vocab import (
+    GENERATION_MODES, MAX_CONSECUTIVE_TURNS, PROMPT_VERSION, PROMPT_VERSIONS, SAFETY_MODEL_SCOPES, SAFETY_MODES, TURN_POLICIES, USER_MAX_TOKENS,
+)
 
 GenerationMode = Literal["directed", "independent", "branching"]
 
@@ -68,6 +70,10 @@ class EngineSettings(SeedSettings):
     )
     safety_locale: Optional[str] = setting(None, "Locale section of the crisis resources (default: the file's default section).")
     safety_embeddings: bool = setting(False, "Add the embedding-similarity check (MiniLM) to the screen's rules.")
+    safety_model_scope: str = setting(
+        "unsure", "Messages the safety screen's model stage (--safety-server-url) is asked about: unsure (those the rules and the "
+        "embedding check leave unsure) or all (every message they do not flag: for a capable served model)."
+    )
     # Filled in by code, not flags. Each role's reasoning mode is its endpoint's (`--<role>-thinking`,
     # on the clients the engine is given); the dataset and rubric labels come from the command's
     # data and judging settings where it has them.
@@ -80,11 +86,16 @@ class EngineSettings(SeedSettings):
         check_engine(self)
 
 
+def check_safety_model_scope(scope: str) -> None:
+    require(scope in SAFETY_MODEL_SCOPES, f"unknown --safety-model-scope {scope!r}: choose {' or '.join(SAFETY_MODEL_SCOPES)}")
+
+
 def check_engine(s: Any) -> None:
     """The engine settings' own checks (also run by command settings that inherit the fields)."""
     require(s.generation_mode in GENERATION_MODES, f"unknown --generation-mode {s.generation_mode!r}: choose one of {', '.join(GENERATION_MODES)}")
     require(s.turn_policy in TURN_POLICIES, f"unknown --turn-policy {s.turn_policy!r}: choose one of {', '.join(TURN_POLICIES)}")
     require(s.safety in SAFETY_MODES, f"unknown --safety {s.safety!r}: choose auto, on or off")
+    check_safety_model_scope(s.safety_model_scope)
     from mascot.dialogue.prompt_families import check_prompt_family
 
     check_prompt_family(s.prompt_family)

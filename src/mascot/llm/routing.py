@@ -5,7 +5,9 @@
 - `--judge-server-url` is independent and never inherits the shared URL;
 - a role with no URL runs on the in-process local model (the embedded default unless `--model-name`
   or a per-role model says otherwise);
-- `--share-model` (opt-in) makes the Director and User call the Speaker's model and endpoint.
+- `--share-model` (opt-in) makes the Director and User call the Speaker's model and endpoint;
+- `--safety-server-url` gives the safety screen its model stage; it never inherits the shared URL
+  and never runs in process (`with_safety` adds the role to those a run needs when it is given).
 
 Each URL flag may name several servers (repeated, or comma-separated): requests spread over them
 by least outstanding requests. `--extra-body` and `--<role>-extra-body` add fields to request
@@ -22,7 +24,7 @@ from typing import Any
 from mascot.settings_groups import joined_urls
 from mascot.llm.providers import RoleEndpoint
 from mascot.settings_groups import RoleSettings, merged_extra_body, parse_extra_body
-from mascot.vocab import DEFAULT_LOCAL_MODEL, DIALOGUE_ROLES
+from mascot.vocab import DEFAULT_LOCAL_MODEL, DIALOGUE_ROLES, SAFETY
 
 
 def resolve_roles(settings: Any, roles: tuple[str, ...] = DIALOGUE_ROLES) -> dict[str, RoleEndpoint]:
@@ -34,6 +36,10 @@ def resolve_roles(settings: Any, roles: tuple[str, ...] = DIALOGUE_ROLES) -> dic
     for role in roles:
         own = settings.roles.get(role) or RoleSettings(extra_body=merged_extra_body(parse_extra_body(settings.extra_body), None))
         extras = dict(thinking=own.thinking, extra_body=own.extra_body)
+        if role == SAFETY:
+            if url := joined_urls(own.server_url):
+                resolved[role] = RoleEndpoint(role, own.model or default_model, url, **extras)
+            continue
         if role == "judge":
             url = joined_urls(own.server_url)  # never inherits the shared endpoint
             resolved[role] = RoleEndpoint(role, own.model or default_model, url, api_key_env="JUDGE_API_KEY" if url else "OPENAI_API_KEY", **extras)
@@ -48,3 +54,9 @@ def resolve_roles(settings: Any, roles: tuple[str, ...] = DIALOGUE_ROLES) -> dic
                 resolved[role] = RoleEndpoint(role, speaker.model, speaker.url, speaker.base_model, speaker.adapter,
                                               thinking=own.thinking, extra_body=speaker.extra_body)
     return resolved
+
+
+def with_safety(settings: Any, roles: tuple[str, ...]) -> tuple[str, ...]:
+    """`roles` and the safety screen's model stage, when the settings give it an endpoint."""
+    given = getattr(settings, "roles", {}).get(SAFETY)
+    return (*roles, SAFETY) if given is not None and given.server_url else roles

@@ -49,9 +49,10 @@ def parse_label(text: str) -> str | None:
 class ModelCheck:
     """Asks `client` for a label; `asked`, `caught` and `fallbacks` count what it did."""
 
-    def __init__(self, client, *, max_tokens: int = 48) -> None:
+    def __init__(self, client, *, max_tokens: int = 48, tally=None) -> None:
         self.client = client
         self.max_tokens = max_tokens
+        self.tally = tally  # a run's `Tally`: each fallback is counted in its counters too
         self.asked = self.caught = self.fallbacks = 0
 
     async def label(self, text: str) -> str | None:
@@ -68,6 +69,8 @@ class ModelCheck:
     def _fallback(self, why: str) -> None:
         self.fallbacks += 1
         log.warning("safety screen: second stage %s; keeping the rules' decision (fallback %d)", why, self.fallbacks)
+        if self.tally is not None:
+            self.tally.note("num_safety_model_fallbacks", why)
         return None
 
     async def decide(self, text: str):

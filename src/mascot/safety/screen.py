@@ -42,12 +42,13 @@ class Screening:
 
 class SafetyScreen:
     def __init__(self, *, locale: str | None = None, embeddings: bool = False, rules_file: Path | str = RULES_FILE,
-                 resources_file: Path | str = RESOURCES_FILE, embedder=None, model_check=None) -> None:
+                 resources_file: Path | str = RESOURCES_FILE, embedder=None, model_check=None, model_scope: str = "unsure") -> None:
         self.rules = load_rules(rules_file)
         self.resources = load_resources(resources_file)
         self.locale = self.resources.resolve_locale(locale)
         self.similarity = ExampleSimilarity(self.rules, embedder) if embeddings else None
         self.model_check = model_check  # a `ModelCheck`, or None for no model stage
+        self.model_scope = model_scope  # "unsure": the model sees what the first stages leave unsure; "all": every unflagged message
 
     def assess(self, text: str, near: SimilarityMatch | None = None) -> Screening:
         """`near`: the message's embedding match when already computed (`assess_many`)."""
@@ -77,10 +78,13 @@ class SafetyScreen:
         return self.assess(text).finding
 
     async def check_async(self, text: str) -> Finding | None:
-        """`check`, then the model stage (when there is one) for a message left unsure."""
+        """`check`, then the model stage (when there is one) for a message left unsure, or for any
+        message the first stages do not flag when the scope is "all"."""
         screening = self.assess(text)
-        if screening.finding is not None or screening.unsure is None or self.model_check is None:
+        if screening.finding is not None or self.model_check is None:
             return screening.finding
+        if screening.unsure is None and self.model_scope != "all":
+            return None
         return await self.model_check.decide(text)
 
     def reply(self, finding: Finding) -> str:

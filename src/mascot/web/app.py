@@ -67,6 +67,7 @@ async def open_backends(app: FastAPI, settings: WebSettings):
     from mascot.dialogue.chat import chat_backends, preload_local_models
 
     backends, identities = await asyncio.to_thread(chat_backends, settings)
+    await backends.preflight()  # a wrong URL or model stops the start in one line; structured outputs probed
     app.state.sessions = WebSessions(settings.session_dir, settings, {role: backends[role] for role in backends.endpoints}, identities)
     await preload_local_models(backends)
     return backends
