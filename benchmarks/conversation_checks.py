@@ -1,6 +1,7 @@
 """Conversation checks before and after: the first prompts without a turn limit
 (`--prompt-version v1 --max-consecutive-turns 0`) against the defaults (prompts v2, at most 2 turns
-in a row), on the same contexts and seeds, with the embedded model in process or a served one.
+in a row), and the defaults with `--repetition-penalty 1.15`, on the same contexts and seeds, with
+the embedded model in process or a served one.
 
 Each variant is one `mascot generate --mode group` run; the checks (`mascot.metrics.conversation`)
 are counted over its episodes and printed side by side, as counts over their units.
@@ -26,6 +27,7 @@ SHIPPED_CONTEXTS = Path(__file__).resolve().parent.parent / "src" / "mascot" / "
 VARIANTS = {
     "v1, no limit": ["--prompt-version", "v1", "--max-consecutive-turns", "0"],
     "v2, limit 2": ["--prompt-version", "v2", "--max-consecutive-turns", "2"],
+    "v2, limit 2, repetition 1.15": ["--prompt-version", "v2", "--max-consecutive-turns", "2", "--repetition-penalty", "1.15"],
 }
 
 

@@ -503,3 +503,10 @@ def test_typed_and_simulated_user_messages_enter_through_one_engine_entry_point(
     simulated = [t.response for t in episode.turns if t.is_user]
     assert len(simulated) == 3 and seen == ["typed by a person", *simulated]
     assert episode.emotion_trajectory == [t.emotion for t in episode.turns if t.is_user]
+
+
+def test_chat_settings_reach_the_engine():
+    from mascot.dialogue.chat import engine_settings
+
+    s = engine_settings(ChatSettings(repetition_penalty=1.2, safety_model_scope="all", temperature=0.3), "session")
+    assert (s.repetition_penalty, s.safety_model_scope, s.temperature, s.turn_policy) == (1.2, "all", 0.3, "director")

@@ -36,6 +36,18 @@ def test_directed_episode_structure(es_roster, es_context):
     assert episode.metadata.roster == "emotional_support" and episode.metadata.prompt_version
 
 
+@pytest.mark.parametrize("penalty", [1.0, 1.15])
+def test_the_speakers_requests_carry_the_repetition_penalty(es_roster, es_context, penalty):
+    """The Speakers' only: the Director's directive and the user's emotion line must repeat words of
+    their prompts (in process, a penalty on the Director cut 28 of 32 directives at their cap)."""
+    client = group_client()
+    asyncio.run(engine_for(es_roster, client, num_turns=2, user_response_probability=1.0, repetition_penalty=penalty).run_episode(es_context))
+    by_role = {}
+    for request in client.calls:
+        by_role.setdefault(request.role, set()).add(request.repetition_penalty)
+    assert by_role == {"director": {1.0}, "speaker": {penalty}, "user": {1.0}}
+
+
 def test_meeting_episode_uses_qmsum_fields(meeting_roster, meeting_context):
     episode = asyncio.run(engine_for(meeting_roster, num_turns=2).run_episode(meeting_context))
     assert episode.id == "qm-1" and episode.start_idx == 4 and episode.meeting == "m1" and episode.conv_id is None

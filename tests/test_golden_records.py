@@ -4,7 +4,7 @@ tests/golden/regenerate.py documents: timestamps, measured durations, the stub's
 folders, the package version).
 
 After a deliberate behaviour change, refresh the files with
-`PYTHONPATH=src python tests/golden/regenerate.py` and review their diff.
+`PYTHONPATH=src:tests python tests/golden/regenerate.py` and review their diff.
 """
 
 import importlib.util

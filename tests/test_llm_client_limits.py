@@ -138,6 +138,14 @@ async def test_thinking_is_sent_as_a_template_switch_merged_with_extra_body(stub
     assert body["top_k"] == 20 and body["chat_template_kwargs"] == {"custom": 1, "enable_thinking": False}
 
 
+async def test_a_repetition_penalty_is_sent_only_when_set(stub):
+    server = stub()
+    client = client_for(server)
+    await chat(client, ChatRequest(messages=ASK))
+    await chat(client, ChatRequest(messages=ASK, repetition_penalty=1.15))
+    assert "repetition_penalty" not in server.stats.bodies[0] and server.stats.bodies[1]["repetition_penalty"] == 1.15
+
+
 async def test_no_switch_is_sent_to_a_hosted_api_that_refuses_unknown_fields(stub):
     server = stub()
     await chat(client_for(server, template_kwargs=False), ChatRequest(messages=ASK, thinking=False))

@@ -69,6 +69,17 @@ async def test_batched_greedy_equals_one_by_one(client):
     assert all(r.text for r in together)
 
 
+async def test_a_repetition_penalty_applies_to_its_own_row_only(client):
+    import dataclasses
+
+    plain = ask(QUESTIONS[0])
+    penalised = dataclasses.replace(plain, repetition_penalty=1.5)
+    alone = [await client.chat(request) for request in (plain, penalised)]
+    together = await asyncio.gather(client.chat(plain), client.chat(penalised))
+    assert [r.texts for r in together] == [r.texts for r in alone]  # one batch, each row its own penalty
+    assert alone[0].text != alone[1].text
+
+
 async def test_concurrent_calls_share_generate_calls(client, count_generate):
     client.max_batch_size = 4
     sizes = count_generate(client)
@@ -231,6 +242,16 @@ def test_per_row_sampling_applies_each_rows_settings():
     out = PerRowSampling([0.5, 1.0], [1.0, 0.5], torch.device("cpu"))(None, scores)
     assert torch.allclose(out[0], scores[0] / 0.5)  # temperature only
     assert out[1, 0] == 2.0 and torch.isinf(out[1, 1:]).all()  # top-p keeps the head of the mass
+
+
+def test_per_row_repetition_penalty_lowers_the_tokens_a_row_has_seen():
+    from mascot.llm.local_decoding import PerRowRepetitionPenalty
+
+    scores = torch.tensor([[2.0, -1.0, 0.5], [2.0, -1.0, 0.5]])
+    seen = torch.tensor([[0, 1], [0, 1]])
+    out = PerRowRepetitionPenalty([2.0, 1.0], torch.device("cpu"))(seen, scores.clone())
+    assert torch.allclose(out[0], torch.tensor([1.0, -2.0, 0.5]))  # positive divided, negative multiplied, unseen kept
+    assert torch.allclose(out[1], scores[1])  # a row at 1.0 is unchanged
 
 
 def test_stream_trimmer_strips_and_stops():

@@ -7,7 +7,7 @@ records are written in the same order on every run.
 
 Refresh the committed files after a deliberate behaviour change (and review the diff):
 
-    PYTHONPATH=src python tests/golden/regenerate.py
+    PYTHONPATH=src:tests python tests/golden/regenerate.py
 
 What is normalised before comparing (everything else must match byte for byte):
 - timestamps (`created_at`, `started_at`, `updated_at`, `finished_at`, ...): any ISO-8601 date-time

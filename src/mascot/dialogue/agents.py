@@ -75,11 +75,13 @@ class Speaker:
         prompt_family: str = "persona",
         samples: int = 1,
         prompt_version: str = PROMPT_VERSION,
+        repetition_penalty: float = 1.0,
     ) -> None:
         self.client = client
         self.roster = roster
         self.tally = tally
         self.temperature = temperature
+        self.repetition_penalty = repetition_penalty
         self.max_tokens = max_tokens
         self.think = think
         self.reasoning_allowance = reasoning_allowance
@@ -118,6 +120,7 @@ class Speaker:
             stop=stop_strings(self.roster, context),
             role="speaker",
             thinking=self.think,
+            repetition_penalty=self.repetition_penalty,
         )
 
     async def _generated(self, request: ChatRequest, persona: Persona, context: Context) -> SpeakerReply:

@@ -174,6 +174,7 @@ def engine_settings(settings: ConversationSettings, session_id: str) -> EngineSe
         run_id=session_id,
         temperature=settings.temperature,
         max_tokens=settings.max_tokens,
+        repetition_penalty=settings.repetition_penalty,
         safety=settings.safety,
         safety_locale=settings.safety_locale,
         safety_model_scope=settings.safety_model_scope,

@@ -30,6 +30,9 @@ class ConversationSettings:
     seed: int = setting(42, "Run seed; every episode's seed derives from it.")
     temperature: float = setting(0.7, "Sampling temperature of Director and Speakers.")
     max_tokens: int = setting(160, "Longest reply in tokens.")
+    repetition_penalty: float = setting(
+        1.0, "Repetition penalty of the Speakers' replies (vLLM and the local model; 1.0: off); 1.15 ends the loops of small models."
+    )
     safety: str = setting("auto", "Crisis-language screen of your messages (mascot.safety): auto (emotional-support roster only), on or off.")
     safety_locale: Optional[str] = setting(None, "Locale section of the crisis resources (default: the file's default section).")
     safety_model_scope: str = setting(
@@ -46,6 +49,7 @@ def check_conversation(s) -> None:
     require(s.rounds_per_message >= 1, "--rounds-per-message must be at least 1")
     require(s.max_tokens >= 1, "--max-tokens must be at least 1")
     require(s.temperature >= 0, "--temperature must be 0 or more")
+    require(0 < s.repetition_penalty <= 2, "--repetition-penalty must be above 0 and at most 2 (1.0: off)")
     require(s.safety in ("auto", "on", "off"), f"unknown --safety {s.safety!r}: choose auto, on or off")
     from mascot.dialogue.settings import check_safety_model_scope
 

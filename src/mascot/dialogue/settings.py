@@ -58,6 +58,10 @@ class EngineSettings(SeedSettings):
     system: str = setting("mascot", "System label written to metadata (mascot, mascot-g, mascot-i, a baseline name).")
     temperature: float = setting(vocab.TEMPERATURE, "Sampling temperature of the Director, Speakers and User.")
     max_tokens: int = setting(vocab.MAX_TOKENS, "Longest reply in tokens.")
+    repetition_penalty: float = setting(
+        1.0, "Repetition penalty of the Speakers' replies (vLLM and the local model; 1.0: off): tokens already in the prompt or "
+        "the reply are made less likely; 1.15 ends the loops of small models (docs/judging_and_metrics.md)."
+    )
     director_max_tokens: Optional[int] = setting(
         None, "Longest Director reply in tokens (default: what the longest valid directive needs, about 230 for the shipped rosters)."
     )
@@ -96,6 +100,7 @@ def check_engine(s: Any) -> None:
     require(s.turn_policy in TURN_POLICIES, f"unknown --turn-policy {s.turn_policy!r}: choose one of {', '.join(TURN_POLICIES)}")
     require(s.safety in SAFETY_MODES, f"unknown --safety {s.safety!r}: choose auto, on or off")
     check_safety_model_scope(s.safety_model_scope)
+    require(0 < s.repetition_penalty <= 2, "--repetition-penalty must be above 0 and at most 2 (1.0: off)")
     from mascot.dialogue.prompt_families import check_prompt_family
 
     check_prompt_family(s.prompt_family)

@@ -139,6 +139,9 @@ class ChatRequest:
     seed: int | None = None
     stop: tuple[str, ...] | None = None
     top_p: float = 1.0
+    # A token already in the prompt or the reply has its logit divided by this (multiplied when
+    # negative), as vLLM and transformers apply it; 1.0 is off and is never sent.
+    repetition_penalty: float = 1.0
     # The role tag: which part the caller plays ("director", "speaker", "user", "judge"). Callers
     # set it and the role's metered wrapper stamps it; the HTTP client sends it as a header that
     # servers ignore, so that test servers can answer by role.

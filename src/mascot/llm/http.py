@@ -239,6 +239,8 @@ class HTTPClient(ServerQuestions, BaseClient):
             body["n"] = n
         if seed is not None:
             body["seed"] = seed
+        if request.repetition_penalty != 1.0:  # vLLM's sampling parameter; --extra-body may override it
+            body["repetition_penalty"] = request.repetition_penalty
         if request.stop and self.max_stop_strings > 0:
             body["stop"] = list(request.stop[: self.max_stop_strings])  # callers list them by priority
         if request.json_schema is not None and self.structured_outputs:

@@ -37,6 +37,21 @@ class PerRowSampling:
         return torch.full_like(scores, float("-inf")).scatter(-1, order, sorted_scores)
 
 
+class PerRowRepetitionPenalty:
+    """The repetition penalty with one value per batch row, applied as transformers and vLLM apply
+    it: each token already in the row (prompt and reply so far) has its logit divided by the
+    penalty, or multiplied when negative. Rows at 1.0 are unchanged."""
+
+    def __init__(self, penalties: list[float], device: torch.device) -> None:
+        self.penalties = torch.tensor(penalties, dtype=torch.float32, device=device).unsqueeze(1)
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        scores = scores.float()
+        seen = scores.gather(1, input_ids)
+        seen = torch.where(seen < 0, seen * self.penalties, seen / self.penalties)
+        return scores.scatter(1, input_ids, seen)
+
+
 class ChoiceTrie:
     """The token sequences of a slot's choices as a prefix tree: which tokens may come next after
     the tokens written so far. A complete choice ends its line (the newline is forced after it, so
@@ -124,6 +139,8 @@ def _processors(loaded: LoadedModel, requests: list[ChatRequest], prompt_width: 
     slots = [r.choice_slot for r in requests]
     if any(slots):  # first: sampling then only ever sees the allowed tokens
         processors.append(ChoiceConstraint(loaded.tokenizer, slots, prompt_width))
+    if any(r.repetition_penalty != 1.0 for r in requests):  # before sampling, as transformers orders them
+        processors.append(PerRowRepetitionPenalty([r.repetition_penalty for r in requests], loaded.device))
     if requests[0].temperature > 0:
         processors.append(PerRowSampling([r.temperature for r in requests], [r.top_p for r in requests], loaded.device))
     return processors
