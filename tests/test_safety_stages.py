@@ -315,3 +315,18 @@ def test_model_stage_fallbacks_are_counted_in_the_run():
     assert [asyncio.run(screen.check_async("Just an ordinary day.")) for _ in range(3)] == [None, None, None]
     assert tally.counters.num_safety_model_fallbacks == 2
     assert "num_safety_model_fallbacks" not in Tally().counters.model_dump()  # absent when none: older records unchanged
+
+
+def test_a_safety_endpoint_the_roster_does_not_screen_is_named_unused(tmp_path, stub):
+    from typer.testing import CliRunner
+
+    from mascot.cli import app
+    from mascot.testing.players import stub_responder
+
+    group, guard = stub(responder=stub_responder), stub(responder=lambda messages, request: '{"label": "none"}')
+    args = ["generate", "--mode", "group", "--dataset", "QMSum", "--data-file", str(ROOT / "tests" / "fixtures" / "qmsum_sample.jsonl"),
+            "--limit", "1", "--model-name", "stub-model", "--vllm-server-url", group.url, "--output-dir", str(tmp_path / "out"),
+            "--num-turns", "1", "--safety-server-url", guard.url]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "--safety-server-url is not used" in result.output and guard.stats.roles.count("safety") == 0

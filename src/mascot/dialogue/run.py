@@ -39,6 +39,7 @@ from mascot.runs import (  # noqa: F401  (re-exported)
     open_run,
     require_contexts,
 )
+from mascot.safety.screen import screen_applies
 from mascot.schema import Context, Episode, RoleIdentity, Roster
 from mascot.settings_groups import ClientLimits, RoleSettings, parse_extra_body
 from mascot.store import RunStore, read_jsonl
@@ -218,6 +219,9 @@ async def generate_group(
     roster = roster or (load_roster(s.roster) if s.roster else roster_for_dataset(s.dataset))
     contexts = list(contexts) if contexts is not None else _load_contexts(s)
     require_contexts(contexts, s.dataset, s.split)
+    if SAFETY in roles_needed(s) and not screen_applies(s.safety, roster.domain):
+        console.print(f"warning: --safety-server-url is not used: the safety screen is {s.safety} for the {roster.domain} roster "
+                      "(--safety on screens it)", soft_wrap=True, markup=False)
     run_dir = run_dir_for(s)
     s.run_id = run_dir.name
     if not s.run_tag:

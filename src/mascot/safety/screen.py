@@ -2,7 +2,7 @@
 
 Three stages, each recorded as the `method` of what it finds: the rules (always), the embedding
 check (when enabled), and a served model asked for a label (when one is given) about the messages
-the first two leave unsure. `SafetyScreen.check(text)` runs the first two; `await
+the first two leave unsure, or (`model_scope="all"`) about every message they do not flag. `SafetyScreen.check(text)` runs the first two; `await
 SafetyScreen.check_async(text)` adds the model. On a finding the caller answers with
 `SafetyScreen.reply(finding)` instead of a normal round and records `SafetyScreen.event(...)`.
 """
