@@ -21,13 +21,13 @@ unsure (what a second-stage model would be asked about).
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import time
 from collections import Counter
 from pathlib import Path
 
-from mascot.data.empathetic import decode_text
+from mascot.data.empathetic import csv_rows, decode_text
+from mascot.errors import MascotError
 from mascot.safety import SafetyScreen
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,12 +48,8 @@ def esconv_messages(folder: Path) -> list[tuple[str, str]]:
 
 
 def ed_messages(folder: Path) -> list[tuple[str, str]]:
-    out = []
-    for split in ("valid", "test"):
-        with open(folder / f"{split}.csv", newline="", encoding="utf-8") as handle:
-            for row in csv.DictReader(handle):
-                out.append((f"ed/{split}/{row['conv_id']}/{row['utterance_idx']}", decode_text(row["utterance"])))
-    return out
+    return [(f"ed/{split}/{row['conv_id']}/{row['utterance_idx']}", decode_text(row["utterance"]))
+            for split in ("valid", "test") for _, row in csv_rows(folder / f"{split}.csv")]
 
 
 def part_of(ref: str) -> str:
@@ -122,8 +118,10 @@ def main() -> None:
             return
     try:
         messages = esconv_messages(args.data_dir / "esconv") + ed_messages(args.data_dir / "ed")
-    except (OSError, KeyError, ValueError) as exc:
+    except (OSError, KeyError, ValueError, MascotError) as exc:
         raise SystemExit(f"error: cannot read ESConv and Empathetic Dialogues under {args.data_dir}: {exc}") from None
+    if not messages:
+        raise SystemExit(f"error: no message in the ESConv and Empathetic Dialogues files under {args.data_dir}")
     try:
         labels = read_labels(args.labels)
     except KeyError as exc:

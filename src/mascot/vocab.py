@@ -15,6 +15,14 @@ ROLES = (*DIALOGUE_ROLES, JUDGE)  # every role a run may name an endpoint for
 # model), kept out of ROLES so that runs without it record and digest what they always did.
 SAFETY = "safety"
 SAFETY_MODEL_SCOPES = ("unsure", "all")  # the messages the model stage is asked about
+SAFETY_MODEL_SCOPE_HELP = (
+    "Messages the safety screen's model stage (--safety-server-url) is asked about: unsure (those the rules and the embedding "
+    "check leave unsure) or all (every message they do not flag: for a capable served model)."
+)
+REPETITION_PENALTY_HELP = (
+    "Repetition penalty of the Speakers' replies (vLLM and the local model; 1.0: off): tokens already in the prompt or the reply "
+    "are made less likely; 1.15 ends the loops of small models (docs/judging_and_metrics.md)."
+)
 
 # ---- how a conversation unfolds
 TURN_POLICIES = ("director", "round-robin", "random", "multiagentesc")

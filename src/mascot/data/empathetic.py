@@ -73,7 +73,8 @@ def _group(rows: Iterable[tuple[str, dict[str, Any]]], split: str) -> Iterator[C
         yield _conversation_context(conv_id, conv_rows, split)
 
 
-def _csv_rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+def csv_rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(file:line, row) of an ED CSV, its header and column count checked (DatasetError otherwise)."""
     with open(path, encoding="utf-8-sig", newline="") as fh:
         reader = csv.reader(fh)
         header = next(reader, None)
@@ -98,7 +99,7 @@ def _csv_rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
 def iter_file(path: Path, split: str, **_: Any) -> Iterator[Context]:
     require_file(path)
     try:
-        contexts = list(_group(_csv_rows(path), split))
+        contexts = list(_group(csv_rows(path), split))
     except UnicodeDecodeError:
         raise DatasetError(f"{path}: not UTF-8 text") from None
     if not contexts:
@@ -120,7 +121,7 @@ def supporter_dialogues(path: Path) -> list[tuple[Context, list[DialogueLine]]]:
     """Each whole conversation of a file, for SFT on the listener's turns: the speaker (the person)
     opens and the listener answers, alternately."""
     conversations: dict[str, list[dict]] = {}
-    for _, row in _csv_rows(path):
+    for _, row in csv_rows(path):
         conversations.setdefault(row["conv_id"], []).append(row)
     out = []
     for conv_id, rows in conversations.items():

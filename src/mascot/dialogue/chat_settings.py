@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from mascot import vocab
 from mascot.settings import fixed, require, setting
 from mascot.settings_groups import GroupEndpointSettings, check_endpoints
 
@@ -30,15 +31,10 @@ class ConversationSettings:
     seed: int = setting(42, "Run seed; every episode's seed derives from it.")
     temperature: float = setting(0.7, "Sampling temperature of Director and Speakers.")
     max_tokens: int = setting(160, "Longest reply in tokens.")
-    repetition_penalty: float = setting(
-        1.0, "Repetition penalty of the Speakers' replies (vLLM and the local model; 1.0: off); 1.15 ends the loops of small models."
-    )
+    repetition_penalty: float = setting(1.0, vocab.REPETITION_PENALTY_HELP)
     safety: str = setting("auto", "Crisis-language screen of your messages (mascot.safety): auto (emotional-support roster only), on or off.")
     safety_locale: Optional[str] = setting(None, "Locale section of the crisis resources (default: the file's default section).")
-    safety_model_scope: str = setting(
-        "unsure", "Messages the safety screen's model stage (--safety-server-url) is asked about: unsure (those the rules and the "
-        "embedding check leave unsure) or all (every message they do not flag: for a capable served model)."
-    )
+    safety_model_scope: str = setting("unsure", vocab.SAFETY_MODEL_SCOPE_HELP)
     system: str = fixed(CHAT_SYSTEM)
 
     def __post_init__(self) -> None:
@@ -49,11 +45,10 @@ def check_conversation(s) -> None:
     require(s.rounds_per_message >= 1, "--rounds-per-message must be at least 1")
     require(s.max_tokens >= 1, "--max-tokens must be at least 1")
     require(s.temperature >= 0, "--temperature must be 0 or more")
-    require(0 < s.repetition_penalty <= 2, "--repetition-penalty must be above 0 and at most 2 (1.0: off)")
     require(s.safety in ("auto", "on", "off"), f"unknown --safety {s.safety!r}: choose auto, on or off")
-    from mascot.dialogue.settings import check_safety_model_scope
+    from mascot.dialogue.settings import check_speaker_and_safety
 
-    check_safety_model_scope(s.safety_model_scope)
+    check_speaker_and_safety(s)
 
 
 @dataclass

@@ -58,10 +58,7 @@ class EngineSettings(SeedSettings):
     system: str = setting("mascot", "System label written to metadata (mascot, mascot-g, mascot-i, a baseline name).")
     temperature: float = setting(vocab.TEMPERATURE, "Sampling temperature of the Director, Speakers and User.")
     max_tokens: int = setting(vocab.MAX_TOKENS, "Longest reply in tokens.")
-    repetition_penalty: float = setting(
-        1.0, "Repetition penalty of the Speakers' replies (vLLM and the local model; 1.0: off): tokens already in the prompt or "
-        "the reply are made less likely; 1.15 ends the loops of small models (docs/judging_and_metrics.md)."
-    )
+    repetition_penalty: float = setting(1.0, vocab.REPETITION_PENALTY_HELP)
     director_max_tokens: Optional[int] = setting(
         None, "Longest Director reply in tokens (default: what the longest valid directive needs, about 230 for the shipped rosters)."
     )
@@ -74,10 +71,7 @@ class EngineSettings(SeedSettings):
     )
     safety_locale: Optional[str] = setting(None, "Locale section of the crisis resources (default: the file's default section).")
     safety_embeddings: bool = setting(False, "Add the embedding-similarity check (MiniLM) to the screen's rules.")
-    safety_model_scope: str = setting(
-        "unsure", "Messages the safety screen's model stage (--safety-server-url) is asked about: unsure (those the rules and the "
-        "embedding check leave unsure) or all (every message they do not flag: for a capable served model)."
-    )
+    safety_model_scope: str = setting("unsure", vocab.SAFETY_MODEL_SCOPE_HELP)
     # Filled in by code, not flags. Each role's reasoning mode is its endpoint's (`--<role>-thinking`,
     # on the clients the engine is given); the dataset and rubric labels come from the command's
     # data and judging settings where it has them.
@@ -90,8 +84,11 @@ class EngineSettings(SeedSettings):
         check_engine(self)
 
 
-def check_safety_model_scope(scope: str) -> None:
-    require(scope in SAFETY_MODEL_SCOPES, f"unknown --safety-model-scope {scope!r}: choose {' or '.join(SAFETY_MODEL_SCOPES)}")
+def check_speaker_and_safety(s: Any) -> None:
+    """The checks of the settings a run's engine and a chat share: the Speakers' repetition penalty
+    and the safety model stage's scope."""
+    require(0 < s.repetition_penalty <= 2, "--repetition-penalty must be above 0 and at most 2 (1.0: off)")
+    require(s.safety_model_scope in SAFETY_MODEL_SCOPES, f"unknown --safety-model-scope {s.safety_model_scope!r}: choose {' or '.join(SAFETY_MODEL_SCOPES)}")
 
 
 def check_engine(s: Any) -> None:
@@ -99,8 +96,7 @@ def check_engine(s: Any) -> None:
     require(s.generation_mode in GENERATION_MODES, f"unknown --generation-mode {s.generation_mode!r}: choose one of {', '.join(GENERATION_MODES)}")
     require(s.turn_policy in TURN_POLICIES, f"unknown --turn-policy {s.turn_policy!r}: choose one of {', '.join(TURN_POLICIES)}")
     require(s.safety in SAFETY_MODES, f"unknown --safety {s.safety!r}: choose auto, on or off")
-    check_safety_model_scope(s.safety_model_scope)
-    require(0 < s.repetition_penalty <= 2, "--repetition-penalty must be above 0 and at most 2 (1.0: off)")
+    check_speaker_and_safety(s)
     from mascot.dialogue.prompt_families import check_prompt_family
 
     check_prompt_family(s.prompt_family)
