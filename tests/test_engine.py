@@ -103,6 +103,57 @@ def test_branching_structure(es_roster, es_context):
     assert len(director_calls) == 3  # one proposal of num_candidates per decision point
 
 
+def test_branching_over_the_roster_tries_every_companion_once_per_decision_point(es_roster, es_context):
+    """--branch-proposals roster: at each decision point one branch per companion, the Director
+    asked once for each with only that name allowed (its slot and its schema), whatever it prefers."""
+    engine = engine_for(es_roster, generation_mode="branching", num_turns=2, num_candidates=5, branch_proposals="roster", user_response_probability=0.0)
+    records = collect(engine, [es_context])
+    assert len(records) == engine.records_per_context() == 1 + 2 * 3
+    for round_id in (0, 1):
+        branches = [e for e in records[1:] if e.metadata.branch.decision_round == round_id]
+        picked = [e.turns[e.metadata.branch.prefix_turns].agent_name for e in branches]
+        assert sorted(picked) == sorted(es_roster.names) and all(e.metadata.branch.num_candidates == 3 for e in branches)
+    constrained = [c for c in engine.clients["director"].calls if c.role == "director" and c.choice_slot and len(c.choice_slot.choices) == 1]
+    assert len(constrained) == 2 * 3
+    assert all(c.json_schema["properties"]["agent"]["enum"] == [c.choice_slot.choices[0].strip()] for c in constrained)
+
+
+def test_tree_mode_plays_every_sequence_of_companions_and_shares_each_beginning(es_roster, es_context):
+    """Two rounds, three companions: nine conversations, one per (first, second) companion; the
+    three first turns generated once each and shared by their three continuations; the person
+    speaks after a round in all of them or in none."""
+    engine = engine_for(es_roster, generation_mode="tree", num_turns=2, user_response_probability=0.5)
+    records = collect(engine, [es_context])
+    assert len(records) == engine.records_per_context() == 9
+    sequences = [tuple(t.agent_name for t in e.agent_turns) for e in records]
+    assert sorted(sequences) == sorted((a, b) for a in es_roster.names for b in es_roster.names)
+    assert sorted(e.episode_id for e in records) == [f"ctx-1:t{a}{b}" for a in range(3) for b in range(3)]
+    for record in records:
+        siblings = [e for e in records if e.metadata.branch.group_id == record.metadata.branch.group_id]
+        assert len(siblings) == 3 and all(e.turns[: record.metadata.branch.prefix_turns] == record.turns[: record.metadata.branch.prefix_turns] for e in siblings)
+    assert len({tuple(t.is_user for t in e.turns) for e in records}) == 1  # when the person speaks: one draw per round
+    speaker_calls = [c for c in engine.clients["speaker"].calls if c.role == "speaker"]
+    assert len(speaker_calls) == 3 + 9  # each shared first turn once
+
+
+def test_tree_mode_resumes_only_the_missing_conversations(es_roster, es_context):
+    engine = engine_for(es_roster, generation_mode="tree", num_turns=2, user_response_probability=0.0)
+    done = {"ctx-1:t00", "ctx-1:t01", "ctx-1:t02", "ctx-1:t10"}
+    records = []
+    asyncio.run(run_all(engine, [es_context], write=records.append, skip=lambda key: key in done))
+    assert sorted(e.episode_id for e in records) == ["ctx-1:t11", "ctx-1:t12", "ctx-1:t20", "ctx-1:t21", "ctx-1:t22"]
+    speaker_calls = [c for c in engine.clients["speaker"].calls if c.role == "speaker"]
+    assert len(speaker_calls) == 2 + 5  # the first companion's subtree is done: not played again
+
+
+def test_tree_mode_too_large_is_one_line(tmp_path):
+    from mascot.dialogue.run import require_tree_size
+    from mascot.errors import MascotError
+
+    with pytest.raises(MascotError, match=r"3 \*\* 5 = 243 conversations per context, more than 81"):
+        require_tree_size(EngineSettings(generation_mode="tree", num_turns=5), __import__("mascot.rosters", fromlist=["x"]).load_roster("emotional_support"))
+
+
 def test_round_robin_and_random_policies_need_no_director(es_roster, es_context):
     client = group_client()
     rr = EpisodeEngine(es_roster, {"speaker": client}, EngineSettings(num_turns=4, turn_policy="round-robin", enable_user_simulation=False))

@@ -157,12 +157,12 @@ SPEAKER = {  # per system and context: the Speaker's turn scores; collective sco
 TAGS = {"base": "base-111111", "trained": "mascot-222222", "speaker_only": "mascot-333333", "director_only": "mascot-444444"}
 
 
-def fake_system(root: Path, system: str, *, same_words_as: str | None = None) -> None:
+def fake_system(root: Path, system: str, *, same_words_as: str | None = None, names: list[str] | None = None) -> None:
     run = root / f"eval_{system}" / "group_ESConv_tiny"
     run.mkdir(parents=True)
     (run / "run_config.json").write_text(json.dumps({"run_id": "group_ESConv_tiny", "settings": {"split": "test"}}), encoding="utf-8")
     # the trained Director lets The Anchor speak twice in a row; the base one alternates
-    names = ["The Anchor", "user", "The Anchor", "The Guide"] if system in ("trained", "director_only") else ["The Anchor", "user", "The Guide", "The Anchor"]
+    names = names or (["The Anchor", "user", "The Anchor", "The Guide"] if system in ("trained", "director_only") else ["The Anchor", "user", "The Guide", "The Anchor"])
     voice = same_words_as or system  # the same words as another system's: the same text, this system's ids
     write_lines(run / "episodes.jsonl", [episode(c, names, tag=TAGS[system], voice=voice) for c in SPEAKER[system]])
     records = []
@@ -214,6 +214,19 @@ def test_four_systems_give_each_ablation_on_the_score_its_role_moves(tmp_path):
     assert "With the trained Director alone (base Speaker), the conversations as a whole score 0.67 higher" in section
     assert "| director_only | 3 |" in section and "| speaker_only | 3 |" in section
     assert "### Director choices" in section and "| base | 3 | 9 | 67% | 33% | 0.00 | 1.00 | 0 |" in section
+
+
+def test_a_trained_director_whose_top_companion_gains_over_ten_points_is_flagged(tmp_path):
+    fake_system(tmp_path, "base")  # The Anchor 67%, The Guide 33%
+    fake_system(tmp_path, "trained")  # the same shares: not flagged
+    fake_system(tmp_path, "director_only", names=["The Guide", "user", "The Guide", "The Guide"])  # The Guide on every turn
+    collapse = learning_figures(tmp_path)["director_collapse"]
+    assert collapse["trained"]["flagged"] is False and collapse["trained"]["excess"] == pytest.approx(0.0)
+    assert collapse["director_only"] == pytest.approx({"top": "The Guide", "share": 1.0, "base_top": "The Anchor", "base_share": 2 / 3,
+                                                       "excess": 1 / 3, "flagged": True})  # fmt: skip
+    section = learning_section(tmp_path)
+    assert "**Collapse?** The director_only system's Director (base Speaker, trained Director) gives The Guide 100% of the turns, 33 points more" in section
+    assert "The trained system's Director" not in section
 
 
 def test_a_system_missing_is_left_out_and_a_copy_of_the_base_is_said_plainly(tmp_path):

@@ -209,10 +209,37 @@ def test_episode_pairs_compare_trajectories_of_one_context():
     assert [(p.chosen_score, p.rejected_score) for p in pairs] == [(5.0, 1.0), (5.0, 3.0), (3.0, 1.0)]
     assert all(p.kind == "episode" for p in pairs)
     assert pairs[0].chosen[0]["content"] == render_trajectory(eps[0].turns, "emotional_support")
-    assert "The Anchor [respond; warm]: quality 5" in pairs[0].chosen[0]["content"]
+    assert "The Anchor: quality 5" in pairs[0].chosen[0]["content"]  # "respond" only echoes the prompt's example: not shown
     assert stats.pairs_per_query == {"ctx-1": 3}
     pairs, stats = episode_pairs(eps, {"ctx-1:e0": 5.0, "ctx-1:e1": 1.0, "ctx-1:e2": 3.0}, 2.5)
     assert len(pairs) == 1 and stats.counts.dropped_by_margin == 2
+
+
+def test_a_trajectory_shows_the_directives_its_speakers_followed_but_not_copies_of_the_example():
+    real = agent_turn(0, 0, "The Anchor", "That sounds hard.", action="name the fear about Monday")
+    copied = agent_turn(1, 1, "The Beacon", "Try one step.", action="[EXAMPLE ONLY: one sentence naming what they just said and what to do about it]")
+    text = render_trajectory([real, user_turn(2, 1, "ok"), copied], "emotional_support")
+    assert text.splitlines() == ["The Anchor [name the fear about Monday; warm]: That sounds hard.", "Person: ok", "The Beacon: Try one step."]
+
+
+async def test_trajectory_pairs_judge_every_record_of_a_context_whole_and_say_what_the_sides_share():
+    """A branching run's spine and branches and an independent episode of one context are all whole
+    conversations of it: judged whole, every two far enough apart are a pair for the group reward
+    model, kind branch where they share their opening turns, episode where they share none."""
+    spine_turns = [agent_turn(0, 0, "The Anchor", "I hear you."), user_turn(1, 0, "thanks"), agent_turn(2, 1, "The Anchor", "quality 1")]
+    spine = episode("ctx-1:spine", spine_turns)
+    other = episode("ctx-1:e0", [agent_turn(0, 0, "The Beacon", "quality 4"), agent_turn(1, 1, "The Anchor", "quality 4")], episode_idx=0)
+    judge = quality_judge()
+    result = await group_preferences([spine, *branch_episodes(), other], JudgePanel([RubricJudge(judge)]), mode="trajectory", margin=0.5)
+    judged = [c.messages[1]["content"] for c in judge.calls if "I hear you." in c.messages[1]["content"]]
+    assert len(judged) == 4 and all("I hear you." in m.split("BEGIN CONVERSATION")[1] for m in judged)  # the shared turns judged as part of each
+    assert {p.kind for p in result.pairs} == {"episode"}
+    kinds = {(p.pair_id, p.pair_kind, p.shared_turns) for p in result.pairs}
+    assert ("ctx-1:d1:k0>ctx-1:spine", "branch", 2) in kinds  # a branch against its spine: the prefix alike
+    assert ("ctx-1:d1:k0>ctx-1:d1:k1", "branch", 2) in kinds
+    assert any(kind == "episode" and shared == 0 for _, kind, shared in kinds)
+    assert result.stats.pairs_per_query == {"ctx-1": len(result.pairs)}
+    assert all(p.prompt == result.pairs[0].prompt for p in result.pairs)  # one context, one prompt
 
 
 async def test_directive_pairs_share_the_prefix_and_compare_directives():

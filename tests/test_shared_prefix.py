@@ -84,8 +84,8 @@ def _record_forward_shapes(net):
 
 @pytest.mark.parametrize("temperature", [0.0, 0.9])
 def test_rows_repeating_a_prompt_share_one_prefill_and_decode_as_without_it(temperature):
-    """The n samples of a request are rows with one prompt: its prefill runs once per distinct
-    prompt (two here, for four rows), and every row decodes the tokens it decodes without sharing."""
+    """The n samples of a request are rows with one prompt: its prefill runs once, and every row
+    decodes the tokens it decodes without sharing."""
     from mascot.llm.base import ChatRequest
     from mascot.llm.local_decoding import generate
 
@@ -97,13 +97,36 @@ def test_rows_repeating_a_prompt_share_one_prefill_and_decode_as_without_it(temp
     shapes = _record_forward_shapes(loaded.net)
     shared = generate(loaded, prompts, requests)
     assert shared.tolist() == alone.tolist()
-    assert shapes[0] == (2, len(long_prompt) - 1)  # the distinct prompts, all but their last token
-    assert all(width == 1 for _, width in shapes[1:])  # generate itself only decodes
+    prefill = [s for s in shapes if s[1] > 1]
+    assert sorted(prefill) == [(1, len(short_prompt) - 1), (1, len(long_prompt) - 1)]  # each distinct prompt once, all but its last token
+    assert all(width == 1 for _, width in shapes[len(prefill) :])  # generate itself only decodes
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_rows_sharing_a_long_beginning_run_it_once_and_decode_as_without_it(temperature):
+    """Director prompts of one roster: the same rules, then each conversation's own lines. The rules
+    run once, each ending once, and every row decodes what it decodes without sharing."""
+    from mascot.llm.base import ChatRequest
+    from mascot.llm.local_decoding import generate
+
+    loaded = tiny_model()
+    rng = random.Random(5)
+    rules = [rng.randrange(2, 97) for _ in range(60)]
+    persona = [rng.randrange(2, 97) for _ in range(45)]
+    prompts = [rules + [rng.randrange(2, 97) for _ in range(rng.randint(2, 12))] for _ in range(4)]
+    prompts += [persona + [7, 8, 9], persona + [10], [11, 12, 13], rules + [5, 6]]
+    requests = [ChatRequest(messages=[], temperature=temperature, max_tokens=6, seed=4) for _ in prompts]
+    alone = generate(loaded, prompts, requests, share_prefill=False)
+    shapes = _record_forward_shapes(loaded.net)
+    shared = generate(loaded, prompts, requests)
+    assert shared.tolist() == alone.tolist()
+    prefill = [s for s in shapes if s[1] > 1]
+    assert (1, len(rules)) in prefill and (1, len(persona)) in prefill  # each shared beginning once
+    assert sum(rows * width for rows, width in prefill) < sum(len(p) - 1 for p in prompts) / 2
 
 
 def test_rows_with_distinct_prompts_get_no_shared_cache():
-    from mascot.llm.local_decoding import left_pad, shared_prompt_cache
+    from mascot.llm.shared_prefix import shared_prompt_cache
 
     loaded = tiny_model()
-    ids, mask = left_pad([[2, 3, 4], [5, 6]], loaded.pad_id, loaded.device)
-    assert shared_prompt_cache(loaded, ids, mask) is None
+    assert shared_prompt_cache(loaded, [[2, 3, 4], [5, 6]], 3) is None

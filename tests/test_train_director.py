@@ -362,3 +362,111 @@ def test_rollouts_continue_each_episode_with_the_prompts_it_was_recorded_with():
         assert system == speaker_messages(anchor, ROSTER, point.context, point.prefix, version=version)[0]["content"]
         other = "v2" if version == "v1" else "v1"
         assert system != speaker_messages(anchor, ROSTER, point.context, point.prefix, version=other)[0]["content"]
+
+
+def test_suffix_rounds_zero_rolls_each_decision_out_to_the_end_of_its_episode():
+    from mascot.train.director_grpo import DirectorRollouts
+
+    three_rounds = [episode(i, speakers=("The Anchor", "The Beacon", "The Catalyst"), with_user=False) for i in range(2)]
+    points, _ = sample_decision_points(three_rounds, per_episode=3, seed=1)
+    settings = DirectorGRPOSettings(data_path="unused", model_name="tiny", suffix_rounds=0, user_response_probability=0.0, directive_opening=False)
+    for point in points:
+        clients = scripted_clients()
+        batch = asyncio.run(DirectorRollouts({point.point_id: point}, clients, settings, consumers=1).batch([[{"role": "assistant", "content": directive("The Anchor")}]], [point.point_id]))
+        suffix = batch.rollouts[0].suffix
+        assert [t.round_id for t in suffix] == list(range(point.decision_round, 3))  # a whole conversation, as the episodes were
+        assert suffix[0].agent_name == "The Anchor"
+
+
+def test_the_director_trainer_logs_each_companions_share_and_the_choice_entropy(tmp_path):
+    from mascot.train.director_grpo import choice_entropy, choice_shares, choices_moved
+
+    assert choice_shares(["The Anchor", "The Anchor", "The Beacon", "The Anchor"], ROSTER.names) == {"The Anchor": 0.75, "The Catalyst": 0.0, "The Beacon": 0.25}
+    assert choice_entropy({"a": 1.0, "b": 0.0}) == 0.0 and abs(choice_entropy(dict.fromkeys("abc", 1 / 3)) - 1.585) < 1e-3
+    moved = {"choice_shares": {"The Anchor": {"first": 0.3, "last": 0.9}, "The Beacon": {"first": 0.5, "last": 0.1}},
+             "choice_entropy": {"first": 1.5, "last": 0.47}}  # fmt: skip
+    assert choices_moved(moved) == "; The Anchor 30% -> 90% of the sampled directives, choice entropy 1.50 -> 0.47 bits"
+
+
+def judge_file(tmp_path, favoured: str = "The Anchor"):
+    """A plug-in judge whose collective score is 5 when the favoured companion speaks last, else 1."""
+    path = tmp_path / "favour_judge.py"
+    path.write_text(
+        "calls = []\n\n"
+        "def score(item):\n"
+        "    calls.append(item.item_id)\n"
+        "    companions = [s for s, _ in item.turns if s in {p.name for p in item.roster}]\n"
+        f"    value = 5 if companions and companions[-1] == {favoured!r} else 1\n"
+        "    return {key: value for key in item.keys}\n"
+    )
+    return f"python:{path}:score"
+
+
+def test_the_director_can_be_rewarded_by_the_judge_itself_without_a_group_reward_model(tmp_path):
+    episodes = [episode(i) for i in range(4)]
+    run = write_episode_run(tmp_path / "directed_ED_tiny", episodes)
+    base = tiny_model(tmp_path / "base")
+    points, _ = sample_decision_points(episodes, per_episode=2, seed=42)
+    sft_warm_start(base, [p.prompt() for p in points], [directive(ROSTER.names[i % 3]) for i in range(len(points))], steps=150)
+    settings = DirectorGRPOSettings(
+        data_path=str(run), model_name=str(base), output_dir=str(tmp_path / "director"), batch_size=4, num_generations=2, max_steps=2, max_completion_length=8,
+        logging_steps=1, diversity_weight=0.0, suffix_rounds=1, directive_opening=False, reward_judge=judge_file(tmp_path),
+    )
+    outcome = train_director_grpo(settings, rollout_clients=scripted_clients())
+    ev = outcome.metadata.evaluation
+    assert set(ev["rewards"]) == {"judge"} and ev["num_reward_judge_failures"] == 0
+    assert outcome.metadata.source_artefacts["reward_judge"] == settings.reward_judge and "group_reward_model" not in outcome.metadata.source_artefacts
+    assert set(ev["choice_shares"]) <= set(ROSTER.names) and "choice_entropy" in ev
+    last = sum(trend["last"] for trend in ev["choice_shares"].values())
+    assert abs(last - 1.0) < 1e-6  # the shares of one logged step add up
+
+
+def test_a_rollout_the_judge_could_not_score_gets_its_groups_mean():
+    from mascot.train.director_grpo import RolloutBatch
+
+    batch = RolloutBatch(point_id=["p", "p", "p", "q"], rollouts={0: None, 1: None, 2: None, 3: None}, failed=set())  # type: ignore[dict-item]
+    assert batch.rewards({0: 4.0, 1: None, 2: 2.0, 3: 5.0}, parse_failure_reward=-1.0) == [4.0, 3.0, 2.0, 5.0]
+
+
+def test_a_trees_records_give_each_shared_decision_point_once():
+    """Nine conversations of a two-round tree share one opening and three first turns: four decision
+    points, each once, however many records repeat it."""
+    from mascot.dialogue.batch import run_all
+    from mascot.dialogue.engine import EpisodeEngine
+    from mascot.dialogue.settings import EngineSettings
+
+    client = group_client()
+    engine = EpisodeEngine(ROSTER, {"director": client, "speaker": client, "user": client}, EngineSettings(generation_mode="tree", num_turns=2))
+    records = []
+    asyncio.run(run_all(engine, [context(0)], write=records.append, skip=lambda key: False))
+    points, _ = sample_decision_points(records, per_episode=2, seed=3)
+    keys = [(p.decision_round, tuple(t.response for t in p.prefix)) for p in points]
+    assert len(records) == 9 and len(keys) == len(set(keys)) == 4
+    assert sorted(p.decision_round for p in points) == [0, 1, 1, 1]
+
+
+def test_with_the_policy_as_rollout_director_the_later_rounds_are_the_trained_directors(tmp_path):
+    """--rollout-director policy: after the sampled directive, each later round's directive comes
+    from the Director being trained (in process, eval mode), never from the rollout backend's."""
+    episodes = [episode(i, speakers=("The Anchor", "The Beacon", "The Catalyst"), with_user=False) for i in range(4)]
+    run = write_episode_run(tmp_path / "directed_ED_tiny", episodes)
+    base = tiny_model(tmp_path / "base")
+    settings = DirectorGRPOSettings(
+        data_path=str(run), model_name=str(base), output_dir=str(tmp_path / "director"), batch_size=4, num_generations=2, max_steps=1,
+        max_completion_length=8, logging_steps=1, diversity_weight=1.0, suffix_rounds=0, rollout_director="policy", user_response_probability=0.0,
+    )
+    clients = scripted_clients()
+    outcome = train_director_grpo(settings, rollout_clients=clients, trajectory_scorer=Favour("The Anchor"))
+    assert not [c for c in clients["director"].calls]  # the backend's Director was never asked
+    stats = outcome.extra["rollout_stats"]
+    assert stats.completions == 4 and stats.rollout_failures == 0
+    assert len(clients["speaker"].calls) > stats.completions  # rounds after the decision were played, their directives the policy's
+
+
+def test_an_unknown_rollout_director_is_one_line(tmp_path):
+    from mascot.errors import MascotError
+
+    run = write_episode_run(tmp_path / "directed_ED_tiny", [episode(i) for i in range(4)])
+    settings = DirectorGRPOSettings(data_path=str(run), model_name="tiny", output_dir=str(tmp_path / "director"), batch_size=4, num_generations=2, rollout_director="judge")
+    with pytest.raises(MascotError, match="--rollout-director must be base or policy"):
+        train_director_grpo(settings, rollout_clients=scripted_clients(), trajectory_scorer=Favour("The Anchor"))

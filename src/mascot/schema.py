@@ -340,6 +340,9 @@ class PreferencePair(Record):
     # (`mascot.prefs.cross_persona`); None on both sides for every other pair.
     chosen_written_for: str | None = None
     rejected_written_for: str | None = None
+    # Episode-level pairs: the turns both sides open with (a branch and its sibling or spine share
+    # their prefix; two independent episodes share none). None where not counted.
+    shared_turns: int | None = None
     roster: str | None = None
     roster_version: str | None = None
     rubric_version: str | None = None
@@ -347,6 +350,17 @@ class PreferencePair(Record):
     @property
     def is_cross_persona(self) -> bool:
         return bool(self.chosen_written_for or self.rejected_written_for)
+
+    @property
+    def pair_kind(self) -> str:
+        """What the two sides differ in, as held-out accuracy is reported: a persona pair's own
+        replies or a borrowed one (cross_persona); an episode pair's whole conversations (episode)
+        or the continuations of one shared beginning (branch)."""
+        if self.kind == "persona":
+            return "cross_persona" if self.is_cross_persona else "own"
+        if self.kind == "episode":
+            return "branch" if self.shared_turns else "episode"
+        return self.kind
 
     @field_validator("prompt", "chosen", "rejected")
     @classmethod

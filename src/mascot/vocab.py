@@ -32,7 +32,11 @@ PROMPT_VERSIONS = ("v1", "v2")
 PROMPT_VERSION = "v2"
 MAX_CONSECUTIVE_TURNS = 2
 PROMPT_FAMILIES = ("persona", "zero-shot", "zero-shot-cot", "few-shot", "few-shot-cot")
-GENERATION_MODES = ("directed", "independent", "branching")
+GENERATION_MODES = ("directed", "independent", "branching", "tree")
+TREE_MAX_CONVERSATIONS = 81  # tree mode: roster size ** rounds conversations per context, at most this many
+# Branching: the directives each decision point is continued with. director: --num-candidates
+# sampled from the Director; roster: one per companion, the Director writing each one's directive.
+BRANCH_PROPOSALS = ("director", "roster")
 GENERATE_MODES = ("group", "individual")  # `mascot generate --mode`
 SAFETY_MODES = ("auto", "on", "off")
 # Simulated-user profile sets (mascot.rosters.PROFILE_SETS: one data file each); Big Five is the

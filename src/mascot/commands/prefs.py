@@ -13,25 +13,29 @@ from mascot.errors import MascotError
 from mascot.settings import require, setting
 
 
-OUTPUT_NAMES = {"episode": "group_pairs", "directive": "directive_pairs"}
-MODES = ("auto", "episode", "directive")
+OUTPUT_NAMES = {"episode": "group_pairs", "trajectory": "group_pairs", "directive": "directive_pairs"}
+MODES = ("auto", "episode", "trajectory", "directive")
+COMPARED = {"episode": "episodes of a context", "trajectory": "records of a context", "directive": "branches of a decision point"}
 
 
 @dataclass
 class PrefsGroupSettings(JudgedFileSettings):
-    """Stage-2 pairs: group reward model (episode) or Director DPO (directive) data.
+    """Stage-2 pairs: group reward model (episode, trajectory) or Director DPO (directive) data.
 
     Reads the collective judgments `mascot judge` wrote (--judgments, or judgments_<stem>.jsonl next to the episodes); without them judges the episodes (or branch continuations) with the collective rubric. Writes group_pairs.jsonl / directive_pairs.jsonl, their stats and the judgments used.
     """
 
     episodes: Path = setting(None, "Episode JSONL from `mascot generate --mode group`.", flags=("--input-file",), required=True)
     judgments: Optional[Path] = setting(None, "Judgments from `mascot judge` (its judgments_<stem>.jsonl); default: that file next to the episodes when it judges every item with these judges and --rubric-version, else the episodes are judged here.")
-    mode: str = setting("auto", "episode (independent episodes -> group reward model) | directive (branching -> Director DPO) | auto.")
+    mode: str = setting(
+        "auto", "episode (independent episodes -> group reward model) | trajectory (every record of a context, branches included, each "
+        "judged whole -> group reward model) | directive (branching -> Director DPO) | auto (directive for branching files, else episode).",
+    )
     score_margin: float = setting(0.5, "Minimum collective Overall gap (1-5 scale) for a pair.")
 
     def __post_init__(self) -> None:
         check_judged_file(self)
-        require(self.mode in MODES, f"unknown --mode {self.mode!r}: use episode, directive or auto")
+        require(self.mode in MODES, f"unknown --mode {self.mode!r}: use episode, trajectory, directive or auto")
         require(self.score_margin >= 0, "--score-margin must not be negative")
 
     @property
@@ -153,7 +157,7 @@ def run_prefs_group(s: PrefsGroupSettings) -> None:
     contexts = load_context_index(s)
     items = items_for_mode(loaded.episodes, resolved, contexts)
     if not items:  # before any model loads or server is asked
-        raise MascotError(f"{s.episodes}: nothing to judge in {resolved} mode (no {'episode' if resolved == 'episode' else 'branch'} to compare)")
+        raise MascotError(f"{s.episodes}: nothing to judge in {resolved} mode (no {'branch' if resolved == 'directive' else 'episode'} to compare)")
     console = Console(stderr=True)
     source = judgments_source(s, items)
     console.print(source.note, soft_wrap=True, markup=False)
@@ -192,7 +196,7 @@ def _closing_line(console, result, mode: str, margin: float, counters, path: Pat
 def no_pairs_reason(stats, mode: str, margin: float) -> str:
     """Why judged episodes gave no pair, naming the setting to change and a value that works."""
     counts = stats.counts
-    compared = "episodes of a context" if mode == "episode" else "branches of a decision point"
+    compared = COMPARED[mode]
     if counts.largest_gap > 0:
         return (f"0 {mode} pairs: no two {compared} differ by --score-margin {margin} ({counts.dropped_ties} ties, {counts.dropped_by_margin} smaller gaps); "
                 f"the largest gap is {counts.largest_gap:g}: rerun with --score-margin {counts.largest_gap:g} or lower "

@@ -23,6 +23,7 @@ allow), not from the Speakers' `max_tokens`. A reply that still reaches its limi
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import re
@@ -255,7 +256,13 @@ class Director:
         """The `max_tokens` every Director request carries."""
         return token_budget(self.max_tokens, self.thinking, self.reasoning_allowance)
 
-    def _request(self, messages, seed: int, n: int = 1) -> ChatRequest:
+    def _request(self, messages, seed: int, n: int = 1, only: str | None = None) -> ChatRequest:
+        """The Director's request; `only`: the one companion it may name (its slot and schema allow
+        that name alone)."""
+        schema, slot = self.schema, self.slot
+        if only is not None:
+            schema = directive_schema(self.roster.model_copy(update={"personas": [self.roster.persona(only)]}))
+            slot = None if self.thinking else ChoiceSlot(prefix=DIRECTIVE_OPENING, choices=(f" {only}",))
         return ChatRequest(
             messages=messages,
             temperature=self.temperature,
@@ -267,13 +274,13 @@ class Director:
             stop=None if self.thinking else ("</directive>",),
             role="director",
             thinking=self.thinking,
-            json_schema=self.schema,
+            json_schema=schema,
             schema_name="directive",
-            choice_slot=self.slot,
+            choice_slot=slot,
         )
 
-    async def _ask(self, messages, seed: int, n: int = 1) -> list[Answer]:
-        response: ChatResponse = await self.client.chat(self._request(messages, seed, n))
+    async def _ask(self, messages, seed: int, n: int = 1, only: str | None = None) -> list[Answer]:
+        response: ChatResponse = await self.client.chat(self._request(messages, seed, n, only))
         self.output_paths.note("director", response.structured, len(response.texts))
         finishes = response.finish_reasons
         return [Answer(*response_parts(response, i), cut=i < len(finishes) and finishes[i] == "length") for i in range(len(response.texts))]
@@ -288,6 +295,23 @@ class Director:
         messages = director_messages(self.roster, context, history, self.prompt_version)
         answers = await self._ask(messages, seed, n=n)
         return [await self._settle(messages, answer, history, seed + 7919 * (i + 1)) for i, answer in enumerate(answers)]
+
+    async def propose_each(self, context: Context, history: list[Turn], seed: int, names: list[str]) -> list[DirectorDecision]:
+        """One directive per companion named (branching over the roster): the Director writes each
+        one's action and tone with the name fixed. A server without structured outputs may still
+        name another: the directive keeps its action and tone, for the companion asked for. An answer
+        with no usable directive gets the neutral one for that companion, counted as a parse failure."""
+        messages = director_messages(self.roster, context, history, self.prompt_version)
+
+        async def one(i: int, name: str) -> DirectorDecision:
+            answer = (await self._ask(messages, seed + 7919 * (i + 1), only=name))[0]
+            parsed = self._read(answer).directive
+            if parsed is None:
+                self.tally.count("num_directive_parse_failures", f"no directive for {name} could be read from the Director's answer")
+                return DirectorDecision(Directive(agent_name=name, action=NEUTRAL_ACTION, tone=NEUTRAL_TONE), answer.text, parse_failed=True, fell_back=True)
+            return DirectorDecision(Directive(agent_name=name, action=parsed.action, tone=parsed.tone), answer.text, reasoning=answer.reasoning)
+
+        return list(await asyncio.gather(*(one(i, name) for i, name in enumerate(names))))
 
     def _read(self, answer: Answer) -> ParseResult:
         """Parses one reply; a reply that reached the token limit is counted as such, parsed or not."""

@@ -13,6 +13,7 @@ are the same whether they run one by one or many at once on a deterministic back
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
@@ -65,6 +66,11 @@ class EpisodeState:
 
 def turns_before_round(turns: list[Turn], round_id: int) -> list[Turn]:
     return [t for t in turns if t.round_id < round_id]
+
+
+def copy_state(state: EpisodeState) -> EpisodeState:
+    """A copy that grows apart from `state` (its own lists; turns themselves are never changed)."""
+    return dataclasses.replace(state, turns=list(state.turns), emotions=list(state.emotions), safety_events=list(state.safety_events))
 
 
 class EpisodeEngine:
@@ -342,13 +348,17 @@ class EpisodeEngine:
         """The `num_candidates` continuations of one decision point of `spine`."""
         s = self.settings
         prefix = turns_before_round(spine.turns, decision_round)
-        missing = [k for k in range(s.num_candidates) if not skip(self.branch_id(context, decision_round, k))]
+        count = self.candidates_per_decision()
+        missing = [k for k in range(count) if not skip(self.branch_id(context, decision_round, k))]
         if not missing:
             return []
         if self.director is None:
             raise ValueError("branching generation needs a Director")
         seed = derive_seed(s.seed, context.context_id, "branch", decision_round, "propose")
-        decisions = await self.director.propose(context, prefix, seed, s.num_candidates)
+        if self.branch_proposals == "roster":
+            decisions = await self.director.propose_each(context, prefix, seed, self.roster.names)
+        else:
+            decisions = await self.director.propose(context, prefix, seed, count)
         group_id = self.record_id(context, f"d{decision_round}")
 
         async def one(k: int) -> Episode:
@@ -357,7 +367,7 @@ class EpisodeEngine:
             state.emotions = self._emotions_of(spine, prefix)
             self._carry_safety(state, spine, len(prefix))
             await self.play_rounds(state, decision_round, s.num_turns, decisions[k])
-            branch = BranchInfo(group_id=group_id, decision_round=decision_round, candidate_idx=k, num_candidates=s.num_candidates, prefix_turns=len(prefix))
+            branch = BranchInfo(group_id=group_id, decision_round=decision_round, candidate_idx=k, num_candidates=count, prefix_turns=len(prefix))
             episode = self.to_episode(state, branch)
             episode.episode_id = self.branch_id(context, decision_round, k)
             return episode
@@ -379,17 +389,84 @@ class EpisodeEngine:
         return emotions + [t.emotion for t in prefix if t.is_user and t.emotion]
 
     # ------------------------------------------------------------------ work units
+    @property
+    def branch_proposals(self) -> str:
+        return getattr(self.settings, "branch_proposals", "director")  # settings made before the option: the Director's
+
+    def candidates_per_decision(self) -> int:
+        """Branches per decision point: one per companion (roster proposals), else --num-candidates."""
+        return len(self.roster.personas) if self.branch_proposals == "roster" else self.settings.num_candidates
+
     def records_per_context(self) -> int:
         s = self.settings
         if s.generation_mode == "independent":
             return s.num_episodes
         if s.generation_mode == "branching":
-            return 1 + s.num_turns * s.num_candidates
+            return 1 + s.num_turns * self.candidates_per_decision()
+        if s.generation_mode == "tree":
+            return len(self.roster.personas) ** s.num_turns
         return 1
+
+    # ------------------------------------------------------------------ tree
+    def tree_id(self, context: Context, path: list[int]) -> str:
+        return self.record_id(context, "t" + "".join(map(str, path)))
+
+    def _tree_leaves(self, path: list[int]) -> list[list[int]]:
+        """Every leaf path below `path` (each index a companion of the roster)."""
+        leaves = [path]
+        for _ in range(self.settings.num_turns - len(path)):
+            leaves = [[*leaf, k] for leaf in leaves for k in range(len(self.roster.personas))]
+        return leaves
+
+    async def run_tree(self, context: Context, skip: Callable[[str], bool]) -> list[Episode]:
+        """Every sequence of companions over the rounds (tree mode): at each round, for every
+        conversation so far, the Director writes one directive per companion (`propose_each`) and
+        each is played on a copy of it, so a shared beginning is generated once. Whether the user
+        speaks after a round is drawn once per context and round: conversations that differ only in
+        the companions' turns also agree on when the person spoke. The leaves are the records."""
+        if self.director is None:
+            raise ValueError("tree generation needs a Director")
+        return await self._grow(self.new_state(context, 0, "tree"), 0, [], skip)
+
+    async def _grow(self, state: EpisodeState, round_id: int, path: list[int], skip: Callable[[str], bool]) -> list[Episode]:
+        context = state.context
+        if all(skip(self.tree_id(context, leaf)) for leaf in self._tree_leaves(path)):
+            return []  # written by an earlier run (resume)
+        if round_id == self.settings.num_turns:
+            return [self._tree_record(state, path)]
+        if state.pending_safety is not None:  # the safety reply is the only way on from here
+            decisions: list[DirectorDecision | None] = [None]
+        else:
+            seed = derive_seed(*state.seed_key, round_id, "propose", *path)
+            decisions = list(await self.director.propose_each(context, state.turns, seed, self.roster.names))  # type: ignore[union-attr]
+
+        async def child(k: int, decision: DirectorDecision | None) -> list[Episode]:
+            if all(skip(self.tree_id(context, leaf)) for leaf in self._tree_leaves([*path, k])):
+                return []
+            branch = copy_state(state)
+            await self.play_round(branch, round_id, decision)
+            return await self._grow(branch, round_id + 1, [*path, k], skip)
+
+        grown = await asyncio.gather(*(child(k, d) for k, d in enumerate(decisions)))
+        return [episode for leaves in grown for episode in leaves]
+
+    def _tree_record(self, state: EpisodeState, path: list[int]) -> Episode:
+        if state.pending_safety is not None:  # a screened last message is still answered
+            self._safety_reply(state, self.settings.num_turns)
+        prefix = turns_before_round(state.turns, self.settings.num_turns - 1)
+        branch = BranchInfo(group_id=self.tree_id(state.context, path[:-1]), decision_round=self.settings.num_turns - 1, candidate_idx=path[-1],
+                            num_candidates=len(self.roster.personas), prefix_turns=len(prefix))  # fmt: skip
+        episode = self.to_episode(state, branch)
+        episode.episode_id = self.tree_id(state.context, path)
+        return episode
 
     async def run_context(self, context: Context, skip: Callable[[str], bool], spine: Episode | None = None) -> AsyncIterator[Episode]:
         """Yields every missing record of one context, in write order."""
         s = self.settings
+        if s.generation_mode == "tree":
+            for episode in await self.run_tree(context, skip):
+                yield episode
+            return
         if s.generation_mode == "branching":
             if spine is None:
                 spine = await self.run_spine(context)
@@ -400,6 +477,13 @@ class EpisodeEngine:
                     yield episode
             return
         count = s.num_episodes if s.generation_mode == "independent" else 1
-        for idx in range(count):
-            if not skip(self.record_id(context, f"e{idx}")):
-                yield await self.run_episode(context, idx)
+        # A context's independent episodes run together (their calls share batches and servers'
+        # queues); each is yielded, in index order, as soon as it and those before it are done.
+        tasks = [asyncio.ensure_future(self.run_episode(context, idx)) for idx in range(count) if not skip(self.record_id(context, f"e{idx}"))]
+        try:
+            for task in tasks:
+                yield await task
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)

@@ -19,6 +19,7 @@ from typing import Any
 from rich.console import Console
 
 from mascot.data import load_contexts
+from mascot.errors import MascotError
 from mascot.dialogue.batch import RunProgress, run_all
 from mascot.dialogue.engine import EngineSettings, EpisodeEngine
 from mascot.dialogue.tally import Tally
@@ -43,7 +44,7 @@ from mascot.safety.screen import screen_applies
 from mascot.schema import Context, Episode, RoleIdentity, Roster
 from mascot.settings_groups import ClientLimits, RoleSettings, parse_extra_body
 from mascot.store import RunStore, read_jsonl
-from mascot.vocab import DEFAULT_LOCAL_MODEL, ROLES, SAFETY
+from mascot.vocab import DEFAULT_LOCAL_MODEL, ROLES, SAFETY, TREE_MAX_CONVERSATIONS
 
 
 def _slug(text: str) -> str:
@@ -80,7 +81,7 @@ def run_variant(s: Any) -> list[str]:
 
 def run_dir_for(s: Any) -> Path:
     """`<mode>_<dataset>_<model>` as the research code names it, then the variant parts."""
-    prefix = {"independent": "group", "branching": "branching", "directed": "directed"}[s.generation_mode]
+    prefix = {"independent": "group", "branching": "branching", "directed": "directed", "tree": "tree"}[s.generation_mode]
     model = _role(s, "speaker").model or s.model_name or DEFAULT_LOCAL_MODEL
     name = "_".join([prefix, s.dataset, model_basename(model), *run_variant(s)])
     return Path(s.output_dir) / name
@@ -177,7 +178,7 @@ def run_settings(s: Any, roster: Roster, num_contexts: int) -> dict:
 
 def roles_needed(settings: Any) -> tuple[str, ...]:
     roles = ["speaker"]
-    if settings.turn_policy == "director" or settings.generation_mode == "branching":
+    if settings.turn_policy == "director" or settings.generation_mode in ("branching", "tree"):
         roles.insert(0, "director")
     if settings.enable_user_simulation and settings.user_response_probability > 0:
         roles.append("user")
@@ -197,6 +198,15 @@ def load_spines(path: Path) -> dict[str, Episode]:
     if not path.exists():
         return {}
     return {e.context_id or "": e for e in read_jsonl(path, Episode, drop_torn_tail=True) if e.episode_id.endswith(":spine")}
+
+
+def require_tree_size(s: Any, roster: Roster) -> None:
+    """Tree mode makes roster size ** rounds conversations per context: refused past a bound, in
+    one line, before anything is generated."""
+    size = len(roster.personas) ** s.num_turns
+    if s.generation_mode == "tree" and size > TREE_MAX_CONVERSATIONS:
+        raise MascotError(f"--generation-mode tree makes {len(roster.personas)} ** {s.num_turns} = {size} conversations per context, more than "
+                          f"{TREE_MAX_CONVERSATIONS}: lower --num-turns, or use --generation-mode branching --branch-proposals roster")  # fmt: skip
 
 
 def _load_contexts(s: Any) -> list[Context]:
@@ -219,6 +229,7 @@ async def generate_group(
     roster = roster or (load_roster(s.roster) if s.roster else roster_for_dataset(s.dataset))
     contexts = list(contexts) if contexts is not None else _load_contexts(s)
     require_contexts(contexts, s.dataset, s.split)
+    require_tree_size(s, roster)
     if SAFETY in roles_needed(s) and not screen_applies(s.safety, roster.domain):
         console.print(f"warning: --safety-server-url is not used: the safety screen is {s.safety} for the {roster.domain} roster "
                       "(--safety on screens it)", soft_wrap=True, markup=False)

@@ -16,10 +16,10 @@ from mascot import vocab
 from mascot.settings import fixed, require, setting
 from mascot.settings_groups import SeedSettings
 from mascot.vocab import (
-    GENERATION_MODES, MAX_CONSECUTIVE_TURNS, PROMPT_VERSION, PROMPT_VERSIONS, SAFETY_MODEL_SCOPES, SAFETY_MODES, TURN_POLICIES, USER_MAX_TOKENS,
+    BRANCH_PROPOSALS, GENERATION_MODES, MAX_CONSECUTIVE_TURNS, PROMPT_VERSION, PROMPT_VERSIONS, SAFETY_MODEL_SCOPES, SAFETY_MODES, TURN_POLICIES, USER_MAX_TOKENS,
 )
 
-GenerationMode = Literal["directed", "independent", "branching"]
+GenerationMode = Literal["directed", "independent", "branching", "tree"]
 
 
 @dataclass
@@ -27,9 +27,16 @@ class EngineSettings(SeedSettings):
     """How episodes unfold: rounds, generation mode, turn policy, simulated users, sampling."""
 
     num_turns: int = setting(5, "Rounds per episode (one round = Director -> Speaker -> maybe User).")
-    generation_mode: str = setting("directed", "directed | independent | branching.")
+    generation_mode: str = setting(
+        "directed", "directed | independent | branching | tree (every sequence of companions over the rounds, each turn's directive written "
+        "by the Director for that companion: roster size ** rounds conversations per context, their shared beginnings generated once).",
+    )
     num_episodes: int = setting(vocab.NUM_EPISODES, "Episodes per context (independent mode).")
     num_candidates: int = setting(vocab.NUM_CANDIDATES, "Directives per decision point (branching) or replies per persona (individual).")
+    branch_proposals: str = setting(
+        "director", "Branching: what each decision point is continued with - director (--num-candidates directives sampled from the Director) "
+        "| roster (one per companion, the Director writing each one's action and tone: every choice tried once).",
+    )
     user_response_probability: float = setting(0.5, "Chance the simulated user speaks after a round.")
     enable_user_simulation: bool = setting(True, "Simulate the user between rounds.", flags=("--enable-user-simulation/--no-user-simulation",))
     enable_big_five: bool = setting(False, "Give simulated users Big Five profiles (persona_set big5); as --user-profile-set big_five.")
@@ -94,6 +101,9 @@ def check_speaker_and_safety(s: Any) -> None:
 def check_engine(s: Any) -> None:
     """The engine settings' own checks (also run by command settings that inherit the fields)."""
     require(s.generation_mode in GENERATION_MODES, f"unknown --generation-mode {s.generation_mode!r}: choose one of {', '.join(GENERATION_MODES)}")
+    require(s.branch_proposals in BRANCH_PROPOSALS, f"unknown --branch-proposals {s.branch_proposals!r}: choose {' or '.join(BRANCH_PROPOSALS)}")
+    if s.generation_mode == "tree":
+        require(s.turn_policy == "director", "--generation-mode tree: the Director writes every companion's directive (--turn-policy director)")
     require(s.turn_policy in TURN_POLICIES, f"unknown --turn-policy {s.turn_policy!r}: choose one of {', '.join(TURN_POLICIES)}")
     require(s.safety in SAFETY_MODES, f"unknown --safety {s.safety!r}: choose auto, on or off")
     check_speaker_and_safety(s)

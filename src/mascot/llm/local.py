@@ -32,7 +32,7 @@ from mascot.llm.base import DEFAULT_LOCAL_MODEL, AnswerDistribution, BaseClient,
 from mascot.llm.local_decoding import (
     PerRowSampling, QueueStreamer, RowOutput, StreamTrimmer, choice_token_ids, generate, next_token_probs, row_output,
 )
-from mascot.llm.local_loading import LoadedModel, load_local_model
+from mascot.llm.local_loading import LoadedModel, end_token_ids, load_local_model
 from mascot.llm.models import EMBEDDED_DIRNAME, cache_root, embedded_model_dir, first_line, hub_online, resolve_local_model
 from mascot.vocab import LOCAL_BATCH_SIZE
 
@@ -350,3 +350,32 @@ class LocalClient(BaseClient):
         runner, self._runner = self._runner, None
         if runner is not None and not runner.done() and runner.get_loop() is asyncio.get_running_loop():
             await asyncio.gather(runner, return_exceptions=True)
+
+
+class ModelClient(LocalClient):
+    """The chat protocol over a model object this process already holds (Director GRPO's policy, as
+    it is being trained): nothing is loaded, and each batch is generated in eval mode (dropout off),
+    the mode it was in before restored afterwards. `net()` returns the model at call time."""
+
+    def __init__(self, name: str, net: Any, tokenizer: Any, *, max_batch_size: int = LOCAL_BATCH_SIZE) -> None:
+        super().__init__(name, max_batch_size=max_batch_size)
+        self.net = net
+        self.tokenizer = tokenizer
+
+    def load(self) -> LoadedModel:
+        if self._loaded is None:
+            net = self.net()
+            eos_ids = end_token_ids(net, self.tokenizer)
+            pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos_ids[0]
+            self._loaded = LoadedModel(self.model, net, self.tokenizer, next(net.parameters()).device, eos_ids, pad_id)
+        self._loaded.net = self.net()  # a wrapper may replace the model between steps
+        return self._loaded
+
+    def _generate_batch(self, batch: list[_Row]) -> list[RowOutput]:
+        net = self.load().net
+        was_training = net.training
+        net.eval()
+        try:
+            return super()._generate_batch(batch)
+        finally:
+            net.train(was_training)

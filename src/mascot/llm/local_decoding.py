@@ -14,6 +14,7 @@ import torch
 
 from mascot.llm.base import ChatRequest, ChoiceSlot, cut_at_stop
 from mascot.llm.local_loading import LoadedModel
+from mascot.llm.shared_prefix import cache_keyword, left_pad, shared_prompt_cache
 
 
 class PerRowSampling:
@@ -101,16 +102,6 @@ class RowOutput:
     finish_reason: str
 
 
-def left_pad(prompts: list[list[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for row, prompt in enumerate(prompts):
-        ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
-        mask[row, width - len(prompt) :] = 1
-    return ids.to(device), mask.to(device)
-
-
 def _generation_config(loaded: LoadedModel, requests: list[ChatRequest], ignore_eos: bool):
     from transformers import GenerationConfig
 
@@ -157,7 +148,8 @@ def generate(
     share_prefill: bool = True,
 ) -> torch.Tensor:
     """One `generate` call over rows that are all greedy or all sampled; returns the new tokens.
-    Rows that repeat a prompt (the n samples of one request) share its prefill."""
+    Rows whose prompts share a long beginning (the n samples of one request, one roster's Director
+    prompts) run it once (`shared_prefix.shared_prompt_cache`)."""
     from transformers import LogitsProcessorList, StoppingCriteriaList
 
     config, shared_stops = _generation_config(loaded, requests, ignore_eos)
@@ -168,7 +160,7 @@ def generate(
     with torch.inference_mode(), torch.random.fork_rng(devices=devices):
         if seed is not None:
             torch.manual_seed(seed)
-        cache = shared_prompt_cache(loaded, input_ids, attention_mask) if share_prefill else None
+        cache = shared_prompt_cache(loaded, prompts, input_ids.shape[1]) if share_prefill else None
         output = loaded.net.generate(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -180,36 +172,6 @@ def generate(
             streamer=streamer,
         )
     return output[:, input_ids.shape[1] :].cpu()
-
-
-def shared_prompt_cache(loaded: LoadedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor):
-    """The keys and values of every prompt but its last token, computed once per distinct prompt
-    and copied to each row that repeats it; None when no two rows share a prompt. `generate` then
-    feeds each row only its last prompt token. Short replies to long prompts spend most of their
-    time in the prefill, so n = 8 candidates of one request cost about one prefill instead of 8."""
-    rows = [tuple(row) for row in input_ids.tolist()]
-    first_row: dict[tuple[int, ...], int] = {}  # distinct prompt -> the first row holding it
-    for index, row in enumerate(rows):
-        first_row.setdefault(row, index)
-    if len(first_row) == len(rows) or input_ids.shape[1] < 2:
-        return None
-    slot = {row: position for position, row in enumerate(first_row)}
-    firsts = torch.tensor(list(first_row.values()), device=input_ids.device)
-    ids, mask = input_ids[firsts, :-1], attention_mask[firsts, :-1]
-    positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)  # as generate numbers left-padded rows
-    output = loaded.net(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
-    cache = getattr(output, "cache", None) or output.past_key_values
-    if not hasattr(cache, "reorder_cache"):  # a model whose cache cannot be copied across rows
-        return None
-    cache.reorder_cache(torch.tensor([slot[row] for row in rows], device=input_ids.device))
-    return cache
-
-
-def cache_keyword() -> str:
-    """What `generate` calls a given cache: `cache` from transformers 5.24 on, `past_key_values` before."""
-    from transformers.generation import utils
-
-    return getattr(utils, "ALL_CACHE_NAMES", ["past_key_values"])[0]
 
 
 def row_output(loaded: LoadedModel, new_tokens: torch.Tensor, request: ChatRequest, ignore_eos: bool) -> RowOutput:

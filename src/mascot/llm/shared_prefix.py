@@ -1,10 +1,15 @@
-"""Next-token probabilities for prompts that share long beginnings. The probability judge asks
-about one conversation once per criterion, and its prompts differ only in their last lines: each
-shared beginning runs through the model once and its key/value cache serves every ending, instead
-of every prompt running whole (about five times less work for a five-criterion rubric).
+"""Prompts that share long beginnings run them once.
 
-The result equals the separate forward passes up to float rounding: the same tokens at the same
-positions attend to the same keys; padding only ever sits in masked positions.
+- Scoring (`shared_prefix_probs`): the probability judge asks about one conversation once per
+  criterion, and its prompts differ only in their last lines: each shared beginning runs through
+  the model once and its key/value cache serves every ending (about five times less work for a
+  five-criterion rubric).
+- Generation (`shared_prompt_cache`): a batch's rows often share their first hundreds of tokens
+  (one roster's Director rules, one persona's Speaker rules, the n samples of a request); the
+  cache `generate` starts from is built from each shared beginning once, then each row's ending.
+
+The results equal whole-prompt passes up to float rounding: the same tokens at the same positions
+attend to the same keys; padding only ever sits in masked positions.
 """
 
 from __future__ import annotations
@@ -14,8 +19,19 @@ import inspect
 
 import torch
 
-from mascot.llm.local_decoding import left_pad
 from mascot.llm.local_loading import LoadedModel
+
+
+def left_pad(prompts: list[list[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompts right-aligned in one tensor (padding first) and their attention mask."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+        mask[row, width - len(prompt) :] = 1
+    return ids.to(device), mask.to(device)
+
 
 # Below this many shared tokens, the extra forward call costs about what sharing saves.
 MIN_SHARED_TOKENS = 32
@@ -50,7 +66,14 @@ def prefix_groups(prompts: list[list[int]], min_shared: int = MIN_SHARED_TOKENS)
     return groups
 
 
-def _cache_keyword(net) -> str:
+def cache_keyword() -> str:
+    """What `generate` calls a given cache: `cache` from transformers 5.24 on, `past_key_values` before."""
+    from transformers.generation import utils
+
+    return getattr(utils, "ALL_CACHE_NAMES", ["past_key_values"])[0]
+
+
+def forward_cache_keyword(net) -> str:
     """transformers 5.2x names a forward's key/value cache `cache`; earlier versions `past_key_values`."""
     return _cache_keyword_of(type(getattr(net, "get_base_model", lambda: net)()))
 
@@ -71,7 +94,7 @@ def _group_probs(loaded: LoadedModel, prefix: list[int], endings: list[list[int]
     ids, mask = left_pad(endings, loaded.pad_id, device)
     positions = len(prefix) + (mask.cumsum(-1) - 1).clamp(min=0)
     attention = torch.cat([torch.ones((len(endings), len(prefix)), dtype=torch.long, device=device), mask], dim=1)
-    logits = loaded.net(input_ids=ids, attention_mask=attention, position_ids=positions, logits_to_keep=1, **{_cache_keyword(loaded.net): cache}).logits
+    logits = loaded.net(input_ids=ids, attention_mask=attention, position_ids=positions, logits_to_keep=1, **{forward_cache_keyword(loaded.net): cache}).logits
     return logits[:, -1, :].float().softmax(-1).cpu()
 
 
@@ -96,3 +119,96 @@ def shared_prefix_probs(loaded: LoadedModel, prompts: list[list[int]], run_whole
         for row, p in zip(part, run_whole([prompts[r] for r in part])):
             out[row] = p
     return torch.stack(out)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- generation
+
+
+def _forward_cache(loaded: LoadedModel, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache=None):
+    extra = {forward_cache_keyword(loaded.net): cache} if cache is not None else {}
+    output = loaded.net(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1, **extra)
+    return getattr(output, "cache", None) or output.past_key_values
+
+
+class _CacheNotCopyable(Exception):
+    """A model whose cache holds no per-layer keys and values (not a transformer's): no sharing."""
+
+
+def _layer_tensors(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    if not hasattr(cache, "layers"):
+        raise _CacheNotCopyable
+    return [(layer.keys, layer.values) for layer in cache.layers]
+
+
+def _alone_pieces(loaded: LoadedModel, prompts: list[list[int]], rows: list[int]) -> dict[int, list]:
+    """Rows that share no long beginning: one batched pass over all but their last token."""
+    ids, mask = left_pad([prompts[r][:-1] for r in rows], loaded.pad_id, loaded.device)
+    positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)  # as generate numbers left-padded rows
+    layers = _layer_tensors(_forward_cache(loaded, ids, mask, positions))
+    pieces = {}
+    for i, row in enumerate(rows):
+        n = len(prompts[row]) - 1
+        pieces[row] = [(k[i, :, -n:], v[i, :, -n:]) for k, v in layers]
+    return pieces
+
+
+def _group_pieces(loaded: LoadedModel, prompts: list[list[int]], shared: int, rows: list[int]) -> dict[int, list]:
+    """A group's shared beginning in one pass, then every member's ending (all but its last token)
+    in one batched pass over that cache; each row gets its own keys and values, shared part first."""
+    device = loaded.device
+    prefix = torch.tensor([prompts[rows[0]][:shared]], device=device)
+    cache = _forward_cache(loaded, prefix, torch.ones_like(prefix), torch.arange(shared, device=device).unsqueeze(0))
+    endings = [prompts[r][shared:-1] for r in rows]
+    if not any(endings):  # the rows repeat one prompt: the shared part is all but its last token
+        return {row: [(k[0], v[0]) for k, v in _layer_tensors(cache)] for row in rows}
+    cache.batch_repeat_interleave(len(rows))
+    ids, mask = left_pad(endings, loaded.pad_id, device)
+    attention = torch.cat([torch.ones((len(rows), shared), dtype=torch.long, device=device), mask], dim=1)
+    positions = shared + (mask.cumsum(-1) - 1).clamp(min=0)
+    layers = _layer_tensors(_forward_cache(loaded, ids, attention, positions, cache))
+    width = ids.shape[1]
+    pieces = {}
+    for j, row in enumerate(rows):
+        own = len(endings[j])
+        pieces[row] = [(torch.cat([k[j, :, :shared], k[j, :, shared + width - own :]], dim=1),
+                        torch.cat([v[j, :, :shared], v[j, :, shared + width - own :]], dim=1)) for k, v in layers]  # fmt: skip
+    return pieces
+
+
+def shared_prompt_cache(loaded: LoadedModel, prompts: list[list[int]], width: int):
+    """The keys and values of every prompt but its last token, for a `generate` call over the
+    prompts left-padded to `width`: each long beginning that rows share (a roster's Director rules,
+    a persona's Speaker rules, the n samples of one request) runs through the model once, then each
+    row's own ending; `generate` feeds each row only its last token. None when no two rows share a
+    long beginning (or a prompt has a single token). Short replies to long prompts spend most of
+    their time in the prefill, so this is most of a batch's work saved where its rows share most."""
+    groups = prefix_groups(prompts)
+    if all(len(rows) == 1 for _, rows in groups) or min(len(p) for p in prompts) < 2:
+        return None
+    with torch.inference_mode():
+        alone = [rows[0] for _, rows in groups if len(rows) == 1]
+        try:
+            pieces = _alone_pieces(loaded, prompts, alone) if alone else {}
+            for shared, rows in groups:
+                if len(rows) > 1:
+                    pieces.update(_group_pieces(loaded, prompts, shared, rows))
+        except _CacheNotCopyable:
+            return None
+        return _assembled(pieces, len(prompts), width - 1)
+
+
+def _assembled(pieces: dict[int, list], num_rows: int, columns: int):
+    """One cache of `columns` positions per row, each row's own keys and values right-aligned (as
+    its tokens sit in the left-padded batch); padding positions hold zeros, masked in attention."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    for layer, (k0, v0) in enumerate(pieces[0]):
+        keys = k0.new_zeros((num_rows, k0.shape[0], columns, k0.shape[-1]))
+        values = v0.new_zeros((num_rows, v0.shape[0], columns, v0.shape[-1]))
+        for row in range(num_rows):
+            k, v = pieces[row][layer]
+            keys[row, :, columns - k.shape[1] :] = k
+            values[row, :, columns - v.shape[1] :] = v
+        cache.update(keys, values, layer)
+    return cache

@@ -53,10 +53,14 @@ def check_models(settings: PipelineSettings, problems: list[str]) -> dict[str, s
     local = {"reward models": (settings.reward_model, "--reward-model")}
     served = {}
     found = {}
-    if is_plugin(settings.judge_model):  # a Python function: it must load (a --judge-url is not asked)
-        found["judge"] = f"{settings.judge_model} ({_checked(lambda: check_plugin_judge(settings.judge_model), problems)})"
+    judges = {"judge": (settings.judge_model, "--judge-model")}
+    if settings.group_judge_model:
+        judges["judge of conversations"] = (settings.group_judge_model, "--group-judge-model")
+    for role, (model, _) in judges.items():
+        if is_plugin(model):  # a Python function: it must load (a --judge-url is not asked)
+            found[role] = f"{model} ({_checked(lambda: check_plugin_judge(model), problems)})"
     for role, model, url, flag in (("policy", settings.policy_model, settings.generation_url, "--policy-model"),
-                                   ("judge", settings.judge_model, settings.judge_url, "--judge-model"),
+                                   *((role, model, settings.judge_url, flag) for role, (model, flag) in judges.items()),
                                    ("rollouts", settings.policy_model, settings.rollout_url, None)):  # fmt: skip
         if role in found:
             continue

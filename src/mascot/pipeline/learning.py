@@ -268,6 +268,29 @@ def held_out_split(systems: dict[str, dict]) -> str | None:
     return ", ".join(splits) if splits else None
 
 
+COLLAPSE_POINTS = 0.10  # a trained Director's top companion may take this much more of the turns than the base's top one
+
+
+def director_collapse(systems: dict[str, dict]) -> dict[str, dict[str, Any]]:
+    """Per system with a trained Director: its top companion's share of the turns against the base
+    Director's top companion's, and whether it exceeds it by more than COLLAPSE_POINTS (a Director
+    that collapses onto one companion, unless the judge rewards that companion)."""
+    base = (systems.get("base") or {}).get("director") or {}
+    if not base.get("share"):
+        return {}
+    base_top = max(base["share"], key=lambda p: base["share"][p])
+    out = {}
+    for system in ("trained", "director_only"):
+        shares = ((systems.get(system) or {}).get("director") or {}).get("share")
+        if not shares:
+            continue
+        top = max(shares, key=lambda p: shares[p])
+        excess = shares[top] - base["share"][base_top]
+        out[system] = {"top": top, "share": shares[top], "base_top": base_top, "base_share": base["share"][base_top],
+                       "excess": excess, "flagged": excess > COLLAPSE_POINTS}  # fmt: skip
+    return out
+
+
 def learning_figures(root: Path, *, seed: int = 0) -> dict[str, Any]:
     """Every present system's figures and the paired comparisons with the base system, written to
     `<root>/learning.json`. A system whose files cannot be read is left out with a logged reason."""
@@ -285,7 +308,7 @@ def learning_figures(root: Path, *, seed: int = 0) -> dict[str, Any]:
             log.warning("learning figures: system %s left out: %s", system, exc)
             unreadable[system] = str(exc)
     comparisons = [_compare(systems, s, score, seed) for s, score in COMPARISONS if s in systems and "base" in systems]
-    out = {"split": held_out_split(systems), "systems": systems, "comparisons": comparisons,
+    out = {"split": held_out_split(systems), "systems": systems, "comparisons": comparisons, "director_collapse": director_collapse(systems),
            "identical_to_base": _identical_to_base(root, systems), "unreadable": unreadable}  # fmt: skip
     if systems or unreadable:  # a report before the evaluation (--until speaker) writes none
         write_json_atomic(root / LEARNING_FILE, out)
@@ -369,6 +392,11 @@ def _persona_table(systems: dict[str, dict]) -> list[str]:
 
 def _notes(figures: dict) -> list[str]:
     lines = []
+    for system, c in (figures.get("director_collapse") or {}).items():
+        if c["flagged"]:
+            lines.append(f"> **Collapse?** The {system} system's Director ({SYSTEM_WORDS.get(system, system)}) gives {c['top']} {c['share']:.0%} of the turns, "
+                         f"{c['excess'] * 100:.0f} points more than the base Director gives its top companion ({c['base_top']}, {c['base_share']:.0%}): "
+                         "unless the judge rewards that companion, the Director has collapsed onto it.")  # fmt: skip
     for system in figures["identical_to_base"]:
         lines.append(f"> The {system} system's conversations ({SYSTEM_WORDS.get(system, system)}) are word for word the base system's: "
                      "training changed no sampled token, so its differences from the base are the judge's noise at most.")  # fmt: skip

@@ -48,7 +48,8 @@ def _header(root: Path, state: dict[str, Any]) -> str:
     lines = [
         "# MASCOT pipeline report",
         f"- mascot {__version__}; preset {s.get('preset') or 'none'}; dataset {s.get('dataset')} ({s.get('data_file') or 'shipped samples'}, split {s.get('split')}); seed {s.get('seed')}",
-        f"- models: policy (Speaker, Director, user) `{s.get('policy_model')}`, reward models `{s.get('reward_model')}`, judge `{s.get('judge_model')}`",
+        f"- models: policy (Speaker, Director, user) `{s.get('policy_model')}`, reward models `{s.get('reward_model')}`, judge `{s.get('judge_model')}`"
+        + (f" (Stage 1), judge of conversations `{s['group_judge_model']}` (Stage 2 and the evaluation)" if s.get("group_judge_model") else ""),
         f"- rubric version {(config.get('settings') or {}).get('rubric_version', '–')}; prompt version {_prompt_version(root)}; "
         f"episodes made with {episodes.get('mascot_version', config.get('mascot_version', '–'))}",
     ]
@@ -72,9 +73,11 @@ def _prompt_version(root: Path) -> str:
 def _steps_table(root: Path, state: dict[str, Any]) -> str:
     records = {k: v for k, v in (state.get("steps") or {}).items() if k != "report"}
     total = sum(float(r.get("wall_s") or 0.0) for r in records.values()) or 1.0
+    reused = sorted({str(Path(r["reused_from"]).parent) for r in records.values() if r.get("reused_from")})
     lines = [
         "## Steps",
-        "Tokens: prompt + completion tokens of a step's model calls (generation), or the tokens a trainer trained on (TRL's count).",
+        "Tokens: prompt + completion tokens of a step's model calls (generation), or the tokens a trainer trained on (TRL's count)."
+        + (f" Steps marked reused were copied from {', '.join(reused)}, which ran the same command (`--reuse-from`)." if reused else ""),
         "",
         "| step | status | wall time (s) | share | tokens | attempts | artefact |",
         "|---|---|---|---|---|---|---|",
@@ -84,7 +87,8 @@ def _steps_table(root: Path, state: dict[str, Any]) -> str:
         if r is None:
             continue
         wall = float(r.get("wall_s") or 0.0)
-        lines.append(f"| {name} | {r.get('status')} | {wall:.1f} | {wall / total:.0%} | {_fmt(r.get('tokens'))} | {r.get('attempts', 0)} | `{r.get('artefact', '–')}` |")
+        status = f"{r.get('status')}, reused ({float(r.get('wall_s_there') or 0.0):.0f} s where it ran)" if r.get("reused_from") else r.get("status")
+        lines.append(f"| {name} | {status} | {wall:.1f} | {wall / total:.0%} | {_fmt(r.get('tokens'))} | {r.get('attempts', 0)} | `{r.get('artefact', '–')}` |")
     if records:
         from mascot.pipeline.figures import plot_wall_time
 

@@ -26,13 +26,51 @@ def run_pipeline(settings: PipelineSettings) -> Path:
     data_file = pipeline_data_file(settings.dataset, settings.data_file, root / "contexts")
     state = PipelineState(root, as_dict(settings))
     state.save()
+    recorded = _reuse_source(settings)
     for name in settings.selected():
         step = Plan(settings, data_file).step(name)  # rebuilt: earlier steps' run folders now exist
         if step.kind == "report":
             _write_report(step, state, settings)
             continue
+        if recorded is not None and st.step_status(step) == st.ABSENT and _reused(step, settings, data_file, recorded, state):
+            continue
         _run_step(step, state)
     return root
+
+
+def _reuse_source(settings: PipelineSettings) -> dict | None:
+    """The state of the --reuse-from folder, or None without one; one line when it is no pipeline."""
+    if not settings.reuse_from:
+        return None
+    from mascot.pipeline.reuse import other_state
+
+    other = Path(settings.reuse_from)
+    if other.resolve() == Path(settings.output_dir).resolve():
+        raise MascotError(f"--reuse-from {other} is this pipeline's own folder")
+    recorded = other_state(settings)
+    if not recorded.get("steps"):
+        raise MascotError(f"--reuse-from {other}: no pipeline ran there ({other / st.STATE_FILE} is missing or records no step)")
+    return recorded
+
+
+def _reused(step: Step, settings: PipelineSettings, data_file: Path | None, recorded: dict, state: PipelineState) -> bool:
+    """Copies the step from --reuse-from when it can be (see `mascot.pipeline.reuse`); says why not."""
+    from mascot.pipeline.reuse import copy_step, why_not_reused
+
+    reused = {name for name, r in state.data["steps"].items() if r.get("reused_from")}
+    why, theirs = why_not_reused(step, settings, data_file, recorded, reused)
+    if theirs is None:
+        _progress(step.name, f"not reused ({why})", "yellow")
+        return False
+    started = time.monotonic()
+    copy_step(theirs, step)
+    there = (recorded["steps"][step.name] or {}).get("wall_s")
+    state.started(step.name, step.command_line())
+    state.finished(step.name, "completed", time.monotonic() - started, artefact=str(st.artefact(step)), tokens=st.tokens_used(step),
+                   reused_from=str(theirs.folder), wall_s_there=there)  # fmt: skip
+    _require_output(step)
+    _progress(step.name, f"reused from {theirs.folder} (the same command; {there or 0:.0f} s there)", "cyan")
+    return True
 
 
 def _run_step(step: Step, state: PipelineState) -> None:

@@ -62,6 +62,14 @@ class PipelineSettings:
         vocab.DEFAULT_LOCAL_MODEL, "Judge model (hub id or folder; the served id with --judge-url), or a Python function: python:PATH_OR_MODULE:FUNCTION.",
         flags=("--judge-model", "--judge"),
     )
+    group_judge_model: Optional[str] = setting(
+        None, "Judge of conversations: Stage 2's pairs and the evaluation (both scopes); default: --judge-model, which then judges Stage 1 alone. "
+        "Two runs that differ only in it share Stage 1 (see --reuse-from).",
+    )
+    reuse_from: Optional[str] = setting(
+        None, "Another pipeline folder: each step whose command is the one that folder ran (its paths read as this folder's), complete there, "
+        "and whose inputs were reused too, is copied from it instead of run (e.g. Stage 1 and the base evaluation for a second judge).",
+    )
     generation_url: Optional[str] = setting(None, "OpenAI-compatible endpoint (vLLM) for Director, Speakers and user; none: in-process local model.")
     judge_url: Optional[str] = setting(None, "OpenAI-compatible endpoint of the judge; none: in-process local model.")
     rollout_url: Optional[str] = setting(None, "Endpoint for the Director GRPO rollouts (default: --generation-url, or in-process).")

@@ -141,9 +141,11 @@ class Plan:
             flags["director_adapter"] = self.folder("director")
         return flags
 
-    def _judge(self, key: str) -> Flags:
+    def _judge(self, key: str, *, conversations: bool = True) -> Flags:
+        """The judge flags of a judging step: the judge of conversations (Stage 2, the evaluation),
+        or (`conversations=False`) Stage 1's."""
         s = self.settings
-        return {key: s.judge_model, "judge_server_url": s.judge_url}
+        return {key: (s.group_judge_model or s.judge_model) if conversations else s.judge_model, "judge_server_url": s.judge_url}
 
     def _contexts(self, *, evaluation: bool = False) -> Flags:
         """For judging episodes: where each episode's context is looked up by its id."""
@@ -162,7 +164,7 @@ class Plan:
         episodes = self.episodes_file("episodes")
         steps = [
             ("candidates", "generation", ["generate"], {"mode": "individual", **self._data(), **self._generation_roles(trained_speaker=False, trained_director=False),
-                 **self._judge("judge_model"), "output_dir": self.folder("candidates")}, self.folder("candidates")),
+                 **self._judge("judge_model", conversations=False), "output_dir": self.folder("candidates")}, self.folder("candidates")),
             ("reward_model", "training", ["train", "reward-model"], {"data_path": candidates, **self._training("reward_model", s.reward_model)},
                  self.folder("reward_model"), [candidates]),
             ("speaker", "training", ["train", "speaker"], {"data_path": candidates, **self._training("speaker", s.policy_model),
@@ -170,7 +172,7 @@ class Plan:
             ("episodes", "generation", ["generate"], {"mode": "group", "generation_mode": "independent", **self._data(),
                  **self._generation_roles(trained_speaker=True, trained_director=False), "output_dir": self.folder("episodes")}, self.folder("episodes"),
                  [] if s.generation_url else [self.folder("speaker")]),
-            ("group_pairs", "judging", ["prefs", "group"], {"episodes": episodes, "mode": "episode", **self._judge("judge"), **self._contexts(),
+            ("group_pairs", "judging", ["prefs", "group"], {"episodes": episodes, "mode": "trajectory", **self._judge("judge"), **self._contexts(),
                  "output_dir": self.folder("group_pairs")}, self.folder("group_pairs"), [episodes]),
             ("group_reward_model", "training", ["train", "group-reward-model"], {"data_path": self.folder("group_pairs") / "group_pairs.jsonl",
                  **self._training("group_reward_model", s.reward_model)}, self.folder("group_reward_model"), [self.folder("group_pairs") / "group_pairs.jsonl"]),

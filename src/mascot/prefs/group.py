@@ -33,6 +33,7 @@ from mascot.judge.items import collective_item, opening_lines, render_context, u
 from mascot.judge.panel import JudgePanel, mean_scores
 from mascot.judge.prompt import JudgeItem
 from mascot.llm.base import Message
+from mascot.metrics.conversation import copies_example, example_directives
 from mascot.prefs.pairs import PairStats, max_pairs, preference_index_pairs
 from mascot.prompt_text import Trusted, render_prompt, transcript_text
 from mascot.rosters import roster_for_dataset
@@ -41,17 +42,21 @@ from mascot.store import read_jsonl
 
 log = logging.getLogger(__name__)
 
-GroupMode = Literal["episode", "directive"]
+GroupMode = Literal["episode", "trajectory", "directive"]
 GROUP_RM_INSTRUCTION = "Here is a conversation between a group of companions and a person. How good is the group's conversation?"
 
 
 def trajectory_lines(turns: list[Turn], domain: str) -> list[tuple[str, str]]:
-    """(speaker, text) of a trajectory; an agent's speaker carries the directive it followed."""
+    """(speaker, text) of a trajectory; an agent's speaker carries the directive it followed, unless
+    that directive only copies the Director prompt's worked example (no instruction, only words
+    that would hide who spoke and what they said from a reward model)."""
     who = user_label(domain)
+    examples = example_directives()
     lines = []
     for t in turns:
         d = t.directive
-        steer = f" [{d.action}; {d.tone}]" if not t.is_user and d and (d.action or d.tone) else ""
+        real = not t.is_user and d is not None and bool(d.action or d.tone) and not copies_example(d.action, d.tone, examples)
+        steer = f" [{d.action}; {d.tone}]" if real else ""  # type: ignore[union-attr]
         lines.append((who if t.is_user else f"{t.agent_name}{steer}", t.response))
     return lines
 
@@ -115,6 +120,32 @@ def episode_groups(episodes: list[Episode]) -> dict[str, list[Episode]]:
     return {k: sorted(v, key=lambda e: e.metadata.episode_idx) for k, v in groups.items()}
 
 
+def _trajectory_order(episode: Episode) -> tuple[int, int, int]:
+    branch = episode.metadata.branch
+    return (1, branch.decision_round, branch.candidate_idx) if branch else (0, episode.metadata.episode_idx, 0)
+
+
+def trajectory_groups(episodes: list[Episode]) -> dict[str, list[Episode]]:
+    """Every record of one context - independent episodes, spines and branches alike, each a whole
+    conversation - by context and run (keyed as `episode_groups` keys them)."""
+    runs = {run_of(e) for e in episodes}
+    groups: dict[str, list[Episode]] = defaultdict(list)
+    for e in episodes:
+        context = e.context_id or e.episode_id
+        groups[context if len(runs) == 1 else "{}/{}:{}".format(*run_of(e), context)].append(e)
+    return {k: sorted(v, key=_trajectory_order) for k, v in groups.items()}
+
+
+def shared_turns(a: Episode, b: Episode) -> int:
+    """How many turns two records of one context open with alike (speaker and words)."""
+    count = 0
+    for x, y in zip(a.turns, b.turns):
+        if (x.agent_name, x.response) != (y.agent_name, y.response):
+            break
+        count += 1
+    return count
+
+
 def branch_groups(episodes: list[Episode]) -> dict[str, list[Episode]]:
     runs = {run_of(e) for e in episodes if is_branch(e)}
     groups: dict[str, list[Episode]] = defaultdict(list)
@@ -137,8 +168,9 @@ def ran_on_fallback(branch: Episode) -> bool:
 
 
 def items_for_mode(episodes: list[Episode], mode: GroupMode, contexts: dict[str, Context] | None) -> list[JudgeItem]:
-    if mode == "episode":
-        return [collective_item(e, contexts) for group in episode_groups(episodes).values() for e in group]
+    if mode in ("episode", "trajectory"):
+        groups = episode_groups(episodes) if mode == "episode" else trajectory_groups(episodes)
+        return [collective_item(e, contexts) for group in groups.values() for e in group]
     branches = [e for group in branch_groups(episodes).values() for e in group]
     skipped = sum(1 for e in branches if ran_on_fallback(e))
     if skipped:
@@ -149,11 +181,15 @@ def items_for_mode(episodes: list[Episode], mode: GroupMode, contexts: dict[str,
 # --------------------------------------------------------------------------- pairs
 
 
-def episode_pairs(episodes: list[Episode], scores: dict[str, float | None], margin: float, contexts: dict[str, Context] | None = None) -> tuple[list[PreferencePair], PairStats]:
-    """`scores`: collective Overall (1-5) by episode_id."""
+def episode_pairs(
+    episodes: list[Episode], scores: dict[str, float | None], margin: float, contexts: dict[str, Context] | None = None, *, branches: bool = False
+) -> tuple[list[PreferencePair], PairStats]:
+    """`scores`: collective Overall (1-5) by episode_id. With `branches`, the records of a branching
+    run count too, each judged whole (mode "trajectory"): a branch against its siblings or its spine
+    differs only after their shared turns, against another context's record in everything."""
     stats = PairStats(score_margin=margin)
     pairs: list[PreferencePair] = []
-    for query, group in episode_groups(episodes).items():
+    for query, group in (trajectory_groups(episodes) if branches else episode_groups(episodes)).items():
         domain = episode_domain(group[0])
         texts = [render_trajectory(e.turns, domain) for e in group]
         index_pairs, counts = preference_index_pairs([scores.get(e.episode_id) for e in group], margin, texts)
@@ -171,6 +207,7 @@ def episode_pairs(episodes: list[Episode], scores: dict[str, float | None], marg
                     chosen_score=scores[chosen.episode_id],
                     rejected_score=scores[rejected.episode_id],
                     kind="episode",
+                    shared_turns=shared_turns(chosen, rejected),
                     pair_id=f"{chosen.episode_id}>{rejected.episode_id}",
                     roster=chosen.metadata.roster,
                     roster_version=chosen.metadata.roster_version,
@@ -232,7 +269,7 @@ class GroupPreferences:
 
 
 def resolve_mode(episodes: list[Episode], mode: str) -> GroupMode:
-    if mode in ("episode", "directive"):
+    if mode in ("episode", "trajectory", "directive"):
         return mode  # type: ignore[return-value]
     return "directive" if any(is_branch(e) for e in episodes) else "episode"
 
@@ -260,8 +297,10 @@ def pairs_from_judgments(
 ) -> GroupPreferences:
     """The pairs that collective judgments (by judge) make of the episodes."""
     scores = {s.provenance.get("episode_id", s.item_id): s.overall for s in mean_scores(per_judge)}
-    build = episode_pairs if mode == "episode" else directive_pairs
-    pairs, stats = build(episodes, scores, margin, contexts)
+    if mode == "directive":
+        pairs, stats = directive_pairs(episodes, scores, margin, contexts)
+    else:
+        pairs, stats = episode_pairs(episodes, scores, margin, contexts, branches=mode == "trajectory")
     judgments = [j for js in per_judge.values() for j in js]
     if judgments:  # the pairs were made with the judges' rubric, whatever the episodes intended
         for pair in pairs:

@@ -205,6 +205,16 @@ def grpo_config(settings, output: Path, plan: BatchPlan, reward_weights: list[fl
     )
 
 
+def grpo_trainer_class(trainer_class: type, settings) -> type:
+    """TRL's GRPOTrainer, scoring each group's prompt once unless --no-share-prompts
+    (`mascot.train.shared_prompt`)."""
+    from mascot.train.shared_prompt import prompt_sharing
+
+    shared = prompt_sharing(trainer_class)
+    shared.share_prompts = settings.share_prompts
+    return shared
+
+
 def validate_grpo(settings) -> None:
     """GRPO settings that cannot train, refused before anything is loaded or written."""
 

@@ -143,6 +143,11 @@ class GRPOSettings(TrainSettings):
         "default), batch (the whole batch's: a reward that barely varies within a group keeps its small weight there) or none "
         "(not divided). normalize_then_sum divides each reward by its group's deviation whatever this says.",
     )
+    share_prompts: bool = setting(
+        True, "Score a group's completions with their prompt run once (its keys and values given to each completion) instead of once per "
+        "completion: the same log-probabilities and gradients, a fraction of the work when prompts are long and completions short. Applies "
+        "without gradient checkpointing, ZeRO-3 or FSDP (there TRL's own pass runs).", flags=("--share-prompts/--no-share-prompts",),
+    )
     max_per_device_batch: int = field(default=8, metadata={"cli": False})
 
 
@@ -188,7 +193,15 @@ class DirectorGRPOSettings(GRPOSettings):
     )
     rollout_endpoints: Optional[str] = setting(None, "Comma-separated extra rollout endpoints; requests go to the one with the fewest outstanding.")
     speaker_adapter: Optional[str] = setting(None, "The trained Speaker for rollouts: its served LoRA alias (with a rollout URL) or its adapter folder (local).")
-    suffix_rounds: int = setting(2, "Rounds rolled out after the Director's directive.")
+    rollout_director: str = setting(
+        "base", "Who decides a rollout's rounds after the sampled directive: base (the frozen base Director, on the rollout backend) | policy "
+        "(the Director being trained, in process, as it stands at that step: each rollout is the conversation the trained Director would "
+        "go on to hold, so a choice is not rewarded for what a different Director does next).",
+    )
+    suffix_rounds: int = setting(
+        2, "Rounds rolled out after the Director's directive (its own included); 0: to the end of the episode the decision point comes from, "
+        "so that every rollout is a whole conversation, as the episodes the group reward model learnt from.",
+    )
     # The rollouts should read like the episodes the Director is judged on: same reply lengths and
     # sampling as `mascot generate` (a rollout Speaker writing 160 tokens where the episodes wrote 40
     # trains the Director on conversations it never meets, at four times the cost).
@@ -206,7 +219,12 @@ class DirectorGRPOSettings(GRPOSettings):
         "other, reusing a scarce kind's prefixes, so that only a Director that varies on the last Speaker earns the diversity term.",
     )
     user_response_probability: float = setting(0.5, "Chance that the simulated user speaks after a round.")
-    group_reward_weight: float = setting(1.0, "Weight of the group reward model's score.")
+    group_reward_weight: float = setting(1.0, "Weight of the group's reward: the group reward model's score, or the --reward-judge's.")
+    reward_judge: Optional[str] = setting(
+        None, "Score every rollout with this judge's collective Overall (1-5) instead of the group reward model, as online RLAIF does: "
+        "a Python function (python:PATH_OR_MODULE:FUNCTION) or a model (on --reward-judge-url; none: in process). One judgment per rollout.",
+    )
+    reward_judge_url: Optional[str] = setting(None, "OpenAI-compatible endpoint of a --reward-judge model (never the rollout endpoint's by default).")
     diversity_weight: float = setting(
         0.5, "Weight of the diversity term: +1 when the last Speaker before the decision and the rolled-out Speakers are not all the same persona, -1 otherwise."
     )
@@ -216,7 +234,8 @@ class DirectorGRPOSettings(GRPOSettings):
     max_completion_length: int = setting(128, "Most tokens of one directive.")
     directive_opening: bool = setting(
         True, "Each sampled directive continues the directive block's opening (`<directive>` and `agent:`), written at the start of the "
-        "Director's answer as the local backend's Director writes it in episodes; off: the Director writes its whole answer.",
+        "Director's answer as the local backend's Director writes it in episodes, and opens with a roster name (sampled among the names, as "
+        "the local backend's slot and a server's schema hold the Director when it runs); off: the Director writes its whole answer.",
     )
     group_reward_max_length: int = setting(2048, "Longest (context, trajectory) the group reward model reads; as in its training, a longer one loses the middle of its context.")
     rollout_concurrency: int = setting(16, "Suffix rollouts in flight at once.")

@@ -24,6 +24,8 @@ from mascot.train.guard import require_group_prompts
 
 log = logging.getLogger(__name__)
 
+ROLLOUT_DIRECTORS = ("base", "policy")
+
 
 @dataclass
 class DecisionPoint:
@@ -35,6 +37,11 @@ class DecisionPoint:
     domain: str
     decision_round: int
     prompt_version: str = PROMPT_VERSION  # the episode's: the Director trains on the prompts it decided on
+    episode_rounds: int = 0  # rounds of the episode it comes from (0: unknown)
+
+    def rounds_to_end(self) -> int:
+        """Rounds from the decision to the end of its episode (at least the decision's own)."""
+        return max(1, self.episode_rounds - self.decision_round)
 
     def prompt(self) -> list[Message]:
         return director_messages(self.roster, self.context, self.prefix, self.prompt_version)
@@ -46,7 +53,8 @@ def decision_rounds(episode: Episode) -> list[int]:
 
 
 def source_episodes(episodes: list[Episode]) -> list[Episode]:
-    """Whole episodes; branch records repeat their spine's prefix, so they are used only alone."""
+    """Whole episodes; branch records (branching, tree) are used only when there are none (a tree
+    run's records are all branches), each decision point once whatever the records that share it."""
     whole = [e for e in episodes if e.metadata.branch is None]
     return whole or episodes
 
@@ -66,6 +74,7 @@ def sample_decision_points(
 
     rng = random.Random(seed)
     points, pool, bare_contexts = [], [], 0
+    seen: set[tuple] = set()  # records of one tree share their beginnings: each decision point once
     for episode in source_episodes(episodes):
         rounds = decision_rounds(episode)
         if not rounds:
@@ -75,12 +84,24 @@ def sample_decision_points(
             bare_contexts += 1
             context = Context(context_id=episode.context_id or episode.episode_id, dataset=episode.metadata.dataset)
         team = roster or episode_roster(episode) or roster_for_dataset(episode.metadata.dataset)
-        episode_points = [_decision_point(episode, round_id, context, team) for round_id in rounds]
+        episode_points = [p for p in (_decision_point(episode, round_id, context, team) for round_id in rounds) if _first_time(p, seen)]
+        if not episode_points:
+            continue
+        rounds = [p.decision_round for p in episode_points]
         pool.extend(episode_points)
         points.extend(sorted(rng.sample(episode_points, min(per_episode, len(rounds))), key=lambda p: p.decision_round))
     if balance_last_speaker:
         points = balanced_by_last_speaker(pool, len(points), rng)  # as many as the plain draw
     return points, bare_contexts
+
+
+def _first_time(point: DecisionPoint, seen: set[tuple]) -> bool:
+    """Whether no earlier point had this context and prefix (the same prompt, the same rollouts)."""
+    key = (point.context.context_id, point.decision_round, tuple((t.agent_name, t.response) for t in point.prefix))
+    if key in seen:
+        return False
+    seen.add(key)
+    return True
 
 
 def _decision_point(episode: Episode, round_id: int, context: Context, team: Roster) -> DecisionPoint:
@@ -93,6 +114,7 @@ def _decision_point(episode: Episode, round_id: int, context: Context, team: Ros
         domain=episode_domain(episode),
         decision_round=round_id,
         prompt_version=episode.metadata.prompt_version or PROMPT_VERSION,
+        episode_rounds=max((t.round_id for t in episode.turns), default=-1) + 1,
     )
 
 
@@ -166,9 +188,13 @@ def load_decision_inputs(settings: DirectorGRPOSettings) -> DecisionInputs:
 def validate_rollouts(settings: DirectorGRPOSettings) -> None:
     """Rollout settings that would roll out nothing, refused before anything is loaded."""
     for flag, value in (("--rollout-max-tokens", settings.rollout_max_tokens), ("--rollout-user-max-tokens", settings.rollout_user_max_tokens),
-                        ("--rollout-director-max-tokens", settings.rollout_director_max_tokens or 1), ("--suffix-rounds", settings.suffix_rounds)):
+                        ("--rollout-director-max-tokens", settings.rollout_director_max_tokens or 1)):
         if value < 1:
             raise TrainingSetupError(f"{flag} must be at least 1, got {value}")
+    if settings.rollout_director not in ROLLOUT_DIRECTORS:
+        raise TrainingSetupError(f"--rollout-director must be {' or '.join(ROLLOUT_DIRECTORS)}, got {settings.rollout_director!r}")
+    if settings.suffix_rounds < 0:
+        raise TrainingSetupError(f"--suffix-rounds must be 0 (to the end of the episode) or more, got {settings.suffix_rounds}")
     if settings.rollout_temperature < 0:
         raise TrainingSetupError(f"--rollout-temperature must not be negative, got {settings.rollout_temperature}")
 

@@ -18,20 +18,24 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
-from collections.abc import Sequence
+import math
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from mascot.dialogue.director import DIRECTIVE_OPENING, parse_directive
+from mascot.dialogue.director import DIRECTIVE_OPENING, directive_slot, parse_directive
 from mascot.dialogue.engine import EngineSettings, EpisodeEngine
 from mascot.dialogue.prompts import PROMPT_VERSION
 from mascot.dialogue.tally import Tally
+from mascot.judge.items import opening_lines, render_context, turn_lines
+from mascot.judge.prompt import JudgeItem
 from mascot.llm.base import ChatClient, LLMError, Message, strip_think
 from mascot.llm.providers import Backends, RoleEndpoint, build_backends
 from mascot.prefs.group import group_rm_prompt, render_trajectory
-from mascot.schema import Directive, Turn
+from mascot.schema import Directive, Roster, Turn
 from mascot.settings_groups import ClientLimits, split_urls
 from mascot.train import artefact, data
 from mascot.train.artefact import TrainingMetadata
@@ -40,6 +44,7 @@ from mascot.train.common import (
     finish,
     first_last,
     grpo_config,
+    grpo_trainer_class,
     open_output,
     policy_template_kwargs,
     reward_function_trends,
@@ -47,6 +52,7 @@ from mascot.train.common import (
     save_model,
 )
 from mascot.train.config import DEFAULT_REWARD_BASE_MODEL, DirectorGRPOSettings
+from mascot.vocab import DEFAULT_RUBRIC_VERSION
 from mascot.train.decision_points import DecisionInputs, DecisionPoint, last_speaker, load_decision_inputs
 from mascot.train.models import base_model_id, count_parameters, load_causal_lm, load_tokenizer, lora_config, model_ref
 from mascot.train.rewards import completion_text, diversity_score
@@ -59,7 +65,19 @@ log = logging.getLogger(__name__)
 ROLLOUT_TRACE = "rollout_call_trace.jsonl"  # one line per rollout request, in the output folder
 # the Director's reward functions as TRL names them (rewards/<name>/mean); an instance's __name__,
 # since a class's own __name__ stays the class name
-GROUP_REWARD, DIVERSITY = "group_reward_model", "diversity"
+GROUP_REWARD, DIVERSITY, JUDGE_REWARD = "group_reward_model", "diversity", "judge"
+CHOICE_METRIC, CHOICE_ENTROPY = "director/share/", "director/choice_entropy"  # logged per step
+
+
+def choice_shares(names: list[str], roster_names: list[str]) -> dict[str, float]:
+    """Each roster companion's share of `names` (0 for one never picked)."""
+    return {name: (names.count(name) / len(names) if names else 0.0) for name in roster_names}
+
+
+def choice_entropy(shares: dict[str, float]) -> float:
+    """Entropy of the choice in bits: log2(roster size) when every companion is picked as often,
+    0 when one is always picked."""
+    return -sum(p * math.log2(p) for p in shares.values() if p > 0)
 
 
 # --------------------------------------------------------------------------- rollouts and scores
@@ -103,6 +121,32 @@ class GroupRewardModelScorer:
         return self.scorer.score([self.conversation(r) for r in rollouts])
 
 
+class JudgeTrajectoryScorer:
+    """The judge itself on each rollout's whole conversation, as its collective Overall (1-5): online
+    RLAIF, where a judge is cheap enough to ask once per rollout (a plug-in function, a served
+    model). A rollout the judge could not score gets no score (its group's mean, like a failed
+    rollout) and is counted."""
+
+    def __init__(self, judge) -> None:
+        self.judge = judge
+        self.failures = 0
+
+    @staticmethod
+    def item(rollout: Rollout, index: int) -> JudgeItem:
+        point = rollout.point
+        return JudgeItem(
+            item_id=f"{point.point_id}~{index}#collective", scope="collective", domain=point.domain, context=render_context(point.context),
+            history=opening_lines(point.context, point.domain), turns=turn_lines(rollout.trajectory, point.domain),
+            roster=list(point.roster.personas), system="director-rollout", provenance={"context_id": point.context.context_id},
+        )  # fmt: skip
+
+    async def score(self, rollouts: Sequence[Rollout]) -> list[float | None]:
+        judgments = await self.judge.judge_many([self.item(r, i) for i, r in enumerate(rollouts)])
+        scores = [None if j.failed or j.overall is None else float(j.overall) for j in judgments]
+        self.failures += sum(score is None for score in scores)
+        return scores
+
+
 class RolloutFailure(TrainingSetupError):
     """Every rollout of a step failed: the rewards would be made up, so training stops."""
 
@@ -114,6 +158,7 @@ class RolloutStats:
     rollout_failures: int = 0
     engine_counters: dict[str, int] = field(default_factory=dict)
     first_unparsed: str | None = None  # this process's first completion that was not a directive, for the error
+    choices: list[dict[str, float]] = field(default_factory=list)  # per reward call: each companion's share of the parsed directives
 
 
 @dataclass
@@ -124,13 +169,14 @@ class RolloutBatch:
     rollouts: dict[int, Rollout]  # completion index -> its rollout (parsed, rolled out)
     failed: set[int]  # parsed, but the rollout failed on the server
 
-    def rewards(self, scores: dict[int, float], parse_failure_reward: float) -> list[float]:
+    def rewards(self, scores: dict[int, float | None], parse_failure_reward: float) -> list[float]:
         """One reward per completion: its score when it was rolled out, the parse-failure reward
-        when it did not parse, and its group's mean when its rollout failed - not the Director's
-        fault, so no advantage either way."""
+        when it did not parse, and its group's mean when its rollout failed or could not be scored
+        (a judge's failure) - not the Director's fault, so no advantage either way."""
+        unscored = self.failed | {i for i, score in scores.items() if score is None}
         rewards = [scores.get(i, parse_failure_reward) for i in range(len(self.point_id))]
-        for i in self.failed:
-            peers = [r for j, r in enumerate(rewards) if self.point_id[j] == self.point_id[i] and j not in self.failed]
+        for i in unscored:
+            peers = [r for j, r in enumerate(rewards) if self.point_id[j] == self.point_id[i] and j not in unscored]
             rewards[i] = sum(peers) / len(peers) if peers else 0.0
         return rewards
 
@@ -201,7 +247,7 @@ class DirectorRollouts:
                         point.context,
                         point.prefix,
                         parsed[i].directive,
-                        num_rounds=self.settings.suffix_rounds,
+                        num_rounds=self.settings.suffix_rounds or point.rounds_to_end(),
                         seed_key=(point.point_id, step, i),
                         directive_output=strip_think(texts[i]),
                     )
@@ -218,6 +264,7 @@ class DirectorRollouts:
         failed = set(valid) - set(rollouts)
         self._check_failures(step, len(failed), len(valid))
         self._record(len(texts), len(texts) - len(valid), len(failed), rollouts, log_metric)
+        self._record_choices([parsed[i].directive.agent_name for i in valid], [self.points[p].roster for p in point_id], log_metric)  # type: ignore[union-attr]
         return RolloutBatch(point_id, rollouts, failed)
 
     def _check_failures(self, step: int, failed: int, attempted: int) -> None:
@@ -234,6 +281,19 @@ class DirectorRollouts:
                 f"every rollout of step {step} failed ({failed} of {attempted}; see the warnings above): "
                 "check --rollout-server-url and that it serves --rollout-model"
             )
+
+    def _record_choices(self, names: list[str], rosters: list[Roster], log_metric) -> None:
+        """Each companion's share of this call's parsed directives and the entropy of the choice
+        (bits), logged per step (`director/share/<name>`, `director/choice_entropy`): a Director
+        collapsing onto one companion shows as one share rising and the entropy falling."""
+        roster_names = list(dict.fromkeys(n for roster in rosters for n in roster.names))
+        shares = choice_shares(names, roster_names)
+        self.stats.choices.append(shares)
+        if log_metric is None or not names:
+            return
+        for name, share in shares.items():
+            log_metric(f"{CHOICE_METRIC}{name}", share)
+        log_metric(CHOICE_ENTROPY, choice_entropy(shares))
 
     def _record(self, n: int, parse_failures: int, rollout_failures: int, rollouts: dict[int, Rollout], log_metric) -> None:
         self.stats.completions += n
@@ -262,9 +322,12 @@ class DirectorReward:
 
     async def __call__(self, prompts, completions, point_id, trainer_state=None, log_metric=None, **_: Any) -> list[float]:
         batch = await self.rollouts.batch(completions, point_id, trainer_state, log_metric)
-        return batch.rewards(self.score(batch, log_metric), self.rollouts.settings.parse_failure_reward)
+        scores = self.score(batch, log_metric)
+        if inspect.isawaitable(scores):  # a judge scores on the event loop
+            scores = await scores
+        return batch.rewards(scores, self.rollouts.settings.parse_failure_reward)
 
-    def score(self, batch: RolloutBatch, log_metric) -> dict[int, float]:
+    def score(self, batch: RolloutBatch, log_metric) -> dict[int, float | None] | Awaitable[dict[int, float | None]]:
         raise NotImplementedError
 
 
@@ -277,11 +340,21 @@ class GroupRewardModelReward(DirectorReward):
         super().__init__(rollouts)
         self.scorer = scorer
 
-    def score(self, batch: RolloutBatch, log_metric) -> dict[int, float]:
+    def score(self, batch: RolloutBatch, log_metric) -> dict[int, float | None] | Awaitable[dict[int, float | None]]:
         order = sorted(batch.rollouts)
         scores = self.scorer.score([batch.rollouts[i] for i in order]) if order else []
-        if log_metric is not None and scores:
-            log_metric("director/group_reward", sum(scores) / len(scores))
+        if inspect.isawaitable(scores):
+            return self._settled(order, scores, log_metric)
+        return self._logged(order, scores, log_metric)
+
+    async def _settled(self, order: list[int], scores, log_metric) -> dict[int, float | None]:
+        return self._logged(order, await scores, log_metric)
+
+    @staticmethod
+    def _logged(order: list[int], scores: list, log_metric) -> dict[int, float | None]:
+        scored = [s for s in scores if s is not None]
+        if log_metric is not None and scored:
+            log_metric("director/group_reward", sum(scored) / len(scored))
         return dict(zip(order, scores, strict=True))
 
 
@@ -321,10 +394,23 @@ def director_rewards(
     rollouts = DirectorRollouts(points, clients, settings, consumers=len(weights))
     funcs: list[DirectorReward] = []
     if GROUP_REWARD in weights:
-        funcs.append(GroupRewardModelReward(rollouts, scorer))
+        group = GroupRewardModelReward(rollouts, scorer)
+        if isinstance(scorer, JudgeTrajectoryScorer):
+            group.__name__ = JUDGE_REWARD  # what TRL logs it as: rewards/judge/mean
+        funcs.append(group)
     if DIVERSITY in weights:
         funcs.append(DiversityReward(rollouts))
-    return DirectorRewards(rollouts, funcs, [weights[f.__name__] for f in funcs])
+    return DirectorRewards(rollouts, funcs, [weights[DIVERSITY if isinstance(f, DiversityReward) else GROUP_REWARD] for f in funcs])
+
+
+def judge_scorer(settings: DirectorGRPOSettings, clients: dict[str, ChatClient], rubric_version: str | None) -> JudgeTrajectoryScorer:
+    """--reward-judge as a rollout scorer: a plug-in function, or a rubric judge on the judge client."""
+    from mascot.judge.opener import JudgeConfig, plugin_judge, rubric_judge
+    from mascot.judge.plugin import is_plugin
+
+    config = JudgeConfig(rubric_version or DEFAULT_RUBRIC_VERSION)
+    name = settings.reward_judge or ""
+    return JudgeTrajectoryScorer(plugin_judge(name, config) if is_plugin(name) else rubric_judge(clients["judge"], config))
 
 
 # --------------------------------------------------------------------------- clients
@@ -352,6 +438,17 @@ def directive_prompt(point: DecisionPoint, settings: DirectorGRPOSettings, token
     return rendered + DIRECTIVE_OPENING
 
 
+def name_slot(settings: DirectorGRPOSettings, points: list[DecisionPoint]):
+    """The roster-name slot the Director's completions open with when its prompt ends with the
+    directive's opening: sampled under it, the Director picks among the names as it does when it
+    runs (the local backend's slot, a server's schema) and never spends a completion on a name no
+    roster has. None without the opening, or for decision points of several rosters."""
+    rosters = {p.roster.ident: p.roster for p in points}
+    if not settings.directive_opening or len(rosters) != 1:
+        return None
+    return directive_slot(next(iter(rosters.values())))
+
+
 def rollout_endpoints(settings: DirectorGRPOSettings) -> dict[str, RoleEndpoint]:
     """The frozen roles during rollouts: the Speaker (the trained one when --speaker-adapter is
     given), the simulated user and, for later suffix rounds, the base Director.
@@ -365,7 +462,10 @@ def rollout_endpoints(settings: DirectorGRPOSettings) -> dict[str, RoleEndpoint]
         speaker = RoleEndpoint("speaker", settings.speaker_adapter or model, url, base_model=model)
     else:
         speaker = RoleEndpoint("speaker", model, adapter=settings.speaker_adapter)
-    return {"director": RoleEndpoint("director", model, url), "speaker": speaker, "user": RoleEndpoint("user", model, url)}
+    endpoints = {"director": RoleEndpoint("director", model, url), "speaker": speaker, "user": RoleEndpoint("user", model, url)}
+    if settings.reward_judge and not settings.reward_judge.startswith("python:"):  # a model judges the rollouts
+        endpoints["judge"] = RoleEndpoint("judge", settings.reward_judge, settings.reward_judge_url)
+    return endpoints
 
 
 def build_rollout_backends(settings: DirectorGRPOSettings, trace_path: Path | None = None) -> Backends:
@@ -380,7 +480,7 @@ def build_rollout_backends(settings: DirectorGRPOSettings, trace_path: Path | No
     return build_backends(rollout_endpoints(settings), options, trace_path=trace_path)
 
 
-def close_backends(trainer, backends: Backends) -> None:
+def close_backends(trainer, backends) -> None:
     """Closes the rollout clients on the event loop their sessions were opened on (TRL's loop for
     asynchronous reward functions, when the trainer got that far)."""
     loop = getattr(trainer, "async_loop", None)
@@ -393,13 +493,30 @@ def close_backends(trainer, backends: Backends) -> None:
         log.warning("closing the rollout clients failed: %s", exc)
 
 
+close_client = close_backends  # anything with `aclose`, closed where its tasks run
+
+
+def policy_director(settings: DirectorGRPOSettings, trainer, tokenizer, rollouts: DirectorRollouts) -> ChatClient | None:
+    """With --rollout-director policy, the rollouts' later rounds are decided by the Director being
+    trained: an in-process client over the trainer's model, which samples in eval mode between
+    optimizer steps (rewards are computed while nothing trains)."""
+    if settings.rollout_director != "policy":
+        return None
+    from mascot.llm.local import ModelClient
+
+    client = ModelClient(f"{settings.model_name} (the Director being trained)", lambda: trainer.accelerator.unwrap_model(trainer.model_wrapped),
+                         tokenizer, max_batch_size=max(1, settings.rollout_concurrency))  # fmt: skip
+    rollouts.clients = {**rollouts.clients, "director": client}
+    return client
+
+
 def rollout_model(settings: DirectorGRPOSettings) -> str:
     return settings.rollout_model or settings.model_name
 
 
 def resolve_group_reward_model_path(settings: DirectorGRPOSettings, dataset: str) -> None:
     """--group-reward-model-path defaults to where `mascot train group-reward-model` writes."""
-    if settings.group_reward_weight == 0 or settings.group_reward_model_path:
+    if settings.group_reward_weight == 0 or settings.group_reward_model_path or settings.reward_judge:
         return
 
     default = artefact.default_output_dir("group_reward_model", dataset, DEFAULT_REWARD_BASE_MODEL)
@@ -413,7 +530,7 @@ def resolve_group_reward_model_path(settings: DirectorGRPOSettings, dataset: str
 
 
 def load_group_scorer(settings: DirectorGRPOSettings) -> TrajectoryScorer | None:
-    if settings.group_reward_weight == 0:
+    if settings.group_reward_weight == 0 or settings.reward_judge:
         return None
     if not settings.group_reward_model_path:
         raise TrainingSetupError("pass --group-reward-model-path (or --group-reward-weight 0 to train on the diversity term only)")
@@ -447,12 +564,15 @@ def train_director_grpo(
 
     scorer = trajectory_scorer if trajectory_scorer is not None else load_group_scorer(settings)
     backends = None if rollout_clients is not None else build_rollout_backends(settings, output / ROLLOUT_TRACE)
-    rewards = director_rewards({p.point_id: p for p in inputs.points}, rollout_clients or backends.clients, scorer, settings)
-    trainer = None
+    clients = rollout_clients or backends.clients
+    if trajectory_scorer is None and settings.reward_judge and settings.group_reward_weight:
+        scorer = judge_scorer(settings, clients, settings.rubric_version or inputs.run.get("rubric_version"))
+    rewards = director_rewards({p.point_id: p for p in inputs.points}, clients, scorer, settings)
+    trainer = policy = None
     try:
         config = grpo_config(settings, output, plan, rewards.weights)  # before the model: see reward_model.py
         tokenizer = load_tokenizer(settings.model_name)
-        trainer = GRPOTrainer(
+        trainer = grpo_trainer_class(GRPOTrainer, settings)(
             model=load_causal_lm(settings.model_name),
             reward_funcs=rewards.funcs,
             args=config,
@@ -460,14 +580,21 @@ def train_director_grpo(
             processing_class=tokenizer,
             peft_config=lora_config(settings, "CAUSAL_LM") if settings.lora else None,
         )
+        trainer.choice_slot = name_slot(settings, inputs.points)
+        policy = policy_director(settings, trainer, tokenizer, rewards.rollouts)
         figures = run_training(trainer, checkpoint)
     finally:
         if backends is not None:
             close_backends(trainer, backends)
+        if policy is not None:
+            close_client(trainer, policy)
     figures.update(count_parameters(trainer.model))
     stats = rewards.rollouts.stats = summed_over_processes(trainer, rewards.rollouts.stats)
     refuse_if_nothing_parsed(stats)
-    meta = _metadata(settings, inputs, save_model(trainer, output), _evaluation(trainer, stats, rewards.funcs), figures)
+    evaluation = _evaluation(trainer, stats, rewards.funcs)
+    if isinstance(scorer, JudgeTrajectoryScorer):
+        evaluation["num_reward_judge_failures"] = scorer.failures
+    meta = _metadata(settings, inputs, save_model(trainer, output), evaluation, figures)
     finish(trainer, output, meta, settings, plan)
     return TrainOutcome(output, meta, extra={"rollout_stats": stats})
 
@@ -502,7 +629,7 @@ def summed_over_processes(trainer, stats: RolloutStats) -> RolloutStats:
 
     counts = torch.tensor([stats.completions, stats.parse_failures, stats.rollout_failures], dtype=torch.long, device=accelerator.device)
     completions, parse_failures, rollout_failures = (int(v) for v in accelerator.reduce(counts, reduction="sum").tolist())
-    return RolloutStats(completions, parse_failures, rollout_failures, stats.engine_counters, stats.first_unparsed)
+    return RolloutStats(completions, parse_failures, rollout_failures, stats.engine_counters, stats.first_unparsed, stats.choices)
 
 
 def _metadata(settings: DirectorGRPOSettings, inputs: DecisionInputs, weights, evaluation: dict, figures: dict) -> TrainingMetadata:
@@ -533,6 +660,8 @@ def _evaluation(trainer, stats: RolloutStats, reward_funcs) -> dict:
         "group_reward": first_last(trainer, "director/group_reward"),
         "diversity": first_last(trainer, "director/diversity"),
         "parse_failure_rate": first_last(trainer, "director/parse_failure_rate"),
+        "choice_shares": choice_trends(trainer) or None,
+        "choice_entropy": first_last(trainer, CHOICE_ENTROPY),
         "num_completions": stats.completions,
         "num_directive_parse_failures": stats.parse_failures,
         "num_rollout_failures": stats.rollout_failures,
@@ -541,9 +670,18 @@ def _evaluation(trainer, stats: RolloutStats, reward_funcs) -> dict:
     return {k: v for k, v in figures.items() if v is not None}
 
 
+def choice_trends(trainer) -> dict[str, dict[str, float]]:
+    """First and last logged share of each companion among the sampled directives."""
+    names = sorted({key[len(CHOICE_METRIC) :] for entry in trainer.state.log_history for key in entry if key.startswith(CHOICE_METRIC)})
+    trends = {name: first_last(trainer, f"{CHOICE_METRIC}{name}") for name in names}
+    return {name: trend for name, trend in trends.items() if trend is not None}
+
+
 def _sources(settings: DirectorGRPOSettings) -> dict[str, str]:
     sources = {}
-    if settings.group_reward_model_path:
+    if settings.reward_judge:
+        sources["reward_judge"] = settings.reward_judge
+    elif settings.group_reward_model_path:
         sources["group_reward_model"] = model_ref(settings.group_reward_model_path)
     if settings.speaker_adapter:  # a folder (local rollouts) or the alias a rollout server serves it under
         adapter = Path(settings.speaker_adapter).expanduser()
@@ -558,5 +696,17 @@ def describe(outcome: TrainOutcome) -> str:
     trend = f"mean reward {reward['first']:+.3f} -> {reward['last']:+.3f}" if reward else "no reward logged"
     failures = f"{ev.get('num_directive_parse_failures', 0)} of {ev.get('num_completions', 0)} directives did not parse"
     rollouts = f"{ev.get('num_rollout_failures', 0)} rollouts failed (given their group's mean reward)"
-    return f"{trend}; {failures}; {rollouts}; artefact: {outcome.output_dir}"
+    return f"{trend}; {failures}; {rollouts}{choices_moved(ev)}; artefact: {outcome.output_dir}"
+
+
+def choices_moved(evaluation: dict) -> str:
+    """How the Director's sampled choices moved from the first logged step to the last, led by the
+    companion it picks most at the end: a collapse onto one companion is named, never silent."""
+    shares = evaluation.get("choice_shares") or {}
+    if not shares:
+        return ""
+    top = max(shares, key=lambda name: shares[name]["last"])
+    entropy = evaluation.get("choice_entropy")
+    bits = f", choice entropy {entropy['first']:.2f} -> {entropy['last']:.2f} bits" if entropy else ""
+    return f"; {top} {shares[top]['first']:.0%} -> {shares[top]['last']:.0%} of the sampled directives{bits}"
 

@@ -146,10 +146,11 @@ def evaluate_pairs(model, tokenizer, held_out: list[PreferencePair], train_pairs
         "train_pairwise_accuracy": seen["pairwise_accuracy"],
         "train_pairs_scored": seen["num_pairs"],
     }
-    if any(p.is_cross_persona for p in held_out):
+    kinds = sorted({p.pair_kind for p in held_out})
+    if len(kinds) > 1:  # own and cross-persona pairs; whole episodes and branches of one beginning
         evaluation["heldout_by_kind"] = {}
-        for kind, cross in (("own", False), ("cross_persona", True)):
-            sides = [(c, r) for p, c, r in zip(held_out, chosen, rejected) if p.is_cross_persona == cross]
+        for kind in kinds:
+            sides = [(c, r) for p, c, r in zip(held_out, chosen, rejected) if p.pair_kind == kind]
             figures = accuracy_of([c for c, _ in sides], [r for _, r in sides])
             evaluation["heldout_by_kind"][kind] = {"pairs": figures["num_pairs"], "accuracy": figures["pairwise_accuracy"]}
     return evaluation

@@ -23,6 +23,7 @@ from mascot.train.common import (
     finish,
     first_last,
     grpo_config,
+    grpo_trainer_class,
     open_output,
     reward_function_trends,
     run_training,
@@ -111,7 +112,7 @@ def train_speaker(settings: SpeakerGRPOSettings) -> TrainOutcome:
 
     config = grpo_config(settings, output, plan, weights)  # before the model: see reward_model.py
     tokenizer = load_tokenizer(settings.model_name)
-    trainer = GRPOTrainer(
+    trainer = grpo_trainer_class(GRPOTrainer, settings)(
         model=load_causal_lm(settings.model_name),
         reward_funcs=reward_funcs,
         args=config,
