@@ -48,8 +48,10 @@ test-web: $(STAMP)
 test-pipeline: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -m pipeline
 
-# `mascot pipeline --preset learn` end to end (about 38 minutes on 2 cores, offline): the trained
-# Speaker beats the base on held-out contexts with p < 0.05, the trained group beats the base group.
+# `mascot pipeline --preset learn` end to end against two rule judges (the second reuses the first's
+# Stage 1; offline, 2 cores, times in benchmarks/README.md): per judge, on held-out contexts, the
+# trained Speaker and the trained Director alone beat the base with p < 0.05, the trained pair beats
+# the base pair, the group reward model ranks >= 0.75 of >= 50 held-out pairs, no Director collapses.
 # MASCOT_LEARN_OUTPUT_DIR=DIR: run (or resume, or check) the preset in DIR instead of a fresh folder.
 test-learn: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -s -m learn tests/test_pipeline_learn.py

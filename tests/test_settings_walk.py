@@ -30,7 +30,7 @@ BASE = {"dataset": "ESConv", "data_file": ESCONV, "output_dir": Path("runs")}
 # Valid non-default values where "default + 1" or "not default" does not make one.
 VALUES = {
     "dataset": "ED", "data_file": Path("other/test.jsonl"), "split": "valid", "extra_body": '{"top_k": 20}',
-    "generation_mode": "independent", "turn_policy": "round-robin", "prompt_family": "zero-shot", "safety": "on",
+    "generation_mode": "independent", "branch_proposals": "roster", "turn_policy": "round-robin", "prompt_family": "zero-shot", "safety": "on",
     "safety_locale": "en-GB", "user_big_five_profile": "High Openness", "user_profile_set": "mbti", "user_profile": "Low Openness", "system": "baseline", "rubric_version": "paper_v1",
     "judge_scoring": "json", "cache_dir": Path("cache"), "output_dir": Path("elsewhere"), "roster": "meetings",
     "mode": "individual", "user_response_probability": 0.9, "temperature": 0.2, "prompt_version": "v1", "safety_model_scope": "all",

@@ -373,7 +373,8 @@ def test_suffix_rounds_zero_rolls_each_decision_out_to_the_end_of_its_episode():
     for point in points:
         clients = scripted_clients()
         batch = asyncio.run(DirectorRollouts({point.point_id: point}, clients, settings, consumers=1).batch([[{"role": "assistant", "content": directive("The Anchor")}]], [point.point_id]))
-        suffix = batch.rollouts[0].suffix
+        (rollout,) = batch.rollouts[0]
+        suffix = rollout.suffix
         assert [t.round_id for t in suffix] == list(range(point.decision_round, 3))  # a whole conversation, as the episodes were
         assert suffix[0].agent_name == "The Anchor"
 
@@ -470,3 +471,75 @@ def test_an_unknown_rollout_director_is_one_line(tmp_path):
     settings = DirectorGRPOSettings(data_path=str(run), model_name="tiny", output_dir=str(tmp_path / "director"), batch_size=4, num_generations=2, rollout_director="judge")
     with pytest.raises(MascotError, match="--rollout-director must be base or policy"):
         train_director_grpo(settings, rollout_clients=scripted_clients(), trajectory_scorer=Favour("The Anchor"))
+
+
+def tree_records(contexts: list[Context]) -> list[Episode]:
+    from mascot.dialogue.batch import run_all
+    from mascot.dialogue.engine import EpisodeEngine
+    from mascot.dialogue.settings import EngineSettings
+
+    client = group_client()
+    engine = EpisodeEngine(ROSTER, {"director": client, "speaker": client, "user": client}, EngineSettings(generation_mode="tree", num_turns=2))
+    records: list[Episode] = []
+    asyncio.run(run_all(engine, contexts, write=records.append, skip=lambda key: False))
+    return records
+
+
+class NoRepeat:
+    """1 when the conversation's last two companions differ, else 0."""
+
+    def score(self, rollouts):
+        names = [[t.agent_name for t in r.trajectory if not t.is_user] for r in rollouts]
+        return [float(len(n) < 2 or n[-1] != n[-2]) for n in names]
+
+
+def test_recorded_rollouts_reward_a_choice_with_the_conversations_that_went_on_from_it():
+    """--rollouts recorded: a choice's reward is the mean score of the tree's conversations that
+    went on with that companion (three after the first decision, one after the second); nothing
+    is rolled out."""
+    from mascot.train.decision_points import recorded_continuations
+    from mascot.train.director_grpo import DirectorRollouts, GroupRewardModelReward
+
+    records = tree_records([context(0)])
+    points, _ = sample_decision_points(records, per_episode=2, seed=3)
+    recorded = recorded_continuations(records, points)
+    settings = DirectorGRPOSettings(data_path="unused", model_name="tiny", rollouts="recorded", directive_opening=False)
+    for point in points:
+        assert sorted(recorded[point.point_id]) == sorted(ROSTER.names)
+        assert {len(c) for c in recorded[point.point_id].values()} == ({3} if point.decision_round == 0 else {1})
+        rollouts = DirectorRollouts({point.point_id: point}, {}, settings, consumers=1, recorded=recorded)
+        reward = GroupRewardModelReward(rollouts, NoRepeat())
+        values = asyncio.run(reward([None] * 3, [[{"role": "assistant", "content": directive(n)}] for n in ROSTER.names], [point.point_id] * 3))
+        if point.decision_round == 0:
+            assert values == pytest.approx([2 / 3] * 3)  # whoever opens, one of the three next companions repeats them
+        else:
+            before = [t.agent_name for t in point.prefix if not t.is_user][-1]
+            assert values == [0.0 if n == before else 1.0 for n in ROSTER.names]
+
+
+def test_director_grpo_on_recorded_rollouts_trains_without_a_rollout_backend(tmp_path):
+    records = tree_records([context(i) for i in range(2)])
+    run = write_episode_run(tmp_path / "tree_ED_tiny", records)
+    base = tiny_model(tmp_path / "base")
+    settings = DirectorGRPOSettings(
+        data_path=str(run), model_name=str(base), output_dir=str(tmp_path / "director"), batch_size=4, num_generations=2, max_steps=1,
+        max_completion_length=8, logging_steps=1, rollouts="recorded",
+    )
+    outcome = train_director_grpo(settings, trajectory_scorer=NoRepeat())  # no rollout clients: none is built
+    stats = outcome.extra["rollout_stats"]
+    assert stats.completions == 4 and stats.rollout_failures == 0 and not stats.engine_counters
+
+
+@pytest.mark.parametrize(("flags", "says"), [
+    ({"rollouts": "recorded"}, "no recorded conversation for every companion .*--generation-mode tree"),
+    ({"rollouts": "recorded", "rollout_director": "policy"}, "nothing to direct with --rollouts recorded"),
+    ({"rollouts": "cached"}, "--rollouts must be live or recorded"),
+])
+def test_recorded_rollouts_need_a_tree_and_no_rollout_director(tmp_path, flags, says):
+    from mascot.errors import MascotError
+
+    run = write_episode_run(tmp_path / "directed_ED_tiny", [episode(i) for i in range(4)])
+    settings = DirectorGRPOSettings(data_path=str(run), model_name="tiny", output_dir=str(tmp_path / "director"), batch_size=4, num_generations=2, **flags)
+    with pytest.raises(MascotError, match=says):
+        train_director_grpo(settings, trajectory_scorer=NoRepeat())
+    assert not (tmp_path / "director").exists()

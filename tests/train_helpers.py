@@ -228,11 +228,12 @@ def capture_grpo_trainer(monkeypatch, module: str) -> dict:
     a trainer hands TRL, checked without a model."""
     seen: dict = {}
 
-    def stand_in(**kwargs):
-        seen.update(kwargs)
-        raise TrainerBuilt
+    class StandIn:  # a class: the trainers subclass TRL's (mascot.train.shared_prompt)
+        def __init__(self, **kwargs):
+            seen.update(kwargs)
+            raise TrainerBuilt
 
-    monkeypatch.setattr("trl.GRPOTrainer", stand_in)
+    monkeypatch.setattr("trl.GRPOTrainer", StandIn)
     monkeypatch.setattr(f"{module}.load_causal_lm", lambda name: None)
     from transformers import AutoTokenizer
 

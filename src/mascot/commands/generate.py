@@ -23,7 +23,7 @@ STAGE_1_ONLY = (
     "judge_extra_body", "judge_thinking",
 )  # fmt: skip
 GROUP_ONLY = (
-    "num_turns", "generation_mode", "num_episodes", "user_response_probability", "enable_user_simulation", "enable_big_five",
+    "num_turns", "generation_mode", "num_episodes", "branch_proposals", "user_response_probability", "enable_user_simulation", "enable_big_five",
     "user_big_five_profile", "user_profile_set", "user_profile", "turn_policy", "max_consecutive_turns", "prompt_family", "self_consistency_samples", "mesc_strategists", "system", "director_max_tokens",
     "user_max_tokens", "safety", "safety_locale", "safety_embeddings", "safety_model_scope", "safety_server_url", "safety_model", "repetition_penalty",
     "director_server_url", "director_model",

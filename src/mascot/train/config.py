@@ -148,6 +148,10 @@ class GRPOSettings(TrainSettings):
         "completion: the same log-probabilities and gradients, a fraction of the work when prompts are long and completions short. Applies "
         "without gradient checkpointing, ZeRO-3 or FSDP (there TRL's own pass runs).", flags=("--share-prompts/--no-share-prompts",),
     )
+    lora_last_layers: int = setting(
+        0, "LoRA on the last N decoder layers only (0: every layer): the backward pass stops below the lowest adapted layer, so a step "
+        "over long prompts costs a fraction of its gradient work; the layers kept are named in the adapter's config.",
+    )
     max_per_device_batch: int = field(default=8, metadata={"cli": False})
 
 
@@ -193,6 +197,12 @@ class DirectorGRPOSettings(GRPOSettings):
     )
     rollout_endpoints: Optional[str] = setting(None, "Comma-separated extra rollout endpoints; requests go to the one with the fewest outstanding.")
     speaker_adapter: Optional[str] = setting(None, "The trained Speaker for rollouts: its served LoRA alias (with a rollout URL) or its adapter folder (local).")
+    rollouts: str = setting(
+        "live", "Where a sampled directive's reward comes from: live (its conversation rolled out to the end of --suffix-rounds and scored) | "
+        "recorded (the scores of the recorded conversations that went on with the companion it names, averaged: episodes of "
+        "`mascot generate --generation-mode tree` hold one for every companion at every decision point; no Speaker or user runs, so "
+        "a step costs the Director's own sampling, and only the choice of companion is learnt, not the directive's wording).",
+    )
     rollout_director: str = setting(
         "base", "Who decides a rollout's rounds after the sampled directive: base (the frozen base Director, on the rollout backend) | policy "
         "(the Director being trained, in process, as it stands at that step: each rollout is the conversation the trained Director would "

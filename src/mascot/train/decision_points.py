@@ -25,6 +25,7 @@ from mascot.train.guard import require_group_prompts
 log = logging.getLogger(__name__)
 
 ROLLOUT_DIRECTORS = ("base", "policy")
+ROLLOUT_SOURCES = ("live", "recorded")
 
 
 @dataclass
@@ -97,11 +98,50 @@ def sample_decision_points(
 
 def _first_time(point: DecisionPoint, seen: set[tuple]) -> bool:
     """Whether no earlier point had this context and prefix (the same prompt, the same rollouts)."""
-    key = (point.context.context_id, point.decision_round, tuple((t.agent_name, t.response) for t in point.prefix))
+    key = (point.context.context_id, point.decision_round, prefix_key(point.prefix))
     if key in seen:
         return False
     seen.add(key)
     return True
+
+
+def prefix_key(turns: list[Turn]) -> tuple:
+    return tuple((t.agent_name, t.response) for t in turns)
+
+
+def recorded_continuations(episodes: list[Episode], points: list[DecisionPoint]) -> dict[str, dict[str, list[list[Turn]]]]:
+    """For each decision point, every recorded way its conversation went on, by the companion that
+    spoke first: in a tree run (`--generation-mode tree`) each companion's subtree, whose leaves are
+    whole recorded conversations. `--rollouts recorded` rewards a sampled choice with the scores of
+    those conversations instead of rolling one out."""
+    by_prefix: dict[tuple, dict[str, dict[tuple, list[Turn]]]] = {}
+    for episode in episodes:
+        context_id = episode.context_id or episode.episode_id
+        for round_id in decision_rounds(episode):
+            suffix = [t for t in episode.turns if t.round_id >= round_id]
+            first = next((t.agent_name for t in suffix if not t.is_user), None)
+            if first is None:
+                continue
+            key = (context_id, round_id, prefix_key([t for t in episode.turns if t.round_id < round_id]))
+            by_prefix.setdefault(key, {}).setdefault(first, {})[prefix_key(suffix)] = suffix
+    sources = {e.episode_id: e.context_id or e.episode_id for e in episodes}
+    return {
+        p.point_id: {name: list(found.values()) for name, found in by_prefix.get((sources[p.episode_id], p.decision_round, prefix_key(p.prefix)), {}).items()}
+        for p in points
+    }
+
+
+def require_recorded_choices(points: list[DecisionPoint], recorded: dict[str, dict[str, list[list[Turn]]]], data_file) -> None:
+    """--rollouts recorded needs a recorded continuation for every companion at every decision point."""
+    missing = [(p, [n for n in p.roster.names if n not in recorded.get(p.point_id, {})]) for p in points]
+    missing = [(p, names) for p, names in missing if names]
+    if missing:
+        point, names = missing[0]
+        raise TrainingSetupError(
+            f"--rollouts recorded: {len(missing)} of {len(points)} decision points of {data_file} have no recorded conversation for "
+            f"every companion (first: {point.point_id} lacks {', '.join(names)}); record the episodes with `mascot generate "
+            "--generation-mode tree`, or roll out live (--rollouts live)"
+        )
 
 
 def _decision_point(episode: Episode, round_id: int, context: Context, team: Roster) -> DecisionPoint:
@@ -163,6 +203,7 @@ class DecisionInputs:
     dataset: str
     roster: Roster | None
     points: list[DecisionPoint]
+    recorded: dict[str, dict[str, list[list[Turn]]]] | None = None  # --rollouts recorded: each point's continuations by companion
 
 
 def load_decision_inputs(settings: DirectorGRPOSettings) -> DecisionInputs:
@@ -182,7 +223,11 @@ def load_decision_inputs(settings: DirectorGRPOSettings) -> DecisionInputs:
     if not points:
         raise data.TrainingDataError(f"{data_file}: no decision points (no episode has a Speaker turn)")
     require_decision_points(settings, len(points), sampled, data_file, len(source_episodes(episodes)))
-    return DecisionInputs(data_file, episodes, run, data.resolve_dataset(settings.dataset, run), roster, points)
+    recorded = None
+    if settings.rollouts == "recorded":
+        recorded = recorded_continuations(episodes, points)
+        require_recorded_choices(points, recorded, data_file)
+    return DecisionInputs(data_file, episodes, run, data.resolve_dataset(settings.dataset, run), roster, points, recorded)
 
 
 def validate_rollouts(settings: DirectorGRPOSettings) -> None:
@@ -191,6 +236,10 @@ def validate_rollouts(settings: DirectorGRPOSettings) -> None:
                         ("--rollout-director-max-tokens", settings.rollout_director_max_tokens or 1)):
         if value < 1:
             raise TrainingSetupError(f"{flag} must be at least 1, got {value}")
+    if settings.rollouts not in ROLLOUT_SOURCES:
+        raise TrainingSetupError(f"--rollouts must be {' or '.join(ROLLOUT_SOURCES)}, got {settings.rollouts!r}")
+    if settings.rollouts == "recorded" and settings.rollout_director == "policy":
+        raise TrainingSetupError("--rollout-director policy directs live rollouts: it has nothing to direct with --rollouts recorded")
     if settings.rollout_director not in ROLLOUT_DIRECTORS:
         raise TrainingSetupError(f"--rollout-director must be {' or '.join(ROLLOUT_DIRECTORS)}, got {settings.rollout_director!r}")
     if settings.suffix_rounds < 0:

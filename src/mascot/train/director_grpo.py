@@ -21,20 +21,17 @@ import asyncio
 import inspect
 import logging
 import math
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from mascot.dialogue.director import DIRECTIVE_OPENING, directive_slot, parse_directive
 from mascot.dialogue.engine import EngineSettings, EpisodeEngine
 from mascot.dialogue.prompts import PROMPT_VERSION
 from mascot.dialogue.tally import Tally
-from mascot.judge.items import opening_lines, render_context, turn_lines
-from mascot.judge.prompt import JudgeItem
 from mascot.llm.base import ChatClient, LLMError, Message, strip_think
 from mascot.llm.providers import Backends, RoleEndpoint, build_backends
-from mascot.prefs.group import group_rm_prompt, render_trajectory
 from mascot.schema import Directive, Roster, Turn
 from mascot.settings_groups import ClientLimits, split_urls
 from mascot.train import artefact, data
@@ -53,12 +50,19 @@ from mascot.train.common import (
 )
 from mascot.train.config import DEFAULT_REWARD_BASE_MODEL, DirectorGRPOSettings
 from mascot.vocab import DEFAULT_RUBRIC_VERSION
-from mascot.train.decision_points import DecisionInputs, DecisionPoint, last_speaker, load_decision_inputs
+from mascot.train.decision_points import DecisionInputs, DecisionPoint, load_decision_inputs
 from mascot.train.models import base_model_id, count_parameters, load_causal_lm, load_tokenizer, lora_config, model_ref
 from mascot.train.rewards import completion_text, diversity_score
 from mascot.train.runtime import TrainingSetupError, derive_batch, world_size
 from mascot.train.scoring import RewardModelScorer
 from mascot.train.speaker_grpo import reward_model_device
+from mascot.train.trajectory_scores import (  # noqa: F401 - re-exported: the rollouts and their scorers
+    GroupRewardModelScorer,
+    JudgeTrajectoryScorer,
+    Rollout,
+    TrajectoryScorer,
+    block_speakers,
+)
 
 log = logging.getLogger(__name__)
 
@@ -83,70 +87,6 @@ def choice_entropy(shares: dict[str, float]) -> float:
 # --------------------------------------------------------------------------- rollouts and scores
 
 
-@dataclass
-class Rollout:
-    point: DecisionPoint
-    directive: Directive
-    suffix: list[Turn]
-
-    @property
-    def trajectory(self) -> list[Turn]:
-        return self.point.prefix + self.suffix
-
-
-def block_speakers(rollout: Rollout) -> list[str]:
-    """The Speakers of the dialogue block the directive opened: the last Speaker before the
-    decision (so that one rolled-out round can already repeat or vary it) and every Speaker of the
-    rolled-out rounds."""
-    before = last_speaker(rollout.point)
-    return ([] if before is None else [before]) + [t.agent_name for t in rollout.suffix if not t.is_user]
-
-
-class TrajectoryScorer(Protocol):
-    def score(self, rollouts: Sequence[Rollout]) -> list[float]: ...
-
-
-class GroupRewardModelScorer:
-    """The group reward model over (context, whole trajectory), rendered exactly as its training
-    pairs were (`mascot.prefs.group`)."""
-
-    def __init__(self, scorer) -> None:
-        self.scorer = scorer
-
-    def conversation(self, rollout: Rollout) -> list[Message]:
-        prompt = group_rm_prompt(rollout.point.context, rollout.point.domain)
-        return prompt + [{"role": "assistant", "content": render_trajectory(rollout.trajectory, rollout.point.domain)}]
-
-    def score(self, rollouts: Sequence[Rollout]) -> list[float]:
-        return self.scorer.score([self.conversation(r) for r in rollouts])
-
-
-class JudgeTrajectoryScorer:
-    """The judge itself on each rollout's whole conversation, as its collective Overall (1-5): online
-    RLAIF, where a judge is cheap enough to ask once per rollout (a plug-in function, a served
-    model). A rollout the judge could not score gets no score (its group's mean, like a failed
-    rollout) and is counted."""
-
-    def __init__(self, judge) -> None:
-        self.judge = judge
-        self.failures = 0
-
-    @staticmethod
-    def item(rollout: Rollout, index: int) -> JudgeItem:
-        point = rollout.point
-        return JudgeItem(
-            item_id=f"{point.point_id}~{index}#collective", scope="collective", domain=point.domain, context=render_context(point.context),
-            history=opening_lines(point.context, point.domain), turns=turn_lines(rollout.trajectory, point.domain),
-            roster=list(point.roster.personas), system="director-rollout", provenance={"context_id": point.context.context_id},
-        )  # fmt: skip
-
-    async def score(self, rollouts: Sequence[Rollout]) -> list[float | None]:
-        judgments = await self.judge.judge_many([self.item(r, i) for i, r in enumerate(rollouts)])
-        scores = [None if j.failed or j.overall is None else float(j.overall) for j in judgments]
-        self.failures += sum(score is None for score in scores)
-        return scores
-
-
 class RolloutFailure(TrainingSetupError):
     """Every rollout of a step failed: the rewards would be made up, so training stops."""
 
@@ -166,8 +106,13 @@ class RolloutBatch:
     """One call's completions, parsed and rolled out: what every Director reward function scores."""
 
     point_id: list[str]
-    rollouts: dict[int, Rollout]  # completion index -> its rollout (parsed, rolled out)
+    rollouts: dict[int, list[Rollout]]  # completion index -> its rollout (live), or every recorded one that goes on from its choice
     failed: set[int]  # parsed, but the rollout failed on the server
+
+    def flat(self) -> tuple[list[int], list[Rollout]]:
+        """Every rollout with the index of its completion, in completion order."""
+        owners = [i for i in sorted(self.rollouts) for _ in self.rollouts[i]]
+        return owners, [r for i in sorted(self.rollouts) for r in self.rollouts[i]]
 
     def rewards(self, scores: dict[int, float | None], parse_failure_reward: float) -> list[float]:
         """One reward per completion: its score when it was rolled out, the parse-failure reward
@@ -205,9 +150,13 @@ class DirectorRollouts:
     await the same task; the entry is dropped once all `consumers` have taken it, so an identical
     later batch is rolled out afresh."""
 
-    def __init__(self, points: dict[str, DecisionPoint], clients: dict[str, ChatClient], settings: DirectorGRPOSettings, consumers: int) -> None:
+    def __init__(
+        self, points: dict[str, DecisionPoint], clients: dict[str, ChatClient], settings: DirectorGRPOSettings, consumers: int,
+        recorded: dict[str, dict[str, list[list[Turn]]]] | None = None,
+    ) -> None:  # fmt: skip
         self.points = points
         self.clients = clients
+        self.recorded = recorded  # --rollouts recorded: each point's recorded continuations by companion
         self.settings = settings
         self.consumers = consumers
         self.stats = RolloutStats()
@@ -259,13 +208,22 @@ class DirectorRollouts:
         valid = [i for i, p in enumerate(parsed) if p.directive is not None]
         if self.stats.first_unparsed is None and len(valid) < len(texts):
             self.stats.first_unparsed = next(t for t, p in zip(texts, parsed) if p.directive is None)
-        outcomes = await asyncio.gather(*(rollout(i) for i in valid))
-        rollouts = {i: r for i, r in zip(valid, outcomes) if r is not None}
+        if self.recorded is not None:
+            rollouts = {i: self._recorded(point_id[i], parsed[i].directive) for i in valid}
+        else:
+            outcomes = await asyncio.gather(*(rollout(i) for i in valid))
+            rollouts = {i: [r] for i, r in zip(valid, outcomes) if r is not None}
         failed = set(valid) - set(rollouts)
         self._check_failures(step, len(failed), len(valid))
         self._record(len(texts), len(texts) - len(valid), len(failed), rollouts, log_metric)
         self._record_choices([parsed[i].directive.agent_name for i in valid], [self.points[p].roster for p in point_id], log_metric)  # type: ignore[union-attr]
         return RolloutBatch(point_id, rollouts, failed)
+
+    def _recorded(self, point_id: str, directive: Directive) -> list[Rollout]:
+        """The recorded conversations that went on with the companion the directive names (checked
+        before training: a tree run has them for every companion)."""
+        point = self.points[point_id]
+        return [Rollout(point, directive, suffix) for suffix in self.recorded[point_id][directive.agent_name]]  # type: ignore[index]
 
     def _check_failures(self, step: int, failed: int, attempted: int) -> None:
         """Failed rollouts are counted and logged with the step; if all of a step's failed, stop."""
@@ -295,7 +253,7 @@ class DirectorRollouts:
             log_metric(f"{CHOICE_METRIC}{name}", share)
         log_metric(CHOICE_ENTROPY, choice_entropy(shares))
 
-    def _record(self, n: int, parse_failures: int, rollout_failures: int, rollouts: dict[int, Rollout], log_metric) -> None:
+    def _record(self, n: int, parse_failures: int, rollout_failures: int, rollouts: dict[int, list[Rollout]], log_metric) -> None:
         self.stats.completions += n
         self.stats.parse_failures += parse_failures
         self.stats.rollout_failures += rollout_failures
@@ -306,7 +264,7 @@ class DirectorRollouts:
         log_metric("director/parse_failure_rate", parse_failures / max(n, 1))
         log_metric("director/rollout_failures", float(rollout_failures))
         if rollouts:  # logged whatever --diversity-weight: it is cheap and shows how the Director varies
-            diversity = [diversity_score(block_speakers(r)) for r in rollouts.values()]
+            diversity = [diversity_score(block_speakers(r)) for each in rollouts.values() for r in each]
             log_metric("director/diversity", sum(diversity) / len(diversity))
 
 
@@ -341,21 +299,22 @@ class GroupRewardModelReward(DirectorReward):
         self.scorer = scorer
 
     def score(self, batch: RolloutBatch, log_metric) -> dict[int, float | None] | Awaitable[dict[int, float | None]]:
-        order = sorted(batch.rollouts)
-        scores = self.scorer.score([batch.rollouts[i] for i in order]) if order else []
+        owners, rollouts = batch.flat()
+        scores = self.scorer.score(rollouts) if rollouts else []
         if inspect.isawaitable(scores):
-            return self._settled(order, scores, log_metric)
-        return self._logged(order, scores, log_metric)
+            return self._settled(owners, scores, log_metric)
+        return self._logged(owners, scores, log_metric)
 
-    async def _settled(self, order: list[int], scores, log_metric) -> dict[int, float | None]:
-        return self._logged(order, await scores, log_metric)
+    async def _settled(self, owners: list[int], scores, log_metric) -> dict[int, float | None]:
+        return self._logged(owners, await scores, log_metric)
 
     @staticmethod
-    def _logged(order: list[int], scores: list, log_metric) -> dict[int, float | None]:
+    def _logged(owners: list[int], scores: list, log_metric) -> dict[int, float | None]:
+        """Each completion's score: the mean over its rollouts that were scored (None if none was)."""
         scored = [s for s in scores if s is not None]
         if log_metric is not None and scored:
             log_metric("director/group_reward", sum(scored) / len(scored))
-        return dict(zip(order, scores, strict=True))
+        return mean_by_owner(owners, scores)
 
 
 class DiversityReward(DirectorReward):
@@ -363,8 +322,18 @@ class DiversityReward(DirectorReward):
 
     __name__ = DIVERSITY
 
-    def score(self, batch: RolloutBatch, log_metric) -> dict[int, float]:
-        return {i: diversity_score(block_speakers(r)) for i, r in batch.rollouts.items()}
+    def score(self, batch: RolloutBatch, log_metric) -> dict[int, float | None]:
+        owners, rollouts = batch.flat()
+        return mean_by_owner(owners, [diversity_score(block_speakers(r)) for r in rollouts])
+
+
+def mean_by_owner(owners: list[int], scores: list[float | None]) -> dict[int, float | None]:
+    """The mean score of each completion's rollouts, leaving out those that could not be scored."""
+    collected: dict[int, list[float]] = {i: [] for i in owners}
+    for i, score in zip(owners, scores, strict=True):
+        if score is not None:
+            collected[i].append(score)
+    return {i: (sum(found) / len(found) if found else None) for i, found in collected.items()}
 
 
 @dataclass
@@ -388,10 +357,11 @@ def director_reward_weights(settings: DirectorGRPOSettings, with_group_reward: b
 
 
 def director_rewards(
-    points: dict[str, DecisionPoint], clients: dict[str, ChatClient], scorer: TrajectoryScorer | None, settings: DirectorGRPOSettings
+    points: dict[str, DecisionPoint], clients: dict[str, ChatClient], scorer: TrajectoryScorer | None, settings: DirectorGRPOSettings,
+    recorded: dict[str, dict[str, list[list[Turn]]]] | None = None,
 ) -> DirectorRewards:
     weights = director_reward_weights(settings, with_group_reward=scorer is not None)
-    rollouts = DirectorRollouts(points, clients, settings, consumers=len(weights))
+    rollouts = DirectorRollouts(points, clients, settings, consumers=len(weights), recorded=recorded)
     funcs: list[DirectorReward] = []
     if GROUP_REWARD in weights:
         group = GroupRewardModelReward(rollouts, scorer)
@@ -456,16 +426,18 @@ def rollout_endpoints(settings: DirectorGRPOSettings) -> dict[str, RoleEndpoint]
     With rollout URLs, --rollout-model is the served base model and --speaker-adapter the served
     LoRA alias of the Speaker; without, both run in-process and --speaker-adapter is a folder.
     --rollout-model defaults to the policy being trained (the id a server for it serves)."""
+    judge = {}
+    if settings.reward_judge and not settings.reward_judge.startswith("python:"):  # a model judges the rollouts
+        judge["judge"] = RoleEndpoint("judge", settings.reward_judge, settings.reward_judge_url)
+    if settings.rollouts == "recorded":
+        return judge  # nothing is rolled out
     model = rollout_model(settings)
     url = ",".join(split_urls([settings.rollout_server_url or "", settings.rollout_endpoints or ""])) or None
     if url:
         speaker = RoleEndpoint("speaker", settings.speaker_adapter or model, url, base_model=model)
     else:
         speaker = RoleEndpoint("speaker", model, adapter=settings.speaker_adapter)
-    endpoints = {"director": RoleEndpoint("director", model, url), "speaker": speaker, "user": RoleEndpoint("user", model, url)}
-    if settings.reward_judge and not settings.reward_judge.startswith("python:"):  # a model judges the rollouts
-        endpoints["judge"] = RoleEndpoint("judge", settings.reward_judge, settings.reward_judge_url)
-    return endpoints
+    return {"director": RoleEndpoint("director", model, url), "speaker": speaker, "user": RoleEndpoint("user", model, url), **judge}
 
 
 def build_rollout_backends(settings: DirectorGRPOSettings, trace_path: Path | None = None) -> Backends:
@@ -563,22 +535,22 @@ def train_director_grpo(
     )
 
     scorer = trajectory_scorer if trajectory_scorer is not None else load_group_scorer(settings)
-    backends = None if rollout_clients is not None else build_rollout_backends(settings, output / ROLLOUT_TRACE)
-    clients = rollout_clients or backends.clients
+    backends = None if rollout_clients is not None or not rollout_endpoints(settings) else build_rollout_backends(settings, output / ROLLOUT_TRACE)
+    clients = rollout_clients or (backends.clients if backends is not None else {})
     if trajectory_scorer is None and settings.reward_judge and settings.group_reward_weight:
         scorer = judge_scorer(settings, clients, settings.rubric_version or inputs.run.get("rubric_version"))
-    rewards = director_rewards({p.point_id: p for p in inputs.points}, clients, scorer, settings)
+    rewards = director_rewards({p.point_id: p for p in inputs.points}, clients, scorer, settings, inputs.recorded)
     trainer = policy = None
     try:
         config = grpo_config(settings, output, plan, rewards.weights)  # before the model: see reward_model.py
         tokenizer = load_tokenizer(settings.model_name)
         trainer = grpo_trainer_class(GRPOTrainer, settings)(
-            model=load_causal_lm(settings.model_name),
+            model=(model := load_causal_lm(settings.model_name)),
             reward_funcs=rewards.funcs,
             args=config,
             train_dataset=data.to_dataset([{"prompt": directive_prompt(p, settings, tokenizer), "point_id": p.point_id} for p in inputs.points]),
             processing_class=tokenizer,
-            peft_config=lora_config(settings, "CAUSAL_LM") if settings.lora else None,
+            peft_config=lora_config(settings, "CAUSAL_LM", model) if settings.lora else None,
         )
         trainer.choice_slot = name_slot(settings, inputs.points)
         policy = policy_director(settings, trainer, tokenizer, rewards.rollouts)

@@ -12,7 +12,7 @@ from pathlib import Path
 from mascot.errors import MascotError
 from mascot.llm import models as resolver
 from mascot.train.config import TrainSettings
-from mascot.train.runtime import model_dtype
+from mascot.train.runtime import TrainingSetupError, model_dtype
 from mascot.train.screen import quiet_load_report, report_loading, silence_library_warnings
 
 log = logging.getLogger(__name__)
@@ -123,8 +123,9 @@ def dropped_layer_key(key: str, num_layers: int) -> bool:
     return num_layers > 0 and match is not None and int(match.group(1)) >= num_layers
 
 
-def lora_config(settings: TrainSettings, task_type: str):
-    """LoRA on the attention projections; a reward model's score head is trained and saved whole."""
+def lora_config(settings: TrainSettings, task_type: str, model=None):
+    """LoRA on the attention projections; a reward model's score head is trained and saved whole.
+    With `lora_last_layers` (GRPO), only the model's last that many decoder layers are adapted."""
     from peft import LoraConfig
 
     return LoraConfig(
@@ -134,7 +135,18 @@ def lora_config(settings: TrainSettings, task_type: str):
         target_modules=settings.lora_targets,
         task_type=task_type,
         modules_to_save=["score"] if task_type == "SEQ_CLS" else None,
+        layers_to_transform=last_layers(model, getattr(settings, "lora_last_layers", 0)),
     )
+
+
+def last_layers(model, wanted: int) -> list[int] | None:
+    """The indices of the model's last `wanted` decoder layers (None: all of them)."""
+    if wanted <= 0:
+        return None
+    total = getattr(getattr(model, "config", None), "num_hidden_layers", None)
+    if not total:
+        raise TrainingSetupError("--lora-last-layers needs a model whose config names its number of layers (num_hidden_layers)")
+    return list(range(max(0, total - wanted), total))
 
 
 def load_reward_model(path: str, device=None):

@@ -113,12 +113,12 @@ def train_speaker(settings: SpeakerGRPOSettings) -> TrainOutcome:
     config = grpo_config(settings, output, plan, weights)  # before the model: see reward_model.py
     tokenizer = load_tokenizer(settings.model_name)
     trainer = grpo_trainer_class(GRPOTrainer, settings)(
-        model=load_causal_lm(settings.model_name),
+        model=(model := load_causal_lm(settings.model_name)),
         reward_funcs=reward_funcs,
         args=config,
         train_dataset=data.to_dataset([{"prompt": with_think_instruction(row.prompt, settings.thinking), "persona": row.persona} for row in prompts]),
         processing_class=tokenizer,
-        peft_config=lora_config(settings, "CAUSAL_LM") if settings.lora else None,
+        peft_config=lora_config(settings, "CAUSAL_LM", model) if settings.lora else None,
     )
     figures = run_training(trainer, checkpoint)
     figures.update(count_parameters(trainer.model))
