@@ -47,6 +47,15 @@ def test_scripted_pipeline_runs_every_step_and_reports(server, base, tmp_path):
     again = state_of(out)
     assert all(again[n]["attempts"] == steps[n]["attempts"] for n in steps if n != "report")
     assert again["director"]["skipped"] == 1
+    # another judge of conversations reuses Stage 1, the episodes and the base evaluation, and runs the rest
+    other = tmp_path / "other"
+    run_command(["pipeline", "--config", str(config), "--output-dir", str(other), "--group-judge-model", "stub-judge-2", "--reuse-from", str(out)])
+    second = state_of(other)
+    reused = {n for n, r in second.items() if r.get("reused_from")}
+    assert {"candidates", "reward_model", "speaker", "episodes", "eval_base", "eval_speaker_only"} & set(second) <= reused
+    assert not reused & {"group_pairs", "group_reward_model", "director", "eval_trained", "judge_base"}
+    assert all(r["status"] == "completed" for r in second.values())
+    assert (other / "speaker").is_dir() and not (other / "speaker").is_symlink()  # a copy: nothing written later reaches the other
 
 
 def test_empty_step_output_stops_the_pipeline_with_one_line(server, base, tmp_path):

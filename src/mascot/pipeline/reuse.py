@@ -8,7 +8,7 @@ the base system's evaluation. A step is copied when
   folder recorded for it (so every flag, model and data file is the same),
 - it is complete there (its files say so, as they do for `--resume`), and
 - every earlier step whose output it reads was copied too (a step that reads a re-run step's new
-  output is run again, whatever its command).
+  output is run again, whatever its command; so is one a server gives a re-trained adapter to).
 
 The copy is a plain copy made beside the step's folder and renamed into place, so a killed copy
 leaves nothing that looks like a step's output, and nothing written later in either folder reaches
@@ -54,7 +54,7 @@ def why_not_reused(step: Step, settings: PipelineSettings, data_file: Path | Non
         return f"{other} did not complete it", None
     if entry["command"] not in _commands(step, root, other):
         return "its command differs there", None
-    missing = _input_steps(step, root) - reused
+    missing = (_input_steps(step, root) | step.served) - reused
     if missing:
         return f"it reads {', '.join(sorted(missing))}, which ran here", None
     theirs = Plan(replace(settings, output_dir=str(other), reuse_from=None), data_file).step(step.name)

@@ -40,9 +40,11 @@ class Step:
     folder: Path  # everything the step writes is under it
     inputs: list[Path] = field(default_factory=list)  # outputs of earlier steps it reads
     given: frozenset[str] = frozenset()  # the settings the plan sets (shown even at their default)
+    served: frozenset[str] = frozenset()  # earlier steps whose adapters reach it through a server, not a file it reads
 
     def settings_for(self, *, resume: bool = False) -> Any:
-        return replace(self.settings, resume=True) if resume else self.settings
+        """The step's settings, resuming where its command can (judging and pairs steps cannot)."""
+        return replace(self.settings, resume=True) if resume and hasattr(self.settings, "resume") else self.settings
 
     def command_line(self, *, resume: bool = False) -> str:
         from mascot.settings import command_line
@@ -56,7 +58,9 @@ class Step:
         command(*self.words).runner()(self.settings_for(resume=resume))
 
 
-def make_step(name: str, kind: str, words: tuple[str, ...], flags: Flags, folder: Path, inputs: list[Path] | None = None) -> Step:
+def make_step(
+    name: str, kind: str, words: tuple[str, ...], flags: Flags, folder: Path, inputs: list[Path] | None = None, served: tuple[str, ...] = ()
+) -> Step:
     """A step whose settings are its command's, built from `flags` (a null flag: the command's
     default); a misspelt or invalid setting is one line naming the step."""
     from mascot.commands import command
@@ -71,7 +75,7 @@ def make_step(name: str, kind: str, words: tuple[str, ...], flags: Flags, folder
         message = str(exc)
         raise MascotError(message if message.startswith(where) else f"{where}: {message}") from None
     names = aliases(cls)
-    return Step(name, kind, words, settings, folder, list(inputs or []), frozenset(names[k.lstrip("-").replace("-", "_")] for k in given))
+    return Step(name, kind, words, settings, folder, list(inputs or []), frozenset(names[k.lstrip("-").replace("-", "_")] for k in given), frozenset(served))
 
 
 def _merged(base: Flags, *extra: Flags) -> Flags:
@@ -171,7 +175,7 @@ class Plan:
                  "reward_model_path": self.folder("reward_model")}, self.folder("speaker"), [candidates, self.folder("reward_model")]),
             ("episodes", "generation", ["generate"], {"mode": "group", "generation_mode": "independent", **self._data(),
                  **self._generation_roles(trained_speaker=True, trained_director=False), "output_dir": self.folder("episodes")}, self.folder("episodes"),
-                 [] if s.generation_url else [self.folder("speaker")]),
+                 [] if s.generation_url else [self.folder("speaker")], ("speaker",) if s.generation_url else ()),
             ("group_pairs", "judging", ["prefs", "group"], {"episodes": episodes, "mode": "trajectory", **self._judge("judge"), **self._contexts(),
                  "output_dir": self.folder("group_pairs")}, self.folder("group_pairs"), [episodes]),
             ("group_reward_model", "training", ["train", "group-reward-model"], {"data_path": self.folder("group_pairs") / "group_pairs.jsonl",
@@ -212,8 +216,9 @@ class Plan:
         flags = {"mode": "group", "generation_mode": "directed", "system": label, **self._data(evaluation=True),
                  **self._generation_roles(trained_speaker=speaker, trained_director=director), "output_dir": self.folder(name)}
         local = not self.settings.generation_url
-        inputs = [self.folder(role) for role, trained in (("speaker", speaker), ("director", director)) if trained and local]
-        return (name, "generation", ["generate"], flags, self.folder(name), inputs)
+        trained = [role for role, is_trained in (("speaker", speaker), ("director", director)) if is_trained]
+        inputs = [self.folder(role) for role in trained] if local else []
+        return (name, "generation", ["generate"], flags, self.folder(name), inputs, () if local else tuple(trained))
 
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples" / "contexts.jsonl"
