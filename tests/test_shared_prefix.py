@@ -87,19 +87,26 @@ def test_rows_repeating_a_prompt_share_one_prefill_and_decode_as_without_it(temp
     """The n samples of a request are rows with one prompt: its prefill runs once, and every row
     decodes the tokens it decodes without sharing."""
     from mascot.llm.base import ChatRequest
-    from mascot.llm.local_decoding import generate
 
     loaded = tiny_model()
     long_prompt, short_prompt = list(range(2, 40)), list(range(50, 62))
     prompts = [long_prompt, short_prompt, long_prompt, long_prompt]
     requests = [ChatRequest(messages=[], temperature=temperature, max_tokens=8, seed=3) for _ in prompts]
+    shapes, prefill = decoded_alike_with_and_without_sharing(loaded, prompts, requests)
+    assert sorted(prefill) == [(1, len(short_prompt) - 1), (1, len(long_prompt) - 1)]  # each distinct prompt once, all but its last token
+    assert all(width == 1 for _, width in shapes[len(prefill) :])  # generate itself only decodes
+
+
+def decoded_alike_with_and_without_sharing(loaded, prompts, requests) -> tuple[list, list]:
+    """Checks that sharing the prefill decodes what the rows decode alone; returns the forward
+    passes' (rows, width) of the shared run and those of them that prefilled."""
+    from mascot.llm.local_decoding import generate
+
     alone = generate(loaded, prompts, requests, share_prefill=False)
     shapes = _record_forward_shapes(loaded.net)
     shared = generate(loaded, prompts, requests)
     assert shared.tolist() == alone.tolist()
-    prefill = [s for s in shapes if s[1] > 1]
-    assert sorted(prefill) == [(1, len(short_prompt) - 1), (1, len(long_prompt) - 1)]  # each distinct prompt once, all but its last token
-    assert all(width == 1 for _, width in shapes[len(prefill) :])  # generate itself only decodes
+    return shapes, [s for s in shapes if s[1] > 1]
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.9])
@@ -107,7 +114,6 @@ def test_rows_sharing_a_long_beginning_run_it_once_and_decode_as_without_it(temp
     """Director prompts of one roster: the same rules, then each conversation's own lines. The rules
     run once, each ending once, and every row decodes what it decodes without sharing."""
     from mascot.llm.base import ChatRequest
-    from mascot.llm.local_decoding import generate
 
     loaded = tiny_model()
     rng = random.Random(5)
@@ -116,11 +122,7 @@ def test_rows_sharing_a_long_beginning_run_it_once_and_decode_as_without_it(temp
     prompts = [rules + [rng.randrange(2, 97) for _ in range(rng.randint(2, 12))] for _ in range(4)]
     prompts += [persona + [7, 8, 9], persona + [10], [11, 12, 13], rules + [5, 6]]
     requests = [ChatRequest(messages=[], temperature=temperature, max_tokens=6, seed=4) for _ in prompts]
-    alone = generate(loaded, prompts, requests, share_prefill=False)
-    shapes = _record_forward_shapes(loaded.net)
-    shared = generate(loaded, prompts, requests)
-    assert shared.tolist() == alone.tolist()
-    prefill = [s for s in shapes if s[1] > 1]
+    _, prefill = decoded_alike_with_and_without_sharing(loaded, prompts, requests)
     assert (1, len(rules)) in prefill and (1, len(persona)) in prefill  # each shared beginning once
     assert sum(rows * width for rows, width in prefill) < sum(len(p) - 1 for p in prompts) / 2
 

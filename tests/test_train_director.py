@@ -186,17 +186,22 @@ def write_episode_run(folder, episodes):
     return folder
 
 
-def test_director_grpo_runs_rollouts_counts_failures_and_serves(tmp_path):
+def warmed_director(tmp_path, **extra) -> DirectorGRPOSettings:
+    """Two-step GRPO settings over four recorded episodes, from a tiny Director warmed up on their
+    decision points: most of its directives parse, some may not, and both are counted."""
     episodes = [episode(i) for i in range(4)]
     run = write_episode_run(tmp_path / "directed_ED_tiny", episodes)
     base = tiny_model(tmp_path / "base")
     points, _ = sample_decision_points(episodes, per_episode=2, seed=42)
-    # warmed up: most of its directives parse, some may not, and both are counted
     sft_warm_start(base, [p.prompt() for p in points], [directive(ROSTER.names[i % 3]) for i in range(len(points))], steps=150)
-    settings = DirectorGRPOSettings(
-        data_path=str(run), model_name=str(base), output_dir=str(tmp_path / "director"), batch_size=4, num_generations=2, max_steps=2, max_completion_length=8,
-        logging_steps=1, multi_objective_aggregation="normalize_then_sum", directive_opening=False,
+    return DirectorGRPOSettings(
+        data_path=str(run), model_name=str(base), output_dir=str(tmp_path / "director"), batch_size=4, num_generations=2, max_steps=2,
+        max_completion_length=8, logging_steps=1, directive_opening=False, **extra,
     )
+
+
+def test_director_grpo_runs_rollouts_counts_failures_and_serves(tmp_path):
+    settings = warmed_director(tmp_path, multi_objective_aggregation="normalize_then_sum")
     clients = scripted_clients()
     outcome = train_director_grpo(settings, rollout_clients=clients, trajectory_scorer=Favour("The Anchor"))
     ev = outcome.metadata.evaluation
@@ -404,15 +409,7 @@ def judge_file(tmp_path, favoured: str = "The Anchor"):
 
 
 def test_the_director_can_be_rewarded_by_the_judge_itself_without_a_group_reward_model(tmp_path):
-    episodes = [episode(i) for i in range(4)]
-    run = write_episode_run(tmp_path / "directed_ED_tiny", episodes)
-    base = tiny_model(tmp_path / "base")
-    points, _ = sample_decision_points(episodes, per_episode=2, seed=42)
-    sft_warm_start(base, [p.prompt() for p in points], [directive(ROSTER.names[i % 3]) for i in range(len(points))], steps=150)
-    settings = DirectorGRPOSettings(
-        data_path=str(run), model_name=str(base), output_dir=str(tmp_path / "director"), batch_size=4, num_generations=2, max_steps=2, max_completion_length=8,
-        logging_steps=1, diversity_weight=0.0, suffix_rounds=1, directive_opening=False, reward_judge=judge_file(tmp_path),
-    )
+    settings = warmed_director(tmp_path, diversity_weight=0.0, suffix_rounds=1, reward_judge=judge_file(tmp_path))
     outcome = train_director_grpo(settings, rollout_clients=scripted_clients())
     ev = outcome.metadata.evaluation
     assert set(ev["rewards"]) == {"judge"} and ev["num_reward_judge_failures"] == 0
