@@ -165,3 +165,11 @@ def test_two_judges_report_their_agreement(tmp_path):
     overall = result.report["criteria"]["overall"]
     assert overall["judge_agreement"] == {"rate": round(same / len(pairs), 4), "n": 12} and same < 12
     assert result.report["judges"] == ["biased-judge", "fair-judge"] and "Agreement between judges" in (result.output_dir / "compare.md").read_text()
+
+
+def test_judging_shows_its_progress_in_verdicts(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("MASCOT_QUIET", raising=False)
+    files = [system_file(tmp_path, s, QUALITY[s]) for s in ("A", "B")]
+    run_compare(settings(tmp_path, files), clients={"biased-judge": biased_judge()})
+    err = capsys.readouterr().err
+    assert "verdicts: 12/12 in " in err  # 6 matched contexts x 2 orders, counted as they finish

@@ -371,15 +371,20 @@ def test_eval_compare_scores_each_side_and_the_higher_wins_in_every_order(tmp_pa
     assert report["criteria"]["overall"]["systems"]["A"]["wins"] == 2 and report["judge_stats"][RULES]["function_calls"] == 4  # each episode once
 
 
-def test_eval_compare_counts_a_tie_as_a_tie_and_keeps_a_function_beside_a_model(tmp_path):
-    a, b = compared_systems(tmp_path, contexts=1)
-    write_episodes(b, [episode("c0:B", [agent_turn(0, 0, "The Anchor", "That sounds hard. (0)"), agent_turn(1, 1, "The Catalyst", "What helps you? (0)")], system="B", context_id="c0")])
+def compare_with_rules_and_a_model(tmp_path, a, b, output_dir):
+    """`eval compare` with the rule judge and a scripted model judge that always picks the first shown."""
     keys = [*COLLECTIVE.keys, "overall"]
     first_shown = ScriptedClient(fn=lambda request: json.dumps({k: {"winner": "1", "reason": "first"} for k in keys}), model="stub")
     judges = tmp_path / "judges.yaml"
     judges.write_text(f"- {{name: rules, model: '{RULES}'}}\n- {{name: llm, model: stub, url: 'http://127.0.0.1:9/v1'}}\n")
-    settings = CompareSettings(systems=[str(a), str(b)], judges_file=str(judges), output_dir=str(tmp_path / "out"), no_cache=True)
-    result = run_compare(settings, clients={"llm": first_shown})
+    settings = CompareSettings(systems=[str(a), str(b)], judges_file=str(judges), output_dir=str(output_dir), no_cache=True)
+    return run_compare(settings, clients={"llm": first_shown})
+
+
+def test_eval_compare_counts_a_tie_as_a_tie_and_keeps_a_function_beside_a_model(tmp_path):
+    a, b = compared_systems(tmp_path, contexts=1)
+    write_episodes(b, [episode("c0:B", [agent_turn(0, 0, "The Anchor", "That sounds hard. (0)"), agent_turn(1, 1, "The Catalyst", "What helps you? (0)")], system="B", context_id="c0")])
+    result = compare_with_rules_and_a_model(tmp_path, a, b, tmp_path / "out")
     verdicts = lines(result.output_dir / "verdicts.jsonl")
     assert sorted(v["judge"] for v in verdicts) == ["llm", "llm", "rules", "rules"]
     assert all(set(v["winners"].values()) == {"tie"} for v in verdicts if v["judge"] == "rules")  # the same conversation scores the same
@@ -387,7 +392,7 @@ def test_eval_compare_counts_a_tie_as_a_tie_and_keeps_a_function_beside_a_model(
 
 
 def test_pipeline_passes_a_plug_in_judge_to_every_judging_step(tmp_path, capsys):
-    run_mascot(["pipeline", "--judge-model", RULES, "--output-dir", tmp_path, "--dry-run"])
+    run_mascot(["pipeline", "--judge-model", RULES, "--output-dir", tmp_path, "--dry-run", "--json"])
     report = json.loads(capsys.readouterr().out)
     assert report["resolved"]["models"]["judge"] == f"{RULES} (Python function (version {rules.VERSION}))"
     steps = {s["step"]: s for s in report["plan"]}
@@ -431,3 +436,15 @@ def test_eval_judges_with_a_plug_in_and_refuses_a_broken_one_before_generating(s
     [judgments] = (tmp_path / "eval" / "EmpatheticDialogues" / "negative" / "toy-director").rglob("judgments_episodes.jsonl")
     assert {j["scoring"] for j in lines(judgments)} == {"python"}
     assert "judge" not in server.stats.roles
+
+
+def test_compare_report_names_what_each_judge_read(tmp_path):
+    a, b = compared_systems(tmp_path, contexts=1)
+    run_mascot(["eval", "compare", a, b, "--judge-model", RULES, "--output-dir", tmp_path / "rules"])
+    report = (tmp_path / "rules" / "compare.md").read_text()
+    assert f"Judges: {RULES} (plug-in, version {rules.VERSION}; reads no prompt);" in report and "compare_v1" not in report
+    assert json.loads((tmp_path / "rules" / "compare.json").read_text())["prompt_version"] is None
+
+    result = compare_with_rules_and_a_model(tmp_path, a, b, tmp_path / "both")
+    shown = (result.output_dir / "compare.md").read_text()
+    assert f"Judges: rules (plug-in {RULES}, version {rules.VERSION}; reads no prompt), llm (prompt compare_v1);" in shown

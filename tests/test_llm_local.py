@@ -371,3 +371,30 @@ def test_a_run_saved_with_another_local_batch_size_still_resumes(tmp_path):
     check_resume_settings(tmp_path, {"local_batch_size": 32, "seed": 7})
     with pytest.raises(MascotError, match="seed: saved 7, now 8"):
         check_resume_settings(tmp_path, {"local_batch_size": 32, "seed": 8})
+
+
+async def test_a_batch_nobody_waits_for_stops_at_its_next_token(client, monkeypatch):
+    """Ctrl-C cancels the calls: the thread generating their batch stops instead of running to
+    max_tokens, so that the process need not wait for it to exit."""
+    from mascot.llm import local
+
+    lengths: list[int] = []
+    original = local.generate
+
+    def measured(*args, **kwargs):
+        tokens = original(*args, **kwargs)
+        lengths.append(tokens.shape[1])
+        return tokens
+
+    monkeypatch.setattr(local, "generate", measured)
+    client.ignore_eos = True  # without the stop, every row would generate all of max_tokens
+    client.load()
+    calls = [asyncio.ensure_future(client.chat(ask(q, max_tokens=2000))) for q in QUESTIONS[:2]]
+    while client.generate_calls == 0:
+        await asyncio.sleep(0.01)
+    for call in calls:
+        call.cancel()
+    await asyncio.gather(*calls, return_exceptions=True)
+    while not lengths:  # the runner's thread returns once it sees nobody waits
+        await asyncio.sleep(0.05)
+    assert lengths[0] < 2000 and all(call.cancelled() for call in calls)

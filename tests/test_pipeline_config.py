@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_docs_commands import fixture_pairs, write_jsonl, write_run_config
 from typer.testing import CliRunner
 
 from mascot.cli import app
 from mascot.errors import MascotError
-from mascot.pipeline.settings import ABLATIONS, STEP_NAMES, PipelineSettings, preset_path, preset_values
+from mascot.pipeline.settings import ABLATIONS, PRESETS, STEP_NAMES, PipelineSettings, preset_path, preset_values
 from mascot.pipeline.steps import Plan
 
 
@@ -29,9 +30,29 @@ def stand_in_hub(monkeypatch):
 
 
 def dry_run(*args):
-    result = CliRunner().invoke(app, ["pipeline", *args, "--dry-run"])
+    """The dry run's plan, as `--json` prints it."""
+    result = CliRunner().invoke(app, ["pipeline", *args, "--dry-run", "--json"])
     assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
     return json.loads(result.stdout[result.stdout.index("{"):])
+
+
+def dry_run_table(*args, **env):
+    """The dry run as a person reads it at 80 columns: (its printout, the error it ended with)."""
+    result = CliRunner().invoke(app, ["pipeline", *args, "--dry-run"], env={"COLUMNS": "80", **env})
+    assert all(len(line.rstrip()) <= 80 for line in result.stdout.splitlines()), result.stdout
+    return result.stdout, result.exception
+
+
+def table_rows(printed: str) -> dict[str, list[str]]:
+    """Each step's first table line, split into its cells (two spaces or more apart)."""
+    import re
+
+    rows = {}
+    for line in printed.splitlines():
+        cells = re.split(r"\s{2,}", line.strip())
+        if line[:1].strip() and re.fullmatch(r"[a-z_]+", cells[0]) and cells[0] in STEP_NAMES:
+            rows[cells[0]] = cells
+    return rows
 
 
 @pytest.mark.parametrize("preset", ["toy", "learn", "paper"])
@@ -40,7 +61,7 @@ def test_each_preset_passes_its_dry_run_and_plans_every_step(preset, stand_in_hu
     ablations = preset == "learn"  # the learning preset also evaluates each stage alone
     planned = [name for name in STEP_NAMES if ablations or name.split("_", 1)[-1] not in ABLATIONS]
     assert [s["step"] for s in report["plan"]] == planned
-    assert all(s["status"] == "absent" for s in report["plan"])
+    assert all(s["status"] == "absent" and s["state"] == "to run" for s in report["plan"])
     assert report["plan"][0]["check"] == "its own --dry-run passed"
     assert not (tmp_path / "out").exists()
 
@@ -132,19 +153,146 @@ def test_a_misspelt_step_setting_is_refused_when_the_plan_is_made(tmp_path):
     assert result.exit_code != 0 and str(result.exception) == "pipeline step judge_base (`mascot judge`): unknown setting scopee"
 
 
-def test_the_paper_preset_dry_run_prints_its_whole_plan_then_every_problem(tmp_path, monkeypatch):
+@pytest.fixture
+def empty_datasets_cache(tmp_path, monkeypatch):
+    """Offline, with a datasets cache that holds nothing (whatever this machine has cached)."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    result = CliRunner().invoke(app, ["pipeline", "--preset", "paper", "--output-dir", str(tmp_path), "--dry-run"])
-    assert result.exit_code != 0
-    report = json.loads(result.stdout[: result.stdout.rindex("}") + 1])
-    assert [s["step"] for s in report["plan"]] == list(PipelineSettings().selected())
-    assert all(s["command"].startswith("mascot ") for s in report["plan"][:-1])
-    assert "--model-name Qwen/Qwen3-0.6B" in report["plan"][1]["command"]  # each step names its models
-    problems = report["problems"]
-    assert any("Qwen/Qwen3-0.6B" in p for p in problems) and any("unreachable" in p for p in problems)
-    assert sum("endpoint is unreachable" in p for p in problems) == 1  # the one server that is down, once
-    message = str(result.exception)
-    assert message.startswith(f"dry run of `mascot pipeline` found {len(problems)} problems") and all(p in message for p in problems)
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "datasets-cache"))
+    return tmp_path / "datasets-cache"
+
+
+def json_plan(*args) -> tuple[dict, BaseException | None]:
+    result = CliRunner().invoke(app, ["pipeline", *args, "--dry-run", "--json"])
+    return json.loads(result.stdout[: result.stdout.rindex("}") + 1]), result.exception
+
+
+def test_the_paper_preset_dry_run_shows_every_step_and_each_problem_once(tmp_path, empty_datasets_cache):
+    from mascot.commands.dryrun import DryRunError
+
+    printed, error = dry_run_table("--preset", "paper", "--output-dir", str(tmp_path / "out"))
+    rows = table_rows(printed)
+    assert list(rows) == PipelineSettings(**preset_values("paper")).selected()
+    assert all(row[-1] == "unknown" for row in rows.values())  # never timed end to end: no figure is made up
+    assert rows["candidates"][1:] == ["generate individual", "data (train)", "blocked", "unknown"]
+    assert rows["judge_base"][1:3] == ["judge", "eval_base"]
+    assert "estimated times unknown: never measured" in printed
+    words = " ".join(printed.split())
+    assert words.count("facebook/empathetic_dialogues") == 1
+    assert "EmpatheticDialogues (splits train, test) is read from the Hugging Face hub (facebook/empathetic_dialogues), which is unreachable offline" in words
+    assert words.count("endpoint is unreachable") == 1 and "--reward-model Qwen/Qwen3-0.6B" in words  # the server that is down, once
+    assert printed.rstrip().splitlines()[-1] == "Total: 14 steps to run (13 blocked); estimated time unknown."
+    report, json_error = json_plan("--preset", "paper", "--output-dir", str(tmp_path / "out"))
+    assert isinstance(error, DryRunError) and str(error).startswith(f"dry run of `mascot pipeline` found {len(report['problems'])} problems")
+    assert all(" ".join(p.split()) in words for p in report["problems"])
+    # --json: the whole plan, every command line, and the same problems in the error
+    assert [s["step"] for s in report["plan"]] == list(rows)
+    assert "--model-name Qwen/Qwen3-0.6B" in report["plan"][1]["command"]
+    assert all(p in str(json_error) for p in report["problems"])
+
+
+def test_a_blocking_problem_exits_2():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "mascot", "pipeline", "--preset", "toy", "--data-file", "nowhere.jsonl", "--dry-run"],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == "error: dry run of `mascot pipeline`: --data-file nowhere.jsonl does not exist"
+
+
+def test_a_missing_data_file_is_one_problem_and_blocks_the_steps_that_read_it(stand_in_hub, tmp_path):
+    printed, error = dry_run_table("--preset", "toy", "--data-file", str(tmp_path / "nowhere.jsonl"), "--output-dir", str(tmp_path / "out"))
+    assert " ".join(printed.split()).count("nowhere.jsonl does not exist") == 1 and "1 problem:" in printed
+    rows = table_rows(printed)
+    readers = {"candidates", "episodes", "group_pairs", "eval_base", "eval_trained", "judge_base", "judge_trained"}
+    assert {name for name, row in rows.items() if row[-2] == "blocked"} == readers
+    assert "Total: 14 steps to run (7 blocked)" in printed and error is not None
+
+
+def test_a_hub_dataset_in_the_datasets_cache_loads_offline(tmp_path, empty_datasets_cache):
+    (empty_datasets_cache / "facebook___empathetic_dialogues" / "default" / "0.0.0" / "abc123").mkdir(parents=True)
+    report, _ = json_plan("--preset", "paper", "--output-dir", str(tmp_path / "out"))
+    assert report["resolved"]["data"] == {"EmpatheticDialogues from the hub": "datasets cache"}
+    assert not any("empathetic_dialogues" in p for p in report["problems"])
+
+
+def test_the_learning_preset_dry_run_estimates_each_step_from_its_measured_figures(stand_in_hub, tmp_path):
+    from mascot.pipeline.estimates import format_span, preset_estimates, total_span
+
+    printed, error = dry_run_table("--preset", "learn", "--output-dir", str(tmp_path / "out"))
+    assert error is None, printed
+    figures = preset_estimates("learn")
+    rows = table_rows(printed)
+    assert len(rows) == 20 and all(row[-1] == format_span(figures.of(name)) for name, row in rows.items())
+    assert rows["director"][-1] == "13 min" and rows["eval_base"][-1] == "2-3 min"
+    assert "estimated times as measured on 2 CPU cores, no GPU" in printed
+    total = format_span(total_span([figures.of(name) for name in rows])[0])
+    assert printed.rstrip().splitlines()[-1] == f"Total: 20 steps to run; estimated {total} on 2 CPU cores, no GPU."
+
+
+def test_the_estimates_are_figures_of_real_steps_and_none_is_made_up():
+    from mascot.pipeline.estimates import read_estimates
+
+    presets = read_estimates()["presets"]
+    assert set(presets) == set(PRESETS)
+    for name in ("toy", "learn"):
+        settings = PipelineSettings(**preset_values(name))
+        assert set(presets[name]["steps"]) == set(settings.planned()) and presets[name]["machine"]
+    assert presets["paper"]["steps"] == {}  # never run end to end
+
+
+def test_done_partial_and_reused_steps_are_told_apart(tmp_path, stand_in_hub):
+    from mascot.pipeline.settings import resolve_pipeline_settings
+
+    other, here = tmp_path / "first", tmp_path / "second"
+    settings = resolve_pipeline_settings({"output_dir": str(other)}, {"preset": "toy"})
+    theirs = Plan(settings, other / "contexts" / "samples.jsonl").step("candidates")
+    run = other / "candidates" / "individual_ESConv_x"
+    run.mkdir(parents=True)
+    (run / "run_summary.json").write_text(json.dumps({"status": "completed"}))
+    write_jsonl(run / "pairs.jsonl", fixture_pairs("persona"))
+    write_run_config(run, "ESConv")
+    (other / "pipeline.json").write_text(json.dumps({"steps": {"candidates": {"status": "completed", "command": theirs.command_line()}}}))
+    reused = dry_run("--preset", "toy", "--output-dir", str(here), "--reuse-from", str(other), "--until", "reward_model")
+    assert [s["state"] for s in reused["plan"]] == ["reused", "to run"]
+    (other / "reward_model" / "checkpoint-1").mkdir(parents=True)  # an interrupted training step
+    resumed = dry_run("--preset", "toy", "--output-dir", str(other), "--until", "reward_model")
+    assert [s["state"] for s in resumed["plan"]] == ["done", "to resume"]
+    assert " --resume" in resumed["plan"][1]["command"]
+
+
+def test_a_problem_several_steps_share_is_listed_once_naming_them():
+    from mascot.pipeline.dryrun import add_problem
+
+    problems = ["--data-file x.jsonl does not exist"]
+    for step in ("candidates", "eval_base", "eval_trained"):
+        add_problem(problems, f"pipeline step {step}: the judge cannot score")
+    add_problem(problems, "pipeline step episodes: --data-file x.jsonl does not exist")
+    add_problem(problems, "the judge endpoint is unreachable: http://127.0.0.1:9/v1/models did not answer")
+    add_problem(problems, "the policy endpoint is unreachable: http://127.0.0.1:9/v1/models did not answer")
+    assert problems == ["--data-file x.jsonl does not exist", "pipeline steps candidates, eval_base, eval_trained: the judge cannot score",
+                        "the judge endpoint is unreachable: http://127.0.0.1:9/v1/models did not answer"]  # fmt: skip
+
+
+def test_json_goes_with_the_dry_run():
+    result = CliRunner().invoke(app, ["pipeline", "--preset", "toy", "--json"])
+    assert isinstance(result.exception, MascotError) and str(result.exception) == "--json prints the dry run's plan: pass it with --dry-run"
+
+
+@pytest.mark.parametrize("preset", ["toy", "learn", "paper"])
+def test_judging_steps_carry_the_split_of_the_episodes_they_judge(preset, tmp_path):
+    from mascot.pipeline.settings import resolve_pipeline_settings
+
+    settings = resolve_pipeline_settings({"output_dir": str(tmp_path)}, {"preset": preset})
+    plan = Plan(settings, None)
+    assert plan.step("group_pairs").settings.split == plan.step("episodes").settings.split == settings.split
+    for system in settings.systems:
+        judged, episodes = plan.step(f"judge_{system}"), plan.step(f"eval_{system}")
+        assert judged.settings.split == episodes.settings.split == settings.evaluation_split
+        assert f"--split {settings.evaluation_split}" in judged.command_line()
+    assert settings.evaluation_split == "test"
+    moved = Plan(resolve_pipeline_settings({"output_dir": str(tmp_path), "steps": {"evaluation": {"split": "valid"}}}, {"preset": preset}), None)
+    assert moved.step("judge_base").settings.split == "valid"
 
 
 def test_presets_are_versioned_data_files():

@@ -231,3 +231,18 @@ def study_app_of(study):
     from mascot.web.study_app import study_app
 
     return study_app(study.path)
+
+
+def test_web_with_a_study_prints_its_links_once_it_listens(study, tmp_path, monkeypatch, capsys):
+    from mascot.commands import web
+    from mascot.web.settings import WebSettings
+
+    def started(settings, on_bound=None, on_listening=None):  # the server, reduced to its two announcements
+        on_bound()
+        on_listening()
+
+    monkeypatch.setattr(web, "serve", started)
+    web.run_web(WebSettings(session_dir=tmp_path / "chat", study=study.path, port=8123))
+    out = capsys.readouterr().out.splitlines()
+    assert out[-3:] == [f"rater 1: http://127.0.0.1:8123/study/r/{study.rater_tokens[0]}", f"rater 2: http://127.0.0.1:8123/study/r/{study.rater_tokens[1]}",
+                        f"results (owner only): http://127.0.0.1:8123/study/results/{study.owner_token}"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 from train_helpers import (  # noqa: F401 - fixtures
@@ -314,7 +315,7 @@ def test_the_directive_opening_is_written_into_the_prompt_and_read_back_with_the
     assert directive_answer("<directive>\nagent: The Beacon", True) == "<directive>\nagent: The Beacon"  # wrote the block itself
     assert directive_answer(" The Beacon", False) == " The Beacon"
     # the completion continues the opening: parsed together, " The Beacon" names a roster member
-    assert parse_directive(DIRECTIVE_OPENING + " The Beacon\naction: ask\ntone: warm\n</directive>", ROSTER).directive.agent_name == "The Beacon"
+    assert parse_directive(DIRECTIVE_OPENING + " The Beacon\naction: ask how the week went\ntone: warm\n</directive>", ROSTER).directive.agent_name == "The Beacon"
 
 
 def test_rollouts_reply_as_long_and_as_sampled_as_the_settings_say():
@@ -540,3 +541,16 @@ def test_recorded_rollouts_need_a_tree_and_no_rollout_director(tmp_path, flags, 
     with pytest.raises(MascotError, match=says):
         train_director_grpo(settings, trajectory_scorer=NoRepeat())
     assert not (tmp_path / "director").exists()
+
+
+def test_a_reward_judge_that_never_answers_stops_the_run_in_one_line(tmp_path):
+    from mascot.train.director_grpo import SILENT_JUDGE_STEPS, RewardJudgeSilent
+
+    path = tmp_path / "broken_judge.py"
+    path.write_text("def score(item):\n    raise RuntimeError('judge unreachable')\n")
+    settings = warmed_director(tmp_path, diversity_weight=0.0, suffix_rounds=1, reward_judge=f"python:{path}:score")
+    settings.max_steps = 6
+    with pytest.raises(RewardJudgeSilent, match=rf"gave no usable judgment in \d+ tries over {SILENT_JUDGE_STEPS} steps") as info:
+        train_director_grpo(settings, rollout_clients=scripted_clients())
+    assert "\n" not in str(info.value)
+    assert not list(Path(settings.output_dir).rglob("adapter_model.safetensors"))  # nothing saved as a trained Director

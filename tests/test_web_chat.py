@@ -322,7 +322,7 @@ def test_saved_times_read_as_a_date_and_a_clock_time(tmp_path, monkeypatch):
 
 
 def test_the_embedded_smoke_test_model_is_announced_on_every_page(tmp_path):
-    from mascot.web.app import runs_smoke_test_model
+    from mascot.dialogue.chat import runs_smoke_test_model
 
     assert runs_smoke_test_model(WebSettings(session_dir=tmp_path))  # no model named: the embedded one
     assert not runs_smoke_test_model(WebSettings(session_dir=tmp_path, vllm_server_url=["http://127.0.0.1:9/v1"], model_name="m"))

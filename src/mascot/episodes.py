@@ -24,7 +24,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from mascot.data.registry import guess_dataset
-from mascot.errors import MascotError
+from mascot.errors import MascotError, json_problem
 from mascot.files import RecordFormatError
 from mascot.progress import plural
 from mascot.rosters import BUILTIN_ROSTERS, load_roster, roster_for_dataset
@@ -50,6 +50,12 @@ class EpisodeFile:
     skipped_lines: list[int] = field(default_factory=list)  # malformed lines, skipped
     torn_tail: bool = False  # the last line was cut short and dropped
     warnings: list[str] = field(default_factory=list)
+
+    def skipped_note(self) -> str:
+        """'; skipped 2 malformed lines of episodes.jsonl' for a closing line ('' when none was)."""
+        if not self.skipped_lines:
+            return ""
+        return f"; skipped {plural(len(self.skipped_lines), 'malformed line')} of {self.path.name}"
 
 
 def episode_file_path(path: Path | str) -> Path:
@@ -115,7 +121,7 @@ def _parse_line(raw: bytes) -> dict:
     except UnicodeDecodeError:
         raise MalformedLine("not UTF-8 text") from None
     except json.JSONDecodeError as exc:
-        raise MalformedLine(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+        raise MalformedLine(f"not valid JSON ({json_problem(exc)})") from None
     if not isinstance(record, dict):
         raise MalformedLine(f"expected a JSON object, found {type(record).__name__}")
     if record.get("metadata") is not None and not isinstance(record["metadata"], dict):

@@ -9,3 +9,32 @@ def failure_cause(exc: BaseException) -> str:
     """The counted kind of a failure: its `cause` (an LLM client's error says which), otherwise
     the exception's type."""
     return getattr(exc, "cause", None) or type(exc).__name__
+
+
+def json_problem(exc: ValueError) -> str:
+    """A JSON decoding error as a person finds it: what is wrong `at column C` of a one-line text,
+    `at line L, column C` of a longer one (json's own message ends in "at" or names no place)."""
+    what = str(getattr(exc, "msg", exc)).removesuffix(" at").removesuffix(":")
+    line, column = getattr(exc, "lineno", 1), getattr(exc, "colno", None)
+    if column is None:
+        return what
+    return f"{what} at column {column}" if line == 1 else f"{what} at line {line}, column {column}"
+
+
+def flag_json_error(flag: str, text: str) -> MascotError:
+    """The one-line error for a flag's text that is not JSON: the text is shown on one line (its
+    whitespace runs as single spaces), so the place named is the place in that line."""
+    import json
+
+    shown = " ".join(text.split())
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as exc:
+        problem = json_problem(exc)
+        try:
+            json.loads(shown)
+        except json.JSONDecodeError as in_shown:
+            if in_shown.msg == exc.msg:  # the same mistake, placed in the line shown
+                problem = json_problem(in_shown)
+        return MascotError(f"{flag} is not valid JSON ({problem}): {shown}")
+    return MascotError(f"{flag} is not valid JSON: {shown}")

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from mascot.errors import MascotError
+from mascot.errors import MascotError, json_problem
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +146,7 @@ def iter_json_objects(path: Path, error: type[Exception] = None) -> Iterator[tup
                 try:
                     record = json.loads(line)
                 except json.JSONDecodeError as exc:
-                    raise error(f"{path}:{number}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+                    raise error(f"{path}:{number}: not valid JSON ({json_problem(exc)})") from None
                 if not isinstance(record, dict):
                     raise error(f"{path}:{number}: expected a JSON object, found {type(record).__name__}")
                 yield number, record
@@ -171,8 +171,19 @@ def read_jsonl(path: Path, model: type[T], *, drop_torn_tail: bool = False) -> I
             if drop_torn_tail and is_tail:
                 return
             first = exc.errors()[0]
+            if first["type"] == "json_invalid":  # placed by characters, as the line reads, not by bytes
+                raise RecordFormatError(f"{path}:{number}: not valid JSON ({line_json_problem(raw) or first['msg']})") from None
             where = ".".join(str(p) for p in first.get("loc", ())) or "record"
             raise RecordFormatError(f"{path}:{number}: not a valid {model.__name__} record ({where}: {first['msg']})") from None
+
+
+def line_json_problem(raw: bytes) -> str | None:
+    """What json finds wrong in one line, placed by character (None when it decodes)."""
+    try:
+        json.loads(raw.decode("utf-8-sig", errors="replace"))
+    except json.JSONDecodeError as exc:
+        return json_problem(exc)
+    return None
 
 
 def write_jsonl(path: Path, records: list[BaseModel]) -> None:

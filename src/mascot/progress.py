@@ -1,14 +1,18 @@
 """Progress of long steps on screen, and what Ctrl-C does while they run.
 
 - `ProgressLine(label, total, unit=...)`: done/total, rate and time left. On a terminal a rich
-  progress bar (several steps at once share one display); when stderr is not a terminal (logs, CI,
+  progress bar (several steps at once share one display; under 120 columns a line of words that
+  folds rather than a bar squeezed into ellipses); when stderr is not a terminal (logs, CI,
   a pipe) a plain line every `MASCOT_PROGRESS_INTERVAL` seconds (default 15), also while no record
   finishes, and one when the step ends. `MASCOT_QUIET=1` (or a command's `--quiet`) shows none:
   the closing lines that say what a run made are printed all the same.
-- `interrupt_handling(hint)`: the first Ctrl-C is answered at once. A step that can stop cleanly
-  (`ProgressLine(..., drains=True)`: generation) finishes the records in flight and takes no new
-  ones (`stop_requested()`); any other step stops where it is. The second Ctrl-C ends the process
-  at once: records are appended whole, so what was written is kept and `--resume` continues.
+- `interrupt_handling(hint)`: the first Ctrl-C is answered at once. A step that streams records
+  (`ProgressLine(..., drains=True)`: generation) cancels the work it registered with
+  `cancel_on_interrupt` (the requests in flight; a record not yet complete is not written and
+  `--resume` makes it) and takes no new one (`stop_requested()`); any other step stops where it
+  is. The second Ctrl-C ends the process at once, after the open runs' summaries say
+  `interrupted` (`on_exit_at_once`): records are appended whole, so what was written is kept and
+  `--resume` continues.
   SIGTERM (`kill`, `timeout`, a batch scheduler's preemption) stops the run where it is, as an
   interrupted one: its summary says `interrupted`, the exit status is 143, `--resume` continues.
 
@@ -25,6 +29,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 QUIET_ENV = "MASCOT_QUIET"
@@ -125,6 +130,8 @@ class ProgressLine:
         if self._thread is not None:
             self._thread.join(timeout=2)
         self._refresh()
+        if _Interrupts.presses or _Interrupts.terminated:  # the closing line says what this step kept
+            _Interrupts.saved = _saved_text()
         if self._mode == "lines":
             _say(self.final_line() if exc[0] is None else self.line())
         elif self._mode == "bar":
@@ -218,6 +225,18 @@ class _Display:
     steps: int = 0
 
 
+@lru_cache(maxsize=1)
+def _step_column() -> type:
+    """The column of `_step_in_words` (a class made on first use: rich loads only when a bar is shown)."""
+    from rich.progress import ProgressColumn
+
+    class StepInWords(ProgressColumn):
+        def render(self, task: Any) -> Any:
+            return _step_in_words(task)
+
+    return StepInWords
+
+
 class _SharedBar:
     """One rich display per console for every step shown at once (rich allows one live display
     per console); it stops when its last step ends."""
@@ -262,14 +281,40 @@ class _SharedBar:
                 cls._displays.pop(id(display.console), None)
 
 
-def _new_progress(console: Any) -> Any:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+NARROW_COLUMNS = 120  # a narrower console shows each step as words (folded onto a second line), not a bar
 
+
+def _new_progress(console: Any) -> Any:
+    """A bar, counts, times and the note on a wide console; on a narrow one a line of words, so that
+    rich never squeezes the columns into ellipses (the note, last, folds onto a next line instead)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.table import Column
+
+    note = Column(ratio=1, overflow="fold")
+    if console.width < NARROW_COLUMNS:
+        return Progress(_step_column()(table_column=note), console=console, transient=False, expand=True)
     columns = (
-        TextColumn("[bold]{task.description}"), BarColumn(bar_width=20), MofNCompleteColumn(), TimeElapsedColumn(),
-        TextColumn("left"), TimeRemainingColumn(), TextColumn("{task.fields[note]}"),
+        TextColumn("[bold]{task.description}", table_column=Column(no_wrap=True)), BarColumn(bar_width=20), MofNCompleteColumn(),
+        TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(), TextColumn("{task.fields[note]}", table_column=note),
     )  # fmt: skip
-    return Progress(*columns, console=console, transient=False)
+    return Progress(*columns, console=console, transient=False, expand=True)
+
+
+def _step_in_words(task: Any) -> Any:
+    """'episodes: 12/40 (30%), 2 min 5 s so far, about 5 min left; 128 model calls, ..., failures 0'."""
+    from rich.text import Text
+
+    done = int(task.completed)
+    counts = f"{done}/{int(task.total)} ({100 * done // int(task.total)}%)" if task.total else str(done)
+    parts = [counts, f"{duration(task.elapsed or 0)} so far"]
+    if task.total and done < task.total and task.time_remaining is not None:
+        parts.append(f"about {duration(task.time_remaining)} left")
+    text = Text()
+    text.append(f"{task.description}: ", style="bold")
+    text.append(", ".join(parts))
+    if note := task.fields.get("note"):
+        text.append(f"; {note}")
+    return text
 
 
 # ---------------------------------------------------------------------------- Ctrl-C
@@ -283,6 +328,9 @@ class _Interrupts:
     terminated = False  # the last command was stopped by SIGTERM
     installed = False
     hint = ""
+    saved = ""  # what the interrupted command's steps had kept when they ended ('12 episodes saved')
+    cancellers: list[Callable[[], None]] = []  # cancel the work of streaming steps (cancel_on_interrupt)
+    exit_hooks: list[Callable[[], None]] = []  # run before a second Ctrl-C ends the process (on_exit_at_once)
 
 
 def stop_requested() -> bool:
@@ -316,13 +364,60 @@ def _on_interrupt(_signum: int, _frame: Any) -> None:
     if _Interrupts.presses == 1:
         _Interrupts.announced = True
         drains = any(p.drains for p in _ACTIVE)
-        first = "stopping after the records in flight" if drains else "stopping"
+        cancels = drains and bool(_Interrupts.cancellers)
+        first = "stopping: the requests in flight are cancelled" if cancels else "stopping after the records in flight" if drains else "stopping"
         _say(f"{first}; {_saved_text()}; {_Interrupts.hint} (Ctrl-C again stops at once)")
         if not drains:
             raise KeyboardInterrupt
+        for cancel in list(_Interrupts.cancellers):
+            cancel()
         return
     _say(f"stopped at once; {_saved_text()}; {_Interrupts.hint}")
+    for hook in list(_Interrupts.exit_hooks):
+        try:
+            hook()
+        except Exception:  # noqa: BLE001 - the process stops at once all the same
+            pass
     os._exit(130)  # records are appended whole: what was written is kept
+
+
+@contextmanager
+def cancel_on_interrupt(tasks: list[Any]) -> Iterator[None]:
+    """While the block runs, the first Ctrl-C cancels `tasks` (asyncio tasks of the running loop):
+    the requests they await stop now instead of after their records, and a record not yet complete
+    is never written. Call inside the loop's thread."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+
+    def cancel() -> None:
+        for task in tasks:  # from the signal handler: the loop cancels them at its next step
+            loop.call_soon_threadsafe(task.cancel)
+
+    _Interrupts.cancellers.append(cancel)
+    try:
+        if stop_requested():  # pressed before the work started
+            cancel()
+        yield
+    finally:
+        _Interrupts.cancellers.remove(cancel)
+
+
+def on_exit_at_once(hook: Callable[[], None]) -> None:
+    """Until `forget_exit_hook(hook)`, a second Ctrl-C calls `hook` before the process exits at once
+    (an open run store marks its summary `interrupted`). It runs in a signal handler: keep it short."""
+    _Interrupts.exit_hooks.append(hook)
+
+
+def forget_exit_hook(hook: Callable[[], None]) -> None:
+    if hook in _Interrupts.exit_hooks:
+        _Interrupts.exit_hooks.remove(hook)
+
+
+def interrupted_line() -> str:
+    """The closing line of an interrupted command: what it kept and how to continue."""
+    saved = _Interrupts.saved or "partial results are saved"
+    return f"interrupted: {saved}; {_Interrupts.hint or 'rerun with --resume to continue'}"
 
 
 def _on_terminate(_signum: int, _frame: Any) -> None:
@@ -344,7 +439,7 @@ def interrupt_handling(hint: str) -> Iterator[None]:
     signal.signal(signal.SIGINT, _on_interrupt)
     signal.signal(signal.SIGTERM, _on_terminate)
     _Interrupts.installed, _Interrupts.hint, _Interrupts.presses, _Interrupts.announced = True, hint, 0, False
-    _Interrupts.terminated = False
+    _Interrupts.terminated, _Interrupts.saved = False, ""
     try:
         yield
     finally:

@@ -183,6 +183,10 @@ class Turn(Record):
     # directive: `directive_output` is then absent and the failed answers are kept here instead.
     director_fallback: bool | None = None
     director_raw_output: str | None = None
+    # True when the fallback replaced a directive that copied the Director prompt's worked example
+    # (`mascot.dialogue.examples`): the turn keeps the companion the Director named, with the
+    # neutral directive. Absent otherwise, as in records written before it existed.
+    director_copied_example: bool | None = None
     turn_type: Literal["user"] | None = None  # absent on agent turns, as in the reference layout
     emotion: str | None = None  # the simulated user's reported state on user turns
     # Reasoning set aside from `response` / `directive_output` (absent when the role did not think)
@@ -239,6 +243,7 @@ class EpisodeMetadata(Record):
     branch: BranchInfo | None = None
     prompt_version: str | None = None
     prompt_family: str | None = None  # a prompting baseline's family; absent for MASCOT's persona prompts
+    self_consistency_samples: int | None = None  # replies sampled per Speaker turn, the most consistent kept; absent: one
     created_at: str | None = None
     updated_at: str | None = None  # chat sessions: when the record was last rewritten
     sampling: dict[str, Any] | None = None  # chat sessions: temperature, max_tokens, rounds per message
@@ -379,6 +384,8 @@ class Counters(Record):
     num_annotation_failures: int = 0
     num_skipped_samples: int = 0
     num_director_truncations: int = 0  # Director replies that reached their token limit
+    # Director answers that named a companion but copied the prompt's worked example (unusable, like a parse failure)
+    num_directive_example_copies: int = Field(0, exclude_if=lambda v: not v)
     num_user_emotions_missing: int = 0  # simulated-user turns asked for an emotion that gave none
     # Picks given to another companion by --max-consecutive-turns (a policy event, not a failure)
     num_turn_limit_overrides: int = Field(0, exclude_if=lambda v: not v)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from mascot import vocab
-from mascot.errors import MascotError
+from mascot.errors import MascotError, flag_json_error
 from mascot.settings import fixed, require, setting
 
 THINKING_HELP = "on | off | default: the role's reasoning mode (sent as chat_template_kwargs.enable_thinking)."
@@ -68,8 +68,8 @@ def parse_extra_body(text: str | dict | None, flag: str = "--extra-body") -> dic
         return None
     try:
         value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise MascotError(f"{flag} is not valid JSON ({exc.msg} at column {exc.colno}): {' '.join(text.split())}") from None
+    except json.JSONDecodeError:
+        raise flag_json_error(flag, text) from None
     if not isinstance(value, dict):
         raise MascotError(f"{flag} must be a JSON object ({{...}}), got {type(value).__name__}")
     return value

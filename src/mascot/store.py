@@ -38,6 +38,7 @@ from mascot.files import (  # noqa: F401 - the file helpers are imported from he
     write_jsonl,
 )
 from mascot.errors import failure_cause
+from mascot.progress import forget_exit_hook, on_exit_at_once
 from mascot.run_folder import existing_run_refusal
 from mascot.schema import Counters, RoleUsage, RunConfig, RunSummary, utc_now
 
@@ -143,7 +144,18 @@ class RunStore:
         except OSError as exc:
             raise StoreError(f"cannot open {describe_os_error(exc)}") from None
         self.write_summary(force=True)
+        on_exit_at_once(self._mark_interrupted_now)
         return self
+
+    def _mark_interrupted_now(self) -> None:
+        """A second Ctrl-C exits at once: the summary says `interrupted` first, written whole like
+        any summary (beside a temp file of its own: the handler may interrupt a summary write)."""
+        summary = self.summary.model_copy(update={"status": "interrupted", "error": "KeyboardInterrupt", "finished_at": utc_now()})
+        summary.duration_s = round(time.monotonic() - self._started, 3)
+        path = self.path("run_summary.json")
+        tmp = path.with_name(f".{path.name}.exit.tmp")
+        tmp.write_text(json.dumps(json.loads(summary.model_dump_json(exclude_none=True)), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
 
     def _previous_summary(self) -> RunSummary | None:
         path = self.path("run_summary.json")
@@ -201,6 +213,7 @@ class RunStore:
             self.close("failed", error=f"{exc_type.__name__}: {exc}")
 
     def close(self, status: str, error: str | None = None) -> None:
+        forget_exit_hook(self._mark_interrupted_now)
         for appender in self._appenders.values():
             appender.close()
         self._appenders.clear()

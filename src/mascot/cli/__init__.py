@@ -39,15 +39,14 @@ def main() -> None:
         typer.secho(f"error: {exc}", fg="red", err=True)
         sys.exit(2)
     except SystemExit as exc:
-        from mascot.progress import terminated
+        from mascot.progress import interrupt_announced, interrupted_line, terminated
 
-        if exc.code == 130 and terminated():  # typer ends an interrupted command with 130
-            sys.exit(143)  # 128 + SIGTERM, as a shell reports a terminated process
+        if exc.code == 130 and interrupt_announced():  # typer ends an interrupted command with 130
+            typer.secho(interrupted_line(), fg="yellow", err=True)  # what was kept and how to continue
+            sys.exit(143 if terminated() else 130)  # 143: 128 + SIGTERM, as a shell reports a terminated process
         raise
     except KeyboardInterrupt:
-        from mascot.progress import interrupt_announced, terminated
+        from mascot.progress import interrupted_line, terminated
 
-        # The first Ctrl-C (or SIGTERM) already said what was saved and how to continue (mascot.progress).
-        message = "interrupted" if interrupt_announced() else "interrupted: partial results are saved; rerun with --resume to continue"
-        typer.secho(message, fg="yellow", err=True)
+        typer.secho(interrupted_line(), fg="yellow", err=True)  # what was kept and how to continue
         sys.exit(143 if terminated() else 130)

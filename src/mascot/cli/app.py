@@ -35,6 +35,26 @@ app = typer.Typer(
 )
 
 
+def installed_version() -> str:
+    """The installed package's version (the source tree's own when it is not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mascot")
+    except PackageNotFoundError:
+        from mascot import __version__
+
+        return __version__
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        typer.echo(f"mascot {installed_version()}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _top() -> None:
+def _top(
+    show_version: bool = typer.Option(False, "--version", help="Print the installed version and exit.", callback=_print_version, is_eager=True, rich_help_panel="Run"),
+) -> None:
     """MASCOT: multi-agent socio-collaborative companions (generation, judging, training, chat)."""

@@ -72,6 +72,47 @@ def _check_on_hub(model: str, label: str) -> str:
     return "hub"
 
 
+def check_hub_data(dataset_name: str, splits: list[str]) -> str:
+    """How a dataset read without --data-file would load: "datasets cache" or "hub"; offline and
+    not in the `datasets` cache, an error. No network call: offline is what `hub_online` says
+    (HF_HUB_OFFLINE, or its one quick probe), as for a model."""
+    from importlib.util import find_spec
+
+    from mascot.data.registry import dataset
+    from mascot.llm.models import hub_online
+
+    entry = dataset(dataset_name)
+    reader = entry.loader()
+    hub_id = getattr(reader, "HUB_ID", None)
+    where = f"the Hugging Face hub ({hub_id})" if hub_id else getattr(reader, "SOURCE_URL", "its public source").split("{")[0]
+    names = list(dict.fromkeys(splits))
+    read = f"{entry.name} (split{'s' if len(names) > 1 else ''} {', '.join(names)}) is read from {where}"
+    if find_spec("datasets") is None:
+        raise DryRunError(f"{read}, which needs the 'datasets' package (pip install 'mascot[data]'); or pass --data-file with a local copy")
+    if hub_id and in_datasets_cache(hub_id):
+        return "datasets cache"
+    if not hub_online():
+        raise DryRunError(f"{read}, which is unreachable offline, and is not in the datasets cache: pass --data-file with a local copy")
+    return "hub"
+
+
+def in_datasets_cache(hub_id: str) -> bool:
+    """Whether `datasets` has a prepared copy of a hub dataset, which it loads offline: the folder
+    `<cache>/<owner>___<name>/<config>/<version>/<hash>` it looks for then."""
+    owner, _, name = hub_id.rpartition("/")
+    snake = re.sub(r"([a-z\d])([A-Z])", r"\1_\2", re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", name)).lower()
+    root = _datasets_cache() / "___".join(p for p in (owner, snake) if p)
+    return any(p.is_dir() for p in root.glob("*/*/*"))
+
+
+def _datasets_cache() -> Path:
+    """`datasets`' cache folder, found as `datasets.config` finds it (without importing datasets)."""
+    if os.environ.get("HF_DATASETS_CACHE"):
+        return Path(os.environ["HF_DATASETS_CACHE"]).expanduser()
+    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME") or "~/.cache", "huggingface")
+    return Path(home).expanduser() / "datasets"
+
+
 def check_endpoints(endpoints: dict[str, Any]) -> dict[str, str]:
     """Every role with a URL: the server answers /models and lists the role's model id.
     Roles without one are local: their model must load (`check_model`). Returns role -> how."""

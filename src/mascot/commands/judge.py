@@ -117,7 +117,8 @@ def run_judge(s: JudgeSettings) -> None:
     console.print(
         f"judged {plural(c['num_items'], 'item')} with {plural(num_judges, 'judge')}: {plural(c['num_model_calls'], 'model call')}, "
         + (f"{plural(c['num_function_calls'], 'function call')}, " if c["num_function_calls"] else "")
-        + f"{c['num_cached']} cached, {plural(c['num_annotation_failures'], 'annotation failure')}; wrote {result.judgments_path} and {result.metrics_path}",
+        + f"{c['num_cached']} cached, {plural(c['num_annotation_failures'], 'annotation failure')}; wrote {result.judgments_path} and {result.metrics_path}"
+        + loaded.skipped_note(),
         soft_wrap=True,
         markup=False,
     )

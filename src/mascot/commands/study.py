@@ -11,7 +11,7 @@ import typer
 from mascot.commands.dryrun import DryRunError, print_settings
 from mascot.files import write_json_atomic
 from mascot.progress import plural
-from mascot.study.create import create_study, episodes_by_context, matched_contexts, refuse_identical
+from mascot.study.create import create_study, episodes_by_context, matched_contexts, refuse_identical, system_names
 from mascot.study.db import opened
 from mascot.study.results import compute_results, format_results, ratings_csv
 from mascot.study.settings import StudyCreateSettings, StudyResultsSettings
@@ -22,17 +22,25 @@ def run_study_create(settings: StudyCreateSettings) -> None:
                          seed=settings.seed, system_a=settings.system_a, system_b=settings.system_b, overwrite=settings.overwrite)
     base = settings.base_url.rstrip("/")
     typer.secho(f"study {built.path}: {plural(built.num_pairs, 'pair')} + {plural(built.num_attention_checks, 'attention check')} per rater", fg="green", err=True)
-    for number, token in enumerate(built.rater_tokens, start=1):
+    typer.secho(f"A = {built.system_a}, B = {built.system_b}", err=True)
+    print_links(base, built.rater_tokens, built.owner_token)
+
+
+def print_links(base: str, rater_tokens: list[str], owner_token: str) -> None:
+    """Each rater's private link and the owner's results link (`study create`, `web --study`)."""
+    for number, token in enumerate(rater_tokens, start=1):
         typer.echo(f"rater {number}: {base}/study/r/{token}")
-    typer.echo(f"results (owner only): {base}/study/results/{built.owner_token}")
+    typer.echo(f"results (owner only): {base}/study/results/{owner_token}")
 
 
 def dry_run_study_create(command: str, settings: StudyCreateSettings) -> None:
     refuse_identical(settings.a, settings.b)
-    contexts = matched_contexts(episodes_by_context(settings.a, "--a"), episodes_by_context(settings.b, "--b"))
+    a, b = episodes_by_context(settings.a, "--a"), episodes_by_context(settings.b, "--b")
+    contexts = matched_contexts(a, b)
+    system_a, system_b = system_names(a, b, settings.system_a, settings.system_b)
     if Path(settings.out).exists() and not settings.overwrite:
         raise DryRunError(f"--out {settings.out} exists: pick another path or pass --overwrite")
-    print_settings("study create", {"resolved": {"pairs": len(contexts)}, "settings": asdict(settings)})
+    print_settings("study create", {"resolved": {"pairs": len(contexts), "system_a": system_a, "system_b": system_b}, "settings": asdict(settings)})
 
 
 def run_study_results(settings: StudyResultsSettings) -> None:

@@ -21,12 +21,24 @@ def run_web(settings: WebSettings) -> None:
         typer.secho(f"warning: --host {settings.host} lets other machines reach the app; it has no login", fg="yellow", err=True)
 
     def bound() -> None:
-        typer.secho(f"mascot web: port {settings.port} reserved; starting (models load first, then the address is printed)", err=True)
+        typer.secho(f"mascot web: port {settings.port} reserved; starting (models load first, then the address is printed)")
 
     def listening() -> None:
         typer.secho(f"mascot web on {web_address(settings)} (sessions in {settings.session_dir}; Ctrl-C stops)", fg="green")
+        if settings.study is not None:
+            print_study_links(settings)
 
     serve(settings, on_bound=bound, on_listening=listening)
+
+
+def print_study_links(settings: WebSettings) -> None:
+    """The served study's links, as `mascot study create` printed them, at this app's address."""
+    from mascot.commands.study import print_links
+    from mascot.study.db import meta, opened, rater_tokens
+
+    with opened(settings.study) as conn:
+        tokens, owner = rater_tokens(conn), meta(conn)["owner_token"]
+    print_links(web_address(settings).rstrip("/"), tokens, owner)
 
 
 def web_address(settings: WebSettings) -> str:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from mascot.dialogue.engine import EpisodeEngine
 from mascot.llm.base import LLMError
-from mascot.progress import stop_requested
+from mascot.progress import cancel_on_interrupt, stop_requested
 from mascot.schema import Context, Episode
 
 
@@ -29,7 +29,8 @@ async def run_all(
     strict: bool = False,
 ) -> RunProgress:
     """Runs every context through the engine with at most `max_concurrent_episodes` contexts at
-    once; records stream to `write` as soon as they are complete (memory stays flat)."""
+    once; records stream to `write` as soon as they are complete (memory stays flat). Ctrl-C
+    cancels the contexts in flight (their unfinished records are never written) and returns."""
     progress = RunProgress()
     iterator: Iterator[Context] = iter(contexts)
     workers = max(1, engine.settings.max_concurrent_episodes)
@@ -37,7 +38,7 @@ async def run_all(
 
     async def worker() -> None:
         for context in iterator:  # one shared iterator: each context is taken by exactly one worker
-            if stop_requested():  # Ctrl-C: the contexts in flight finish, no new one starts
+            if stop_requested():  # Ctrl-C: no new context starts
                 return
             try:
                 async for episode in engine.run_context(context, skip, (spines or {}).get(context.context_id)):
@@ -53,9 +54,19 @@ async def run_all(
 
     tasks = [asyncio.create_task(worker()) for _ in range(workers)]
     try:
-        await asyncio.gather(*tasks)
+        with cancel_on_interrupt(tasks):
+            await asyncio.gather(*tasks)
+    except asyncio.CancelledError:
+        if not stop_requested() or _cancelled_from_outside():
+            raise
     finally:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
     return progress
+
+
+def _cancelled_from_outside() -> bool:
+    """This task itself was cancelled (not only the workers Ctrl-C cancelled)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0

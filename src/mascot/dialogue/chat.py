@@ -50,6 +50,19 @@ class ChatSessionError(MascotError):
 # --------------------------------------------------------------------------- setting up
 
 
+def runs_smoke_test_model(settings: EndpointFields) -> bool:
+    """True when a chat role answers from the embedded smoke-test model, in process: its replies
+    show that the program works, not what the companions can do, and the terminal and the web
+    pages say so."""
+    from mascot.llm.models import is_embedded_checkpoint
+    from mascot.vocab import DEFAULT_LOCAL_MODEL
+
+    def tiny(model: str | None) -> bool:
+        return model == DEFAULT_LOCAL_MODEL or (model is not None and is_embedded_checkpoint(model))
+
+    return any(e.url is None and (tiny(e.model) or tiny(e.base_model)) for e in resolve_roles(settings, CHAT_ROLES).values())
+
+
 def choose_roster(roster: str | None, dataset: str | None) -> tuple[Roster, str]:
     """The roster (`--roster`, else the dataset's, else emotional support) and the dataset label
     written to metadata: the dataset when given, else the roster's domain (which the judge reads)."""

@@ -5,8 +5,11 @@ Accepted answer formats (after reasoning inside <think>...</think> is set aside)
 2. a JSON object with `agent`/`agent_name`/`speaker` (+ `action`, `tone`);
 3. `Agent: / Action: / Tone:` lines.
 Names match forgivingly (case, spacing, underscores, a missing "The") but only names on the roster
-are accepted. A failed parse gets one corrective message; a second failure falls back to a seeded
-random speaker (never the previous one when another remains) with a neutral directive.
+are accepted. An answer whose action or tone copies the prompt's worked example
+(`mascot.dialogue.examples`) is no directive either (`num_directive_example_copies`). A failed
+parse gets one corrective message; a second failure falls back to a seeded random speaker (never
+the previous one when another remains) with a neutral directive, or, when the second answer named a
+companion but copied the example again, to the neutral directive for that companion.
 
 Every request carries two constraints, each used where the backend supports it: the roster's JSON
 schema (servers with structured outputs) and a choice slot (the local backend writes
@@ -29,6 +32,7 @@ import random
 import re
 from dataclasses import dataclass
 
+from mascot.dialogue.examples import copies_example
 from mascot.dialogue.prompts import PROMPT_VERSION, director_correction, director_messages
 from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE, OutputPaths, response_parts, token_budget
 from mascot.dialogue.structured import bounded_text, compact_object, widest_json
@@ -43,6 +47,7 @@ NEUTRAL_TONE = "warm and natural"
 ACTION_MAX_CHARS = 120
 TONE_MAX_CHARS = 40
 BUDGET_MARGIN = 8  # tokens past the longest valid directive: the end token and a tokenizer's odd split
+COPIED_EXAMPLE = "its action or tone copies the prompt's example; write your own instruction for this conversation, not the example's"
 
 _BLOCK = re.compile(r"<directive>(.*?)(?:</directive>|\Z)", re.IGNORECASE | re.DOTALL)
 _FIELD = re.compile(
@@ -133,10 +138,12 @@ def _clip(text: str, limit: int) -> str:
 class ParseResult:
     directive: Directive | None
     problem: str = ""
+    copied: Directive | None = None  # a directive naming a roster member whose action or tone copies the example
 
 
 def parse_directive(text: str, roster: Roster) -> ParseResult:
-    """Parses a Director answer into a Directive naming a roster member, or says what is wrong."""
+    """Parses a Director answer into a Directive naming a roster member, or says what is wrong. A
+    directive that copies the prompt's example is no directive: it is returned as `copied`."""
     visible = strip_think(text or "")
     if not visible:
         return ParseResult(None, "the answer was empty")
@@ -158,6 +165,8 @@ def parse_directive(text: str, roster: Roster) -> ParseResult:
         name = match_roster_name(fields["agent"], roster)
         if name:
             action, tone = _clip(fields.get("action", ""), ACTION_MAX_CHARS), _clip(fields.get("tone", ""), TONE_MAX_CHARS)
+            if copies_example(action, tone):
+                return ParseResult(None, COPIED_EXAMPLE, copied=Directive(agent_name=name, action=action, tone=tone))
             return ParseResult(Directive(agent_name=name, action=action, tone=tone))
     return ParseResult(None, f"{named[0]['agent'][:60]!r} is not on the roster")
 
@@ -195,9 +204,20 @@ def directive_slot(roster: Roster) -> ChoiceSlot:
     return ChoiceSlot(prefix=DIRECTIVE_OPENING, choices=tuple(f" {name}" for name in roster.names))
 
 
+def neutral_directive(name: str) -> Directive:
+    """MASCOT's own directive for `name`, used where the Director gave none that could be used."""
+    return Directive(agent_name=name, action=NEUTRAL_ACTION, tone=NEUTRAL_TONE)
+
+
 def fallback_directive(roster: Roster, previous: str | None, rng: random.Random) -> Directive:
     choices = [n for n in roster.names if n != previous] or roster.names
-    return Directive(agent_name=rng.choice(choices), action=NEUTRAL_ACTION, tone=NEUTRAL_TONE)
+    return neutral_directive(rng.choice(choices))
+
+
+def fallback_note(copied_example: bool) -> str:
+    """What a person is shown for a turn that ran on the fallback rather than on a directive."""
+    cause = "the Director copied the prompt's example" if copied_example else "the Director's answer could not be read"
+    return f"no usable directive: {cause}; neutral instruction used"
 
 
 @dataclass
@@ -205,7 +225,10 @@ class DirectorDecision:
     directive: Directive
     output: str  # every answer (reasoning removed), corrective exchange included
     parse_failed: bool = False
-    fell_back: bool = False  # no answer named anyone: `directive` is the random fallback, `output` what failed
+    # no answer could be used: `directive` is the neutral one (for a random companion, or for the one
+    # named when `copied_example`: the answer copied the prompt's example), `output` what failed
+    fell_back: bool = False
+    copied_example: bool = False
     reasoning: str | None = None  # what the Director reasoned before answering, when it did
     overridden_pick: str | None = None  # the name the Director gave when the turn limit chose another
 
@@ -300,15 +323,21 @@ class Director:
         """One directive per companion named (branching over the roster): the Director writes each
         one's action and tone with the name fixed. A server without structured outputs may still
         name another: the directive keeps its action and tone, for the companion asked for. An answer
-        with no usable directive gets the neutral one for that companion, counted as a parse failure."""
+        with no usable directive gets the neutral one for that companion, counted as a parse failure
+        (or as an example copy, when it copied the prompt's example)."""
         messages = director_messages(self.roster, context, history, self.prompt_version)
 
         async def one(i: int, name: str) -> DirectorDecision:
             answer = (await self._ask(messages, seed + 7919 * (i + 1), only=name))[0]
-            parsed = self._read(answer).directive
+            result = self._read(answer)
+            parsed = result.directive
             if parsed is None:
-                self.tally.count("num_directive_parse_failures", f"no directive for {name} could be read from the Director's answer")
-                return DirectorDecision(Directive(agent_name=name, action=NEUTRAL_ACTION, tone=NEUTRAL_TONE), answer.text, parse_failed=True, fell_back=True)
+                copied = result.copied is not None
+                if copied:
+                    self._count_copy(result)
+                else:
+                    self.tally.count("num_directive_parse_failures", f"no directive for {name} could be read from the Director's answer")
+                return DirectorDecision(neutral_directive(name), answer.text, parse_failed=True, fell_back=True, copied_example=copied)
             return DirectorDecision(Directive(agent_name=name, action=parsed.action, tone=parsed.tone), answer.text, reasoning=answer.reasoning)
 
         return list(await asyncio.gather(*(one(i, name) for i, name in enumerate(names))))
@@ -319,7 +348,7 @@ class Director:
         if answer.cut:
             unparsed = "" if parsed.directive else " and could not be parsed"
             self.tally.count("num_director_truncations", f"a Director reply reached its {self.token_limit}-token limit{unparsed}")
-            if parsed.directive is None:
+            if parsed.directive is None and parsed.copied is None:
                 parsed.problem = f"the answer was cut off at the {self.token_limit}-token limit; keep the action to one short sentence"
         return parsed
 
@@ -327,7 +356,9 @@ class Director:
         parsed = self._read(answer)
         if parsed.directive:
             return DirectorDecision(parsed.directive, answer.text, reasoning=answer.reasoning)
-        if not answer.cut:  # a cut reply is counted as a truncation
+        if parsed.copied is not None:
+            self._count_copy(parsed)
+        elif not answer.cut:  # a cut reply is counted as a truncation
             self.tally.count("num_directive_parse_failures", parsed.problem)
         retry = [*messages, {"role": "assistant", "content": answer.text}, director_correction(self.roster, parsed.problem)]
         second = (await self._ask(retry, seed + 1))[0]
@@ -336,7 +367,15 @@ class Director:
         reparsed = self._read(second)
         if reparsed.directive:
             return DirectorDecision(reparsed.directive, output, parse_failed=True, reasoning=reasoning)
+        if reparsed.copied is not None:  # the name is the Director's own choice: only action and tone are replaced
+            self._count_copy(reparsed)
+            directive = neutral_directive(reparsed.copied.agent_name)
+            return DirectorDecision(directive, output, parse_failed=True, fell_back=True, copied_example=True, reasoning=reasoning)
         self.tally.count("num_random_agent_fallbacks", reparsed.problem)
         previous = next((t.agent_name for t in reversed(history) if not t.is_user), None)
         directive = fallback_directive(self.roster, previous, random.Random(seed))
         return DirectorDecision(directive, output, parse_failed=True, fell_back=True, reasoning=reasoning)
+
+    def _count_copy(self, parsed: ParseResult) -> None:
+        copied = parsed.copied
+        self.tally.count("num_directive_example_copies", f"a Director answer naming {copied.agent_name} copied the prompt's example: {copied.action!r} / {copied.tone!r}")  # type: ignore[union-attr]

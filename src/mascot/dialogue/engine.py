@@ -190,6 +190,7 @@ class EpisodeEngine:
             directive_output=None if kept_apart else decision.output or None,
             director_fallback=True if fell_back else None,
             director_raw_output=(decision.output or None) if kept_apart else None,
+            director_copied_example=True if fell_back and getattr(decision, "copied_example", False) else None,
             director_pick=overridden,
             reasoning=reply.reasoning,
             directive_reasoning=decision.reasoning,
@@ -303,6 +304,7 @@ class EpisodeEngine:
             created_at=utc_now(),
             prompt_version=family_prompt_version(s.prompt_family, self.prompt_version),
             prompt_family=None if s.prompt_family == "persona" else s.prompt_family,
+            self_consistency_samples=s.self_consistency_samples if s.self_consistency_samples > 1 else None,
         )
         episode = Episode(
             episode_id=self.record_id(ctx, f"e{state.episode_idx}{key_suffix}"),

@@ -22,7 +22,7 @@ from mascot.data import load_contexts
 from mascot.errors import MascotError
 from mascot.dialogue.batch import RunProgress, run_all
 from mascot.dialogue.engine import EngineSettings, EpisodeEngine
-from mascot.dialogue.tally import Tally
+from mascot.dialogue.tally import Tally, describe_counters
 from mascot.llm.base import ChatClient
 from mascot.llm.providers import Backends
 from mascot.llm.routing import resolve_roles, with_safety
@@ -267,7 +267,7 @@ async def _run(
     label = f"{s.dataset} episodes" if on_episode else "episodes"
 
     def detail() -> str:
-        return f"{calls_and_tokens(meter)}, failures {engine.tally.failures}"
+        return f"{calls_and_tokens(meter)}, {engine.tally.progress_note()}"
 
     with ProgressLine(label, remaining, unit="episodes", console=console, detail=detail, already=len(store.done_keys), drains=True) as progress:
         last_refresh = [0.0]
@@ -289,13 +289,18 @@ async def _run(
 def _closing_line(run: OpenRun, tally: Tally, total: int, console: Console) -> None:
     store, meter = run.store, run.backends.meter
     written = store.summary.num_records - store.summary.num_resumed_records
-    made = plural(written, "episode") + (f" ({store.summary.num_records} in all)" if store.summary.num_resumed_records else "")
+    made = plural(written, "episode") + (f" ({store.summary.num_records} in all)" if store.summary.num_resumed_records else "") + f" to {store.path()}"
     if written == 0 and total and total <= len(store.done_keys):
-        made = f"0 new episodes: all {store.summary.num_records} were already written"
+        made = f"0 new episodes: all {store.summary.num_records} were already written to {store.path()}"
     if store.summary.num_safety_events:  # the replies the group gave instead of a directed round
         made += f" ({plural(store.summary.num_safety_events, 'safety reply', 'safety replies')})"
+    whole_run = describe_counters(store.counters)
+    if store.summary.num_resumed_records and whole_run != tally.describe():  # this session's counts first, then the run's
+        made += f"; this session: {tally.describe()}; the whole run: {whole_run}"
+    else:
+        made += f"; {tally.describe()}"
     console.print(
-        f"wrote {made} to {store.path()}; {tally.describe()}; contexts {failure_line(store)}"
+        f"wrote {made}; contexts {failure_line(store)}"
         + (f"; failed requests: {meter.notes.summary()}" if meter.notes.counts else ""),
         soft_wrap=True,
         markup=False,

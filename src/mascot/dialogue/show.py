@@ -35,6 +35,13 @@ def show_directive(console: Console, directive: Directive) -> None:
     console.print(f"  [dim]Director -> {escape(directive.agent_name)}: {escape(directive.action)} (tone: {escape(directive.tone)})[/dim]")
 
 
+def show_fallback(console: Console, agent_name: str, copied_example: bool) -> None:
+    """A turn that ran on the fallback: said as such, never as the Director's instruction."""
+    from mascot.dialogue.director import fallback_note
+
+    console.print(f"  [dim]Director -> {escape(agent_name)}: ({escape(fallback_note(copied_example))})[/dim]")
+
+
 def show_episode(console: Console, episode: Episode, context: Context | None, names: list[str], *, directives: bool = True) -> None:
     console.rule(f"[bold]{escape(episode.episode_id)}")
     if context is not None:
@@ -44,7 +51,9 @@ def show_episode(console: Console, episode: Episode, context: Context | None, na
             emotion = f" [dim](feels {escape(turn.emotion)})[/dim]" if turn.emotion else ""
             console.print(f"[bold white]Person:[/bold white] {escape(turn.response) or '[dim](no reply)[/dim]'}{emotion}")
             continue
-        if directives and turn.directive and turn.directive.action:
+        if directives and turn.director_fallback:
+            show_fallback(console, turn.agent_name, bool(turn.director_copied_example))
+        elif directives and turn.directive and turn.directive.action:
             show_directive(console, turn.directive)
         colour = colour_for(turn.agent_name, names)
         console.print(f"[bold {colour}]{escape(turn.agent_name)}:[/bold {colour}] {escape(turn.response) or '[dim](no reply)[/dim]'}")

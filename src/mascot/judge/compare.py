@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import re
 from dataclasses import dataclass, field
 from itertools import permutations
 from pathlib import Path
@@ -43,6 +44,7 @@ from mascot.rubrics import rubric_for
 from mascot.schema import Episode, Judgment
 from mascot.settings_groups import ClientLimits
 from mascot.store import ensure_writable_dir
+from mascot.system_labels import describe_system, distinct_labels, system_traits
 
 log = logging.getLogger(__name__)
 
@@ -63,16 +65,30 @@ class Matchup:
     episodes: dict[str, Episode]  # system label -> episode
 
 
-def system_label(path: Path, episodes: list[Episode]) -> str:
+def system_run(path: Path, episodes: list[Episode]) -> tuple[str, dict[str, str] | None]:
+    """A file's system label and what its system ran with; a file mixing systems goes by its name."""
     systems = {e.metadata.system for e in episodes if e.metadata.system}
-    return systems.pop() if len(systems) == 1 else Path(path).stem
+    if len(systems) != 1 or not episodes:
+        return Path(path).stem, None
+    return systems.pop(), system_traits(episodes[0].metadata)
+
+
+def system_labels(paths: list[Path], files: list) -> list[str]:
+    """Each file's label (`mascot.system_labels.distinct_labels`); two runs of one system are refused."""
+    runs = [system_run(p, f.episodes) for p, f in zip(paths, files)]
+    names = distinct_labels(runs)
+    if names is None:
+        shared = next(run for run in runs if sum(other[0] == run[0] for other in runs) > 1)
+        shown = describe_system(*shared) if shared[1] else repr(shared[0])
+        raise MascotError(f"two files hold runs of one system ({shown}): to compare them, name them with --labels A,B")
+    return names
 
 
 def load_matchups(paths: list[Path], labels: list[str] | None = None, limit: int | None = None) -> tuple[list[str], list[Matchup], dict]:
     """System labels, the contexts all systems share (directed episodes, matched by context and
     episode index, in the first file's order) and what could not be matched."""
     loaded = [load_episode_file(episode_file_path(p), fallback_dataset="unknown") for p in paths]
-    names = list(labels or [system_label(p, f.episodes) for p, f in zip(paths, loaded)])
+    names = list(labels or system_labels(paths, loaded))
     if len(set(names)) != len(names):
         raise MascotError(f"the systems need distinct labels, got {', '.join(names)}: pass --labels")
     keyed = [{_match_key(e): e for e in f.episodes if e.metadata.branch is None} for f in loaded]
@@ -188,6 +204,11 @@ class CompareJudge:
         request = ChatRequest(messages=messages, temperature=0.0, max_tokens=self.max_tokens, role="judge", thinking=False, json_schema=schema, schema_name="verdict")
         return (await self.client.chat(request)).texts[0]
 
+    @property
+    def reads(self) -> dict:
+        """What the judge read: the model and the comparison prompt's version."""
+        return {"model": self.client.model, "prompt_version": COMPARE_PROMPT_VERSION}
+
     async def _verdict(self, messages: list[Message], keys: list[str], names: dict[str, str], count: int) -> dict:
         schema = verdict_schema(keys, count)
         try:
@@ -257,6 +278,11 @@ class PluginCompareJudge:
     def stats(self) -> dict:
         return {"function_calls": self.scorer.function_calls, "cached": self.scorer.stats.cached, "failures": self.failures}
 
+    @property
+    def reads(self) -> dict:
+        """What the judge read: the plug-in function (and its declared version), no prompt."""
+        return {"plugin": self.scorer.ref, "version": self.scorer.version, "prompt_version": None}
+
     async def _judgment(self, episode: Episode) -> Judgment:
         if episode.episode_id not in self._judgments:
             self._judgments[episode.episode_id] = asyncio.ensure_future(self.scorer.judge(collective_item(episode)))
@@ -277,9 +303,17 @@ class PluginCompareJudge:
 
 
 async def judge_matchups(judges: list[CompareJudge | PluginCompareJudge], matchups: list[Matchup], names: list[str], order_mode: str) -> list[dict]:
+    from mascot.progress import ProgressLine
+
     orders = [[names[i] for i in order] for order in orders_for(len(names), order_mode)]
-    tasks = [judge.judge(m, order) for m in matchups for order in orders for judge in judges]
-    return list(await asyncio.gather(*tasks))
+    with ProgressLine("verdicts", len(matchups) * len(orders) * len(judges), unit="verdicts") as progress:
+
+        async def counted(judge, matchup: Matchup, order: list[str]) -> dict:
+            verdict = await judge.judge(matchup, order)
+            progress.advance()
+            return verdict
+
+        return list(await asyncio.gather(*(counted(j, m, order) for m in matchups for order in orders for j in judges)))
 
 
 # --------------------------------------------------------------------------- a whole comparison
@@ -296,7 +330,8 @@ def compare_judge_specs(settings: CompareSettings) -> list:
 
 
 def default_output_dir(names: list[str]) -> Path:
-    return Path(DEFAULT_COMPARE_ROOT) / "_vs_".join(names)
+    """`<A>_vs_<B>`, each label as a folder-name part ("mascot (round-robin)" -> mascot-round-robin)."""
+    return Path(DEFAULT_COMPARE_ROOT) / "_vs_".join(re.sub(r"[^A-Za-z0-9._+-]+", "-", n).strip("-") or "system" for n in names)
 
 
 def run_compare(settings: CompareSettings, *, clients: dict | None = None) -> CompareResult:
@@ -310,7 +345,9 @@ def run_compare(settings: CompareSettings, *, clients: dict | None = None) -> Co
     orders = [[names[i] for i in order] for order in orders_for(len(names), settings.orders)]
     report = summarize(records, names, [*rubric.keys, OVERALL], [j.label for j in judges], orders)
     report.update(
-        inputs={n: str(p) for n, p in zip(names, settings.systems)}, rubric_version=settings.rubric_version, prompt_version=COMPARE_PROMPT_VERSION,
+        inputs={n: str(p) for n, p in zip(names, settings.systems)}, rubric_version=settings.rubric_version,
+        prompt_version=COMPARE_PROMPT_VERSION if any(j.reads["prompt_version"] for j in judges) else None,  # a plug-in reads no prompt
+        judge_reads={j.label: j.reads for j in judges},
         domain=rubric.domain, criterion_names={**rubric.names, OVERALL: "Overall"}, unmatched_episodes=unmatched,
         judge_stats={j.label: dict(j.stats) for j in judges},
     )

@@ -144,11 +144,27 @@ def _pct(value) -> str:
     return "-" if value is None else f"{100 * value:.1f}"
 
 
+def judges_read(report: dict) -> str:
+    """Each judge with what it read: an LLM judge its prompt version, a plug-in its function and no
+    prompt (a report written before `judge_reads` existed: every judge with the report's prompt)."""
+    reads = report.get("judge_reads") or {label: {"prompt_version": report.get("prompt_version")} for label in report["judges"]}
+    shown = []
+    for label in report["judges"]:
+        read = reads.get(label) or {}
+        if read.get("plugin"):
+            function = "" if read["plugin"] == label else f" {read['plugin']}"
+            version = f", version {read['version']}" if read.get("version") else ""
+            shown.append(f"{label} (plug-in{function}{version}; reads no prompt)")
+        else:
+            shown.append(f"{label} (prompt {read.get('prompt_version')})")
+    return ", ".join(shown)
+
+
 def markdown(report: dict) -> str:
     names = report["systems"]
     lines = [f"# Head to head: {' vs '.join(names)}", "",
-             f"Judges: {', '.join(report['judges'])}; rubric {report['rubric_version']} ({report['domain']}, collective criteria + overall); "
-             f"prompt {report['prompt_version']}; {len(report['orders'])} orders per context; {report['num_verdicts']} verdicts, {report['num_failed_verdicts']} failed.", "",
+             f"Judges: {judges_read(report)}; rubric {report['rubric_version']} ({report['domain']}, collective criteria + overall); "
+             f"{len(report['orders'])} orders per context; {report['num_verdicts']} verdicts, {report['num_failed_verdicts']} failed.", "",
              "Win rates over contexts (verdicts of every order and judge pooled per context), % with 95% Wilson interval.", "",
              "| criterion | " + " | ".join(f"{n} wins" for n in names) + " | ties | n | p (binomial) | order agreement | first-position rate |",
              "|---" * (len(names) + 6) + "|"]

@@ -97,6 +97,7 @@ async def judge_episode_file(
         "num_episodes": len(episodes.episodes),
         "num_legacy_records": episodes.legacy_records,
         "num_episodes_without_context": missing_context,
+        **({"num_skipped_lines": len(episodes.skipped_lines)} if episodes.skipped_lines else {}),  # malformed lines, named in `warnings`
         "warnings": [*episodes.warnings, *pattern_lines],
         **build_report(per_judge, rubric_version, scopes),
         "counters": _report_counters(panel, counters, len(items), per_judge),

@@ -118,12 +118,12 @@ class ServerQuestions:
                 data = await self._attempt(endpoint, b"", self.timeout_s, "/models", counted=False)
             except RequestFailure as failure:
                 if not failure.retryable:
-                    raise self._error(f"{endpoint.label}: {failure}", failure.cause) from None
+                    raise LLMError(f"{endpoint.label} ({self.model}): {failure}", failure.cause) from None
                 await asyncio.sleep(0.5)
                 try:
                     data = await self._attempt(endpoint, b"", self.timeout_s, "/models", counted=False)
                 except RequestFailure as again:
-                    raise self._error(f"{endpoint.label}: {again}", again.cause) from None
+                    raise LLMError(f"{endpoint.label} ({self.model}): {again}", again.cause) from None
         else:
             data = await self._send(b"", path="/models", max_retries=max_retries)
         return [m for m in data.get("data") or [] if isinstance(m, dict)]

@@ -94,10 +94,28 @@ def connection_failure(exc: BaseException) -> RequestFailure:
     import aiohttp
 
     refused = isinstance(exc, aiohttp.ClientConnectorError)
-    root = getattr(exc, "os_error", None) or exc.__cause__
-    because = f" ({type(root).__name__})" if root is not None else ""
-    return RequestFailure("connection", f"{type(exc).__name__}: {one_line(exc) or 'connection closed'}{because}",
-                          retryable=True, connection=True, refused=refused)
+    return RequestFailure("connection", connection_problem(exc), retryable=True, connection=True, refused=refused)
+
+
+def connection_problem(exc: BaseException) -> str:
+    """A failed connection in words a person reads ("connection refused: nothing answers at that
+    address"), not the client library's exception text."""
+    import socket
+
+    import aiohttp
+
+    root = getattr(exc, "os_error", None) or exc.__cause__ or exc
+    if isinstance(root, ConnectionRefusedError):
+        return "connection refused: nothing answers at that address and port"
+    if isinstance(root, socket.gaierror):
+        return "the host name is not known (check the URL)"
+    if isinstance(exc, aiohttp.ServerDisconnectedError) or isinstance(root, (ConnectionResetError, BrokenPipeError)):
+        return "the server closed the connection without answering"
+    if isinstance(exc, aiohttp.ClientSSLError):
+        return "the secure connection failed (is the URL https on a plain-HTTP server?)"
+    if isinstance(root, OSError) and root.strerror:
+        return f"connection failed: {root.strerror.lower()}"
+    return f"connection failed: {one_line(exc) or 'closed without an answer'}"
 
 
 async def gather_or_cancel(coros: list) -> list:

@@ -248,9 +248,11 @@ class LocalClient(BaseClient):
                 raise
 
     async def _run_one_batch(self, loop: asyncio.AbstractEventLoop, batch: list[_Row]) -> None:
+        abandoned = threading.Event()
         try:
-            outputs = await loop.run_in_executor(None, self._generate_batch, batch)
+            outputs = await loop.run_in_executor(None, self._generate_batch, batch, abandoned)
         except BaseException as exc:  # reported to every caller in the batch
+            abandoned.set()  # the thread stops at its next token: exit must not wait for the batch
             stopped = exc if isinstance(exc, Exception) else LLMError(f"{self.model}: batching stopped")
             self._fail({id(row.job): row.job for row in batch}.values(), stopped)
             if not isinstance(exc, Exception):
@@ -275,12 +277,13 @@ class LocalClient(BaseClient):
         self._pending = kept
         return batch
 
-    def _generate_batch(self, batch: list[_Row]) -> list[RowOutput]:
+    def _generate_batch(self, batch: list[_Row], abandoned: threading.Event | None = None) -> list[RowOutput]:
         loaded = self.load()
         requests = [row.job.request for row in batch]
         with loaded.lock:
             self.generate_calls += 1
-            new_tokens = generate(loaded, [row.job.prompt for row in batch], requests, ignore_eos=self.ignore_eos)
+            stopping = [_stop_when_abandoned(batch, abandoned)] if abandoned is not None else None
+            new_tokens = generate(loaded, [row.job.prompt for row in batch], requests, ignore_eos=self.ignore_eos, extra_stopping=stopping)
         return [row_output(loaded, new_tokens[i], request, self.ignore_eos) for i, request in enumerate(requests)]
 
     def _fail(self, jobs, exc: BaseException) -> None:
@@ -352,6 +355,18 @@ class LocalClient(BaseClient):
             await asyncio.gather(runner, return_exceptions=True)
 
 
+def _stop_when_abandoned(batch: list[_Row], abandoned: threading.Event):
+    """A stopping criterion: the whole batch ends at the next token once no caller waits for it
+    (every call cancelled, as Ctrl-C does, or the batching task stopped): a thread that cannot be
+    cancelled would otherwise hold the process for the rest of the batch."""
+
+    def stop(input_ids: torch.Tensor, scores: torch.Tensor, **_: Any) -> torch.Tensor:
+        nobody_waits = abandoned.is_set() or all(row.job.future.done() for row in batch)  # done before filled: cancelled or failed
+        return torch.full((input_ids.shape[0],), nobody_waits, dtype=torch.bool, device=input_ids.device)
+
+    return stop
+
+
 class ModelClient(LocalClient):
     """The chat protocol over a model object this process already holds (Director GRPO's policy, as
     it is being trained): nothing is loaded, and each batch is generated in eval mode (dropout off),
@@ -371,11 +386,11 @@ class ModelClient(LocalClient):
         self._loaded.net = self.net()  # a wrapper may replace the model between steps
         return self._loaded
 
-    def _generate_batch(self, batch: list[_Row]) -> list[RowOutput]:
+    def _generate_batch(self, batch: list[_Row], abandoned: threading.Event | None = None) -> list[RowOutput]:
         net = self.load().net
         was_training = net.training
         net.eval()
         try:
-            return super()._generate_batch(batch)
+            return super()._generate_batch(batch, abandoned)
         finally:
             net.train(was_training)

@@ -84,7 +84,8 @@ class UsageMeter:
         if response is None:
             cause = failure_cause(error) if error is not None else "error"
             usage.failures, usage.failures_by_cause = 1, {cause: 1}
-            self.notes.note(cause, f"{role} request failed [{cause}]: {error}")
+            if cause != _Cancelled.cause:  # a call stopped by its caller (Ctrl-C) is no failure to show
+                self.notes.note(cause, f"{role} request failed [{cause}]: {error}")
         else:
             usage.prompt_tokens, usage.completion_tokens = response.prompt_tokens, response.completion_tokens
         total = self.by_role.setdefault(role, RoleUsage())

@@ -214,13 +214,13 @@ class Backends:
     async def _check_servers(self, role: str, client) -> list[dict]:
         """The first answering server's /models entries; every server's contexts noted."""
         answering: list[list[dict]] = []
-        problems = []
+        problems, silent = [], []
         for state in client.endpoints:
             try:
                 entries = await client.list_model_entries(endpoint=state)
             except Exception as exc:  # noqa: BLE001 - reported below, one line per server
                 problems.append(str(exc))  # names the server
-                state.take_out("no answer at preflight")
+                silent.append(state)
                 continue
             answering.append(entries)
             state.context_limits.update(_context_limits(entries))
@@ -230,9 +230,10 @@ class Backends:
                 if serves_only_what_it_lists(entries):
                     raise MascotError(f"the {role} endpoint {state.label} does not serve {client.model!r} (it serves {shown}): pass one of those names")
                 log.warning("%s does not list %s (it lists %s); going on: this server may load models on demand", state.label, client.model, shown)
-        if not answering:
-            raise LLMError(f"cannot reach the {role} endpoint: {'; '.join(problems)}", cause="connection")
-        for problem in problems:
+        if not answering:  # one line: the run cannot start
+            raise LLMError(f"cannot reach the {role} endpoint {'; '.join(problems)}", cause="connection")
+        for state, problem in zip(silent, problems):  # the others answer: going on without these for now
+            state.take_out("no answer at preflight")
             log.warning("%s server not answering, going on without it for now: %s", role, problem)
         return answering[0]
 

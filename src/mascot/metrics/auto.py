@@ -196,6 +196,8 @@ def run_metrics_file(input_file: Path, settings: MetricsSettings, *, output_file
             "NLI or redundancy pairs (MASCOT rounds hold one agent turn); --pairing-mode adjacent-agent compares consecutive agents"
         )
     result = {"input_file": str(input_file), "settings": settings_block(settings, nli, embedder), "num_rounds_inferred_episodes": len(infer), "warnings": warnings, **report}
+    if loaded.skipped_lines:  # malformed lines, named in `warnings`; the closing line counts them
+        result["num_skipped_lines"] = len(loaded.skipped_lines)
 
     Path(output_file).parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(Path(output_file), result)

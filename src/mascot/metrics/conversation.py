@@ -2,10 +2,10 @@
 
 Each check is a count over a stated unit, and its rate is count / units (pooled over episodes):
 
-- `directive_example_copies` (unit: Director directives): the directive's action shares at least
-  half of its word trigrams with an action of a prompt version's worked example
-  (`director_example.j2`, `director_v2_example.j2`), copies the example's placeholder, or its tone
-  is an example's tone word for word;
+- `directive_example_copies` (unit: Director directives): the directive copies the prompt's worked
+  example (`mascot.dialogue.examples`: half of its action's word trigrams in an example's action,
+  the example's placeholder, or an example's tone word for word); a turn whose copy the Director
+  replaced by the neutral directive (`director_copied_example`) counts as one;
 - `same_speaker_repeats` (unit: agent turns after another agent turn): the same companion as the
   agent turn before (the person's messages in between do not count); with the balance figures
   `top_speaker_share` (the most frequent companion's share of agent turns) and
@@ -31,9 +31,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import lru_cache
-from types import SimpleNamespace
 
+from mascot.dialogue.examples import copies_example, example_directives, ngrams, words
 from mascot.schema import Episode, Roster, Turn
 
 CHECKS = (
@@ -50,14 +49,11 @@ UNITS = {
     "repeated_sentences": "sentences of 3+ words",
     "user_as_companion": "simulated-user turns",
 }
-COPY_OVERLAP = 0.5  # share of a directive action's trigrams found in an example action
 RESTATED_RUN = 6  # words in a row shared with the speaker's system prompt
 MIN_ACTION_WORDS = 3  # an action shorter than this, names aside, tells the Speaker nothing
 MIN_SENTENCE_WORDS = 3
 USER_LABELS = ("the person", "person", "user", "the user", "participant", "seeker", "me")
-EXAMPLE_MARK = "example only"
 
-_WORD = re.compile(r"[a-z0-9']+")
 _SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+|\n+")
 _META = re.compile(
     r"\b(?:(?:your|my) (?:role|purpose|job|task|instructions?) (?:is|are|here)\b|in my role as\b|as (?:your|the) "
@@ -79,50 +75,7 @@ _SUPPORTIVE = re.compile(
 )
 
 
-def words(text: str) -> list[str]:
-    return _WORD.findall((text or "").lower().replace("\u2019", "'"))
-
-
-def ngrams(tokens: list[str], n: int) -> set[tuple[str, ...]]:
-    return {tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)}
-
-
-# --------------------------------------------------------------------------- the prompts' examples
-
-
-@lru_cache(maxsize=1)
-def example_directives() -> tuple[tuple[str, str], ...]:
-    """(action, tone) of every prompt version's worked example, for every kind of roster and
-    context the example template tells apart."""
-    from mascot.dialogue.prompts import PROMPT_VERSIONS, director_example
-
-    found = set()
-    for version in PROMPT_VERSIONS:
-        for domain in ("emotional_support", "meetings", "other"):
-            roster = SimpleNamespace(personas=[SimpleNamespace(name="A"), SimpleNamespace(name="B")], domain=domain)
-            for is_meeting in (False, True):
-                answer = director_example(roster, SimpleNamespace(is_meeting=is_meeting), version)[1]  # type: ignore[arg-type]
-                action = re.search(r"^action:\s*(.*)$", answer, re.MULTILINE)
-                tone = re.search(r"^tone:\s*(.*)$", answer, re.MULTILINE)
-                found.add((action.group(1).strip() if action else "", tone.group(1).strip() if tone else ""))
-    return tuple(sorted(found))
-
-
-def copies_example(action: str, tone: str, examples: tuple[tuple[str, str], ...]) -> bool:
-    """Whether a directive's action or tone is one of the examples' (see the module's definition)."""
-    if EXAMPLE_MARK in (action or "").lower() or EXAMPLE_MARK in (tone or "").lower():
-        return True
-    mine = words(action)
-    for example_action, example_tone in examples:
-        theirs = words(example_action)
-        if mine and len(mine) < 3 and " ".join(mine) in " ".join(theirs):
-            return True
-        grams = ngrams(mine, 3)
-        if grams and len(grams & ngrams(theirs, 3)) / len(grams) >= COPY_OVERLAP:
-            return True
-        if tone and sorted(words(tone)) == sorted(words(example_tone)):
-            return True
-    return False
+# --------------------------------------------------------------------------- directives
 
 
 def lacks_instruction(action: str, tone: str, names: list[str]) -> bool:
@@ -275,7 +228,9 @@ def agent_turn_checks(turn: Turn, text: str, others: list[str], prompts: dict[st
     if turn.directive is not None and turn.directive.action == SAFETY_ACTION:
         return  # the safety reply is MASCOT's own text, not a Speaker's
     directive = director_directive(turn)
-    if directive is not None:
+    if turn.director_copied_example:  # the Director's copy was replaced by the neutral directive: still a copy
+        checks.add("directive_example_copies", True, "(copied the example; the neutral directive was used)")
+    elif directive is not None:
         checks.add("directive_example_copies", copies_example(*directive, examples), " / ".join(directive))
         names = [turn.agent_name, *others]
         checks.add("directive_without_instruction", lacks_instruction(*directive, names), " / ".join(directive))

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from mascot import vocab
-from mascot.errors import MascotError
+from mascot.errors import MascotError, flag_json_error
 from mascot.settings import require, setting
 
 CONFIG_VERSION = 1
@@ -125,8 +125,8 @@ def parse_step_flags(value: Any) -> dict[str, dict[str, Any]]:
     if isinstance(value, str):
         try:
             value = json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise MascotError(f"--steps is not valid JSON ({exc.msg} at column {exc.colno})") from None
+        except json.JSONDecodeError:
+            raise flag_json_error("--steps", value) from None
     require(isinstance(value, dict), "--steps must map step names to {flag: value} mappings")
     known = (*STEP_NAMES, *STEP_GROUPS)
     for name, flags in value.items():

@@ -151,10 +151,12 @@ class Plan:
         s = self.settings
         return {key: (s.group_judge_model or s.judge_model) if conversations else s.judge_model, "judge_server_url": s.judge_url}
 
-    def _contexts(self, *, evaluation: bool = False) -> Flags:
-        """For judging episodes: where each episode's context is looked up by its id."""
-        s = self.settings
-        return {"dataset": s.dataset, "data_file": self.data_file, "split": s.evaluation_split if evaluation else s.split}
+    def _contexts_of(self, generation: tuple) -> Flags:
+        """For judging a generation step's episodes: where each episode's context is looked up by
+        its id, the dataset, file and split that step reads (with the config's `steps` entries on
+        top), so a judging step always carries the split it judges."""
+        flags = _merged(generation[3], _extra(self.settings, generation[0]))
+        return {key: flags.get(key) for key in ("dataset", "data_file", "split")}
 
     def _training(self, name: str, model: str) -> Flags:
         return {"model": model, "dataset": self.settings.dataset, "seed": self.settings.seed, "output_dir": self.folder(name)}
@@ -166,6 +168,9 @@ class Plan:
         s = self.settings
         candidates = self.run_dir("candidates")
         episodes = self.episodes_file("episodes")
+        stage_2_episodes = ("episodes", "generation", ["generate"], {"mode": "group", "generation_mode": "independent", **self._data(),
+                            **self._generation_roles(trained_speaker=True, trained_director=False), "output_dir": self.folder("episodes")},
+                            self.folder("episodes"), [] if s.generation_url else [self.folder("speaker")], ("speaker",) if s.generation_url else ())
         steps = [
             ("candidates", "generation", ["generate"], {"mode": "individual", **self._data(), **self._generation_roles(trained_speaker=False, trained_director=False),
                  **self._judge("judge_model", conversations=False), "output_dir": self.folder("candidates")}, self.folder("candidates")),
@@ -173,10 +178,8 @@ class Plan:
                  self.folder("reward_model"), [candidates]),
             ("speaker", "training", ["train", "speaker"], {"data_path": candidates, **self._training("speaker", s.policy_model),
                  "reward_model_path": self.folder("reward_model")}, self.folder("speaker"), [candidates, self.folder("reward_model")]),
-            ("episodes", "generation", ["generate"], {"mode": "group", "generation_mode": "independent", **self._data(),
-                 **self._generation_roles(trained_speaker=True, trained_director=False), "output_dir": self.folder("episodes")}, self.folder("episodes"),
-                 [] if s.generation_url else [self.folder("speaker")], ("speaker",) if s.generation_url else ()),
-            ("group_pairs", "judging", ["prefs", "group"], {"episodes": episodes, "mode": "trajectory", **self._judge("judge"), **self._contexts(),
+            stage_2_episodes,
+            ("group_pairs", "judging", ["prefs", "group"], {"episodes": episodes, "mode": "trajectory", **self._judge("judge"), **self._contexts_of(stage_2_episodes),
                  "output_dir": self.folder("group_pairs")}, self.folder("group_pairs"), [episodes]),
             ("group_reward_model", "training", ["train", "group-reward-model"], {"data_path": self.folder("group_pairs") / "group_pairs.jsonl",
                  **self._training("group_reward_model", s.reward_model)}, self.folder("group_reward_model"), [self.folder("group_pairs") / "group_pairs.jsonl"]),
@@ -199,9 +202,9 @@ class Plan:
         """Per system: its episodes on the evaluation contexts, their judgments and metrics."""
         systems = self.settings.systems
         steps = [self._system_episodes(system, *SYSTEMS[system]) for system in systems]
-        for system in systems:
+        for system, generation in zip(systems, list(steps)):
             episodes = self.episodes_file(f"eval_{system}")
-            flags = {"input_file": episodes, **self._judge("judge"), **self._contexts(evaluation=True), "output_dir": self.folder(f"judge_{system}")}
+            flags = {"input_file": episodes, **self._judge("judge"), **self._contexts_of(generation), "output_dir": self.folder(f"judge_{system}")}
             steps.append((f"judge_{system}", "judging", ["judge"], flags, self.folder(f"judge_{system}"), [episodes]))
         for system in systems:
             episodes = self.episodes_file(f"eval_{system}")

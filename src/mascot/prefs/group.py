@@ -13,9 +13,10 @@
   is the Director's own prompt at the decision point, chosen and rejected are the two parsed
   directives in their one canonical form (the `<directive>` block the prompt asks for), so that two
   spellings of one directive (JSON whitespace, field order) are the same text and never a pair;
-  kind "directive". A branch whose directive was the random fallback (no Director answer could be
-  parsed) is neither judged nor a pair side: those pairs are counted in
-  `num_dropped_director_fallbacks`.
+  kind "directive". A branch whose directive was the fallback (no Director answer could be used:
+  none parsed, or it copied the prompt's worked example) is neither judged nor a pair side: those
+  pairs are counted in `num_dropped_director_fallbacks`. A fallback's neutral directive is no text
+  the Director wrote, so no pair and no rendered trajectory carries it.
 """
 
 from __future__ import annotations
@@ -27,13 +28,13 @@ from pathlib import Path
 from typing import Literal
 
 from mascot.dialogue.director import NEUTRAL_ACTION, NEUTRAL_TONE, render_directive
+from mascot.dialogue.examples import copies_example
 from mascot.dialogue.prompts import PROMPT_VERSION, director_messages
 from mascot.episodes import episode_context, episode_domain, episode_roster
 from mascot.judge.items import collective_item, opening_lines, render_context, user_label
 from mascot.judge.panel import JudgePanel, mean_scores
 from mascot.judge.prompt import JudgeItem
 from mascot.llm.base import Message
-from mascot.metrics.conversation import copies_example, example_directives
 from mascot.prefs.pairs import PairStats, max_pairs, preference_index_pairs
 from mascot.prompt_text import Trusted, render_prompt, transcript_text
 from mascot.rosters import roster_for_dataset
@@ -48,14 +49,14 @@ GROUP_RM_INSTRUCTION = "Here is a conversation between a group of companions and
 
 def trajectory_lines(turns: list[Turn], domain: str) -> list[tuple[str, str]]:
     """(speaker, text) of a trajectory; an agent's speaker carries the directive it followed, unless
-    that directive only copies the Director prompt's worked example (no instruction, only words
-    that would hide who spoke and what they said from a reward model)."""
+    the turn ran on the fallback or its directive only copies the Director prompt's worked example
+    (no instruction the Director wrote, only words that would hide who spoke and what they said
+    from a reward model)."""
     who = user_label(domain)
-    examples = example_directives()
     lines = []
     for t in turns:
         d = t.directive
-        real = not t.is_user and d is not None and bool(d.action or d.tone) and not copies_example(d.action, d.tone, examples)
+        real = not t.is_user and d is not None and bool(d.action or d.tone) and not is_fallback_turn(t)
         steer = f" [{d.action}; {d.tone}]" if real else ""  # type: ignore[union-attr]
         lines.append((who if t.is_user else f"{t.agent_name}{steer}", t.response))
     return lines
@@ -75,14 +76,17 @@ def group_rm_prompt(context: Context | None, domain: str) -> list[Message]:
 
 
 def is_fallback_turn(turn: Turn) -> bool:
-    """Whether a turn ran on the Director's random fallback rather than on its directive. Files
+    """Whether a turn ran on the Director's fallback rather than on a directive it wrote. Files
     written before turns recorded it are recognised by the fallback's neutral directive after a
-    corrective exchange."""
+    corrective exchange, and by a directive that copies the prompt's worked example (the Director
+    has treated such an answer as unusable since)."""
     if turn.director_fallback:
         return True
     d = turn.directive
+    if d is None or turn.is_user:
+        return False
     legacy = bool(turn.directive_output and "\n\n[correction]\n" in turn.directive_output)
-    return legacy and d is not None and (d.action, d.tone) == (NEUTRAL_ACTION, NEUTRAL_TONE)
+    return (legacy and (d.action, d.tone) == (NEUTRAL_ACTION, NEUTRAL_TONE)) or copies_example(d.action, d.tone)
 
 
 def directive_text(turn: Turn) -> str:
@@ -174,7 +178,7 @@ def items_for_mode(episodes: list[Episode], mode: GroupMode, contexts: dict[str,
     branches = [e for group in branch_groups(episodes).values() for e in group]
     skipped = sum(1 for e in branches if ran_on_fallback(e))
     if skipped:
-        log.warning("%d of %d branches ran on the Director's random fallback: they are not judged and make no directive pair", skipped, len(branches))
+        log.warning("%d of %d branches ran on the Director's fallback (no usable directive): they are not judged and make no directive pair", skipped, len(branches))
     return [collective_item(e, contexts, prefix_turns=e.metadata.branch.prefix_turns) for e in branches if not ran_on_fallback(e)]  # type: ignore[union-attr]
 
 

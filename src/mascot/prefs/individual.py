@@ -49,7 +49,7 @@ from mascot.prefs.candidates import (
 )
 from mascot.prefs.cross_persona import CROSS_FILE, CrossOutcome, is_cross_pair, judge_across_personas, side_key
 from mascot.prefs.pairs import PairStats, preference_index_pairs
-from mascot.progress import stop_requested
+from mascot.progress import cancel_on_interrupt, stop_requested
 from mascot.rubrics import domain_of, rubric_for
 from mascot.schema import Candidate, Context, Judgment, Persona, PreferencePair, Roster
 from mascot.files import write_jsonl
@@ -297,7 +297,7 @@ class IndividualRun:
         async def one(context: Context, persona: Persona) -> None:
             nonlocal done
             async with semaphore:
-                if stop_requested():  # Ctrl-C: the queries in flight finish, no new one starts
+                if stop_requested():  # Ctrl-C: no new query starts (those in flight are cancelled)
                     return
                 await self.run_query(context, persona)
             done += 1
@@ -306,7 +306,14 @@ class IndividualRun:
 
         tasks = [asyncio.ensure_future(one(c, p)) for c, p in queries]
         try:
-            await asyncio.gather(*tasks)
+            try:
+                with cancel_on_interrupt(tasks):
+                    await asyncio.gather(*tasks)
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if not stop_requested() or (current is not None and current.cancelling()):
+                    raise  # this task itself was cancelled, not only its queries by Ctrl-C
+                await asyncio.gather(*tasks, return_exceptions=True)  # every query has unwound
             if self.settings.cross_persona_pairs and not stop_requested():
                 await self._pair_across_personas(contexts, personas)
         except BaseException:

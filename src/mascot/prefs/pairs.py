@@ -81,8 +81,8 @@ class PairStats:
     pairs_per_query: dict[str, int] = field(default_factory=dict)
     margins: list[float] = field(default_factory=list)
     counts: PairCounts = field(default_factory=PairCounts)
-    # Directive pairs: pairs not made because a side's directive was the Director's random
-    # fallback (None, and absent from the stats, elsewhere).
+    # Directive pairs: pairs not made because a side's directive was the Director's fallback (no
+    # usable answer, or a copy of the prompt's example; None, and absent from the stats, elsewhere).
     dropped_director_fallbacks: int | None = None
     # --cross-persona-pairs: pairs of an own and a borrowed reply (None, and absent, when off)
     cross_persona_pairs: int | None = None

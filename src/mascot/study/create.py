@@ -19,6 +19,7 @@ from mascot.episodes import load_episode_file
 from mascot.errors import MascotError
 from mascot.schema import Episode, utc_now
 from mascot.study.db import StudyError, opened, transaction
+from mascot.system_labels import describe_system, distinct_labels, system_traits
 
 BROKEN_REPLIES = (
     "ERROR 0x3F: reply unavailable. Please enter your order number to continue.",
@@ -37,6 +38,8 @@ class BuiltStudy:
     num_attention_checks: int
     rater_tokens: list[str]
     owner_token: str
+    system_a: str = ""
+    system_b: str = ""
 
 
 def episodes_by_context(path: Path, flag: str) -> dict[str, Episode]:
@@ -73,6 +76,25 @@ def file_digest(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def system_names(a: dict[str, Episode], b: dict[str, Episode], system_a: str | None = None, system_b: str | None = None) -> tuple[str, str]:
+    """The names the results give the two systems: --system-a/--system-b where given, else each
+    run's recorded label, told apart by what its system ran with where both share one ("mascot
+    (directed)", "mascot (round-robin)"); two runs of one system under one name are refused."""
+    first_a, first_b = next(iter(a.values())).metadata, next(iter(b.values())).metadata
+    runs = [(system_a, None) if system_a else (first_a.system, system_traits(first_a)),
+            (system_b, None) if system_b else (first_b.system, system_traits(first_b))]
+    names = distinct_labels(runs)
+    if names is not None:
+        return names[0], names[1]
+    if system_a and system_b:
+        raise StudyError(f"--system-a and --system-b are both {system_a!r}: give the two systems different names")
+    if system_a or system_b:
+        given, other = ("a", "b") if system_a else ("b", "a")
+        raise StudyError(f"--system-{given} {system_a or system_b!r} is also --{other}'s system: name it with --system-{other}")
+    shown = describe_system(first_a.system, system_traits(first_a))
+    raise StudyError(f"--a and --b are runs of one system ({shown}): to compare them, name them with --system-a and --system-b")
 
 
 def matched_contexts(a: dict[str, Episode], b: dict[str, Episode]) -> list[str]:
@@ -164,6 +186,7 @@ def create_study(a_path: Path, b_path: Path, out: Path, *, raters: int, attentio
     refuse_identical(a_path, b_path)
     a, b = episodes_by_context(a_path, "--a"), episodes_by_context(b_path, "--b")
     contexts = matched_contexts(a, b)
+    system_a, system_b = system_names(a, b, system_a, system_b)
     out = Path(out)
     if out.exists() and not overwrite:
         raise StudyError(f"--out {out} exists: pick another path or pass --overwrite")
@@ -174,10 +197,10 @@ def create_study(a_path: Path, b_path: Path, out: Path, *, raters: int, attentio
     owner = secrets.token_urlsafe(24)
     info = {
         "created_at": utc_now(), "seed": seed, "owner_token": owner, "csrf_secret": secrets.token_hex(32),
-        "system_a": system_a or next(iter(a.values())).metadata.system, "system_b": system_b or next(iter(b.values())).metadata.system,
+        "system_a": system_a, "system_b": system_b,
         "source_a": str(a_path), "source_b": str(b_path), "num_raters": raters, "attention_checks": attention_checks,
     }
     with opened(out, create=True) as conn, transaction(conn):
         conn.executemany("INSERT INTO meta VALUES (?, ?)", [(k, json.dumps(v)) for k, v in info.items()])
         tokens = _insert(conn, rows, raters, rng)
-    return BuiltStudy(out, len(contexts), len(rows) - len(contexts), tokens, owner)
+    return BuiltStudy(out, len(contexts), len(rows) - len(contexts), tokens, owner, system_a, system_b)

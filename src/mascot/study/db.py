@@ -124,6 +124,11 @@ def meta(conn: sqlite3.Connection) -> dict[str, Any]:
     return {row["key"]: json.loads(row["value"]) for row in conn.execute("SELECT key, value FROM meta")}
 
 
+def rater_tokens(conn: sqlite3.Connection) -> list[str]:
+    """Every rater's link token, by rater number."""
+    return [row["token"] for row in conn.execute("SELECT token FROM raters ORDER BY rater_id")]
+
+
 def rater_id_for(conn: sqlite3.Connection, token: str) -> int | None:
     row = conn.execute("SELECT rater_id FROM raters WHERE token = ?", (token,)).fetchone()
     return None if row is None else int(row["rater_id"])

@@ -2,7 +2,9 @@
 
 Directive-level preference pairs (PreferencePair kind="directive", built from branching episodes in
 mascot.prefs): the prompt is the Director's prompt at a decision point, chosen/rejected are the two
-directives whose continuations the judge ranked. The frozen base is the reference (LoRA: the
+directives whose continuations the judge ranked. A pair with a side that only copies the Director
+prompt's worked example (in files built before such an answer was unusable) is dropped and logged:
+it is no directive to learn from. The frozen base is the reference (LoRA: the
 adapter switched off), so no second model is held in memory. The paper's Stage-2 method is
 `director-grpo`; this trainer is kept for comparison.
 """
@@ -10,7 +12,10 @@ adapter switched off), so no second model is held in memory. The paper's Stage-2
 from __future__ import annotations
 
 import logging
+import re
 
+from mascot.dialogue.examples import copies_example
+from mascot.schema import PreferencePair
 from mascot.train import artefact, data
 from mascot.train.artefact import TrainingMetadata
 from mascot.train.common import TrainOutcome, finish, first_last, open_output, run_training, save_model
@@ -19,6 +24,24 @@ from mascot.train.models import base_model_id, count_parameters, load_causal_lm,
 from mascot.train.runtime import derive_batch, trainer_arguments, world_size
 
 log = logging.getLogger(__name__)
+
+_FIELD = re.compile(r"^(action|tone):[ \t]*(.*)$", re.MULTILINE)
+
+
+def copies_in_pair(pair: PreferencePair) -> bool:
+    """Whether either side's directive copies the prompt's worked example."""
+    for side in (pair.chosen, pair.rejected):
+        fields = dict(_FIELD.findall(side[-1]["content"] if side else ""))
+        if copies_example(fields.get("action", ""), fields.get("tone", "")):
+            return True
+    return False
+
+
+def without_example_copies(pairs: list[PreferencePair], source) -> list[PreferencePair]:
+    kept = [p for p in pairs if not copies_in_pair(p)]
+    if len(kept) < len(pairs):
+        log.warning("%s: dropped %d of %d directive pairs with a side that copies the Director prompt's example", source, len(pairs) - len(kept), len(pairs))
+    return kept
 
 
 def dpo_config(settings: DirectorDPOSettings, output, plan):
@@ -35,6 +58,7 @@ def dpo_config(settings: DirectorDPOSettings, output, plan):
 
 def train_director_dpo(settings: DirectorDPOSettings) -> TrainOutcome:
     data_file, pairs = data.load_pairs(settings.data_path, "directive")
+    pairs = without_example_copies(pairs, data_file)
     run = data.run_settings(data_file)
     dataset = data.resolve_dataset(settings.dataset, run)
     plan = derive_batch(settings.batch_size, world_size(), settings.max_per_device_batch, settings.per_device_batch_size)

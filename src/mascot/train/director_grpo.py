@@ -3,11 +3,12 @@
 1. Decision points are sampled from recorded episodes; the prefix is the recorded turns before the
    decision round, and the Director's prompt is rebuilt from it (`director_messages`).
 2. TRL's GRPOTrainer samples a group of directives per prompt: the completion IS the directive.
-3. Each directive is parsed (`parse_directive`; a failure earns `--parse-failure-reward` and is
-   counted) and the episode continued from the prefix with it for `--suffix-rounds` rounds with the
-   frozen Speaker and simulated user (`EpisodeEngine.continue_from` on the rollout backend the
-   provider registry builds: a vLLM server, several spread by least outstanding requests, or the
-   local model), once per completion (`DirectorRollouts`).
+3. Each directive is parsed (`parse_directive`; a failure, a copy of the prompt's worked example
+   included, earns `--parse-failure-reward` and is counted) and the episode continued from the
+   prefix with it for `--suffix-rounds` rounds with the frozen Speaker and simulated user
+   (`EpisodeEngine.continue_from` on the rollout backend the provider registry builds: a vLLM
+   server, several spread by least outstanding requests, or the local model), once per completion
+   (`DirectorRollouts`).
 4. Two TRL reward functions score the same rollouts: the group reward model on the (directive,
    trajectory) and the diversity term (+1 when the block - the last Speaker before the decision and
    the rolled-out Speakers - has distinct personas, -1 otherwise). Kept apart, GRPO can normalise
@@ -57,11 +58,15 @@ from mascot.train.runtime import TrainingSetupError, derive_batch, world_size
 from mascot.train.scoring import RewardModelScorer
 from mascot.train.speaker_grpo import reward_model_device
 from mascot.train.trajectory_scores import (  # noqa: F401 - re-exported: the rollouts and their scorers
+    SILENT_JUDGE_STEPS,
     GroupRewardModelScorer,
     JudgeTrajectoryScorer,
+    RewardJudgeSilent,
     Rollout,
     TrajectoryScorer,
     block_speakers,
+    refuse_if_judge_silent,
+    silent_judge_stop,
 )
 
 log = logging.getLogger(__name__)
@@ -554,12 +559,16 @@ def train_director_grpo(
         )
         trainer.choice_slot = name_slot(settings, inputs.points)
         policy = policy_director(settings, trainer, tokenizer, rewards.rollouts)
+        if isinstance(scorer, JudgeTrajectoryScorer):
+            trainer.add_callback(silent_judge_stop(scorer))
         figures = run_training(trainer, checkpoint)
     finally:
         if backends is not None:
             close_backends(trainer, backends)
         if policy is not None:
             close_client(trainer, policy)
+    if isinstance(scorer, JudgeTrajectoryScorer):
+        refuse_if_judge_silent(scorer, settings, figures["global_steps"])
     figures.update(count_parameters(trainer.model))
     stats = rewards.rollouts.stats = summed_over_processes(trainer, rewards.rollouts.stats)
     refuse_if_nothing_parsed(stats)

@@ -14,6 +14,7 @@ from mascot.llm.base import Message
 from mascot.prefs.group import group_rm_prompt, render_trajectory
 from mascot.schema import Directive, Turn
 from mascot.train.decision_points import DecisionPoint, last_speaker
+from mascot.train.runtime import TrainingSetupError
 
 
 @dataclass
@@ -68,6 +69,7 @@ class JudgeTrajectoryScorer:
     def __init__(self, judge) -> None:
         self.judge = judge
         self.failures = 0
+        self.scored = 0
 
     @staticmethod
     def item(rollout: Rollout, index: int) -> JudgeItem:
@@ -82,4 +84,46 @@ class JudgeTrajectoryScorer:
         judgments = await self.judge.judge_many([self.item(r, i) for i, r in enumerate(rollouts)])
         scores = [None if j.failed or j.overall is None else float(j.overall) for j in judgments]
         self.failures += sum(score is None for score in scores)
+        self.scored += len(scores) - sum(score is None for score in scores)
         return scores
+
+    @property
+    def silent(self) -> bool:
+        """Asked, and never once answered with a usable judgment: every reward so far was a
+        stand-in, so nothing the Director does has been judged."""
+        return self.failures > 0 and self.scored == 0
+
+
+# --------------------------------------------------------------------------- a judge that never answers
+
+
+class RewardJudgeSilent(TrainingSetupError):
+    """The reward judge never gave a usable judgment: every reward was its group's mean, so the
+    advantages were zero and an adapter would be the base Director under a new name."""
+
+
+SILENT_JUDGE_STEPS = 2  # steps without one usable judgment before the run stops
+
+
+def silent_judge_stop(scorer: JudgeTrajectoryScorer):
+    """A TrainerCallback that ends training once SILENT_JUDGE_STEPS steps passed without one usable
+    judgment. It only asks the trainer to stop: raising inside TRL's reward gather would leave the
+    gather's other tasks running; the run is refused after `train()` returns."""
+    from transformers import TrainerCallback
+
+    class SilentJudgeStop(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if scorer.silent and state.global_step >= SILENT_JUDGE_STEPS:
+                control.should_training_stop = True
+
+    return SilentJudgeStop()
+
+
+def refuse_if_judge_silent(scorer: JudgeTrajectoryScorer, settings, steps: int) -> None:
+    if not scorer.silent:
+        return
+    where = f" at {settings.reward_judge_url}" if settings.reward_judge_url else ""
+    raise RewardJudgeSilent(
+        f"the reward judge {settings.reward_judge}{where} gave no usable judgment in {scorer.failures} tries over {steps} steps: "
+        "nothing was learnt and no adapter was saved (check --reward-judge-url, that it serves --reward-judge, and its answers in the log)"
+    )

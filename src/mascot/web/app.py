@@ -23,6 +23,7 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from mascot.errors import MascotError
 from mascot.llm.base import ChatClient
 from mascot.web import chat_routes, error_pages, study_routes
+from mascot.web.favicon import add_favicon
 from mascot.web.security import CSRF_FORM_FIELD, GuardMiddleware, csrf_token
 from mascot.web.sessions import WebSessions
 from mascot.web.settings import LOOPBACK_HOSTS, WebSettings
@@ -46,20 +47,6 @@ def allowed_hosts(settings: WebSettings) -> list[str]:
     return [*LOOPBACK_HOSTS, "[::1]", "testserver"]
 
 
-def runs_smoke_test_model(settings: WebSettings) -> bool:
-    """True when a chat role answers from the embedded smoke-test model, in process: its replies
-    show that the app works, not what the companions can do, and the pages say so."""
-    from mascot.dialogue.chat import CHAT_ROLES
-    from mascot.llm.models import is_embedded_checkpoint
-    from mascot.llm.routing import resolve_roles
-    from mascot.vocab import DEFAULT_LOCAL_MODEL
-
-    def tiny(model: str | None) -> bool:
-        return model == DEFAULT_LOCAL_MODEL or (model is not None and is_embedded_checkpoint(model))
-
-    return any(e.url is None and (tiny(e.model) or tiny(e.base_model)) for e in resolve_roles(settings, CHAT_ROLES).values())
-
-
 async def open_backends(app: FastAPI, settings: WebSettings):
     """The settings' backends, opened and their in-process models loaded, behind the app's sessions."""
     import asyncio
@@ -67,9 +54,13 @@ async def open_backends(app: FastAPI, settings: WebSettings):
     from mascot.dialogue.chat import chat_backends, preload_local_models
 
     backends, identities = await asyncio.to_thread(chat_backends, settings)
-    await backends.preflight()  # a wrong URL or model stops the start in one line; structured outputs probed
-    app.state.sessions = WebSessions(settings.session_dir, settings, {role: backends[role] for role in backends.endpoints}, identities)
-    await preload_local_models(backends)
+    try:
+        await backends.preflight()  # a wrong URL or model stops the start in one line; structured outputs probed
+        app.state.sessions = WebSessions(settings.session_dir, settings, {role: backends[role] for role in backends.endpoints}, identities)
+        await preload_local_models(backends)
+    except BaseException:
+        await backends.aclose()  # no connection pool left open behind the one-line error
+        raise
     return backends
 
 
@@ -97,12 +88,15 @@ def create_app(settings: WebSettings, clients: dict[str, ChatClient] | None = No
     app.state.settings = settings
     app.state.templates = make_templates()
     app.state.tasks = set()
+    from mascot.dialogue.chat import runs_smoke_test_model
+
     app.state.smoke_test_model = (clients is None and runs_smoke_test_model(settings)) if smoke_test_model is None else smoke_test_model
     if clients is not None:
         app.state.sessions = WebSessions(settings.session_dir, settings, clients)
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts(settings))
     app.add_middleware(GuardMiddleware, max_body_bytes=settings.max_body_bytes)
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
+    add_favicon(app)
     app.include_router(chat_routes.router)
     error_pages.install(app)
     if settings.study is not None:  # the human-study pages of one study file, beside the chat

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Depends, File, Form, HTTPException, Request, Uplo
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from pydantic import BaseModel
 
+from mascot.dialogue.director import fallback_note
 from mascot.errors import MascotError
 from mascot.rosters import RosterError
 from mascot.web.error_pages import sentence
@@ -86,7 +87,8 @@ async def session_page(request: Request, session_id: str) -> HTMLResponse:
     names = session.roster.names
     colours = {name: colour_index(name, names) for name in names}
     started = readable_time(session.created_at)
-    return page(request, "session.html", session=session, session_id=session_id, colours=colours, started=started, max_chars=request.app.state.settings.max_message_chars)
+    return page(request, "session.html", session=session, session_id=session_id, colours=colours, started=started,
+                max_chars=request.app.state.settings.max_message_chars, fallback_note=fallback_note)
 
 
 @router.get("/sessions/{session_id}/export.jsonl")

@@ -2,7 +2,7 @@
 
 Each event is `event: <kind>` and one `data:` line of JSON (JSON never holds a raw newline, so
 model text cannot start an event of its own). Kinds: `directive` (who answers, the action and
-tone), `start` (a companion begins), `token` (the next visible piece), `discarded` (a streamed
+tone; `fallback`, the note a person reads instead, when no usable directive came), `start` (a companion begins), `token` (the next visible piece), `discarded` (a streamed
 reply was dropped and is asked again), `end` (the saved reply), `error`, and `done`.
 """
 
@@ -12,6 +12,7 @@ import asyncio
 import json
 from typing import Any
 
+from mascot.dialogue.director import fallback_note
 from mascot.dialogue.reply_stream import SilentListener
 from mascot.schema import Turn
 
@@ -39,7 +40,8 @@ class QueueListener(SilentListener):
 
     def directive(self, decision, round_id: int) -> None:
         d = decision.directive
-        self._put("directive", round_id=round_id, agent=d.agent_name, action=d.action, tone=d.tone, fell_back=decision.fell_back)
+        note = fallback_note(getattr(decision, "copied_example", False)) if decision.fell_back else None
+        self._put("directive", round_id=round_id, agent=d.agent_name, action=d.action, tone=d.tone, fell_back=decision.fell_back, fallback=note)
 
     def reply_start(self, agent_name: str) -> None:
         self._put("start", agent=agent_name, colour=colour_index(agent_name, self.names))

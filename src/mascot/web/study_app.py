@@ -12,12 +12,13 @@ from pathlib import Path
 from fastapi import FastAPI
 
 from mascot.web import error_pages
+from mascot.web.favicon import add_favicon
 from mascot.web.study_routes import mount_study
 
 
 def study_app(study_db: Path | str) -> FastAPI:
     app = FastAPI(title="MASCOT study", docs_url=None, redoc_url=None, openapi_url=None)
-    return error_pages.install(mount_study(app, study_db))
+    return error_pages.install(add_favicon(mount_study(app, study_db)))
 
 
 def main(argv: list[str] | None = None) -> None:

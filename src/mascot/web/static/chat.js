@@ -61,9 +61,10 @@
 
   function directiveLine(data) {
     const item = document.createElement("li");
-    item.className = "directive" + (toggle.checked ? "" : " hidden");
-    const note = data.fell_back ? " (the Director's answer was unusable: chosen at random)" : "";
-    item.textContent = "Director \u2192 " + data.agent + ": " + data.action + " (tone: " + data.tone + ")" + note;
+    item.className = "directive" + (data.fallback ? " fallback" : "") + (toggle.checked ? "" : " hidden");
+    // a fallback is said as such, never shown as the Director's instruction
+    const said = data.fallback ? "(" + data.fallback + ")" : data.action + " (tone: " + data.tone + ")";
+    item.textContent = "Director \u2192 " + data.agent + ": " + said;
     transcript.append(item);
     showActivity(data.agent + " is typing\u2026");
   }
