@@ -448,3 +448,14 @@ def test_compare_report_names_what_each_judge_read(tmp_path):
     result = compare_with_rules_and_a_model(tmp_path, a, b, tmp_path / "both")
     shown = (result.output_dir / "compare.md").read_text()
     assert f"Judges: rules (plug-in {RULES}, version {rules.VERSION}; reads no prompt), llm (prompt compare_v1);" in shown
+
+
+def test_prefs_group_names_the_malformed_lines_it_skipped(tmp_path, capsys):
+    episodes = group_episodes(tmp_path / "group.jsonl")
+    first, *rest = Path(episodes).read_text().splitlines()
+    broken = '{"episode_id": "broken"'  # a malformed line between whole ones: skipped with a warning, and named at the end
+    Path(episodes).write_text("\n".join([first, broken, *rest]) + "\n")
+    run_mascot(["prefs", "group", "--input-file", episodes, "--mode", "episode", "--judge", RULES, "--score-margin", "0.5", "--output-dir", tmp_path / "out"])
+    closing = [line for line in capsys.readouterr().err.splitlines() if line.startswith("wrote ")]
+    assert closing and closing[-1].endswith("; skipped 1 malformed line of group.jsonl")
+    assert json.loads((tmp_path / "out" / "group_pairs_stats.json").read_text())["num_skipped_lines"] == 1

@@ -170,8 +170,10 @@ def run_prefs_group(s: PrefsGroupSettings) -> None:
     write_jsonl(folder / f"{name}_judgments.jsonl", result.judgments)
     judgments = {"source": "file" if source.path else "judged", "file": str(source.path) if source.path else None, "note": source.note}
     stats = {"mode": resolved, "input_file": str(s.episodes), "judgments": judgments, **result.stats.to_dict(), "counters": counters.model_dump(), "usage": result.usage}
+    if loaded.skipped_lines:  # malformed lines of the episodes file, named in the closing line too
+        stats["num_skipped_lines"] = len(loaded.skipped_lines)
     write_json_atomic(folder / f"{name}_stats.json", stats)
-    _closing_line(console, result, resolved, s.score_margin, counters, folder / f"{name}.jsonl")
+    _closing_line(console, result, resolved, s.score_margin, counters, folder / f"{name}.jsonl", loaded.skipped_note())
     fail_if_nothing_judged(len(result.judgments), sum(1 for j in result.judgments if j.failed), folder / f"{name}_stats.json")
     if not result.pairs:  # nothing to train on: the next step would stop; say what to change here
         from mascot.store import mark_failed
@@ -182,12 +184,12 @@ def run_prefs_group(s: PrefsGroupSettings) -> None:
     typer.echo(str(folder / f"{name}.jsonl"))
 
 
-def _closing_line(console, result, mode: str, margin: float, counters, path: Path) -> None:
+def _closing_line(console, result, mode: str, margin: float, counters, path: Path, skipped: str = "") -> None:
     from mascot.progress import plural
 
     console.print(
         f"wrote {plural(len(result.pairs), f'{mode} pair')} (margin {margin}) from {plural(len(result.judgments), 'judgment')} to {path}; "
-        f"{plural(counters.num_annotation_failures, 'annotation failure')}",
+        f"{plural(counters.num_annotation_failures, 'annotation failure')}{skipped}",
         soft_wrap=True,
         markup=False,
     )
