@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from mascot.cli import app
+from mascot.errors import MascotError
 from mascot.llm.base import ChatRequest
 from mascot.llm.http import HTTPClient
 from mascot.llm.metered import MeteredClient, UsageMeter
@@ -196,6 +197,78 @@ def test_run_config_says_what_the_episodes_say_for_a_served_alias(tmp_path):
     for role in ("speaker", "director"):
         assert (roles[role]["base_model"], roles[role]["adapter"]) == (recorded[role]["base_model"], recorded[role].get("adapter"))
     assert roles["speaker"]["model"] == recorded["speaker"]["served_model"] == "mascot-speaker"
+
+
+def _adapter_folder(path: Path) -> Path:
+    path.mkdir(parents=True)
+    (path / "adapter_config.json").write_text("{}")
+    return path
+
+
+def _group_args(tmp_path: Path, *extra: str) -> list[str]:
+    return ["generate", "--mode", "group", "--dataset", "ESConv", "--data-file", str(_contexts(tmp_path, 1)), "--model-name", "stub-model",
+            "--output-dir", str(tmp_path / "out"), "--num-turns", "1", *extra]
+
+
+def test_an_adapter_the_server_serves_is_sent_under_its_served_name_and_recorded(tmp_path):
+    adapter = _adapter_folder(tmp_path / "grpo_Director")
+    asked: list[tuple[str, str]] = []
+
+    def responder(messages, request):
+        asked.append((request["role"], request["model"]))
+        return stub_responder(messages, request)
+
+    lora = {"mascot-director": str(adapter)}
+    with start_stub_server(latency_s=0.001, responder=responder, served_models=["stub-model"], lora_modules=lora) as server:
+        result = CliRunner().invoke(app, _group_args(tmp_path, "--vllm-server-url", server.url, "--director-adapter", str(adapter)))
+    assert result.exit_code == 0, result.output
+    assert {model for role, model in asked if role == "director"} == {"mascot-director"}
+    assert {model for role, model in asked if role == "speaker"} == {"stub-model"}
+    (run_dir,) = (tmp_path / "out").iterdir()
+    assert run_dir.name.endswith("_director-grpo-Director")  # named after the adapter the Director ran
+    director = json.loads((run_dir / "run_config.json").read_text())["roles"]["director"]
+    assert (director["model"], director["base_model"], director["adapter"]) == ("mascot-director", "stub-model", str(adapter))
+    recorded = json.loads((run_dir / "episodes.jsonl").read_text().splitlines()[0])["metadata"]["roles"]["director"]
+    assert (recorded["served_model"], recorded["adapter"]) == ("mascot-director", str(adapter))
+
+
+@pytest.mark.parametrize("url_flag", ["--vllm-server-url", "--director-server-url"])
+def test_an_adapter_the_server_does_not_serve_is_refused_in_one_line_before_any_work(tmp_path, url_flag):
+    adapter = tmp_path / "no-such-adapter"
+    with start_stub_server(latency_s=0.001, responder=stub_responder, served_models=["stub-model"]) as server:
+        result = CliRunner().invoke(app, _group_args(tmp_path, "--vllm-server-url", server.url, url_flag, server.url, "--director-adapter", str(adapter)))
+        chat_requests = server.stats.chat_requests
+    message = str(result.exception)
+    assert isinstance(result.exception, MascotError) and "\n" not in message  # the command line prints it and exits 2
+    assert message.startswith(f"--director-adapter {adapter} is not served by {server.url} ({url_flag}; it lists stub-model)")
+    assert "mascot serve" in message and "--lora-modules" in message and f"drop {url_flag}" in message
+    assert chat_requests == 0 and not (tmp_path / "out").exists()  # no folder named after an adapter that was not used
+
+
+def test_a_served_adapter_is_found_by_its_served_name_or_its_folder_never_as_a_base_model(tmp_path):
+    from mascot.llm.served import served_adapter
+
+    folder = str(tmp_path / "grpo_Speaker")
+    entries = [{"id": "qwen", "root": "/models/Qwen3-8B", "parent": None}, {"id": "mascot-speaker", "root": folder, "parent": "qwen"}]
+    assert served_adapter(entries, "mascot-speaker") == served_adapter(entries, folder + "/") == ("mascot-speaker", "/models/Qwen3-8B", folder)
+    assert served_adapter(entries, "qwen") is None and served_adapter(entries, str(tmp_path / "other")) is None
+
+
+@pytest.mark.parametrize("command", [["chat"], ["web", "--dry-run"]])
+def test_chat_and_web_refuse_an_adapter_their_server_does_not_serve(tmp_path, command):
+    with start_stub_server(latency_s=0.001, responder=stub_responder, served_models=["stub-model"]) as server:
+        args = [*command, "--model-name", "stub-model", "--vllm-server-url", server.url, "--speaker-adapter", "mascot-speaker"]
+        result = CliRunner().invoke(app, args, input="hello\n")
+        chat_requests = server.stats.chat_requests
+    assert isinstance(result.exception, MascotError) and chat_requests == 0
+    assert str(result.exception).startswith(f"--speaker-adapter mascot-speaker is not served by {server.url} (--vllm-server-url; it lists stub-model)")
+
+
+def test_a_missing_adapter_folder_for_an_in_process_role_is_one_line(tmp_path):
+    result = CliRunner().invoke(app, ["chat", "--speaker-adapter", str(tmp_path / "nothing-here")], input="hi\n")
+    assert isinstance(result.exception, MascotError) and str(result.exception) == (
+        f"--speaker-adapter {tmp_path / 'nothing-here'} does not exist: give the folder a LoRA training run wrote (or serve the adapter and pass its server URL)"
+    )
 
 
 # --------------------------------------------------------------------------- routing

@@ -280,6 +280,28 @@ def test_judges_on_different_rubric_versions_are_one_clear_error(toy):
         run_command(eval_args(toy, "--split", "positive", "--report-only"))
 
 
+def self_bleu_rows(out: Path) -> dict[str, dict]:
+    rows = json.loads((out / "EmpatheticDialogues" / "results.json").read_text())["tables"]["automatic_metrics"]
+    return {r["system"]: r for r in rows if r["metric"] == "self_bleu"}
+
+
+def test_self_bleu_is_on_0_to_1_and_an_older_0_to_100_report_reads_the_same(toy):
+    run_command(eval_args(toy, "--split", "positive"))
+    rows = self_bleu_rows(toy["out"])
+    report_path = run_dir_of(toy["out"], "positive", "toy-director") / "metrics_auto.json"
+    report = json.loads(report_path.read_text())
+    values = [e["self_bleu"] for e in report["per_episode"] if e["self_bleu"] is not None]
+    assert values and all(0 <= v <= 1 for v in values) and max(values) > 0.01  # a value the old scale would change
+    assert rows["toy-director"]["mean"] == pytest.approx(statistics.fmean(values), abs=1e-3)
+    # the same report as written before the scale was recorded: 0-100, no scale in its settings
+    del report["settings"]["self_bleu"]["scale"]
+    for row in report["per_episode"]:
+        row["self_bleu"] = None if row["self_bleu"] is None else row["self_bleu"] * 100
+    report_path.write_text(json.dumps(report))
+    run_command(eval_args(toy, "--split", "positive", "--report-only"))
+    assert self_bleu_rows(toy["out"]) == rows
+
+
 def test_big_five_profile_gets_its_own_runs_and_table(toy):
     run_command(eval_args(toy, "--split", "negative", "--big-five", "High Openness", "--limit", "1"))
     top = toy["out"] / "EmpatheticDialogues"
@@ -288,6 +310,24 @@ def test_big_five_profile_gets_its_own_runs_and_table(toy):
     [config] = (top / "negative" / "toy-director" / "big5" / "High-Openness").glob("*/run_config.json")
     assert "High Openness" in config.read_text()
     assert any(p.name.startswith("big_five_negative") for p in top.glob("*.png"))
+
+
+def test_repetition_penalty_and_judge_scoring_reach_every_generation_and_judging(tmp_path, stub):
+    requests: list[dict] = []
+
+    def recording(messages: list[dict], request: dict) -> str:  # every role played, every request kept
+        requests.append(request)
+        return stub_responder(messages, request)
+
+    toy = {"url": stub(responder=recording).url, "data": write_ed(tmp_path / "test.csv"), "out": tmp_path / "eval", "systems": tmp_path / "systems.yaml"}
+    toy["systems"].write_text(SYSTEMS_YAML)
+    run_command(eval_args(toy, "--split", "negative", "--limit", "1", "--num-turns", "1", "--repetition-penalty", "1.3", "--judge-scoring", "logprobs"))
+    by_role: dict[str, list[dict]] = {}
+    for request in requests:
+        by_role.setdefault(request.get("role"), []).append(request)
+    assert by_role["speaker"] and {r.get("repetition_penalty") for r in by_role["speaker"]} == {1.3}  # both systems' Speakers
+    assert {r.get("repetition_penalty") for r in by_role["director"] + by_role["user"]} == {None}  # the Speakers' setting only
+    assert any(r.get("logprobs") for r in by_role["judge"])  # asked for answer probabilities (auto: JSON verdicts on a server)
 
 
 def test_study_points_expand_all_profiles_and_sweep_combinations():

@@ -417,3 +417,12 @@ async def test_stub_server_custom_responder_in_thread(stub):
     finally:
         await client.aclose()
     assert response.texts == ["Directive: The Anchor | validate | warm"] * 2
+
+
+def test_a_server_that_does_not_answer_its_model_list_is_said_in_words():
+    from mascot.llm.served import ServerListingError, list_served_models
+
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    with pytest.raises(ServerListingError) as info:
+        list_served_models(url)
+    assert str(info.value) == f"{url}/models did not answer: connection refused: nothing answers at that address and port"

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from mascot.cli import app
 from mascot.errors import MascotError
-from mascot.metrics.auto import compute_metrics
+from mascot.metrics.auto import compute_metrics, on_current_scale
 from mascot.metrics.lexical import distinct_n, self_bleu
 from mascot.metrics.nli import NLIScorer, label_indices
 from mascot.metrics.pairing import inferred_rounds, response_pairs
@@ -174,18 +174,58 @@ def test_nli_feeds_the_selected_pairs_and_maps_labels_by_name(tmp_path, id2label
 
 
 def test_self_bleu_against_hand_computed_values():
+    """On 0-1, as the paper prints it."""
     # "a b c d" vs "a b c e": precisions 3/4, 2/3, 1/2 and 0/1 -> exp smoothing 1/(2*1); BP = 1
-    expected = 100 * (0.75 * (2 / 3) * 0.5 * 0.5) ** 0.25
-    assert self_bleu(["a b c d", "a b c e"]) == pytest.approx(expected, abs=1e-6)
-    assert self_bleu(["the cat sat on the mat", "the cat sat on the mat"]) == pytest.approx(100.0)
-    # each copy matches the other exactly (100); the third shares no unigram, so its BLEU is 0
-    assert self_bleu(["a b c d", "a b c d", "x y z w"]) == pytest.approx(200 / 3)
+    expected = (0.75 * (2 / 3) * 0.5 * 0.5) ** 0.25
+    assert self_bleu(["a b c d", "a b c e"]) == pytest.approx(expected, abs=1e-8)
+    assert self_bleu(["the cat sat on the mat", "the cat sat on the mat"]) == pytest.approx(1.0)
+    # each copy matches the other exactly (1); the third shares no unigram, so its BLEU is 0
+    assert self_bleu(["a b c d", "a b c d", "x y z w"]) == pytest.approx(2 / 3)
     # brevity penalty and effective order: "a b" vs "a b c d" has only 1- and 2-grams, both all matched,
     # BP = exp(1 - 4/2); "a b c d" vs "a b": 2/4, 1/3, then 0/2 and 0/1 smoothed to 1/(2*2) and 1/(4*1)
-    short = 100 * math.exp(1 - 4 / 2) * (1.0 * 1.0) ** 0.5
-    long = 100 * ((2 / 4) * (1 / 3) * (1 / 4) * (1 / 4)) ** 0.25
-    assert self_bleu(["a b", "a b c d"]) == pytest.approx((short + long) / 2, abs=1e-6)
+    short = math.exp(1 - 4 / 2) * (1.0 * 1.0) ** 0.5
+    long = ((2 / 4) * (1 / 3) * (1 / 4) * (1 / 4)) ** 0.25
+    assert self_bleu(["a b", "a b c d"]) == pytest.approx((short + long) / 2, abs=1e-8)
     assert self_bleu(["only one"]) is None
+
+
+def test_mascot_metrics_reports_self_bleu_on_0_to_1_and_records_the_scale(tmp_path):
+    path = tmp_path / "episodes.jsonl"
+    twins = episode("twins", [agent_turn(0, 0, "The Anchor", "the cat sat on the mat"), agent_turn(1, 1, "The Beacon", "the cat sat on the mat")])
+    write_episodes(path, [twins, engine_episode()])
+    out = tmp_path / "metrics_auto.json"
+    result = CliRunner().invoke(app, ["metrics", "--input-file", str(path), "--output-file", str(out), "--skip-nli", "--skip-embeddings"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert report["settings"]["self_bleu"]["scale"] == "0-1"
+    assert report["per_episode"][0]["self_bleu"] == pytest.approx(1.0)  # identical responses: the top of the scale
+    assert 0 <= report["per_episode"][1]["self_bleu"] < 1 and report["overall"]["self_bleu"]["mean"] <= 1
+    assert "self_bleu 0." in result.output  # the closing line shows the same scale
+
+
+def test_an_older_0_to_100_metrics_report_is_read_on_0_to_1():
+    older = {  # as `mascot metrics` wrote it before the scale was recorded
+        "settings": {"self_bleu": {"tokenizer": "13a", "definition": "..., 0-100"}},
+        "overall": {"self_bleu": {"mean": 31.6, "std": 15.1, "n": 2}, "distinct_1": {"mean": 0.8, "std": 0.1, "n": 2}},
+        "per_system": {"mascot": {"self_bleu": {"mean": 31.6, "std": 15.1, "n": 2}}},
+        "per_episode": [{"episode_id": "a", "self_bleu": 16.5, "distinct_1": 0.7}, {"episode_id": "b", "self_bleu": None}],
+    }
+    read = on_current_scale(older)
+    assert read["overall"]["self_bleu"] == {"mean": 0.316, "std": 0.151, "n": 2} and read["overall"]["distinct_1"]["mean"] == 0.8
+    assert read["per_system"]["mascot"]["self_bleu"]["mean"] == 0.316
+    assert read["per_episode"] == [{"episode_id": "a", "self_bleu": 0.165, "distinct_1": 0.7}, {"episode_id": "b", "self_bleu": None}]
+    assert read["settings"]["self_bleu"]["scale"] == "0-1" and older["overall"]["self_bleu"]["mean"] == 31.6  # a copy
+    assert on_current_scale(read) == read  # a report on 0-1 is read as it is
+
+
+def test_the_pipeline_report_compares_an_older_and_a_current_report_on_one_scale(tmp_path):
+    from mascot.pipeline.figures import auto_metrics_table
+
+    older = {"settings": {"self_bleu": {}}, "overall": {"self_bleu": {"mean": 40.0, "std": 0.0, "n": 1}}}
+    current = {"settings": {"self_bleu": {"scale": "0-1"}}, "overall": {"self_bleu": {"mean": 0.3, "std": 0.0, "n": 1}}}
+    (tmp_path / "base.json").write_text(json.dumps(older))
+    (tmp_path / "trained.json").write_text(json.dumps(current))
+    assert auto_metrics_table(tmp_path / "base.json", tmp_path / "trained.json") == [("self_bleu", 0.4, 0.3)]
 
 
 def test_distinct_n():

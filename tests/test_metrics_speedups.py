@@ -15,7 +15,7 @@ def sacrebleu_self_bleu(responses):
 
     bleu = BLEU(tokenize="13a", max_ngram_order=4, smooth_method="exp", effective_order=True, lowercase=False)
     scores = [bleu.sentence_score(h, responses[:i] + responses[i + 1 :]).score for i, h in enumerate(responses)]
-    return sum(scores) / len(scores)
+    return sum(scores) / len(scores) / 100  # Self-BLEU is reported on 0-1
 
 
 def test_self_bleu_equals_sacrebleu_sentence_scores():

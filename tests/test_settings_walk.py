@@ -34,6 +34,8 @@ VALUES = {
     "safety_locale": "en-GB", "user_big_five_profile": "High Openness", "user_profile_set": "mbti", "user_profile": "Low Openness", "system": "baseline", "rubric_version": "paper_v1",
     "judge_scoring": "json", "cache_dir": Path("cache"), "output_dir": Path("elsewhere"), "roster": "meetings",
     "mode": "individual", "user_response_probability": 0.9, "temperature": 0.2, "prompt_version": "v1", "safety_model_scope": "all",
+    # an in-process role's adapter must be a folder holding one
+    "director_adapter": str(ESCONV.parent / "lora_adapter"), "speaker_adapter": str(ESCONV.parent / "lora_adapter"),
 }  # fmt: skip
 # Settings that act only together with another (refused alone): changed alongside it and compared
 # with a run given that other setting alone.
@@ -178,6 +180,13 @@ def test_judge_scoring_reaches_the_stage1_judge(tmp_path):
     assert all(isinstance(v, int) for c in by_json for v in (c.scores or {}).values())  # JSON verdicts
     assert all(isinstance(v, float) for c in by_logprobs for v in (c.scores or {}).values())  # expected scores
     assert by_json and by_logprobs
+
+
+def test_repetition_penalty_reaches_the_stage1_speaker_requests(tmp_path):
+    penalised, _ = run_stage1(tmp_path / "penalised", repetition_penalty=1.3)
+    plain, _ = run_stage1(tmp_path / "plain")
+    assert penalised.calls and {c.repetition_penalty for c in penalised.calls} == {1.3}
+    assert {c.repetition_penalty for c in plain.calls} == {1.0}
 
 
 def test_a_setting_the_mode_does_not_read_is_named_in_one_warning():

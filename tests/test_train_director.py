@@ -335,10 +335,34 @@ def test_rollouts_reply_as_long_and_as_sampled_as_the_settings_say():
     assert asked == {("speaker", 24, 0.3), ("user", 12, 0.3)}
 
 
+def test_rollouts_take_the_repetition_penalty_their_episodes_were_generated_with(tmp_path, monkeypatch):
+    """What the trainer hands TRL, rolled out on scripted clients: the Speakers' requests carry the
+    penalty recorded in the episodes' run_config.json, or --rollout-repetition-penalty when given."""
+    run = tmp_path / "directed_ED_tiny"
+    write_jsonl(run / "episodes.jsonl", [episode(i, with_user=False) for i in range(4)])
+    write_run_config(run, dataset="EmpatheticDialogues", engine={"repetition_penalty": 1.2})
+
+    def speaker_penalties(output: str, **flags) -> set[float]:
+        seen = capture_grpo_trainer(monkeypatch, "mascot.train.director_grpo")
+        settings = DirectorGRPOSettings(data_path=str(run), model_name="tiny", output_dir=str(tmp_path / output), batch_size=4, num_generations=2,
+                                        suffix_rounds=1, user_response_probability=0.0, directive_opening=False, **flags)
+        clients = scripted_clients()
+        with pytest.raises(TrainerBuilt):
+            train_director_grpo(settings, rollout_clients=clients, trajectory_scorer=Favour("The Anchor"))
+        rollouts = seen["reward_funcs"][0].rollouts
+        point_id = next(iter(rollouts.points))
+        asyncio.run(rollouts.batch([[{"role": "assistant", "content": directive("The Anchor")}]], [point_id]))
+        return {c.repetition_penalty for c in clients["speaker"].calls}
+
+    assert speaker_penalties("recorded") == {1.2}
+    assert speaker_penalties("flag", rollout_repetition_penalty=1.05) == {1.05}
+
+
 @pytest.mark.parametrize(("flags", "says"), [
     ({"rollout_max_tokens": 0}, "--rollout-max-tokens must be at least 1"),
     ({"rollout_user_max_tokens": 0}, "--rollout-user-max-tokens must be at least 1"),
     ({"rollout_temperature": -0.5}, "--rollout-temperature must not be negative"),
+    ({"rollout_repetition_penalty": 3.0}, "--rollout-repetition-penalty must be above 0 and at most 2"),
 ])
 def test_rollout_settings_that_would_roll_out_nothing_are_one_line(tmp_path, flags, says):
     from mascot.errors import MascotError

@@ -38,3 +38,22 @@ def flag_json_error(flag: str, text: str) -> MascotError:
                 problem = json_problem(in_shown)
         return MascotError(f"{flag} is not valid JSON ({problem}): {shown}")
     return MascotError(f"{flag} is not valid JSON: {shown}")
+
+
+def connection_words(exc: BaseException) -> str | None:
+    """A failed connection in words a person reads, found anywhere in the exception's chain (each
+    HTTP library wraps the operating system's error its own way); None when the chain holds none."""
+    import socket
+
+    seen: BaseException | None = exc
+    for _ in range(8):  # the chains are short; a bound guards against a cycle
+        if seen is None:
+            return None
+        if isinstance(seen, ConnectionRefusedError):
+            return "connection refused: nothing answers at that address and port"
+        if isinstance(seen, socket.gaierror):
+            return "the host name is not known (check the URL)"
+        if isinstance(seen, (ConnectionResetError, BrokenPipeError)):
+            return "the server closed the connection without answering"
+        seen = getattr(seen, "os_error", None) or seen.__cause__ or seen.__context__
+    return None

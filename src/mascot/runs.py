@@ -184,11 +184,11 @@ def check_local_inputs(roles: dict) -> None:
     model is given as a path, a folder that exists (hub ids are resolved when the model loads)."""
     for role, ep in roles.items():
         if getattr(ep, "url", None):
-            continue  # a server's adapters and models are asked of the server (preflight)
-        adapter = getattr(ep, "adapter", None)
-        if adapter and not (Path(adapter).expanduser() / "adapter_config.json").is_file():
-            what = "does not exist" if not Path(adapter).expanduser().exists() else "holds no adapter_config.json"
-            raise MascotError(f"--{role}-adapter {adapter} {what}: give the folder a LoRA training run wrote (or serve the adapter)")
+            continue  # a server's adapters and models are asked of the server (role resolution, preflight)
+        if adapter := getattr(ep, "adapter", None):
+            from mascot.llm.routing import require_adapter_folder
+
+            require_adapter_folder(role, adapter)
         model = getattr(ep, "model", None) or ""
         if model.startswith((".", "/", "~")) and not Path(model).expanduser().exists():
             raise MascotError(f"the {role} model folder {model} does not exist")

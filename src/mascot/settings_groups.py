@@ -307,8 +307,13 @@ class JudgingSettings:
 
 def check_judging(s: Any) -> None:
     require(s.judge_max_tokens >= 1, "--judge-max-tokens must be at least 1")
+    check_judge_scoring(s.judge_scoring)
+
+
+def check_judge_scoring(mode: str) -> None:
+    """--judge-scoring, wherever a command takes it (the judging group, `mascot eval`)."""
     modes = vocab.JUDGE_SCORING_MODES
-    require(s.judge_scoring in modes, f"--judge-scoring must be one of {', '.join(modes)} (got {s.judge_scoring!r})")
+    require(mode in modes, f"--judge-scoring must be one of {', '.join(modes)} (got {mode!r})")
 
 
 @dataclass

@@ -332,7 +332,9 @@ class TerminalView:
         self._close_reply()
         if revised:
             self.console.print(f"  [dim](saved as: {escape(turn.response)})[/dim]")
-        self.choosing()  # a message may prompt further rounds; `done` ends the wait after the last
+
+    def round_start(self, round_id: int) -> None:
+        self.choosing()
 
     def interrupted(self) -> None:
         """Ends a reply cut off halfway, so the next line starts clean."""

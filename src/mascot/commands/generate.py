@@ -25,7 +25,7 @@ STAGE_1_ONLY = (
 GROUP_ONLY = (
     "num_turns", "generation_mode", "num_episodes", "branch_proposals", "user_response_probability", "enable_user_simulation", "enable_big_five",
     "user_big_five_profile", "user_profile_set", "user_profile", "turn_policy", "max_consecutive_turns", "prompt_family", "self_consistency_samples", "mesc_strategists", "system", "director_max_tokens",
-    "user_max_tokens", "safety", "safety_locale", "safety_embeddings", "safety_model_scope", "safety_server_url", "safety_model", "repetition_penalty",
+    "user_max_tokens", "safety", "safety_locale", "safety_embeddings", "safety_model_scope", "safety_server_url", "safety_model",
     "director_server_url", "director_model",
     "director_adapter", "director_extra_body", "director_thinking", "user_server_url", "user_model", "user_extra_body",
     "user_thinking", "share_model",
@@ -104,7 +104,7 @@ def dry_run_generate(_command: str, s: GenerateSettings) -> None:
             from mascot.judge.plugin import load_judge_function
 
             load_judge_function(judge_model(s))
-        settings: dict[str, Any] = {k: getattr(s, k) for k in ("num_candidates", "score_margin", "cross_persona_pairs", "temperature", "max_tokens", "seed", "rubric_version", "judge_scoring")}
+        settings: dict[str, Any] = {k: getattr(s, k) for k in ("num_candidates", "score_margin", "cross_persona_pairs", "temperature", "max_tokens", "repetition_penalty", "seed", "rubric_version", "judge_scoring")}
     else:
         from mascot.dialogue.run import engine_record, roles_needed, run_dir_for
 

@@ -14,7 +14,7 @@ from mascot.train import artefact, data
 from mascot.train import config as cfg
 from mascot.train.artefact import require_model_folder
 from mascot.train.decision_points import load_decision_inputs
-from mascot.train.director_grpo import resolve_group_reward_model_path, rollout_model
+from mascot.train.director_grpo import resolve_group_reward_model_path, rollout_model, rollout_repetition_penalty
 from mascot.train.guard import require_schedule
 from mascot.train.models import adapter_base_model, is_adapter
 from mascot.train.speaker_grpo import resolve_reward_model_path, speaker_prompts
@@ -84,11 +84,12 @@ def _speaker_inputs(settings: cfg.SpeakerGRPOSettings, resolved: dict[str, Any],
 def _director_inputs(settings: cfg.DirectorGRPOSettings, dataset: str) -> dict[str, Any]:
     """Enough decision points for one GRPO step, a trained group reward model, the rollouts."""
 
-    points = load_decision_inputs(settings).points
+    inputs = load_decision_inputs(settings)
     resolve_group_reward_model_path(settings, dataset)
     if settings.group_reward_weight != 0 and settings.group_reward_model_path:
         artefact.require_trained(settings.group_reward_model_path, role="group_reward_model", label="--group-reward-model-path")
-    return {"num_decision_points": len(points), **_director_rollouts(settings)}
+    penalty = rollout_repetition_penalty(settings, inputs.run)
+    return {"num_decision_points": len(inputs.points), **_director_rollouts(settings), "rollout_repetition_penalty": penalty}
 
 
 def _director_rollouts(settings: cfg.DirectorGRPOSettings) -> dict[str, Any]:

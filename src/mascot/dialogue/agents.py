@@ -7,7 +7,7 @@ import logging
 import re
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mascot.dialogue.consistency import CONSISTENCY_RULE, consistency_scores, most_consistent
 from mascot.dialogue.emotion import UserReply, read_user_reply, user_turn_schema
@@ -19,6 +19,9 @@ from mascot.dialogue.seeds import derive_seed
 from mascot.dialogue.tally import Tally
 from mascot.llm.base import ChatClient, ChatRequest, cut_at_stop, split_reasoning
 from mascot.schema import Context, Directive, Persona, Roster, Turn, UserProfile
+
+if TYPE_CHECKING:
+    from mascot.dialogue.settings import EngineSettings
 
 # Small models run on into an imagined transcript or echo the prompt's own headings: stop there.
 _PROMPT_ECHOES = ("\nConversation so far", "<transcript>", "</transcript>", "\nThe person's situation:", "\nThe person feels:")
@@ -89,6 +92,17 @@ class Speaker:
         self.samples = samples
         self.prompt_version = prompt_version
 
+    @classmethod
+    def for_settings(cls, client: ChatClient, roster: Roster, tally: Tally, s: EngineSettings, *, think: bool, prompt_version: str | None = None) -> Speaker:
+        """The Speaker that engine settings describe. Every path that runs a Speaker builds it here
+        (episodes and `mascot eval`, chat, the Director trainer's rollouts, Stage-1 candidates), so
+        a Speaker setting reaches all of them by this one line."""
+        return cls(
+            client, roster, tally, temperature=s.temperature, max_tokens=s.max_tokens, think=think, reasoning_allowance=s.reasoning_allowance,
+            prompt_family=s.prompt_family, samples=s.self_consistency_samples, prompt_version=prompt_version or s.prompt_version,
+            repetition_penalty=s.repetition_penalty,  # the Speakers only: the Director's and the user's formats repeat prompt words
+        )
+
     async def respond(self, persona: Persona, context: Context, history: list[Turn], directive: Directive | None, seed: int) -> str:
         return (await self.reply(persona, context, history, directive, seed)).text
 
@@ -101,7 +115,7 @@ class Speaker:
         if self.samples > 1:
             return await self._most_consistent(messages, persona, context, seed, listener)
         for attempt in range(2):  # an empty reply is retried once with another seed
-            request = self._request(messages, context, seed + attempt)
+            request = self.request(messages, context, seed + attempt)
             if listener is None:
                 reply = await self._generated(request, persona, context)
             else:
@@ -111,9 +125,11 @@ class Speaker:
         self.tally.count("num_empty_responses", f"{persona.name} gave an empty reply twice")
         return SpeakerReply("")
 
-    def _request(self, messages: list, context: Context, seed: int) -> ChatRequest:
+    def request(self, messages: list, context: Context, seed: int, n: int = 1) -> ChatRequest:
+        """The request of one turn's reply (`n` at once: Stage 1's candidates)."""
         return ChatRequest(
             messages=messages,
+            n=n,
             temperature=self.temperature,
             max_tokens=token_budget(self.max_tokens, self.think, self.reasoning_allowance),
             seed=seed,
@@ -132,7 +148,7 @@ class Speaker:
         the most consistent kept; its rivals and their scores go to the turn's backstage record.
         Empty samples are left out of the choice: with all of them empty the turn is empty."""
         seeds = [seed, *(derive_seed(seed, "self-consistency", k) for k in range(1, self.samples))]
-        replies = await asyncio.gather(*(self._generated(self._request(messages, context, s), persona, context) for s in seeds))
+        replies = await asyncio.gather(*(self._generated(self.request(messages, context, s), persona, context) for s in seeds))
         texts = [r.text for r in replies]
         chosen = most_consistent(texts)
         if chosen is None:

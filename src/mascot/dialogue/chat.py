@@ -21,6 +21,7 @@ from mascot.dialogue.chat_settings import CHAT_SYSTEM, DEFAULT_SESSION_DIR, Chat
 from mascot.dialogue.engine import EngineSettings, EpisodeEngine, EpisodeState
 from mascot.dialogue.reply_stream import RoundListener, SilentListener
 from mascot.dialogue.run import role_identities
+from mascot.dialogue.settings import engine_settings_from
 from mascot.dialogue.tally import Tally
 from mascot.errors import MascotError
 from mascot.llm.base import ChatClient
@@ -178,20 +179,9 @@ async def preload_local_models(backends) -> None:
 
 def engine_settings(settings: ConversationSettings, session_id: str) -> EngineSettings:
     """The engine settings of a chat: the Director picks every speaker, nobody simulates the person
-    (each role's reasoning mode is its endpoint's: --speaker-thinking, --director-thinking)."""
-    return EngineSettings(
-        turn_policy="director",
-        enable_user_simulation=False,
-        seed=settings.seed,
-        system=settings.system,
-        run_id=session_id,
-        temperature=settings.temperature,
-        max_tokens=settings.max_tokens,
-        repetition_penalty=settings.repetition_penalty,
-        safety=settings.safety,
-        safety_locale=settings.safety_locale,
-        safety_model_scope=settings.safety_model_scope,
-    )
+    (each role's reasoning mode is its endpoint's: --speaker-thinking, --director-thinking); every
+    engine setting the chat declares (sampling, safety...) is taken by its name."""
+    return engine_settings_from(settings, turn_policy="director", enable_user_simulation=False, run_id=session_id)
 
 
 class ChatSession:

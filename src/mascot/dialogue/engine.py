@@ -113,11 +113,7 @@ class EpisodeEngine:
             else None
         )
         think = role_thinks(clients["speaker"]) or family_thinks(check_prompt_family(s.prompt_family))
-        self.speaker = Speaker(
-            clients["speaker"], roster, self.tally, temperature=s.temperature, max_tokens=s.max_tokens, think=think, reasoning_allowance=s.reasoning_allowance,
-            prompt_family=s.prompt_family, samples=s.self_consistency_samples, prompt_version=self.prompt_version,
-            repetition_penalty=s.repetition_penalty,  # the Speakers only: the Director's and the user's formats repeat prompt words
-        )
+        self.speaker = Speaker.for_settings(clients["speaker"], roster, self.tally, s, think=think, prompt_version=self.prompt_version)
         policy = make_policy(s.turn_policy, roster, self.director, speaker_client=clients["speaker"], settings=s, tally=self.tally)
         self.policy: TurnPolicy = TurnLimit(policy, roster, self.max_consecutive_turns, self.tally) if self.max_consecutive_turns else policy
         # A "safety" client, when given, is the screen's model stage (for the messages its scope names).
@@ -153,6 +149,8 @@ class EpisodeEngine:
         """One Director -> Speaker (-> User) cycle appended to `state.turns`; a `listener` (a live
         conversation) is told the directive and gets the reply streamed as it is generated."""
         ctx = state.context
+        if listener is not None:
+            listener.round_start(round_id)
         if state.pending_safety is not None:  # the group answers a screened message with the safety reply
             self._safety_reply(state, round_id, listener)
         else:

@@ -7,8 +7,9 @@ the completed reply with the same cleaning as a reply that was not streamed
 (`agents.clean_speaker_reply`); a reply that opens as someone else is held back while it may, and
 stopped once it does.
 
-A `RoundListener` is told about each round of a live conversation: the directive, the reply's
-pieces, a streamed reply that was discarded, the finished turn. Nothing here prints.
+A `RoundListener` is told about each round of a live conversation: its start (the Director is
+choosing), the directive, the reply's pieces, a streamed reply that was discarded, the finished
+turn. Nothing here prints.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ _TAG_WINDOW = 24  # an unclosed '<' this close to the end may still become a tag
 
 
 class RoundListener(Protocol):
+    def round_start(self, round_id: int) -> None: ...
+
     def directive(self, decision: DirectorDecision, round_id: int) -> None: ...
 
     def reply_start(self, agent_name: str) -> None: ...
@@ -41,6 +44,9 @@ class RoundListener(Protocol):
 
 class SilentListener:
     """A listener that shows nothing; also the base for listeners that show or record."""
+
+    def round_start(self, round_id: int) -> None:
+        return None
 
     def directive(self, decision: DirectorDecision, round_id: int) -> None:
         return None

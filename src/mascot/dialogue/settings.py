@@ -9,7 +9,7 @@ Imports nothing heavy: `mascot --help` reads it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Literal, Optional
 
 from mascot import vocab
@@ -91,11 +91,31 @@ class EngineSettings(SeedSettings):
         check_engine(self)
 
 
+def engine_settings_from(source: object, *, prefix: str = "", **overrides: Any) -> EngineSettings:
+    """The engine settings of a run that declares engine fields of its own (a chat, the Director
+    trainer's rollouts): each engine field `source` declares, under `prefix` + its name where it
+    has that (the rollouts' `rollout_max_tokens`: they deliberately differ from the trainer's own
+    sampling) or else under its name, then `overrides`. A setting such a run declares reaches its
+    engine by its name, with no copy to keep; one left unset (None where the engine has a value,
+    such as a rollout penalty not yet read from the episodes' run) keeps the engine's default."""
+    taken = {}
+    for f in fields(EngineSettings):
+        name = next((key for key in (prefix + f.name, f.name) if hasattr(source, key)), None)
+        if name is not None and (getattr(source, name) is not None or f.default is None):
+            taken[f.name] = getattr(source, name)
+    return EngineSettings(**{**taken, **overrides})
+
+
 def check_speaker_and_safety(s: Any) -> None:
     """The checks of the settings a run's engine and a chat share: the Speakers' repetition penalty
     and the safety model stage's scope."""
-    require(0 < s.repetition_penalty <= 2, "--repetition-penalty must be above 0 and at most 2 (1.0: off)")
+    check_repetition_penalty(s.repetition_penalty)
     require(s.safety_model_scope in SAFETY_MODEL_SCOPES, f"unknown --safety-model-scope {s.safety_model_scope!r}: choose {' or '.join(SAFETY_MODEL_SCOPES)}")
+
+
+def check_repetition_penalty(value: float) -> None:
+    """--repetition-penalty, wherever a command takes it (the engine's settings, a chat, `mascot eval`)."""
+    require(0 < value <= 2, "--repetition-penalty must be above 0 and at most 2 (1.0: off)")
 
 
 def check_engine(s: Any) -> None:

@@ -103,7 +103,9 @@ def _read_reports(result: CellResult, context_of: dict[str, str]) -> None:
     result.prompt_version = judge_report.get("prompt_version")
     auto_path = result.run_dir / AUTO_REPORT
     if auto_path.is_file():
-        for row in _read_json(auto_path).get("per_episode", []):
+        from mascot.metrics.auto import on_current_scale
+
+        for row in on_current_scale(_read_json(auto_path)).get("per_episode", []):
             if row.get("episode_id") in context_of:
                 result.auto.append({**row, "context_id": context_of[row["episode_id"]]})
 

@@ -20,7 +20,6 @@ from pathlib import Path
 from mascot.errors import MascotError
 from mascot.eval.collect import CellResult, Item
 from mascot.eval.stats import describe
-from mascot.eval.tables import AUTO_SCALE
 
 LAYOUT_FILE = Path(__file__).with_name("paper_layout.yaml")
 POOLED = "all"
@@ -125,7 +124,7 @@ def _collect(results: list[CellResult], columns: dict[str, list[tuple[str, str]]
                 for block in (block_of(result.cell.split), POOLED):
                     groups[_group_key(result, block, item.scope)].append(values)
         for episode in result.auto:
-            values = {m: episode[m] * AUTO_SCALE.get(m, 1.0) for m in layout()["automatic"] if episode.get(m) is not None}
+            values = {m: episode[m] for m in layout()["automatic"] if episode.get(m) is not None}  # 0-1, as collect reads them
             for block in (block_of(result.cell.split), POOLED):
                 groups[_group_key(result, block, "automatic")].append(values)
     return groups, splits

@@ -145,7 +145,7 @@ def generate_settings(cell: Cell, settings: EvalSettings, catalogue: Catalogue, 
     s = settings
     flags = dict(mode="group", dataset=dataset, split=cell.split, seed=s.seed, num_turns=s.num_turns, user_response_probability=s.user_response_probability,
                  temperature=s.temperature, max_tokens=s.max_tokens, turn_policy=cell.spec.turn_policy, system=cell.system, max_in_flight=s.max_in_flight,
-                 output_dir=cell.folder, resume=True, prompt_family=cell.spec.prompt_family,
+                 repetition_penalty=s.repetition_penalty, output_dir=cell.folder, resume=True, prompt_family=cell.spec.prompt_family,
                  self_consistency_samples=cell.spec.self_consistency_samples, data_file=s.data_file, limit=s.limit, model_name=s.model_name,
                  vllm_server_url=[s.vllm_server_url] if s.vllm_server_url else None)  # fmt: skip
     return cell_settings("generate", cell, {**flags, **profile_flags(cell), **role_flags(cell, settings, catalogue, dataset)})
@@ -153,7 +153,8 @@ def generate_settings(cell: Cell, settings: EvalSettings, catalogue: Catalogue, 
 
 def judge_settings(episodes: Path, cell: Cell, settings: EvalSettings, dataset: str) -> Any:
     s = settings
-    flags = dict(input_file=episodes, output_dir=episodes.parent, rubric_version=s.rubric_version, cache_dir=s.cache_dir or Path(s.output_dir) / "judge_cache",
+    flags = dict(input_file=episodes, output_dir=episodes.parent, rubric_version=s.rubric_version, judge_scoring=s.judge_scoring,
+                 cache_dir=s.cache_dir or Path(s.output_dir) / "judge_cache",
                  dataset=dataset, max_in_flight=s.max_in_flight, judges=list(s.judges) or None, judges_file=s.judges_file,
                  judge_server_url=[s.judge_server_url] if s.judge_server_url else None)  # fmt: skip
     if s.data_file:  # the judge sees each episode's dataset context

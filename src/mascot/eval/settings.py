@@ -9,7 +9,9 @@ from dataclasses import dataclass
 from typing import Optional
 
 from mascot import vocab
+from mascot.dialogue.settings import check_repetition_penalty
 from mascot.settings import require, setting
+from mascot.settings_groups import JUDGE_SCORING_HELP, check_judge_scoring
 
 DEFAULT_OUTPUT_ROOT = "outputs/mascot_eval"
 DEFAULT_REFERENCE = "mascot_emnlp2026_v1"  # src/mascot/eval/references/<name>.yaml
@@ -36,12 +38,14 @@ class EvalSettings:
     user_response_probability: float = setting(0.5, "Chance the simulated user speaks after a round.")
     temperature: float = setting(0.7, "Sampling temperature of Speakers and User.")
     max_tokens: int = setting(160, "Longest reply in tokens.")
+    repetition_penalty: float = setting(1.0, vocab.REPETITION_PENALTY_HELP)
     model_name: Optional[str] = setting(None, "Default model of every role a system leaves null.")
     vllm_server_url: Optional[str] = setting(None, "Default OpenAI-compatible endpoint of every role a system leaves null.")
     judges: list[str] = setting([], "Judge model id; repeat for a panel." + vocab.PLUGIN_JUDGE_HELP, flags=("--judge",))
     judges_file: Optional[str] = setting(None, vocab.JUDGES_FILE_HELP)
     judge_server_url: Optional[str] = setting(None, "OpenAI-compatible endpoint of the --judge models.")
     rubric_version: str = setting(vocab.DEFAULT_RUBRIC_VERSION, "Rubric version (built-in name or a rubric YAML file).")
+    judge_scoring: str = setting("auto", JUDGE_SCORING_HELP)
     cache_dir: Optional[str] = setting(None, "Judgment cache folder (default: OUTPUT_DIR/judge_cache, shared by reruns).")
     nli: bool = setting(True, "Run the NLI model for the entailment/neutral/contradiction table.", flags=("--nli/--no-nli",))
     nli_model: str = setting("FacebookAI/roberta-large-mnli", "NLI model of the automatic metrics.")
@@ -61,6 +65,8 @@ class EvalSettings:
         require(bool(self.systems and self.systems.strip()), "--systems: name at least one system")
         require(self.limit is None or self.limit >= 1, "--limit must be at least 1")
         require(self.num_turns >= 1, "--num-turns must be at least 1")
+        check_repetition_penalty(self.repetition_penalty)
+        check_judge_scoring(self.judge_scoring)
         require(0.0 <= self.user_response_probability <= 1.0, "--user-response-probability must lie between 0 and 1")
         require(self.bootstrap_samples >= 100, "--bootstrap-samples must be at least 100")
         require(not (self.judges and self.judges_file), "use either --judge or --judges-file, not both")

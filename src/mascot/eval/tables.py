@@ -1,7 +1,7 @@
 """The paper's tables from the collected results, as rows of plain values (CSV and report.md).
 
-Judge scores are on 0-100 (mean, population std, n items); automatic metrics on their own 0-1
-scale (Self-BLEU divided by 100 as the paper reports it).
+Judge scores are on 0-100 (mean, population std, n items); automatic metrics on 0-1 as the paper
+prints them (Self-BLEU included: `collect` reads older 0-100 reports onto 0-1).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from mascot.eval.collect import CellResult, Item
 from mascot.eval.stats import compare, describe, per_context
 
 AUTO_METRICS = ("nli_entailment", "nli_neutral", "nli_contradiction", "self_bleu", "distinct_1", "distinct_2")
-AUTO_SCALE = {"self_bleu": 0.01}  # mascot.metrics reports Self-BLEU on 0-100
 
 
 def items_of(results: list[CellResult], study: str, scope: str | None = None) -> list[Item]:
@@ -58,7 +57,7 @@ def auto_table(results: list[CellResult]) -> list[dict]:
     rows = []
     for r in (r for r in results if r.cell.study == "main"):
         for metric in AUTO_METRICS:
-            values = [e[metric] * AUTO_SCALE.get(metric, 1.0) for e in r.auto if e.get(metric) is not None]
+            values = [e[metric] for e in r.auto if e.get(metric) is not None]
             if values:
                 rows.append({"split": r.cell.split, "system": r.cell.system, "metric": metric, **describe(values, 3)})
     return rows

@@ -99,20 +99,19 @@ def connection_failure(exc: BaseException) -> RequestFailure:
 
 def connection_problem(exc: BaseException) -> str:
     """A failed connection in words a person reads ("connection refused: nothing answers at that
-    address"), not the client library's exception text."""
-    import socket
-
+    address and port"), not the client library's exception text."""
     import aiohttp
 
-    root = getattr(exc, "os_error", None) or exc.__cause__ or exc
-    if isinstance(root, ConnectionRefusedError):
-        return "connection refused: nothing answers at that address and port"
-    if isinstance(root, socket.gaierror):
-        return "the host name is not known (check the URL)"
-    if isinstance(exc, aiohttp.ServerDisconnectedError) or isinstance(root, (ConnectionResetError, BrokenPipeError)):
+    from mascot.errors import connection_words
+
+    words = connection_words(exc)
+    if words is not None:
+        return words
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
         return "the server closed the connection without answering"
     if isinstance(exc, aiohttp.ClientSSLError):
         return "the secure connection failed (is the URL https on a plain-HTTP server?)"
+    root = getattr(exc, "os_error", None) or exc.__cause__
     if isinstance(root, OSError) and root.strerror:
         return f"connection failed: {root.strerror.lower()}"
     return f"connection failed: {one_line(exc) or 'closed without an answer'}"

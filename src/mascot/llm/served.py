@@ -6,11 +6,15 @@ from __future__ import annotations
 import logging
 import os
 
-from mascot.errors import MascotError
+from mascot.errors import MascotError, connection_words
 
 
 class ServerListingError(MascotError):
     """A server did not answer its model list."""
+
+
+def one_line_text(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def list_served_models(url: str, *, timeout_s: float = 5.0, api_key: str | None = None) -> list[dict]:
@@ -22,8 +26,10 @@ def list_served_models(url: str, *, timeout_s: float = 5.0, api_key: str | None 
         response = httpx.get(url.rstrip("/") + "/models", timeout=timeout_s, headers=headers)
         response.raise_for_status()
         data = response.json().get("data", [])
+    except httpx.HTTPStatusError as exc:
+        raise ServerListingError(f"{url}/models answered HTTP {exc.response.status_code}") from None
     except (httpx.HTTPError, ValueError, AttributeError) as exc:
-        raise ServerListingError(f"{url}/models did not answer: {exc}") from None
+        raise ServerListingError(f"{url}/models did not answer: {connection_words(exc) or one_line_text(exc)}") from None
     return [m for m in data if isinstance(m, dict) and "id" in m]
 
 
@@ -39,6 +45,21 @@ def served_identity(models: list[dict], served_id: str) -> tuple[str, str | None
         base_entry = by_id.get(parent, {})
         return str(base_entry.get("root") or parent), entry.get("root")
     return str(entry.get("root") or served_id), None
+
+
+def served_adapter(models: list[dict], adapter: str) -> tuple[str, str, str] | None:
+    """(served name, true base model, adapter folder) of the LoRA module that /v1/models entries
+    list for `adapter`, given by its served name or by its folder; None when none is listed."""
+    from pathlib import Path
+
+    folders = {adapter.rstrip("/"), str(Path(adapter).expanduser().resolve())}
+    for entry in models:
+        if not entry.get("parent") or entry["parent"] == entry["id"]:
+            continue  # a base model, not a LoRA module
+        if entry["id"] == adapter or str(entry.get("root") or "").rstrip("/") in folders:
+            base, folder = served_identity(models, entry["id"]) or (entry["parent"], None)
+            return entry["id"], base, folder or adapter
+    return None
 
 
 def resolve_served_identities(identities: dict, endpoints: dict) -> dict:

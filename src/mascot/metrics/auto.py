@@ -20,7 +20,7 @@ from pathlib import Path
 from mascot.episodes import load_episode_file
 from mascot.errors import MascotError
 from mascot.metrics.conversation import conversation_report
-from mascot.metrics.lexical import DISTINCT_SETTINGS, SELF_BLEU_SETTINGS, distinct_n, self_bleu
+from mascot.metrics.lexical import DISTINCT_SETTINGS, SELF_BLEU_SCALE, SELF_BLEU_SETTINGS, distinct_n, self_bleu
 from mascot.metrics.nli import NLI_LABELS
 from mascot.metrics.pairing import PAIRING_MODES, response_pairs, unordered_pairs
 from mascot.metrics.settings import MetricsSettings  # noqa: F401  (re-exported)
@@ -42,6 +42,33 @@ class EpisodeMetrics:
 
     def to_dict(self) -> dict:
         return {"episode_id": self.episode_id, "system": self.system, "num_agent_turns": self.num_agent_turns, "num_pairs": self.num_pairs, **self.values}
+
+
+def on_current_scale(report: dict) -> dict:
+    """`report` (a `mascot metrics` report as read from disk) with Self-BLEU on 0-1. A report whose
+    settings do not record the Self-BLEU scale was written on sacrebleu's 0-100 (every report before
+    the scale was recorded): its per-episode values and summaries are divided by 100 here, in a copy;
+    the file stays as it was written."""
+    bleu_settings = (report.get("settings") or {}).get("self_bleu") or {}
+    if bleu_settings.get("scale") == SELF_BLEU_SCALE:
+        return report
+    converted = {**report, "settings": {**(report.get("settings") or {}), "self_bleu": {**bleu_settings, "scale": SELF_BLEU_SCALE, "read_from_scale": "0-100"}}}
+    converted["per_episode"] = [_hundredth(row, ("self_bleu",)) for row in report.get("per_episode") or []]
+    if isinstance(report.get("overall"), dict):
+        converted["overall"] = _summary_hundredth(report["overall"])
+    if isinstance(report.get("per_system"), dict):
+        converted["per_system"] = {system: _summary_hundredth(summary) for system, summary in report["per_system"].items()}
+    return converted
+
+
+def _hundredth(row: dict, keys: tuple[str, ...]) -> dict:
+    return {**row, **{k: round(row[k] / 100, 6) for k in keys if isinstance(row.get(k), (int, float))}}
+
+
+def _summary_hundredth(summary: dict | None) -> dict | None:
+    if not isinstance(summary, dict) or not isinstance(summary.get("self_bleu"), dict):
+        return summary
+    return {**summary, "self_bleu": _hundredth(summary["self_bleu"], ("mean", "std"))}
 
 
 def describe(values: list[float]) -> dict:

@@ -2,7 +2,9 @@
 
 Self-BLEU: for each response, sentence BLEU (sacrebleu, tokenizer 13a, n-grams up to 4, "exp"
 smoothing, effective order) against all the other responses as references; the episode's value is
-the mean over its responses (0-100; higher = more repetitive). Needs two responses or more.
+the mean over its responses, on 0-1 as the paper prints it (sacrebleu's 0-100 divided by 100;
+higher = more repetitive). Needs two responses or more. Reports written before the scale was
+recorded hold it on 0-100: `mascot.metrics.auto.on_current_scale` converts them when read.
 
 distinct-n: distinct n-grams / all n-grams over the episode's responses, tokenised with sacrebleu's
 13a tokenizer and lower-cased (higher = more diverse).
@@ -19,8 +21,10 @@ SELF_BLEU_SETTINGS = {
     "smooth_method": "exp",
     "effective_order": True,
     "lowercase": False,
-    "definition": "mean over responses of sentence BLEU(response, other responses of the episode), 0-100",
+    "definition": "mean over responses of sentence BLEU(response, other responses of the episode) / 100",
+    "scale": "0-1",
 }
+SELF_BLEU_SCALE = SELF_BLEU_SETTINGS["scale"]
 DISTINCT_SETTINGS = {"tokenizer": "13a", "lowercase": True, "definition": "distinct n-grams / total n-grams over the episode's agent responses"}
 
 
@@ -60,7 +64,7 @@ def self_bleu(responses: list[str]) -> float | None:
             total[len(ngram) - 1] += count
             if ngram in ref_ngrams:
                 correct[len(ngram) - 1] += min(count, ref_ngrams[ngram])
-        scores.append(bleu._compute_score_from_stats(stats + correct + total).score)
+        scores.append(bleu._compute_score_from_stats(stats + correct + total).score / 100)
     return sum(scores) / len(scores)
 
 

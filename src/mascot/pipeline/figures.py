@@ -114,8 +114,11 @@ def evaluation_table(base_report: Path, trained_report: Path) -> list[tuple[str,
 
 
 def auto_metrics_table(base_report: Path, trained_report: Path) -> list[tuple[str, float | None, float | None]]:
-    """(metric, base mean, trained mean) from the two `mascot metrics` reports."""
-    base, trained = (read_json(base_report) or {}).get("overall") or {}, (read_json(trained_report) or {}).get("overall") or {}
+    """(metric, base mean, trained mean) from the two `mascot metrics` reports (Self-BLEU on 0-1,
+    older 0-100 reports converted)."""
+    from mascot.metrics.auto import on_current_scale
+
+    base, trained = (on_current_scale(read_json(path) or {}).get("overall") or {} for path in (base_report, trained_report))
     names = [*base, *[m for m in trained if m not in base]]
     return [(m, (base.get(m) or {}).get("mean"), (trained.get(m) or {}).get("mean")) for m in names]
 

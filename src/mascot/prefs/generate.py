@@ -31,6 +31,7 @@ from mascot.rosters import load_roster, roster_for_dataset
 from mascot.rubrics import rubric_for
 from mascot.runs import GenerationFailed, OpenRun, RunSpec, failure_line, model_basename, open_run, require_contexts
 from mascot.settings_groups import ClientLimits
+from mascot.vocab import DEFAULT_LOCAL_MODEL
 from mascot.store import RunStore
 
 COMMAND = "mascot generate --mode individual"
@@ -39,8 +40,9 @@ COMMAND = "mascot generate --mode individual"
 def individual_run_dir(s: Any) -> Path:
     """`individual_<dataset>_<model>`, plus `_speaker-<adapter>` when the Speaker runs an adapter."""
 
-    speaker = resolve_roles(s, ("speaker",))["speaker"]
-    name = f"individual_{s.dataset}_{model_basename(speaker.model)}"
+    speaker = resolve_roles(s, ("speaker",))["speaker"]  # a served adapter's name is not the model's
+    asked = s.roles.get("speaker")
+    name = f"individual_{s.dataset}_{model_basename((asked.model if asked else None) or s.model_name or DEFAULT_LOCAL_MODEL)}"
     if speaker.adapter:
         name += f"_speaker-{model_basename(speaker.adapter)}"
     return Path(s.output_dir) / name
@@ -75,6 +77,7 @@ def _run_settings(s: Any, roles: dict, roster_ident: str, num_contexts: int, cac
         "models": {**{role: {"model": ep.model, "adapter": ep.adapter, "extra_body": ep.extra_body or None} for role, ep in roles.items()}, **_judge_record(s)},
         "client_limits": {f.name: getattr(s, f.name) for f in fields(ClientLimits)}, "trace_role_calls": s.trace_role_calls,
         "num_candidates": s.num_candidates, "score_margin": s.score_margin, "temperature": s.temperature, "max_tokens": s.max_tokens,
+        "repetition_penalty": s.repetition_penalty,
         "seed": s.seed, "personas": s.personas, "max_concurrent_queries": s.max_concurrent_episodes,
         "speaker_think": speaker is not None and speaker.thinking is True, "reasoning_allowance": s.reasoning_allowance, "strict": s.strict,
         "prompt_version": s.prompt_version, **({"cross_persona_pairs": s.cross_persona_pairs} if s.cross_persona_pairs else {}),

@@ -26,18 +26,17 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from mascot.dialogue.agents import (
-    stop_strings,  # candidates end where episode replies end
-)
+from mascot.dialogue.agents import Speaker
 from mascot.dialogue.prompts import PROMPT_VERSION, speaker_messages
-from mascot.dialogue.reasoning import response_parts, token_budget
+from mascot.dialogue.reasoning import response_parts
 from mascot.dialogue.reply_stream import clean_reply
 from mascot.dialogue.seeds import derive_seed
+from mascot.dialogue.tally import Tally
 from mascot.errors import MascotError
 from mascot.judge.items import opening_lines, render_context
 from mascot.judge.prompt import JudgeItem
 from mascot.judge.rubric_judge import RubricJudge
-from mascot.llm.base import ChatClient, ChatRequest, LLMError, Message, route_together
+from mascot.llm.base import ChatClient, LLMError, Message, route_together
 from mascot.prefs.candidates import (
     apply_judgment,
     compact_candidates,
@@ -117,6 +116,9 @@ class IndividualRun:
         self.settings = settings
         speaker_role = settings.roles.get("speaker")
         self.speaker_thinks = speaker_role is not None and speaker_role.thinking is True  # --speaker-thinking on
+        # The episodes' Speaker writes each query's requests: its decoding (sampling, lengths,
+        # repetition penalty, stop strings: candidates end where episode replies end), n at once.
+        self.persona_speaker = Speaker.for_settings(speaker, roster, Tally(), settings, think=self.speaker_thinks)
         self.judge.counters = store.counters  # judge failures land in run_summary.json
         self.stats = PairStats(score_margin=settings.score_margin, num_candidates=settings.num_candidates)
         self.written: dict[str, dict[int, Candidate]] = {}
@@ -195,17 +197,7 @@ class IndividualRun:
 
     async def _generate(self, query: str, prompt: list[Message], context: Context, count: int) -> list[tuple[str, str | None]] | None:
         """`count` (visible reply, reasoning) pairs; reasoning never reaches a reply or a pair."""
-        s = self.settings
-        request = ChatRequest(
-            messages=prompt,
-            temperature=s.temperature,
-            max_tokens=token_budget(s.max_tokens, self.speaker_thinks, s.reasoning_allowance),
-            n=count,
-            seed=derive_seed(s.seed, query, "candidates", count),
-            stop=stop_strings(self.roster, context),
-            role="speaker",
-            thinking=self.speaker_thinks,
-        )
+        request = self.persona_speaker.request(prompt, context, derive_seed(self.settings.seed, query, "candidates", count), n=count)
         try:
             response = await self.speaker.chat(request)
         except LLMError as exc:

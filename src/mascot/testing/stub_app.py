@@ -302,7 +302,7 @@ class StubServer:
             await self._send(writer, 200, reply)
 
     def _unknown_model(self, request: dict) -> tuple[int, str] | None:
-        if self.served_models is None or request.get("model") in self.served_models:
+        if self.served_models is None or request.get("model") in (*self.served_models, *self.lora_modules):  # like vLLM: its LoRA modules too
             return None
         return 404, f"The model `{request.get('model')}` does not exist."
 

@@ -221,6 +221,10 @@ class DirectorGRPOSettings(GRPOSettings):
         None, "Longest later-round Director reply in a rollout (suffix rounds after the first); default: what the longest valid directive needs."
     )
     rollout_temperature: float = setting(vocab.TEMPERATURE, "Sampling temperature of the rollouts' Speakers, user and later-round Director.")
+    rollout_repetition_penalty: Optional[float] = setting(
+        None, "Repetition penalty of the rollouts' Speakers (as --repetition-penalty of `mascot generate`; 1.0: off). Default: the one "
+        "the episodes were generated with (their run_config.json; 1.0 when it records none).",
+    )
     decision_points_per_episode: int = setting(2, "Decision points sampled from each recorded episode.")
     # The diversity term rewards not repeating the last Speaker. When most recorded prefixes end
     # with one companion, a Director that simply avoids that one earns it, and collapses onto another.

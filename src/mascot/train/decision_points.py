@@ -246,6 +246,9 @@ def validate_rollouts(settings: DirectorGRPOSettings) -> None:
         raise TrainingSetupError(f"--suffix-rounds must be 0 (to the end of the episode) or more, got {settings.suffix_rounds}")
     if settings.rollout_temperature < 0:
         raise TrainingSetupError(f"--rollout-temperature must not be negative, got {settings.rollout_temperature}")
+    penalty = settings.rollout_repetition_penalty
+    if penalty is not None and not 0 < penalty <= 2:
+        raise TrainingSetupError(f"--rollout-repetition-penalty must be above 0 and at most 2 (1.0: off), got {penalty}")
 
 
 def require_decision_points(settings: DirectorGRPOSettings, kept: int, sampled: int, data_file, num_episodes: int) -> None:

@@ -30,6 +30,7 @@ from typing import Any
 from mascot.dialogue.director import DIRECTIVE_OPENING, directive_slot, parse_directive
 from mascot.dialogue.engine import EngineSettings, EpisodeEngine
 from mascot.dialogue.prompts import PROMPT_VERSION
+from mascot.dialogue.settings import engine_settings_from
 from mascot.dialogue.tally import Tally
 from mascot.llm.base import ChatClient, LLMError, Message, strip_think
 from mascot.llm.providers import Backends, RoleEndpoint, build_backends
@@ -132,18 +133,21 @@ class RolloutBatch:
 
 
 def rollout_engine_settings(settings: DirectorGRPOSettings, prompt_version: str = PROMPT_VERSION) -> EngineSettings:
-    """How the suffix of a rollout unfolds: the user's chance to speak, reply lengths, sampling, and
-    the prompts of the version the decision point's episode was recorded with (a v1 prefix rolled
-    out with v2 Speaker and user prompts would score a conversation no system holds)."""
-    return EngineSettings(
-        prompt_version=prompt_version,
-        user_response_probability=settings.user_response_probability,
-        seed=settings.seed,
-        max_tokens=settings.rollout_max_tokens,
-        user_max_tokens=settings.rollout_user_max_tokens,
-        director_max_tokens=settings.rollout_director_max_tokens,
-        temperature=settings.rollout_temperature,
-    )
+    """How the suffix of a rollout unfolds: the engine settings the trainer declares as `rollout_*`
+    (reply lengths, sampling, repetition penalty: the rollouts', not the trained Director's) or under
+    the engine's own names (the user's chance to speak, the seed), and the prompts of the version
+    the decision point's episode was recorded with (a v1 prefix rolled out with v2 Speaker and user
+    prompts would score a conversation no system holds)."""
+    return engine_settings_from(settings, prefix="rollout_", prompt_version=prompt_version)
+
+
+def rollout_repetition_penalty(settings: DirectorGRPOSettings, run: dict[str, Any]) -> float:
+    """--rollout-repetition-penalty, else the Speakers' penalty of the run the episodes come from
+    (run_config.json's engine record: the rollouts continue conversations sampled with it), else
+    1.0 (a run recorded before the setting existed sampled without one)."""
+    if settings.rollout_repetition_penalty is not None:
+        return settings.rollout_repetition_penalty
+    return float((run.get("engine") or {}).get("repetition_penalty", 1.0))
 
 
 class DirectorRollouts:
@@ -529,6 +533,7 @@ def train_director_grpo(
     """`rollout_clients` and `trajectory_scorer` replace the rollout backend and the group reward
     model (tests, custom rewards); clients passed in are left open for their owner to close."""
     inputs = load_decision_inputs(settings)  # also checks the GRPO settings and the points one step needs
+    settings.rollout_repetition_penalty = rollout_repetition_penalty(settings, inputs.run)  # resolved as the reward model path is: rolled out and recorded as used
     plan = derive_batch(settings.batch_size, world_size(), settings.max_per_device_batch, settings.per_device_batch_size)
     director_reward_weights(settings)  # both weights 0 refused before the output folder exists
     if trajectory_scorer is None:

@@ -69,8 +69,8 @@ def pooled_features(model, sequences: list[tuple[int, ...]], pad_token_id: int) 
         model.train(was_training)
 
 
-def bradley_terry_head(differences) -> tuple[Any, float]:
-    """The weight w maximising mean log sigmoid(w . (f_chosen - f_rejected)) - L2 |w|^2, fitted on
+def bradley_terry_head(differences, l2: float = PROBE_L2) -> tuple[Any, float]:
+    """The weight w maximising mean log sigmoid(w . (f_chosen - f_rejected)) - l2 |w|^2, fitted on
     standardised features and returned in the model's own units; also its training accuracy."""
     import torch
 
@@ -82,7 +82,7 @@ def bradley_terry_head(differences) -> tuple[Any, float]:
 
     def loss():
         optimiser.zero_grad()
-        value = torch.nn.functional.softplus(-(x @ w)).mean() + PROBE_L2 * (w * w).sum()
+        value = torch.nn.functional.softplus(-(x @ w)).mean() + l2 * (w * w).sum()
         value.backward()
         return value
 
