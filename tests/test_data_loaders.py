@@ -253,6 +253,7 @@ def fake_datasets(monkeypatch):
 
     module.load_dataset = load_dataset
     monkeypatch.setitem(sys.modules, "datasets", module)
+    monkeypatch.setattr("mascot.hub.hub_online", lambda: True)  # the stand-in is the hub, and it answers
     return module
 
 
@@ -263,6 +264,22 @@ def test_hub_unreachable_suggests_data_file(fake_datasets):
     message = str(info.value)
     assert "\n" not in message and "--data-file" in message and "thu-coai/esconv" in message
     assert fake_datasets.calls == [("thu-coai/esconv", "validation", {})]
+
+
+def test_offline_and_not_cached_is_one_line_before_any_hub_request(fake_datasets, monkeypatch, tmp_path):
+    monkeypatch.setattr("mascot.hub.hub_online", lambda: False)
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "empty-cache"))
+    with pytest.raises(DatasetError) as info:
+        load_contexts("esconv", split="test")
+    assert str(info.value) == (
+        "ESConv split 'test' is read from the Hugging Face hub (thu-coai/esconv), which is unreachable offline, "
+        "and is not in the datasets cache: pass --data-file with a local copy"
+    )
+    assert fake_datasets.calls == []  # no retries against an unreachable hub
+    (tmp_path / "empty-cache" / "thu-coai___esconv" / "default" / "0.0.0" / "abc").mkdir(parents=True)
+    fake_datasets.rows = [{"text": line} for line in (FIXTURES / "esconv_sample.jsonl").read_text().splitlines()]
+    assert load_contexts("esconv", split="test")  # a prepared copy in the cache: loaded offline
+    assert fake_datasets.calls == [("thu-coai/esconv", "test", {})]
 
 
 def test_hub_rows_become_contexts(fake_datasets):

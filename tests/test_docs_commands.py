@@ -214,14 +214,13 @@ def prepare(argv: list[str], workdir: Path) -> list[str]:
 def workdir(tmp_path, monkeypatch):
     """A scratch project folder, and no network."""
     import mascot.commands.dryrun as dryrun
-    import mascot.llm.models as local
     import mascot.llm.served as serve
 
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(local, "hub_online", lambda: True)  # a stand-in hub that knows every id
+    monkeypatch.setattr("mascot.hub.hub_online", lambda: True)  # a stand-in hub that knows every id
     monkeypatch.setattr(dryrun, "_check_on_hub", lambda model, label: "hub")
     monkeypatch.setattr(serve, "list_served_models", lambda url, **kw: [])  # endpoints answer, list nothing
     import mascot.commands.serve as serve_cmd

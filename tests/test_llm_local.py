@@ -12,6 +12,7 @@ import torch
 from train_helpers import one_thread_per_module  # noqa: F401 - fixture
 
 from mascot.errors import MascotError
+from mascot import hub
 from mascot.llm import models
 from mascot.llm.base import ChatRequest, LLMError
 from mascot.llm.local import LocalClient, PerRowSampling, StreamTrimmer, embedded_model_dir, resolve_local_model
@@ -212,8 +213,8 @@ def test_hub_id_offline_is_a_one_line_error_without_asking_the_network(monkeypat
     def no_probe():
         raise AssertionError("offline: the hub must not be probed")
 
-    monkeypatch.setattr(models, "_probe_hub", no_probe)
-    monkeypatch.setattr(models, "_hub_reachable", None)
+    monkeypatch.setattr(hub, "_probe_hub", no_probe)
+    monkeypatch.setattr(hub, "_hub_reachable", None)
     with pytest.raises(MascotError, match="someone/not-a-cached-model") as info:
         resolve_local_model("someone/not-a-cached-model")
     assert "\n" not in str(info.value)
@@ -225,9 +226,9 @@ def test_hub_probe_fails_fast_without_network(monkeypatch):
     for proxy in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.delenv(proxy, raising=False)
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the discard port: nothing listens
-    monkeypatch.setattr(models, "_hub_reachable", None)
-    assert models.hub_online() is False
-    assert models._hub_reachable is False  # probed once, remembered
+    monkeypatch.setattr(hub, "_hub_reachable", None)
+    assert hub.hub_online() is False
+    assert hub._hub_reachable is False  # probed once, remembered
 
 
 def test_default_model_offline_resolves_to_the_embedded_checkpoint(monkeypatch, embedded_dir):

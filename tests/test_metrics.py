@@ -298,9 +298,7 @@ def test_default_pairing_finds_pairs_in_mascot_episodes(tmp_path):
 
 
 def test_unreachable_nli_model_fails_at_once_and_names_skip_nli(tmp_path, monkeypatch):
-    import mascot.llm.models as local
-
-    monkeypatch.setattr(local, "hub_online", lambda: False)
+    monkeypatch.setattr("mascot.hub.hub_online", lambda: False)
     path = tmp_path / "episodes.jsonl"
     write_episodes(path, [engine_episode()])
     result = CliRunner().invoke(app, ["metrics", "--input-file", str(path), "--nli-model", "no-such-org/no-such-nli", "--skip-embeddings"])

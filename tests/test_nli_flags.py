@@ -15,9 +15,7 @@ def eval_args(tmp_path, nli_model: str) -> list[str]:
 
 
 def test_eval_without_its_nli_model_names_no_nli_before_any_work(tmp_path, monkeypatch):
-    import mascot.llm.models as models
-
-    monkeypatch.setattr(models, "hub_online", lambda: False)
+    monkeypatch.setattr("mascot.hub.hub_online", lambda: False)
     result = CliRunner().invoke(app, eval_args(tmp_path, "no-such-org/no-such-nli"))
     assert isinstance(result.exception, MascotError)
     message = str(result.exception)

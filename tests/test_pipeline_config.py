@@ -20,11 +20,10 @@ from mascot.pipeline.steps import Plan
 def stand_in_hub(monkeypatch):
     """A stand-in hub that knows every id and endpoints that answer /models (as in the docs test)."""
     import mascot.commands.dryrun as dryrun
-    import mascot.llm.models as local
     import mascot.llm.served as serve
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(local, "hub_online", lambda: True)
+    monkeypatch.setattr("mascot.hub.hub_online", lambda: True)
     monkeypatch.setattr(dryrun, "_check_on_hub", lambda model, label: "hub")
     monkeypatch.setattr(serve, "list_served_models", lambda url, **kw: [])
 

@@ -43,7 +43,8 @@ def check_model(model: str | None, label: str = "model") -> str:
     With an endpoint the id is checked against the server instead (`check_endpoints`)."""
     if not model:
         return "default"
-    from mascot.llm.models import hub_online, in_hf_cache
+    from mascot import hub
+    from mascot.llm.models import in_hf_cache
     from mascot.llm.base import DEFAULT_LOCAL_MODEL
 
     path = Path(model).expanduser()
@@ -57,7 +58,7 @@ def check_model(model: str | None, label: str = "model") -> str:
         return "cache"
     if model == DEFAULT_LOCAL_MODEL:
         return "embedded"
-    if not hub_online():
+    if not hub.hub_online():
         raise DryRunError(f"{label} {model}: not a local folder, not in the Hugging Face cache, and the hub is unreachable")
     return _check_on_hub(model, label)
 
@@ -79,7 +80,7 @@ def check_hub_data(dataset_name: str, splits: list[str]) -> str:
     from importlib.util import find_spec
 
     from mascot.data.registry import dataset
-    from mascot.llm.models import hub_online
+    from mascot import hub
 
     entry = dataset(dataset_name)
     reader = entry.loader()
@@ -89,28 +90,11 @@ def check_hub_data(dataset_name: str, splits: list[str]) -> str:
     read = f"{entry.name} (split{'s' if len(names) > 1 else ''} {', '.join(names)}) is read from {where}"
     if find_spec("datasets") is None:
         raise DryRunError(f"{read}, which needs the 'datasets' package (pip install 'mascot[data]'); or pass --data-file with a local copy")
-    if hub_id and in_datasets_cache(hub_id):
+    if hub_id and hub.in_datasets_cache(hub_id):
         return "datasets cache"
-    if not hub_online():
+    if not hub.hub_online():
         raise DryRunError(f"{read}, which is unreachable offline, and is not in the datasets cache: pass --data-file with a local copy")
     return "hub"
-
-
-def in_datasets_cache(hub_id: str) -> bool:
-    """Whether `datasets` has a prepared copy of a hub dataset, which it loads offline: the folder
-    `<cache>/<owner>___<name>/<config>/<version>/<hash>` it looks for then."""
-    owner, _, name = hub_id.rpartition("/")
-    snake = re.sub(r"([a-z\d])([A-Z])", r"\1_\2", re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", name)).lower()
-    root = _datasets_cache() / "___".join(p for p in (owner, snake) if p)
-    return any(p.is_dir() for p in root.glob("*/*/*"))
-
-
-def _datasets_cache() -> Path:
-    """`datasets`' cache folder, found as `datasets.config` finds it (without importing datasets)."""
-    if os.environ.get("HF_DATASETS_CACHE"):
-        return Path(os.environ["HF_DATASETS_CACHE"]).expanduser()
-    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME") or "~/.cache", "huggingface")
-    return Path(home).expanduser() / "datasets"
 
 
 def check_endpoints(endpoints: dict[str, Any]) -> dict[str, str]:

@@ -97,6 +97,8 @@ def load_hub_split(dataset: str, path: str, split: str, *, source: str | None = 
             f"loading {dataset} from the Hugging Face hub needs the 'datasets' package "
             "(pip install 'mascot[data]'); or pass --data-file with a local copy"
         ) from None
+    if not kwargs.get("data_files"):  # a hub dataset: offline and not cached is one line now, not a minute of retries
+        require_hub_or_cache(dataset, path, shown_split or split)
     try:
         return datasets.load_dataset(path, split=split, **kwargs)
     except Exception as exc:  # noqa: BLE001 - any hub/network/format failure gets the same advice
@@ -104,6 +106,18 @@ def load_hub_split(dataset: str, path: str, split: str, *, source: str | None = 
             f"could not load {dataset} split {shown_split or split!r} from {source or path} ({type(exc).__name__}: {one_line(exc, 160)}); "
             "pass --data-file with a local copy"
         ) from None
+
+
+def require_hub_or_cache(dataset: str, hub_id: str, split: str) -> None:
+    """A hub dataset loads from the `datasets` cache or the hub; with neither, one line at once
+    (`datasets` would retry the unreachable hub for about half a minute before failing)."""
+    from mascot import hub
+
+    if not hub.in_datasets_cache(hub_id) and not hub.hub_online():
+        raise DatasetError(
+            f"{dataset} split {split!r} is read from the Hugging Face hub ({hub_id}), which is unreachable offline, "
+            "and is not in the datasets cache: pass --data-file with a local copy"
+        )
 
 
 def no_contexts_error(dataset: str, source: str, split: str) -> DatasetError:

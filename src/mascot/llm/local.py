@@ -33,12 +33,12 @@ from mascot.llm.local_decoding import (
     PerRowSampling, QueueStreamer, RowOutput, StreamTrimmer, choice_token_ids, generate, next_token_probs, row_output,
 )
 from mascot.llm.local_loading import LoadedModel, end_token_ids, load_local_model
-from mascot.llm.models import EMBEDDED_DIRNAME, cache_root, embedded_model_dir, first_line, hub_online, resolve_local_model
+from mascot.llm.models import EMBEDDED_DIRNAME, cache_root, embedded_model_dir, first_line, resolve_local_model
 from mascot.vocab import LOCAL_BATCH_SIZE
 
 __all__ = [  # also re-exported for callers of the former single module
     "EMBEDDED_DIRNAME", "LocalClient", "PerRowSampling", "RowOutput", "StreamTrimmer", "cache_root",
-    "embedded_model_dir", "hub_online", "load_local_model", "resolve_local_model",
+    "embedded_model_dir", "load_local_model", "resolve_local_model",
 ]
 
 

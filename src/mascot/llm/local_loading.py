@@ -17,7 +17,8 @@ from typing import Any
 import torch
 
 from mascot.errors import MascotError
-from mascot.llm.models import first_line, hub_online, resolve_model
+from mascot import hub
+from mascot.llm.models import first_line, resolve_model
 from mascot.llm.base import DEFAULT_LOCAL_MODEL
 
 log = logging.getLogger(__name__)
@@ -107,7 +108,7 @@ def load_model_and_tokenizer(model: str, dtype: torch.dtype) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM
 
     resolved = resolve_model(model)
-    offline = not resolved.is_folder and not hub_online()
+    offline = not resolved.is_folder and not hub.hub_online()
     try:
         net = AutoModelForCausalLM.from_pretrained(resolved.source, dtype=dtype, local_files_only=offline)
     except (OSError, ValueError, KeyError, RuntimeError) as exc:

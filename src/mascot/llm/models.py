@@ -22,14 +22,13 @@ import logging
 import os
 import re
 import shutil
-import socket
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from mascot.errors import MascotError
 from mascot.files import cache_root
+from mascot import hub
 from mascot.llm.base import DEFAULT_LOCAL_MODEL
 
 log = logging.getLogger(__name__)
@@ -39,38 +38,7 @@ EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED_DIRNAME = "SmolLM2-135M-Instruct"
 ADAPTER_CONFIG = "adapter_config.json"
 METADATA_FILE = "mascot_metadata.json"  # mascot.train.artefact.METADATA_FILE (not imported: cheap module)
-HUB_PROBE_TIMEOUT_S = 3.0
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
-
-
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
-
-
-_hub_reachable: bool | None = None
-
-
-def hub_online() -> bool:
-    """Whether the Hugging Face hub can be reached: False when HF_HUB_OFFLINE is set, otherwise one
-    quick connection probe per process, so that an offline machine never waits on download retries."""
-    global _hub_reachable
-    if _env_flag("HF_HUB_OFFLINE") or _env_flag("TRANSFORMERS_OFFLINE"):
-        return False
-    if _hub_reachable is None:
-        _hub_reachable = _probe_hub()
-    return _hub_reachable
-
-
-def _probe_hub() -> bool:
-    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
-        return True  # only the proxy knows; let the real request decide
-    endpoint = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
-    port = endpoint.port or (443 if endpoint.scheme == "https" else 80)
-    try:
-        with socket.create_connection((endpoint.hostname or "huggingface.co", port), timeout=HUB_PROBE_TIMEOUT_S):
-            return True
-    except OSError:
-        return False
 
 
 def in_hf_cache(model_id: str) -> bool:
@@ -140,7 +108,7 @@ def resolve_model(name: str) -> ResolvedModel:
 
 
 def _hub_source(model_id: str) -> str | Path:
-    if in_hf_cache(model_id) or hub_online():
+    if in_hf_cache(model_id) or hub.hub_online():
         return model_id
     if model_id == DEFAULT_LOCAL_MODEL:
         return embedded_model_dir()

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mascot.errors import MascotError
-from mascot.llm.models import hub_online
+from mascot import hub
 
 DEFAULT_NLI_MODEL = "FacebookAI/roberta-large-mnli"
 NLI_LABELS = ("contradiction", "entailment", "neutral")
@@ -46,7 +46,7 @@ def require_reachable(name: str, skip_flag: str = SKIP_FLAG) -> None:
         cached = isinstance(try_to_load_from_cache(name, "config.json"), str)
     except Exception:  # noqa: BLE001 - a malformed id is simply not cached
         cached = False
-    if not cached and not hub_online():
+    if not cached and not hub.hub_online():
         raise NLIUnavailable(f"NLI model {name!r} is not on this machine and the Hugging Face hub is unreachable", skip_flag)
 
 
