@@ -50,6 +50,19 @@ def test_torn_last_line_is_dropped_on_resume(tmp_path):
     assert [c.context_id for c in read_jsonl(path, Context)] == ["c0", "c1", "c2"]
 
 
+def test_a_broken_line_inside_the_file_stops_resume_naming_where(tmp_path):
+    with store_for(tmp_path / "run") as store:
+        store.append(ctx(0))
+        store.append(ctx(1))
+    path = tmp_path / "run" / "out.jsonl"
+    first, second = path.read_text().splitlines()
+    path.write_text(f"{first}\n{second[:-1]},,}}\n{first}\n")  # a mangled middle line: not a torn tail
+    with pytest.raises(StoreError) as info:
+        store_for(tmp_path / "run", resume=True).open()
+    assert str(info.value).startswith(f"{path}:2: unreadable line (") and "at column " in str(info.value)
+    assert "\n" not in str(info.value) and path.read_text().count("\n") == 3  # nothing rewritten
+
+
 def test_repair_leaves_complete_files_alone(tmp_path):
     path = tmp_path / "x.jsonl"
     path.write_text('{"a": 1}\n')

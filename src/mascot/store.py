@@ -31,6 +31,7 @@ from mascot.files import (  # noqa: F401 - the file helpers are imported from he
     ensure_writable_file,
     is_secret_key,
     iter_json_objects,
+    line_json_problem,
     read_jsonl,
     redact,
     repair_torn_tail,
@@ -179,7 +180,8 @@ class RunStore:
                 try:
                     self.done_keys.add(self.key_of(json.loads(raw)))
                 except (json.JSONDecodeError, TypeError, AttributeError):
-                    raise StoreError(f"{first}:{number}: unreadable line; cannot resume safely (move the file aside or --overwrite)") from None
+                    why = line_json_problem(raw) or "not a record"
+                    raise StoreError(f"{first}:{number}: unreadable line ({why}); cannot resume safely (move the file aside or --overwrite)") from None
         self.summary.num_resumed_records = len(self.done_keys)
         self.summary.num_records = len(self.done_keys)
 
