@@ -40,6 +40,9 @@ def flag_json_error(flag: str, text: str) -> MascotError:
     return MascotError(f"{flag} is not valid JSON: {shown}")
 
 
+SERVER_HUNG_UP = "the server closed the connection without answering"
+
+
 def connection_words(exc: BaseException) -> str | None:
     """A failed connection in words a person reads, found anywhere in the exception's chain (each
     HTTP library wraps the operating system's error its own way); None when the chain holds none."""
@@ -54,6 +57,6 @@ def connection_words(exc: BaseException) -> str | None:
         if isinstance(seen, socket.gaierror):
             return "the host name is not known (check the URL)"
         if isinstance(seen, (ConnectionResetError, BrokenPipeError)):
-            return "the server closed the connection without answering"
+            return SERVER_HUNG_UP
         seen = getattr(seen, "os_error", None) or seen.__cause__ or seen.__context__
     return None

@@ -100,10 +100,12 @@ def ensure_writable_file(path: Path, what: str = "output file") -> Path:
     return path
 
 
-def _replace_atomically(path: Path, write: Callable[[Any], None], mode: str) -> None:
+def _replace_atomically(path: Path, write: Callable[[Any], None], mode: str, temp_suffix: str = ".tmp") -> None:
     """Writes a temp file beside `path` and renames it over `path`; on any failure the temp file is
-    removed and the error is one StoreError line (the previous `path`, if any, is untouched)."""
-    tmp = path.with_name(f".{path.name}.tmp")
+    removed and the error is one StoreError line (the previous `path`, if any, is untouched).
+    `temp_suffix` names the temp file: a writer that may interrupt another (a signal handler) uses
+    its own."""
+    tmp = path.with_name(f".{path.name}{temp_suffix}")
     try:
         with open(tmp, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as fh:
             write(fh)
@@ -116,9 +118,9 @@ def _replace_atomically(path: Path, write: Callable[[Any], None], mode: str) -> 
         raise
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
+def write_json_atomic(path: Path, data: Any, *, temp_suffix: str = ".tmp") -> None:
     text = json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n"
-    _replace_atomically(Path(path), lambda fh: fh.write(text), "w")
+    _replace_atomically(Path(path), lambda fh: fh.write(text), "w", temp_suffix)
 
 
 def _open_for_reading(path: Path, error: type[Exception], mode: str = "r"):

@@ -153,10 +153,7 @@ class RunStore:
         any summary (beside a temp file of its own: the handler may interrupt a summary write)."""
         summary = self.summary.model_copy(update={"status": "interrupted", "error": "KeyboardInterrupt", "finished_at": utc_now()})
         summary.duration_s = round(time.monotonic() - self._started, 3)
-        path = self.path("run_summary.json")
-        tmp = path.with_name(f".{path.name}.exit.tmp")
-        tmp.write_text(json.dumps(json.loads(summary.model_dump_json(exclude_none=True)), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
+        write_json_atomic(self.path("run_summary.json"), json.loads(summary.model_dump_json(exclude_none=True)), temp_suffix=".exit.tmp")
 
     def _previous_summary(self) -> RunSummary | None:
         path = self.path("run_summary.json")

@@ -6,7 +6,7 @@ import asyncio
 import sys
 from typing import TYPE_CHECKING, Callable
 
-from mascot.dialogue.chat import chat_backends, local_model_loaders, new_session_path, open_session, runs_smoke_test_model
+from mascot.dialogue.chat import answers_from_smoke_test_model, chat_backends, local_model_loaders, new_session_path, open_session
 from mascot.dialogue.chat import preload_local_models as preload
 from mascot.dialogue.chat_settings import ChatSettings
 from mascot.dialogue.run import announce_local_roles
@@ -69,7 +69,7 @@ def run_chat_command(settings: ChatSettings) -> None:
             reader = read_line_from(console, interactive)
             run_chat(
                 chat_session, console, reader, runner.run, show_directives=settings.show_directives, echo=not interactive, continued=continued,
-                smoke_test_model=runs_smoke_test_model(settings),
+                smoke_test_model=answers_from_smoke_test_model(backends.endpoints),
             )
         finally:
             runner.run(backends.aclose())

@@ -55,13 +55,19 @@ def runs_smoke_test_model(settings: EndpointFields) -> bool:
     """True when a chat role answers from the embedded smoke-test model, in process: its replies
     show that the program works, not what the companions can do, and the terminal and the web
     pages say so."""
+    return answers_from_smoke_test_model(resolve_roles(settings, CHAT_ROLES))
+
+
+def answers_from_smoke_test_model(endpoints: dict) -> bool:
+    """`runs_smoke_test_model` for roles already resolved (a chat's own backends: no second
+    resolving, which asks servers for their models again)."""
     from mascot.llm.models import is_embedded_checkpoint
     from mascot.vocab import DEFAULT_LOCAL_MODEL
 
     def tiny(model: str | None) -> bool:
         return model == DEFAULT_LOCAL_MODEL or (model is not None and is_embedded_checkpoint(model))
 
-    return any(e.url is None and (tiny(e.model) or tiny(e.base_model)) for e in resolve_roles(settings, CHAT_ROLES).values())
+    return any(e.url is None and (tiny(e.model) or tiny(e.base_model)) for role, e in endpoints.items() if role in CHAT_ROLES)
 
 
 def choose_roster(roster: str | None, dataset: str | None) -> tuple[Roster, str]:

@@ -102,13 +102,13 @@ def connection_problem(exc: BaseException) -> str:
     address and port"), not the client library's exception text."""
     import aiohttp
 
-    from mascot.errors import connection_words
+    from mascot.errors import SERVER_HUNG_UP, connection_words
 
     words = connection_words(exc)
     if words is not None:
         return words
     if isinstance(exc, aiohttp.ServerDisconnectedError):
-        return "the server closed the connection without answering"
+        return SERVER_HUNG_UP
     if isinstance(exc, aiohttp.ClientSSLError):
         return "the secure connection failed (is the URL https on a plain-HTTP server?)"
     root = getattr(exc, "os_error", None) or exc.__cause__

@@ -13,13 +13,11 @@ class ServerListingError(MascotError):
     """A server did not answer its model list."""
 
 
-def one_line_text(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
-
-
 def list_served_models(url: str, *, timeout_s: float = 5.0, api_key: str | None = None) -> list[dict]:
     """The raw /v1/models entries (id, root, parent...) of an OpenAI-compatible server."""
     import httpx
+
+    from mascot.llm.http_exchange import one_line
 
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
@@ -29,7 +27,7 @@ def list_served_models(url: str, *, timeout_s: float = 5.0, api_key: str | None 
     except httpx.HTTPStatusError as exc:
         raise ServerListingError(f"{url}/models answered HTTP {exc.response.status_code}") from None
     except (httpx.HTTPError, ValueError, AttributeError) as exc:
-        raise ServerListingError(f"{url}/models did not answer: {connection_words(exc) or one_line_text(exc)}") from None
+        raise ServerListingError(f"{url}/models did not answer: {connection_words(exc) or one_line(exc) or type(exc).__name__}") from None
     return [m for m in data if isinstance(m, dict) and "id" in m]
 
 

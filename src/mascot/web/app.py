@@ -67,12 +67,16 @@ async def open_backends(app: FastAPI, settings: WebSettings):
 def create_app(settings: WebSettings, clients: dict[str, ChatClient] | None = None, *, smoke_test_model: bool | None = None) -> FastAPI:
     """The app; `smoke_test_model` (shown as a banner) defaults to what the settings' own backends
     would be, and to False for clients passed in."""
+    from mascot.dialogue.chat import answers_from_smoke_test_model
+
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         backends = None
         if clients is None:
             try:
                 backends = await open_backends(app, settings)
+                if smoke_test_model is None:  # told by the backends the app opened, not resolved again
+                    app.state.smoke_test_model = answers_from_smoke_test_model(backends.endpoints)
             except MascotError as exc:  # a model that cannot load: `serve` says it in one line
                 app.state.startup_error = exc
                 raise
@@ -88,9 +92,7 @@ def create_app(settings: WebSettings, clients: dict[str, ChatClient] | None = No
     app.state.settings = settings
     app.state.templates = make_templates()
     app.state.tasks = set()
-    from mascot.dialogue.chat import runs_smoke_test_model
-
-    app.state.smoke_test_model = (clients is None and runs_smoke_test_model(settings)) if smoke_test_model is None else smoke_test_model
+    app.state.smoke_test_model = bool(smoke_test_model)  # the settings' own backends say it when they open
     if clients is not None:
         app.state.sessions = WebSessions(settings.session_dir, settings, clients)
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts(settings))
