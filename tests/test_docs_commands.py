@@ -177,6 +177,27 @@ DEFAULT_INPUTS = {  # a trainer whose documented command relies on the default p
 }
 
 
+def judge_file_on_study(option: str, path: Path, study: Path) -> None:
+    """A judge's file (or run / compare folder) on the study's episodes: collective judgments, or
+    one head-to-head verdict per pair."""
+    from mascot.schema import Judgment
+    from mascot.study.db import meta, opened
+
+    if path.exists():
+        return
+    with opened(study) as conn:
+        pairs = meta(conn)["episode_ids"].values()
+    target = path if path.suffix == ".jsonl" else path / ("judgments_episodes.jsonl" if option == "--judgments" else "verdicts.jsonl")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if option == "--judgments":
+        rows = [Judgment(item_id=f"{p[side]}#collective", judge_model="judge", rubric_version="v1", scope="collective", overall=3.0).to_json()
+                for p in pairs for side in ("a", "b")]
+    else:
+        rows = [json.dumps({"judge": "judge", "order": ["A", "B"], "episodes": {"A": p["a"], "B": p["b"]}, "winners": {"overall": "A"},
+                            "failed": False}) for p in pairs]
+    target.write_text("".join(row + "\n" for row in rows), encoding="utf-8")
+
+
 def prepare(argv: list[str], workdir: Path) -> list[str]:
     out = list(argv)
     if out[:1] == ["serve"]:  # positional artefact folders
@@ -201,6 +222,9 @@ def prepare(argv: list[str], workdir: Path) -> list[str]:
         from mascot.study.samples import write_sample_systems
 
         create_study(*write_sample_systems(workdir / "study_inputs"), workdir / study_file, raters=2)
+    for i, token in enumerate(out[:-1]):
+        if study_file and out[:2] == ["study", "results"] and token in ("--judgments", "--verdicts"):
+            judge_file_on_study(token, workdir / out[i + 1], workdir / study_file)
     default = DEFAULT_INPUTS.get(tuple(out[:2]))
     if default and default[0] not in out:
         from mascot.data import canonical_dataset_name

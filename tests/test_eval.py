@@ -125,7 +125,9 @@ def test_eval_two_systems_two_splits_and_rerun(toy):
 def check_delta(results: dict, out: Path) -> None:
     """The delta of toy-director to the baseline: mean over contexts of the per-context difference."""
     [row] = [r for r in results["tables"]["delta_vs_baseline"] if r["split"] == "negative" and r["scope"] == "agent" and r["criterion"] == "Overall"]
-    assert row["reference"] == "toy-round-robin" and row["test"].startswith("Wilcoxon")
+    assert row["reference"] == "toy-round-robin" and row["test"].startswith("sign-flip permutation test")
+    tested = [r for r in results["tables"]["delta_vs_baseline"] if r["p_value"] is not None]
+    assert all(r["p_holm"] >= r["p_value"] and r["correction"] == f"Holm over {len(tested)} tests" for r in tested)
 
     def per_context(system):
         values: dict[str, list[float]] = {}

@@ -198,17 +198,19 @@ def test_both_paper_tables_from_a_scripted_run(paper_run):
     top = out / "EmpatheticDialogues"
     for name, columns, scope, key in (("paper_agent", AGENT_COLUMNS, "agent", "emotional_expressiveness"), ("paper_collective", COLLECTIVE_COLUMNS, "collective", "fidelity")):
         header, rows = read_csv(top / f"{name}.csv")
-        assert header[:4] == ["block", "system", "row", "n"] and header[4::2] == columns and header[5::2] == [f"{c} std" for c in columns]
+        assert header[:4] == ["block", "system", "row", "n"] and header[4::4] == columns and header[5::4] == [f"{c} std" for c in columns]
+        assert header[6::4] == [f"{c} ci_low" for c in columns] and header[7::4] == [f"{c} ci_high" for c in columns]
         # blocks in the paper's order (Positive before Negative, whatever --split says); the paper's rows first, then the run's others
         assert [(r["block"], r["row"]) for r in rows] == [(b, s) for b in ("positive", "negative") for s in ("Zero-Shot", "MASCOT", "MASCOT-P")]
         for r in rows:
             assert float(r["Overall"]) == pytest.approx(statistics.fmean(float(r[c]) for c in columns[:-1]), abs=0.01)
+            assert all(float(r[f"{c} ci_low"]) <= float(r[c]) <= float(r[f"{c} ci_high"]) for c in columns)  # over several contexts
         first = next(r for r in rows if r["row"] == "MASCOT" and r["block"] == "negative")
         assert float(first[columns[0]]) == pytest.approx(saved_mean(run_dir_of(out, "negative", "mascot"), scope, key), abs=0.01)
     report = (top / "report.md").read_text()
     assert "| Valence | System | Emotion | Empathy | Consistency | Relevance | Contribution | Overall | n |" in report
     assert "| Valence | System | Fidelity | Originality | Relevance | Engagement | Overall | n |" in report
-    assert re.search(r"\| Positive \| Zero-Shot \| \d+\.\d ± \d+\.\d \|", report)
+    assert re.search(r"\| Positive \| Zero-Shot \| \d+\.\d ± \d+\.\d \[\d+\.\d, \d+\.\d\] \|", report)  # mean ± std [95% interval]
 
 
 def test_figures_written_with_data_and_skipped_with_a_reason(paper_run):

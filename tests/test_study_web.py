@@ -138,6 +138,7 @@ def test_results_page_needs_the_owner_token(client, study):
         client.post(f"/study/r/{token}/{position}", data=answer(choice, csrf=csrf))
     page = client.get(f"/study/results/{study.owner_token}")
     assert page.status_code == 200 and "A preferred 2, B preferred 0, ties 0" in page.text
+    assert 'id="score-agreement"' in page.text and "alpha (ordinal)" in page.text
     assert compute_results(study.path)["attention"]["checks_failed"] == 0
     csv_text = client.get(f"/study/results/{study.owner_token}/ratings.csv").text
     assert csv_text.startswith("rater_id,") and csv_text.count("\n") == 4

@@ -9,6 +9,7 @@ import typer
 
 from mascot.commands.dryrun import check_judges, print_settings
 from mascot.judge.compare import compare_judge_specs, default_output_dir, load_matchups, orders_for, run_compare
+from mascot.judge.compare_checks import length_line, position_line
 from mascot.judge.compare_settings import CompareSettings
 from mascot.progress import plural
 
@@ -18,6 +19,11 @@ def run_compare_command(settings: CompareSettings) -> None:
     overall = result.report["criteria"]["overall"]
     rates = ", ".join(f"{name} {s['win_rate']}" for name, s in overall["systems"].items())
     typer.secho(f"overall win rates over {plural(overall['num_contexts'], 'context')}: {rates}, ties {overall['tie_rate']}", err=True)
+    for judge, check in overall.get("judge_checks", {}).items():  # a bias found is said where it is seen first
+        if check["position"]["biased"]:
+            typer.secho(position_line(judge, check["position"]), err=True, fg="yellow")
+        if check["length"]["biased"]:
+            typer.secho(length_line(judge, check["length"], len(result.report["systems"])), err=True, fg="yellow")
     typer.echo(str(result.output_dir / "compare.md"))
 
 

@@ -44,8 +44,17 @@ def dry_run_study_create(command: str, settings: StudyCreateSettings) -> None:
 
 
 def run_study_results(settings: StudyResultsSettings) -> None:
+    opinions = None
+    if settings.judgments or settings.verdicts:  # read first: a wrong file stops before any figure is computed
+        from mascot.judge.human_agreement import format_agreement, judge_agreement, read_opinions
+
+        opinions = read_opinions(settings.study, settings.judgments, settings.verdicts)
     results = compute_results(Path(settings.study))
+    if opinions is not None:
+        results["judge_agreement"] = judge_agreement(settings.study, opinions)
     typer.echo(format_results(results))
+    if opinions is not None:
+        typer.echo("\n".join(format_agreement(results["judge_agreement"])))
     if settings.csv:
         Path(settings.csv).write_text(ratings_csv(Path(settings.study)), encoding="utf-8")
         typer.secho(f"ratings written to {settings.csv}", err=True)
@@ -57,6 +66,12 @@ def run_study_results(settings: StudyResultsSettings) -> None:
 def dry_run_study_results(command: str, settings: StudyResultsSettings) -> None:
     with opened(settings.study) as conn:
         rated = conn.execute("SELECT count(*) FROM ratings").fetchone()[0]
-    print_settings("study results", {"resolved": {"ratings": rated}, "settings": asdict(settings)})
+    resolved: dict = {"ratings": rated}
+    if settings.judgments or settings.verdicts:
+        from mascot.judge.human_agreement import read_opinions
+
+        opinions = read_opinions(settings.study, settings.judgments, settings.verdicts)
+        resolved["judges"] = {label: opinion.source for label, opinion in opinions.items()}
+    print_settings("study results", {"resolved": resolved, "settings": asdict(settings)})
 
 

@@ -31,6 +31,9 @@ class Item:
     scope: str
     persona: str | None
     scores: dict[str, float]  # criterion name -> 0-100, Overall included
+    episode_id: str = ""
+    words: int | None = None  # the judged text's length: the turn's reply, or an episode's companion turns
+    judge_overall: dict[str, float] = field(default_factory=dict)  # judge model -> its Overall, 0-100
 
 
 @dataclass
@@ -43,6 +46,7 @@ class CellResult:
     rubric_versions: dict[str, set[str]] = field(default_factory=dict)  # judge -> versions seen
     prompt_version: str | None = None
     num_unscored: int = 0  # items every judge failed on: left out of the tables, asked again on a rerun
+    generators: set[str] = field(default_factory=set)  # the models that wrote the companions' turns (self-preference)
 
 
 def find_run_dir(folder: Path) -> Path:
@@ -67,10 +71,29 @@ def _average(judgments: list[Judgment], names: dict[str, str]) -> dict[str, floa
     return scores
 
 
+def _word_count(text: str | None) -> int:
+    return len((text or "").split())
+
+
+def item_lengths(episode: Episode) -> dict[str, int]:
+    """item id -> words judged: each companion turn's reply, and the episode's companion turns together."""
+    agent_turns = [t for t in episode.turns if t.turn_type != "user"]
+    lengths = {f"{episode.episode_id}#t{t.turn_idx}": _word_count(t.response) for t in agent_turns}
+    lengths[f"{episode.episode_id}#collective"] = sum(_word_count(t.response) for t in agent_turns)
+    return lengths
+
+
+def judge_overalls(judgments: list[Judgment]) -> dict[str, float]:
+    return {j.judge_model: to_percent(j.overall) for j in judgments if not j.failed and j.overall is not None}
+
+
 def read_cell(cell: Cell, rubric_version: str) -> CellResult:
     run_dir = find_run_dir(cell.folder)
     result = CellResult(cell, run_dir)
-    context_of = {e.episode_id: e.context_id for e in read_jsonl(run_dir / EPISODES, Episode, drop_torn_tail=True)}
+    episodes = list(read_jsonl(run_dir / EPISODES, Episode, drop_torn_tail=True))
+    context_of = {e.episode_id: e.context_id for e in episodes}
+    lengths = {k: v for e in episodes for k, v in item_lengths(e).items()}
+    result.generators = {m for e in episodes for m in (e.metadata.speaker_model,) if m}
     judgments_path = run_dir / JUDGMENTS
     if not judgments_path.is_file():
         raise MascotError(f"{run_dir}: no {JUDGMENTS} (the run was not judged; rerun without --report-only)")
@@ -87,7 +110,8 @@ def read_cell(cell: Cell, rubric_version: str) -> CellResult:
         if scores is None:
             result.num_unscored += 1
         elif episode_id in context_of:
-            result.items.append(Item(cell, context_of[episode_id], first.scope, first.persona, scores))
+            result.items.append(Item(cell, context_of[episode_id], first.scope, first.persona, scores, episode_id,
+                                     lengths.get(item_id), judge_overalls(judgments)))  # fmt: skip
     _read_reports(result, context_of)
     return result
 

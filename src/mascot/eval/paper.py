@@ -19,7 +19,7 @@ from pathlib import Path
 
 from mascot.errors import MascotError
 from mascot.eval.collect import CellResult, Item
-from mascot.eval.stats import describe
+from mascot.eval.stats import describe, describe_over_contexts
 
 LAYOUT_FILE = Path(__file__).with_name("paper_layout.yaml")
 POOLED = "all"
@@ -102,15 +102,16 @@ def _group_key(result: CellResult, block: str, scope: str) -> tuple:
     return (block, cell.system, cell.study, cell.point, tuple(sorted(cell.role_models.items())), scope)
 
 
-def _record(dataset: str, key: tuple, column: str, values: list[float], splits: list[str], digits: int) -> dict:
+def _record(dataset: str, key: tuple, column: str, values: list[tuple[str, float]], splits: list[str], digits: int) -> dict:
+    """`values`: (context id, value) pairs, so the interval resamples contexts."""
     block, system, study, point, models, scope = key
     return {"dataset": dataset, "block": block, "splits": ",".join(splits), "system": system, "study": study, "point": point,
-            "role_models": dict(models), "scope": scope, "column": column, **describe(values, digits)}  # fmt: skip
+            "role_models": dict(models), "scope": scope, "column": column, **describe_over_contexts(values, digits)}  # fmt: skip
 
 
 def _collect(results: list[CellResult], columns: dict[str, list[tuple[str, str]]]) -> tuple[dict, dict]:
-    """(group key -> [item values]) for judged items and automatic metrics; (group key -> splits)."""
-    groups: dict[tuple, list[dict[str, float]]] = defaultdict(list)
+    """(group key -> [(context id, item values)]) for judged items and automatic metrics; (group key -> splits)."""
+    groups: dict[tuple, list[tuple[str, dict[str, float]]]] = defaultdict(list)
     splits: dict[tuple, list[str]] = defaultdict(list)
     for result in results:
         for block in (block_of(result.cell.split), POOLED):
@@ -122,11 +123,11 @@ def _collect(results: list[CellResult], columns: dict[str, list[tuple[str, str]]
             values = item_values(item, columns.get(item.scope, []))
             if values is not None:
                 for block in (block_of(result.cell.split), POOLED):
-                    groups[_group_key(result, block, item.scope)].append(values)
+                    groups[_group_key(result, block, item.scope)].append((item.context_id, values))
         for episode in result.auto:
             values = {m: episode[m] for m in layout()["automatic"] if episode.get(m) is not None}  # 0-1, as collect reads them
             for block in (block_of(result.cell.split), POOLED):
-                groups[_group_key(result, block, "automatic")].append(values)
+                groups[_group_key(result, block, "automatic")].append((episode["context_id"], values))
     return groups, splits
 
 
@@ -138,7 +139,7 @@ def measured_scores(results: list[CellResult], dataset: str, columns: dict[str, 
         scope = key[-1]
         names = list(layout()["automatic"]) if scope == "automatic" else [c for _, c in columns[scope]] + [OVERALL]
         for column in names:
-            values = [row[column] for row in rows if column in row]
+            values = [(context, row[column]) for context, row in rows if column in row]
             if values:
                 records.append(_record(dataset, key, column, values, splits[key], 3 if scope == "automatic" else 2))
     return records
@@ -162,9 +163,11 @@ def table_rows(records: list[dict], scope: str, column_names: list[str]) -> list
 
 
 def cell_text(record: dict | None, digits: int = 1) -> str:
+    """The paper's "mean ± std", with the 95% interval over contexts beside it."""
     if record is None or record.get("mean") is None:
         return "-"
-    return f"{record['mean']:.{digits}f} ± {record['std']:.{digits}f}"
+    interval = f" [{record['ci_low']:.{digits}f}, {record['ci_high']:.{digits}f}]" if record.get("ci_low") is not None else ""
+    return f"{record['mean']:.{digits}f} ± {record['std']:.{digits}f}{interval}"
 
 
 def table_markdown(rows: list[dict], dataset: str, column_names: list[str], digits: int = 1, headers: list[str] | None = None) -> list[str]:
@@ -184,6 +187,7 @@ def table_csv_rows(rows: list[dict], column_names: list[str]) -> list[dict]:
             record = row["cells"].get(column) or {}
             flat[column] = record.get("mean")
             flat[f"{column} std"] = record.get("std")
+            flat[f"{column} ci_low"], flat[f"{column} ci_high"] = record.get("ci_low"), record.get("ci_high")
         out.append(flat)
     return out
 

@@ -16,7 +16,6 @@ from mascot.eval.plots import _pyplot
 
 MBTI_TYPES = tuple(a + b + c + d for a in "EI" for b in "SN" for c in "TF" for d in "JP")
 QMSUM_DOMAINS = ("academic", "committee", "product")
-Z95 = 1.96
 
 
 def _overall(records: list[dict], **keys) -> list[dict]:
@@ -44,8 +43,8 @@ def qmsum_forest(folder: Path, records: list[dict]) -> Path | str:
         for y, system in enumerate(reversed(systems)):
             if system in by_system:
                 r = by_system[system]
-                half = Z95 * r["std"] / math.sqrt(r["n"]) if r["n"] else 0.0
-                ax.errorbar([r["mean"]], [y], xerr=[[half], [half]], fmt="o", capsize=3, color="tab:blue")
+                low, high = (r["ci_low"], r["ci_high"]) if r.get("ci_low") is not None else (r["mean"], r["mean"])  # over contexts
+                ax.errorbar([r["mean"]], [y], xerr=[[r["mean"] - low], [high - r["mean"]]], fmt="o", capsize=3, color="tab:blue")
         ax.set_yticks(range(len(systems)))
         ax.set_yticklabels([row_label(s) for s in reversed(systems)], fontsize=8)
         ax.set_title(block_label(domain), fontsize=10)

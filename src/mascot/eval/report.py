@@ -12,7 +12,10 @@ TITLES = {
     "collective_criteria": "Collective criteria (0-100, judged per episode)",
     "per_persona": "Per persona (0-100, per-agent criteria)",
     "automatic_metrics": "Automatic metrics (NLI over adjacent agent turns, Self-BLEU on 0-1, distinct-n)",
-    "delta_vs_baseline": "Difference to the reference baseline (0-100 points, bootstrap 95% interval over contexts)",
+    "delta_vs_baseline": "Difference to the reference system (0-100 points, bootstrap 95% interval over contexts, Holm-corrected across the table)",
+    "ranking": "Ranking from head-to-heads (Bradley-Terry over every pair of systems' collective Overall per context)",
+    "judges_vs_people": "Judges against people (the human study's ratings of the same episodes)",
+    "judge_checks": "Judges checked: length bias, agreement within the panel, self-preference",
     "big_five": "Big Five user profiles (0-100)",
     "mbti": "MBTI user profiles (0-100)",
     "model_scale_sweep": "Model-scale sweep: agent-specific vs collective Overall (0-100)",
@@ -33,9 +36,11 @@ def write_csv(path: Path, rows: list[dict], provenance: dict | None = None) -> N
 
 
 def cell_text(row: dict) -> str:
+    """"mean ± std [95% interval over contexts]"; the interval is absent with a single context."""
     if row.get("mean") is None:
         return "-"
-    return f"{row['mean']} ± {row['std']}"
+    interval = f" [{row['ci_low']}, {row['ci_high']}]" if row.get("ci_low") is not None else ""
+    return f"{row['mean']} ± {row['std']}{interval}"
 
 
 def pivot(rows: list[dict], row_keys: tuple[str, ...], column_key: str) -> list[str]:
@@ -52,13 +57,38 @@ def pivot(rows: list[dict], row_keys: tuple[str, ...], column_key: str) -> list[
     return lines
 
 
+def _interval(low, high) -> str:
+    return "-" if low is None else f"[{low}, {high}]"
+
+
 def delta_lines(rows: list[dict]) -> list[str]:
-    lines = ["| split | system | reference | scope | criterion | delta | 95% CI | p | n contexts |", "|---|---|---|---|---|---|---|---|---|"]
+    header = "| split | system | reference | scope | criterion | delta | 95% CI | p | p (Holm) | survives | delta at equal length | 95% CI | n contexts |"
+    lines = [header, "|---" * header.count(" | ") + "|---|"]
     for r in rows:
-        ci = "-" if r["ci_low"] is None else f"[{r['ci_low']}, {r['ci_high']}]"
-        lines.append(f"| {r['split']} | {r['system']} | {r['reference']} | {r['scope']} | {r['criterion']} | {r['delta']} | {ci} | {r['p_value']} | {r['n_contexts']} |")
+        survives = {True: "yes", False: "no"}.get(r.get("survives_holm"), "-")
+        equal = r.get("delta_at_equal_length")
+        lines.append(f"| {r['split']} | {r['system']} | {r['reference']} | {r['scope']} | {r['criterion']} | {r['delta']} | {_interval(r['ci_low'], r['ci_high'])} | "
+                     f"{r['p_value']} | {r.get('p_holm')} | {survives} | {'-' if equal is None else equal} | "
+                     f"{_interval(r.get('equal_length_ci_low'), r.get('equal_length_ci_high'))} | {r['n_contexts']} |")
     tests = sorted({r["test"] for r in rows if r["test"]})
-    return lines + ["", f"Significance test: {'; '.join(tests)}." if tests else ""]
+    corrections = sorted({r["correction"] for r in rows if r.get("correction")})
+    return lines + ["", f"Significance test: {'; '.join(tests)}; {'; '.join(corrections)} (family-wise 5%): \"survives\" marks the differences "
+                    "that remain significant after it." if tests else "",
+                    "Delta at equal length: the intercept of the per-context differences regressed on the per-context difference in words "
+                    "(ordinary least squares): what the difference would be if both systems' judged texts were equally long."]
+
+
+def ranking_lines(rows: list[dict]) -> list[str]:
+    header = "| split | system | rating | 95% CI | rank | rank range | battles | W/T/L | rating at equal length | 95% CI |"
+    lines = [header, "|---" * header.count(" | ") + "|---|"]
+    for r in rows:
+        ranks = "-" if r["rank_low"] is None else f"{r['rank_low']}-{r['rank_high']}"
+        lines.append(f"| {r['split']} | {r['system']} | {r['rating']} | {_interval(r['ci_low'], r['ci_high'])} | {r['rank']} | {ranks} | {r['battles']} | "
+                     f"{r['wins']}/{r['ties']}/{r['losses']} | {r['rating_at_equal_length'] if r['rating_at_equal_length'] is not None else '-'} | "
+                     f"{_interval(r['equal_length_ci_low'], r['equal_length_ci_high'])} |")
+    return lines + ["", "On each context every pair of systems is a battle: the higher collective Overall wins, equal scores tie (half a win each). "
+                    "Ratings on the Elo-like scale (400/ln 10 per logit, mean 1000); intervals and rank ranges from resampling contexts; "
+                    "the equal-length ratings add the normalised length difference of the conversations to the model (style control)."]
 
 
 LAYOUT = {
@@ -74,6 +104,14 @@ LAYOUT = {
 def table_lines(name: str, rows: list[dict]) -> list[str]:
     if name == "delta_vs_baseline":
         return delta_lines(rows)
+    if name == "ranking":
+        return ranking_lines(rows)
+    if name == "judges_vs_people":
+        return [f"- {r['verdict']}" for r in rows]
+    if name == "judge_checks":
+        from mascot.eval.judge_checks import check_lines
+
+        return check_lines(rows)
     if name == "model_scale_sweep":
         return pivot(rows, ("split", "system", "point"), "scores")
     keys, column = LAYOUT[name]

@@ -58,6 +58,10 @@ def prepare(settings: EvalSettings) -> tuple[str, Catalogue, list[Cell]]:
     if settings.baseline and settings.baseline not in names:
         raise MascotError(f"--baseline {settings.baseline!r} is not one of the evaluated systems ({', '.join(names)})")
     cells = plan_cells(settings, names, catalogue, dataset)
+    if settings.study:  # an unreadable study stops the run before any system is generated
+        from mascot.judge.human_agreement import load_study
+
+        load_study(Path(settings.study))
     if not settings.report_only:
         plugin_judges(settings)  # a plug-in judge that cannot load stops the run before any system is generated
         for cell in cells:  # every call each cell makes is built (and so checked) before any runs
@@ -115,11 +119,34 @@ def run_eval(settings: EvalSettings) -> Path:
     results = [read_cell(cell, settings.rubric_version) for cell in cells]
     rubric_version = check_one_rubric(results)
     tables = build_tables(results, baseline=settings.baseline, samples=settings.bootstrap_samples)
+    if settings.study:
+        tables["judges_vs_people"] = judges_against_people(results, settings.study)
     folder = Path(settings.output_dir) / dataset
     folder.mkdir(parents=True, exist_ok=True)
     plots = write_plots(folder, tables)
     closing = write_paper_layouts(folder, results, dataset, rubric_version, settings.reference)
     return write_report(folder, tables, provenance(results, rubric_version, dataset, settings), plots, closing)
+
+
+def judges_against_people(results: list[CellResult], study: str) -> list[dict]:
+    """Each judge's collective Overall on the study's episodes set against the people's choices and
+    scores (`mascot.judge.human_agreement`), one row per figure."""
+    from mascot.judge.human_agreement import agreement_with_scores
+
+    scores: dict[str, dict[str, float]] = {}
+    for item in (i for r in results for i in r.items if i.scope == "collective"):
+        for judge, overall in item.judge_overall.items():
+            scores.setdefault(judge, {})[item.episode_id] = overall
+    report = agreement_with_scores(study, scores)
+    rows = []
+    for judge, found in report["judges"].items():
+        choice = found["choice"]
+        rows.append({"judge": judge, "figure": "choice accuracy (ties left out)", "value": choice["accuracy"], "interval": choice["accuracy_ci95"],
+                     "n": choice["decisive"], "not_matched": choice["ratings_not_matched"], "verdict": choice["verdict"]})  # fmt: skip
+        for metric, entry in (found["scores"] or {}).get("metrics", {}).items():
+            rows.append({"judge": judge, "figure": f"Spearman with people's {metric}", "value": entry["rho"], "interval": entry["rho_ci95"],
+                         "n": entry["n"], "not_matched": found["scores"]["episodes_not_matched"], "verdict": entry["verdict"]})  # fmt: skip
+    return rows
 
 
 def provenance(results: list[CellResult], rubric_version: str, dataset: str, settings: EvalSettings) -> dict:

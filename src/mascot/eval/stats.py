@@ -1,20 +1,24 @@
-"""Descriptive statistics and the difference between two systems across contexts.
+"""The evaluation's numbers, on `mascot.stats`: descriptive cells with their interval over contexts,
+and the difference between two systems across contexts.
 
 A system's score on a context is the mean of its items there (agent turns, or the episode). The
-difference of system A to reference B is the mean over contexts of A - B when both were run on the
-same contexts (paired: Wilcoxon signed-rank test, bootstrap of contexts), otherwise the difference
-of the two means (unpaired: Mann-Whitney U test, each system's contexts resampled on its own).
-Intervals are bootstrap percentile 95% intervals with a fixed seed, so a report is reproducible.
+interval of a table cell resamples contexts (the unit that was sampled) with all their items. The
+difference of A to reference B is the mean over contexts of A - B when both were run on the same
+contexts (paired: sign-flip permutation test of that mean, bootstrap of contexts), otherwise the
+difference of the two means (unpaired: label-shuffling permutation test). Every interval is a 95%
+bootstrap interval with a fixed seed, so a report is reproducible.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections import defaultdict
 from collections.abc import Iterable
 
-WILCOXON = "Wilcoxon signed-rank (paired by context, two-sided)"
-MANN_WHITNEY = "Mann-Whitney U (unpaired, two-sided)"
+from mascot.stats import by_context, cluster_mean_interval, length_controlled_difference, paired_difference, unpaired_difference
+
+
+def _round(value, digits: int):
+    return None if value is None else round(float(value), digits)
 
 
 def describe(values: list[float], digits: int = 2) -> dict:
@@ -24,66 +28,43 @@ def describe(values: list[float], digits: int = 2) -> dict:
     return {"mean": round(statistics.fmean(values), digits), "std": round(statistics.pstdev(values), digits), "n": len(values)}
 
 
+def describe_over_contexts(pairs: Iterable[tuple[str, float]], digits: int = 2, samples: int = 2000) -> dict:
+    """`describe` plus the 95% interval of the mean over contexts and how many contexts there were."""
+    groups = by_context(pairs)
+    values = [v for group in groups.values() for v in group]
+    low, high = cluster_mean_interval(groups, samples=samples)
+    return {**describe(values, digits), "ci_low": _round(low, digits), "ci_high": _round(high, digits), "n_contexts": len(groups)}
+
+
 def per_context(pairs: Iterable[tuple[str, float]]) -> dict[str, float]:
     """(context id, value) pairs -> context id -> mean value."""
-    groups: dict[str, list[float]] = defaultdict(list)
-    for context_id, value in pairs:
-        groups[context_id].append(value)
-    return {c: statistics.fmean(v) for c, v in groups.items()}
+    return {c: statistics.fmean(v) for c, v in by_context(pairs).items()}
 
 
-def _bootstrap_paired(deltas, samples: int, seed: int):
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    values = np.asarray(deltas, dtype=float)
-    idx = rng.integers(0, len(values), size=(samples, len(values)))
-    return np.percentile(values[idx].mean(axis=1), [2.5, 97.5])
-
-
-def _bootstrap_unpaired(a, b, samples: int, seed: int):
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    means_a = a[rng.integers(0, len(a), size=(samples, len(a)))].mean(axis=1)
-    means_b = b[rng.integers(0, len(b), size=(samples, len(b)))].mean(axis=1)
-    return np.percentile(means_a - means_b, [2.5, 97.5])
-
-
-def _wilcoxon(deltas: list[float]) -> float | None:
-    from scipy.stats import wilcoxon
-
-    if len(deltas) < 2 or all(d == 0 for d in deltas):
-        return 1.0 if deltas else None  # no difference at all: nothing to reject
-    return float(wilcoxon(deltas, alternative="two-sided").pvalue)
-
-
-def _mann_whitney(a: list[float], b: list[float]) -> float | None:
-    from scipy.stats import mannwhitneyu
-
-    if not a or not b:
-        return None
-    return float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
-
-
-def compare(system: dict[str, float], reference: dict[str, float], *, samples: int = 2000, seed: int = 0) -> dict:
-    """The difference of `system` to `reference` (context id -> score of each)."""
+def compare(system: dict[str, float], reference: dict[str, float], *, samples: int = 2000, seed: int = 0,
+            lengths: tuple[dict[str, float], dict[str, float]] | None = None) -> dict:
+    """The difference of `system` to `reference` (context id -> score of each); with `lengths`
+    (context id -> mean words of each) also the difference at equal length."""
     common = sorted(set(system) & set(reference))
     if common:
-        deltas = [system[c] - reference[c] for c in common]
-        low, high = _bootstrap_paired(deltas, samples, seed)
-        return _row(statistics.fmean(deltas), low, high, _wilcoxon(deltas), WILCOXON, len(common), len(common))
-    a, b = list(system.values()), list(reference.values())
-    if not a or not b:
-        return _row(None, None, None, None, "", len(a), len(b))
-    low, high = _bootstrap_unpaired(a, b, samples, seed)
-    return _row(statistics.fmean(a) - statistics.fmean(b), low, high, _mann_whitney(a, b), MANN_WHITNEY, len(a), len(b))
+        result = paired_difference(system, reference, samples=samples, seed=seed)
+        row = _row(result, len(common), len(common))
+        if lengths is not None:
+            row.update(_controlled(system, reference, lengths, common))
+        return row
+    result = unpaired_difference(list(system.values()), list(reference.values()), samples=samples, seed=seed)
+    return _row(result, len(system), len(reference))
 
 
-def _row(delta, low, high, p, test: str, n_system: int, n_reference: int) -> dict:
-    def r(x):
-        return None if x is None else round(float(x), 2)
+def _controlled(system: dict, reference: dict, lengths: tuple[dict, dict], common: list[str]) -> dict:
+    keys = [c for c in common if c in lengths[0] and c in lengths[1]]
+    result = length_controlled_difference([system[c] - reference[c] for c in keys], [lengths[0][c] - lengths[1][c] for c in keys])
+    return {"length_difference": _round(result["covariate_mean"], 1), "delta_at_equal_length": _round(result["difference"], 2),
+            "equal_length_ci_low": _round(result["ci_low"], 2), "equal_length_ci_high": _round(result["ci_high"], 2)}
 
-    return {"delta": r(delta), "ci_low": r(low), "ci_high": r(high), "p_value": None if p is None else round(p, 4),
-            "test": test, "n_contexts": n_system, "n_reference_contexts": n_reference}
+
+def _row(result: dict, n_system: int, n_reference: int) -> dict:
+    p = result["p_value"]
+    return {"delta": _round(result["difference"], 2), "ci_low": _round(result["ci_low"], 2), "ci_high": _round(result["ci_high"], 2),
+            "p_value": None if p is None else round(p, 4), "test": result["test"] if p is not None else "",
+            "n_contexts": n_system, "n_reference_contexts": n_reference}

@@ -10,7 +10,9 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 
 from mascot.eval.collect import CellResult, Item
-from mascot.eval.stats import compare, describe, per_context
+from mascot.eval.judge_checks import judge_checks
+from mascot.eval.stats import compare, describe_over_contexts, per_context
+from mascot.stats import HOLM, holm
 
 AUTO_METRICS = ("nli_entailment", "nli_neutral", "nli_contradiction", "self_bleu", "distinct_1", "distinct_2")
 
@@ -38,9 +40,9 @@ def score_rows(items: list[Item], key: Callable[[Item], tuple], key_names: tuple
     order = criteria_order(items)
     for group_key, group in grouped(items, key).items():
         for criterion in order:
-            values = [i.scores[criterion] for i in group if criterion in i.scores]
+            values = [(i.context_id, i.scores[criterion]) for i in group if criterion in i.scores]
             if values:
-                rows.append({**dict(zip(key_names, group_key)), "criterion": criterion, **describe(values)})
+                rows.append({**dict(zip(key_names, group_key)), "criterion": criterion, **describe_over_contexts(values)})
     return rows
 
 
@@ -57,14 +59,19 @@ def auto_table(results: list[CellResult]) -> list[dict]:
     rows = []
     for r in (r for r in results if r.cell.study == "main"):
         for metric in AUTO_METRICS:
-            values = [e[metric] for e in r.auto if e.get(metric) is not None]
+            values = [(e["context_id"], e[metric]) for e in r.auto if e.get(metric) is not None]
             if values:
-                rows.append({"split": r.cell.split, "system": r.cell.system, "metric": metric, **describe(values, 3)})
+                rows.append({"split": r.cell.split, "system": r.cell.system, "metric": metric, **describe_over_contexts(values, 3)})
     return rows
 
 
 def context_scores(items: list[Item], criterion: str) -> dict[str, float]:
     return per_context((i.context_id, i.scores[criterion]) for i in items if criterion in i.scores)
+
+
+def context_lengths(items: list[Item]) -> dict[str, float]:
+    """context id -> mean words of the judged texts there (what a length-biased judge would reward)."""
+    return per_context((i.context_id, float(i.words)) for i in items if i.words is not None)
 
 
 def pick_reference(results: list[CellResult], split: str, forced: str | None) -> str | None:
@@ -96,9 +103,55 @@ def delta_table(results: list[CellResult], forced: str | None, samples: int) -> 
                 if system == reference:
                     continue
                 items = [i for i in result.items if i.scope == scope]
+                lengths = (context_lengths(items), context_lengths(ref_items))
                 for criterion in criteria_order(items):
-                    stats = compare(context_scores(items, criterion), context_scores(ref_items, criterion), samples=samples)
+                    stats = compare(context_scores(items, criterion), context_scores(ref_items, criterion), samples=samples, lengths=lengths)
                     rows.append({"split": split, "system": system, "reference": reference, "scope": scope, "criterion": criterion, **stats})
+    return with_holm(rows)
+
+
+def with_holm(rows: list[dict]) -> list[dict]:
+    """Holm's correction across the whole table: each row's adjusted p and whether it survives at 5%."""
+    rejected, adjusted = holm([r["p_value"] for r in rows])
+    return [{**r, "p_holm": None if a is None else round(a, 4), "survives_holm": rej, "correction": f"{HOLM} over {sum(a is not None for a in adjusted)} tests"}
+            for r, rej, a in zip(rows, rejected, adjusted)]  # fmt: skip
+
+
+def context_battles(scores: dict[str, dict[str, float]], lengths: dict[str, dict[str, float]]) -> list:
+    """Per context and pair of systems, one battle: the higher score wins, equal scores (to 0.1) tie;
+    the covariate is the normalised length difference of the judged texts."""
+    from itertools import combinations
+
+    from mascot.ranking import Battle, length_difference
+
+    battles = []
+    for a, b in combinations(sorted(scores), 2):
+        for context in sorted(set(scores[a]) & set(scores[b])):
+            gap = round(scores[a][context] - scores[b][context], 1)
+            words = (lengths[a].get(context), lengths[b].get(context))
+            covariate = length_difference(*words) if None not in words else None
+            battles.append(Battle(context, a, b, 1.0 if gap > 0 else 0.0 if gap < 0 else 0.5, covariate))
+    return battles
+
+
+def ranking_table(results: list[CellResult], samples: int) -> list[dict]:
+    """Bradley-Terry ratings per split from every pair of systems' collective Overall on the same
+    contexts (three or more systems; two are the difference table)."""
+    from mascot.ranking import ranking
+
+    rows = []
+    for split in dict.fromkeys(r.cell.split for r in results if r.cell.study == "main"):
+        cells = {r.cell.system: [i for i in r.items if i.scope == "collective"] for r in results if r.cell.study == "main" and r.cell.split == split}
+        cells = {system: items for system, items in cells.items() if items}
+        if len(cells) < 3:
+            continue
+        scores = {system: context_scores(items, "Overall") for system, items in cells.items()}
+        found = ranking(context_battles(scores, {s: context_lengths(i) for s, i in cells.items()}), list(cells), samples=samples)
+        controlled = {r["system"]: r for r in (found["length_controlled"] or {}).get("systems", [])}
+        for row in found["plain"]["systems"]:
+            lc = controlled.get(row["system"], {})
+            rows.append({"split": split, **row, "rating_at_equal_length": lc.get("rating"), "equal_length_ci_low": lc.get("ci_low"),
+                         "equal_length_ci_high": lc.get("ci_high"), "contexts": found["plain"]["num_contexts"]})  # fmt: skip
     return rows
 
 
@@ -114,8 +167,8 @@ def sweep_table(results: list[CellResult]) -> list[dict]:
     for r in (r for r in results if r.cell.study == "sweep"):
         models = {f"{role}_model": model for role, model in r.cell.role_models.items()}
         for scope, label in (("agent", "agent-specific"), ("collective", "collective")):
-            values = [i.scores["Overall"] for i in r.items if i.scope == scope]
-            rows.append({"split": r.cell.split, "system": r.cell.system, "point": r.cell.point, **models, "scores": label, **describe(values)})
+            values = [(i.context_id, i.scores["Overall"]) for i in r.items if i.scope == scope]
+            rows.append({"split": r.cell.split, "system": r.cell.system, "point": r.cell.point, **models, "scores": label, **describe_over_contexts(values)})
     return rows
 
 
@@ -126,6 +179,8 @@ def build_tables(results: list[CellResult], *, baseline: str | None, samples: in
         "per_persona": persona_table(results),
         "automatic_metrics": auto_table(results),
         "delta_vs_baseline": delta_table(results, baseline, samples),
+        "ranking": ranking_table(results, min(samples, 1000)),
+        "judge_checks": judge_checks(results),
         "big_five": big_five_table(results),
         "mbti": big_five_table(results, "mbti"),
         "model_scale_sweep": sweep_table(results),

@@ -31,6 +31,7 @@ from pathlib import Path
 from mascot.episodes import episode_context, episode_domain, episode_file_path, load_episode_file
 from mascot.errors import MascotError
 from mascot.judge.cache import JudgmentCache, cache_key
+from mascot.judge.compare_checks import ranking_report
 from mascot.judge.compare_report import TIE, summarize, write_outputs
 from mascot.judge.compare_settings import DEFAULT_COMPARE_ROOT, CompareSettings
 from mascot.judge.items import collective_item, opening_lines, render_context, turn_lines
@@ -252,7 +253,13 @@ class CompareJudge:
 def verdict_record(matchup: Matchup, order: list[str], label: str, rubric_version: str, prompt_version: str) -> dict:
     first = matchup.episodes[order[0]]
     return {"matchup": matchup.key, "context_id": first.context_id, "judge": label, "order": list(order),
-            "episodes": {n: matchup.episodes[n].episode_id for n in order}, "prompt_version": prompt_version, "rubric_version": rubric_version}
+            "episodes": {n: matchup.episodes[n].episode_id for n in order}, "words": {n: conversation_words(matchup.episodes[n]) for n in order},
+            "prompt_version": prompt_version, "rubric_version": rubric_version}
+
+
+def conversation_words(episode: Episode) -> int:
+    """The length the length checks use: words said by the agents (user turns left out)."""
+    return sum(len(turn.response.split()) for turn in episode.agent_turns)
 
 
 def best_system(scores: dict[str, float]) -> str:
@@ -343,7 +350,8 @@ def run_compare(settings: CompareSettings, *, clients: dict | None = None) -> Co
     rubric = rubric_for(episode_domain(next(iter(matchups[0].episodes.values()))), "collective", settings.rubric_version)
     records, judges = asyncio.run(_judge_all(settings, names, matchups, clients))
     orders = [[names[i] for i in order] for order in orders_for(len(names), settings.orders)]
-    report = summarize(records, names, [*rubric.keys, OVERALL], [j.label for j in judges], orders)
+    report = summarize(records, names, [*rubric.keys, OVERALL], [j.label for j in judges], orders, settings.order_rule)
+    report["ranking"] = ranking_report(records, OVERALL, names, settings.order_rule, samples=settings.ranking_resamples)
     report.update(
         inputs={n: str(p) for n, p in zip(names, settings.systems)}, rubric_version=settings.rubric_version,
         prompt_version=COMPARE_PROMPT_VERSION if any(j.reads["prompt_version"] for j in judges) else None,  # a plug-in reads no prompt

@@ -2,9 +2,11 @@
 written to (verdicts.jsonl, compare.json, compare.csv, compare_pairwise.csv, compare.md and a plot).
 
 Per criterion (and overall):
-- per context, the verdicts of every order and judge are pooled: the system named best most often
-  wins that context; no verdict or a draw at the top is a tie. So a judge that always prefers the
-  first position gives one win to each system over a swapped pair, and the context is a tie.
+- per context, the verdicts the order rule counts are pooled (`compare_checks`: under
+  `consistent`, a judge's verdict where its orders agree and a tie where they do not; under
+  `majority`, every order's verdict): the system named best most often wins that context; no
+  verdict or a draw at the top is a tie. So a judge that always prefers the first position gives
+  a tie either way.
 - win rate of each system over contexts (tie rate shared), with a 95% Wilson interval;
 - pairwise wins vs losses over contexts (X won vs Y won; contexts won by a third system or tied
   are left out) and a two-sided exact binomial test against 0.5 (scipy.stats.binomtest);
@@ -12,48 +14,41 @@ Per criterion (and overall):
   order; first-position rate: the share of decisive verdicts that chose the conversation shown
   first (0.5 for a judge without position bias, over all orders);
 - judge agreement (several judges): the share of (context, order) where every judge names the
-  same winner.
+  same winner;
+- per judge, its position and length bias (`compare_checks`), and (in `run_compare`) the
+  Bradley-Terry ranking on overall (`mascot.ranking`): compare_ranking.csv and compare_ranking.png.
 """
 
 from __future__ import annotations
 
 import csv
 import json
-import math
 from collections import Counter, defaultdict
 from itertools import combinations
 from pathlib import Path
 
+from mascot.judge.compare_checks import counted_verdicts, judge_checks, length_line, position_line
+from mascot.stats import binomial_p as stats_binomial_p, proportion_interval
 from mascot.store import write_json_atomic
 
 TIE = "tie"  # a verdict or a context without a single best system
-Z95 = 1.959963984540054
 
 
 def wilson_interval(successes: int, n: int) -> tuple[float | None, float | None]:
-    if n == 0:
-        return None, None
-    p = successes / n
-    denom = 1 + Z95**2 / n
-    centre = (p + Z95**2 / (2 * n)) / denom
-    half = Z95 * math.sqrt(p * (1 - p) / n + Z95**2 / (4 * n * n)) / denom
-    return round(max(0.0, centre - half), 4), round(min(1.0, centre + half), 4)
+    interval = proportion_interval(successes, n)
+    return (None, None) if interval is None else (round(interval[0], 4), round(interval[1], 4))
 
 
 def binomial_p(wins: int, losses: int) -> float | None:
-    if wins + losses == 0:
-        return None
-    from scipy.stats import binomtest
-
-    return float(binomtest(wins, wins + losses, 0.5, alternative="two-sided").pvalue)
+    return stats_binomial_p(wins, wins + losses)
 
 
-def context_winners(records: list[dict], criterion: str) -> dict[str, str]:
-    """matchup -> winning system or "tie", pooling every successful verdict of the context."""
+def context_winners(records: list[dict], criterion: str, rule: str = "majority") -> dict[str, str]:
+    """matchup -> winning system or "tie", pooling the verdicts the order rule counts
+    (`compare_checks.counted_verdicts`: every order's under majority, one per judge under consistent)."""
     votes: dict[str, Counter] = defaultdict(Counter)
-    for r in records:
-        if not r["failed"]:
-            votes[r["matchup"]][r["winners"][criterion]] += 1
+    for matchup, winner in counted_verdicts(records, criterion, rule):
+        votes[matchup][winner] += 1
     winners = {}
     for matchup, counter in votes.items():
         counter.pop(TIE, None)
@@ -69,8 +64,9 @@ def agreement(groups: dict[tuple, list[str]], size: int) -> dict:
     return {"rate": round(same / len(complete), 4) if complete else None, "n": len(complete)}
 
 
-def criterion_summary(records: list[dict], criterion: str, names: list[str], num_orders: int, num_judges: int) -> dict:
-    winners = context_winners(records, criterion)
+def criterion_summary(records: list[dict], criterion: str, names: list[str], num_orders: int, judges: list[str], rule: str = "majority") -> dict:
+    num_judges = len(judges)
+    winners = context_winners(records, criterion, rule)
     n = len(winners)
     counts = Counter(winners.values())
     systems = {}
@@ -97,18 +93,20 @@ def criterion_summary(records: list[dict], criterion: str, names: list[str], num
         "order_agreement": agreement(by_order, num_orders),
         "first_position_rate": round(sum(1 for r in decisive if r["positions"][criterion] == "1") / len(decisive), 4) if decisive else None,
         "judge_agreement": agreement(by_judge, num_judges) if num_judges > 1 else None,
+        "judge_checks": judge_checks(records, criterion, judges),
     }
 
 
-def summarize(records: list[dict], names: list[str], criteria: list[str], judges: list[str], orders: list[list[str]]) -> dict:
+def summarize(records: list[dict], names: list[str], criteria: list[str], judges: list[str], orders: list[list[str]], rule: str = "majority") -> dict:
     failed = sum(1 for r in records if r["failed"])
     return {
         "systems": names,
         "judges": judges,
         "orders": orders,
+        "order_rule": rule,
         "num_verdicts": len(records),
         "num_failed_verdicts": failed,
-        "criteria": {c: criterion_summary(records, c, names, len(orders), len(judges)) for c in criteria},
+        "criteria": {c: criterion_summary(records, c, names, len(orders), judges, rule) for c in criteria},
     }
 
 
@@ -122,6 +120,9 @@ def write_outputs(output: Path, records: list[dict], report: dict) -> None:
     write_csvs(output, report)
     (output / "compare.md").write_text(markdown(report), encoding="utf-8")
     plot_win_rates(report, output / "compare_win_rates.png")
+    if report.get("ranking"):
+        write_ranking_csv(report["ranking"], output / "compare_ranking.csv")
+        plot_ranking(report["ranking"], output / "compare_ranking.png")
 
 
 def write_csvs(output: Path, report: dict) -> None:
@@ -165,7 +166,7 @@ def markdown(report: dict) -> str:
     lines = [f"# Head to head: {' vs '.join(names)}", "",
              f"Judges: {judges_read(report)}; rubric {report['rubric_version']} ({report['domain']}, collective criteria + overall); "
              f"{len(report['orders'])} orders per context; {report['num_verdicts']} verdicts, {report['num_failed_verdicts']} failed.", "",
-             "Win rates over contexts (verdicts of every order and judge pooled per context), % with 95% Wilson interval.", "",
+             f"Win rates over contexts ({RULES.get(report.get('order_rule', 'majority'))}), % with 95% Wilson interval.", "",
              "| criterion | " + " | ".join(f"{n} wins" for n in names) + " | ties | n | p (binomial) | order agreement | first-position rate |",
              "|---" * (len(names) + 6) + "|"]
     for key, c in report["criteria"].items():
@@ -176,7 +177,108 @@ def markdown(report: dict) -> str:
     if len(report["judges"]) > 1:
         lines += ["", "Agreement between judges (same winner from every judge, per context and order): "
                   + ", ".join(f"{report['criterion_names'].get(k, k)} {_pct(c['judge_agreement']['rate'])}%" for k, c in report["criteria"].items())]
+    lines += judge_check_lines(report)
+    if report.get("ranking"):
+        lines += ranking_lines(report["ranking"], report["criterion_names"])
     return "\n".join(lines) + "\n"
+
+
+RULES = {"consistent": "order rule consistent: a judge's verdicts on a context count only where every order names the same winner, "
+                       "a tie otherwise; the judges' verdicts pooled per context",
+         "majority": "order rule majority: the verdicts of every order and judge pooled per context"}
+
+
+def _share_cell(check: dict) -> str:
+    if not check["n"]:
+        return "-"
+    mark = " (bias)" if check["biased"] else ""
+    return f"{_pct(check['rate'])} [{_pct(check['ci95'][0])}, {_pct(check['ci95'][1])}], p {check['p_value']:.2g}, n {check['n']}{mark}"
+
+
+def judge_check_lines(report: dict) -> list[str]:
+    """Per judge a one-line verdict on position and length bias (overall), then every criterion."""
+    criteria = report["criteria"]
+    if not criteria or not all("judge_checks" in c for c in criteria.values()):
+        return []
+    headline = "overall" if "overall" in criteria else next(iter(criteria))
+    count = len(report["systems"])
+    lines = ["", f"## Judges checked ({report['criterion_names'].get(headline, headline)})", ""]
+    for judge, check in criteria[headline]["judge_checks"].items():
+        lines += [f"- {position_line(judge, check['position'])}", f"- {length_line(judge, check['length'], count)}"]
+    which = "longer" if count == 2 else "longest"
+    lines += ["", f"Per criterion, % with 95% Wilson interval and binomial p against {_pct(1 / count)}% (no bias):", "",
+              f"| criterion | judge | first position chosen | flips (orders disagree) | {which} chosen |", "|---" * 5 + "|"]
+    for key, c in criteria.items():
+        for judge, check in c["judge_checks"].items():
+            position, length = check["position"], check["length"]
+            lines.append(f"| {report['criterion_names'].get(key, key)} | {judge} | {_share_cell(position)} | {_pct(position['flip_rate'])} of {position['swapped_contexts']} | {_share_cell(length)} |")
+    return lines
+
+
+def _ranking_table(result: dict) -> list[str]:
+    lines = ["| rank | system | rating | 95% interval | rank range | battles | W/T/L |", "|---" * 7 + "|"]
+    for row in result["systems"]:
+        interval = "-" if row["ci_low"] is None else f"{row['ci_low']:.0f} to {row['ci_high']:.0f}"
+        ranks = "-" if row["rank_low"] is None else f"{row['rank_low']}-{row['rank_high']}"
+        lines.append(f"| {row['rank']} | {row['system']} | {row['rating']:.0f} | {interval} | {ranks} | {row['battles']} | {row['wins']}/{row['ties']}/{row['losses']} |")
+    return lines
+
+
+def ranking_lines(ranking: dict, criterion_names: dict) -> list[str]:
+    """The Bradley-Terry section: the plain ranking, then the length-controlled one."""
+    plain, controlled = ranking["plain"], ranking["length_controlled"]
+    lines = ["", f"## Ranking (Bradley-Terry, {criterion_names.get(ranking['criterion'], ranking['criterion'])}, order rule {ranking['order_rule']})", "",
+             f"{plain['num_battles']} battles on {plain['num_contexts']} contexts; ratings on the Arena scale (mean 1000, 400/ln 10 points per "
+             f"logit), 95% percentile intervals and rank ranges from {plain['resamples']} bootstrap resamples of the contexts.", "",
+             *_ranking_table(plain)]
+    if controlled:
+        coefficient = controlled["length_coefficient"]
+        interval = "" if coefficient["ci_low"] is None else f" (95% interval {coefficient['ci_low']:.2f} to {coefficient['ci_high']:.2f})"
+        lines += ["", "Length-controlled (one more coefficient on (len_a - len_b) / (len_a + len_b), agent words per conversation): "
+                  f"length coefficient {coefficient['value']:.2f} log-odds{interval}.", "", *_ranking_table(controlled)]
+    return lines
+
+
+RANKING_COLUMNS = ["rank", "system", "rating", "ci_low", "ci_high", "rank_low", "rank_high", "battles", "wins", "ties", "losses"]
+
+
+def write_ranking_csv(ranking: dict, path: Path) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["criterion", "variant", *RANKING_COLUMNS, "length_coefficient", "length_coefficient_ci_low", "length_coefficient_ci_high"])
+        for variant in ("plain", "length_controlled"):
+            result = ranking[variant]
+            coefficient = (result or {}).get("length_coefficient") or {}
+            for row in (result or {}).get("systems", []):
+                writer.writerow([ranking["criterion"], variant, *(row[c] for c in RANKING_COLUMNS),
+                                 coefficient.get("value"), coefficient.get("ci_low"), coefficient.get("ci_high")])  # fmt: skip
+
+
+def plot_ranking(ranking: dict, path: Path) -> None:
+    """Each system's rating with its 95% interval, plain and length-controlled side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    order = [row["system"] for row in ranking["plain"]["systems"]]
+    variants = [(v, ranking[v]) for v in ("plain", "length_controlled") if ranking[v]]
+    fig, ax = plt.subplots(figsize=(6, 1.2 + 0.6 * len(order)))
+    for k, (variant, result) in enumerate(variants):
+        rows = {row["system"]: row for row in result["systems"]}
+        ys = [i + 0.15 * (k - (len(variants) - 1) / 2) for i in range(len(order))]
+        ratings = [rows[n]["rating"] for n in order]
+        low = [r - (rows[n]["ci_low"] if rows[n]["ci_low"] is not None else r) for n, r in zip(order, ratings)]
+        high = [(rows[n]["ci_high"] if rows[n]["ci_high"] is not None else r) - r for n, r in zip(order, ratings)]
+        ax.errorbar(ratings, ys, xerr=[low, high], fmt="o", capsize=3, label=variant.replace("_", "-"))
+    ax.set_yticks(range(len(order)), order)
+    ax.invert_yaxis()
+    ax.axvline(1000, color="lightgray", linewidth=1)
+    ax.set_xlabel("Bradley-Terry rating (mean 1000), 95% bootstrap interval")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def plot_win_rates(report: dict, path: Path) -> None:

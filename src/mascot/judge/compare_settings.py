@@ -14,7 +14,8 @@ DEFAULT_COMPARE_ROOT = "outputs/mascot_eval/compare"
 @dataclass
 class CompareSettings:
     """Head to head: the judge compares two (or three) systems' conversations on the same contexts,
-    blinded and in every order; win/tie/loss rates, a binomial test, order and judge agreement."""
+    blinded and in every order; win/tie/loss rates, a binomial test, order and judge agreement,
+    each judge's position and length bias, and a Bradley-Terry ranking."""
 
     systems: list[str] = setting(None, "Two or three episode files (or run folders holding episodes.jsonl), one per system.", argument=True, required=True)
     labels: Optional[str] = setting(None, "Comma-separated system names, in the order of the files (default: each file's metadata.system).")
@@ -24,6 +25,8 @@ class CompareSettings:
     judge_server_url: Optional[list[str]] = setting(None, "Endpoint of the judge (no URL: local model); repeat or comma-separate to spread the load.")
     rubric_version: str = setting(vocab.DEFAULT_RUBRIC_VERSION, "Rubric version whose collective criteria are compared (plus overall).")
     orders: str = setting("all", "Presentation orders: all (every permutation: 2 for two systems, 6 for three) | rotations (3 for three systems).")
+    order_rule: str = setting("consistent", "How the orders of one context count: consistent (a judge's verdict counts only if every order names the same winner, a tie otherwise; MT-Bench's rule) | majority (every order's verdict pooled).")
+    ranking_resamples: int = setting(1000, "Bootstrap resamples of the contexts for the Bradley-Terry ranking's intervals (0: none).")
     limit: Optional[int] = setting(None, "Compare only the first N shared contexts.")
     output_dir: Optional[str] = setting(None, f"Report folder (default: {DEFAULT_COMPARE_ROOT}/<A>_vs_<B>[_vs_<C>]).")
     cache_dir: Optional[str] = setting(None, "Judgment cache folder (default $MASCOT_JUDGE_CACHE_DIR, $MASCOT_CACHE_DIR or ~/.cache/mascot).")
@@ -35,6 +38,8 @@ class CompareSettings:
     def __post_init__(self) -> None:
         require(self.systems is not None and 2 <= len(self.systems) <= 3, "mascot eval compare takes two or three episode files (A B [C])")
         require(self.orders in ("all", "rotations"), f"unknown --orders {self.orders!r}: use all or rotations")
+        require(self.order_rule in ("consistent", "majority"), f"unknown --order-rule {self.order_rule!r}: use consistent or majority")
+        require(self.ranking_resamples >= 0, "--ranking-resamples must be at least 0")
         require(self.limit is None or self.limit >= 1, "--limit must be at least 1")
         require(self.judge_max_tokens >= 16, "--judge-max-tokens must be at least 16")
         require(self.max_in_flight >= 1 and self.request_timeout > 0, "--max-in-flight must be at least 1 and --request-timeout positive")

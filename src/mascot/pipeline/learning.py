@@ -34,78 +34,25 @@ SUBJECTS = {
     ("director_only", "collective"): "With the trained Director alone (base Speaker), the conversations as a whole",
 }
 SYSTEM_WORDS = {"trained": "trained Speaker and Director", "speaker_only": "trained Speaker, base Director", "director_only": "base Speaker, trained Director"}
-EXACT_LIMIT = 16  # up to 2**16 sign patterns are enumerated; beyond, they are sampled
-CHUNK_CELLS = 1_000_000  # resampled values held in memory at once
 ALPHA = 0.05
 
 
 # --------------------------------------------------------------------------- the paired test
 
 
-def _untestable(base: dict, trained: dict, keys: list) -> dict[str, Any]:
-    """Fewer than two pairs: the means where there is one pair, no interval and no p."""
-    b = float(base[keys[0]]) if keys else None
-    t = float(trained[keys[0]]) if keys else None
-    return {"n": len(keys), "base_mean": b, "trained_mean": t, "difference": None if b is None else t - b,
-            "ci_low": None, "ci_high": None, "p_one_sided": None, "p_two_sided": None, "method": None,
-            "testable": False, "note": "fewer than 2 pairs: nothing to test"}  # fmt: skip
-
-
-def _chunk_sizes(total: int, width: int):
-    rows = max(1, CHUNK_CELLS // max(1, width))
-    for start in range(0, total, rows):
-        yield min(rows, total - start)
-
-
-def _bootstrap_interval(diffs, resamples: int, rng) -> tuple[float, float]:
-    """95% percentile interval of the mean difference, resampling pairs with replacement."""
-    import numpy as np
-
-    n = len(diffs)
-    means = np.concatenate([diffs[rng.integers(0, n, size=(rows, n))].mean(axis=1) for rows in _chunk_sizes(resamples, n)])
-    low, high = np.percentile(means, [2.5, 97.5])
-    return float(low), float(high)
-
-
-def _sign_flip_p(diffs, resamples: int, rng) -> tuple[float, float, str]:
-    """(one-sided p for a positive mean difference, two-sided p, method). Under no effect each
-    pair's difference is as likely negated, so the observed sum is ranked among sign-flipped sums:
-    all 2**n of them for small n, else `resamples` random ones plus the observed (the +1 correction)."""
-    import numpy as np
-
-    n = len(diffs)
-    observed = float(diffs.sum())
-    tolerance = 1e-9 * max(1.0, float(np.abs(diffs).sum()))  # the same sum, summed in another order
-    if n <= EXACT_LIMIT:
-        patterns = np.arange(2**n)[:, None] >> np.arange(n) & 1
-        sums = (1 - 2 * patterns) @ diffs
-        return float(np.mean(sums >= observed - tolerance)), float(np.mean(np.abs(sums) >= abs(observed) - tolerance)), "exact"
-    above = beyond = 0
-    for rows in _chunk_sizes(resamples, n):
-        sums = rng.choice((-1.0, 1.0), size=(rows, n)) @ diffs
-        above += int(np.sum(sums >= observed - tolerance))
-        beyond += int(np.sum(np.abs(sums) >= abs(observed) - tolerance))
-    return (above + 1) / (resamples + 1), (beyond + 1) / (resamples + 1), "sampled"
-
-
 def paired_test(base: dict, trained: dict, *, resamples: int = 10000, seed: int = 0) -> dict[str, Any]:
-    """Paired comparison over the keys both have: n, both means, the mean difference (trained -
-    base), its 95% bootstrap interval and the sign-flip permutation p-values (one-sided for
-    trained > base, and two-sided). Fewer than two pairs give None where a test would be."""
-    keys = sorted(set(base) & set(trained), key=str)
-    if len(keys) < 2:
-        return _untestable(base, trained, keys)
-    import numpy as np
+    """Paired comparison over the keys both have (`mascot.stats.paired_difference`): n, both means,
+    the mean difference (trained - base), its 95% bootstrap interval and the sign-flip permutation
+    p-values (one-sided for trained > base, and two-sided; exact while every sign pattern fits in
+    `resamples`). Fewer than two pairs give None where a test would be."""
+    from mascot.stats import paired_difference
 
-    b = np.array([float(base[k]) for k in keys])
-    t = np.array([float(trained[k]) for k in keys])
-    diffs = t - b
-    rng = np.random.default_rng(seed)
-    low, high = _bootstrap_interval(diffs, resamples, rng)
-    one_sided, two_sided, method = _sign_flip_p(diffs, resamples, rng)
-    return {"n": len(keys), "base_mean": float(b.mean()), "trained_mean": float(t.mean()), "difference": float(diffs.mean()),
-            "ci_low": low, "ci_high": high, "p_one_sided": one_sided, "p_two_sided": two_sided, "method": method,
-            "resamples": None if method == "exact" else resamples, "testable": True}  # fmt: skip
+    result = paired_difference(trained, base, samples=min(resamples, 4000), seed=seed, permutations=resamples)
+    testable = result["n"] >= 2
+    return {"n": result["n"], "base_mean": result["reference_mean"], "trained_mean": result["system_mean"], "difference": result["difference"],
+            "ci_low": result["ci_low"], "ci_high": result["ci_high"], "p_one_sided": result["p_greater"], "p_two_sided": result["p_value"],
+            "method": result["method"], "resamples": None if result["method"] != "sampled" else resamples, "testable": testable,
+            **({} if testable else {"note": "fewer than 2 pairs: nothing to test"})}  # fmt: skip
 
 
 # --------------------------------------------------------------------------- score readers

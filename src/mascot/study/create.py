@@ -199,6 +199,8 @@ def create_study(a_path: Path, b_path: Path, out: Path, *, raters: int, attentio
         "created_at": utc_now(), "seed": seed, "owner_token": owner, "csrf_secret": secrets.token_hex(32),
         "system_a": system_a, "system_b": system_b,
         "source_a": str(a_path), "source_b": str(b_path), "num_raters": raters, "attention_checks": attention_checks,
+        # Never shown to raters: lets judges' files on the same episodes be matched to the pairs.
+        "episode_ids": {key: {"a": a[key].episode_id, "b": b[key].episode_id} for key in contexts},
     }
     with opened(out, create=True) as conn, transaction(conn):
         conn.executemany("INSERT INTO meta VALUES (?, ?)", [(k, json.dumps(v)) for k, v in info.items()])
