@@ -211,7 +211,7 @@ def judge_check_lines(report: dict) -> list[str]:
     for key, c in criteria.items():
         for judge, check in c["judge_checks"].items():
             position, length = check["position"], check["length"]
-            lines.append(f"| {report['criterion_names'].get(key, key)} | {judge} | {_share_cell(position)} | {_pct(position['flip_rate'])} of {position['swapped_contexts']} | {_share_cell(length)} |")
+            lines.append(f"| {report['criterion_names'].get(key, key)} | {judge} | {_share_cell(position)} | {_pct(position['flip_rate'])} % of {position['swapped_contexts']} contexts | {_share_cell(length)} |")
     return lines
 
 
