@@ -71,15 +71,13 @@ def _average(judgments: list[Judgment], names: dict[str, str]) -> dict[str, floa
     return scores
 
 
-def _word_count(text: str | None) -> int:
-    return len((text or "").split())
-
-
 def item_lengths(episode: Episode) -> dict[str, int]:
-    """item id -> words judged: each companion turn's reply, and the episode's companion turns together."""
-    agent_turns = [t for t in episode.turns if t.turn_type != "user"]
-    lengths = {f"{episode.episode_id}#t{t.turn_idx}": _word_count(t.response) for t in agent_turns}
-    lengths[f"{episode.episode_id}#collective"] = sum(_word_count(t.response) for t in agent_turns)
+    """item id -> words judged: each companion turn's reply, and the episode's companion turns together
+    (`conversation_words`, the length head-to-heads use)."""
+    from mascot.judge.compare import conversation_words
+
+    lengths = {f"{episode.episode_id}#t{t.turn_idx}": len(t.response.split()) for t in episode.agent_turns}
+    lengths[f"{episode.episode_id}#collective"] = conversation_words(episode)
     return lengths
 
 

@@ -33,7 +33,7 @@ def _judges(results: list[CellResult]) -> list[str]:
     return sorted({j for r in results for i in r.items for j in i.judge_overall})
 
 
-def _pct(x: float | None) -> str:
+def _num(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
@@ -44,12 +44,12 @@ def length_bias(results: list[CellResult], judge: str, scope: str) -> dict:
     if rho["rho"] is None:
         verdict = f"length bias not measurable ({len(pairs)} items, or no variation in scores or lengths)"
     elif low is not None and low > 0:
-        verdict = (f"longer texts score higher (rho {_pct(rho['rho'])}, 95% CI {_pct(low)} to {_pct(high)}, {rho['n']} items): "
+        verdict = (f"longer texts score higher (rho {_num(rho['rho'])}, 95% CI {_num(low)} to {_num(high)}, {rho['n']} items): "
                    "read the differences at equal length before crediting a longer system")
     elif high is not None and high < 0:
-        verdict = f"shorter texts score higher (rho {_pct(rho['rho'])}, 95% CI {_pct(low)} to {_pct(high)}, {rho['n']} items)"
+        verdict = f"shorter texts score higher (rho {_num(rho['rho'])}, 95% CI {_num(low)} to {_num(high)}, {rho['n']} items)"
     else:
-        verdict = f"no length bias detected (rho {_pct(rho['rho'])}, 95% CI {_pct(low)} to {_pct(high)}, {rho['n']} items)"
+        verdict = f"no length bias detected (rho {_num(rho['rho'])}, 95% CI {_num(low)} to {_num(high)}, {rho['n']} items)"
     return {"check": "length bias", "judge": judge, "scope": scope, **rho, "verdict": verdict}
 
 
@@ -61,7 +61,7 @@ def panel_agreement(results: list[CellResult], judges: list[str], scope: str) ->
         verdict = f"panel agreement not measurable ({alpha['units']} items scored by two or more judges, or no variation)"
     else:
         band = "reliable" if value >= RELIABLE else "tentative" if value >= TENTATIVE else "too low to rely on any one judge"
-        verdict = f"ordinal alpha {_pct(value)} (95% CI {_pct(low)} to {_pct(high)}, {alpha['units']} items): {band}"
+        verdict = f"ordinal alpha {_num(value)} (95% CI {_num(low)} to {_num(high)}, {alpha['units']} items): {band}"
     return {"check": "panel agreement", "judge": " + ".join(judges), "scope": scope, **alpha, "verdict": verdict}
 
 
@@ -90,7 +90,7 @@ def self_preference(results: list[CellResult], judge: str, judges: list[str]) ->
         return {**base, "difference": None, "verdict": f"also wrote {', '.join(systems)}: self-preference cannot be measured with one judge; "
                 "add a judge from another model family (--judge twice or --judges-file)"}
     own_items = [i for r in own for i in r.items]
-    other_items = [i for r in results if r not in own for i in r.items]
+    other_items = [i for r in results if not any(r is o for o in own) for i in r.items]
     result = unpaired_difference(_margins(own_items, judge), _margins(other_items, judge))
     diff, low, high = result["difference"], result["ci_low"], result["ci_high"]
     if diff is None or low is None:

@@ -31,8 +31,8 @@ from pathlib import Path
 from mascot.episodes import episode_context, episode_domain, episode_file_path, load_episode_file
 from mascot.errors import MascotError
 from mascot.judge.cache import JudgmentCache, cache_key
-from mascot.judge.compare_checks import ranking_report
-from mascot.judge.compare_report import TIE, summarize, write_outputs
+from mascot.judge.compare_checks import TIE, ranking_report
+from mascot.judge.compare_report import summarize, write_outputs
 from mascot.judge.compare_settings import DEFAULT_COMPARE_ROOT, CompareSettings
 from mascot.judge.items import collective_item, opening_lines, render_context, turn_lines
 from mascot.judge.opener import JudgeConfig, OpenJudges, judge_specs, open_judges, plugin_judge

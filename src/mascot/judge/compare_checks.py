@@ -23,7 +23,7 @@ from typing import Any
 from mascot.ranking import Battle, length_difference, ranking
 from mascot.stats import binomial_p, proportion_interval
 
-TIE = "tie"
+TIE = "tie"  # a verdict or a context without a single best system
 ORDER_RULES = ("consistent", "majority")
 BIAS_ALPHA = 0.05  # a bias is named when its two-sided binomial p is below this
 
@@ -40,12 +40,17 @@ def orders_by_judge(records: list[dict], criterion: str) -> dict[tuple[str, str]
     return grouped
 
 
+def consistent_winner(winners: list[str]) -> str:
+    """MT-Bench's rule over one judge's orders of one context: their shared winner, else a tie."""
+    return winners[0] if len(set(winners)) == 1 else TIE
+
+
 def counted_verdicts(records: list[dict], criterion: str, rule: str) -> list[tuple[str, str]]:
     """(matchup, winner or tie) of every verdict the order rule counts: under `consistent` one per
     (context, judge), a tie where its orders disagree; under `majority` every successful verdict."""
     if rule == "majority":
         return [(r["matchup"], r["winners"][criterion]) for r in _ok(records)]
-    return [(matchup, winners[0] if len(set(winners)) == 1 else TIE) for (matchup, _), winners in orders_by_judge(records, criterion).items()]
+    return [(matchup, consistent_winner(winners)) for (matchup, _), winners in orders_by_judge(records, criterion).items()]
 
 
 # --------------------------------------------------------------------------- judge checks

@@ -27,11 +27,10 @@ from collections import Counter, defaultdict
 from itertools import combinations
 from pathlib import Path
 
-from mascot.judge.compare_checks import counted_verdicts, judge_checks, length_line, position_line
+from mascot.judge.compare_checks import TIE, counted_verdicts, judge_checks, length_line, position_line
 from mascot.stats import binomial_p as stats_binomial_p, proportion_interval
 from mascot.store import write_json_atomic
 
-TIE = "tie"  # a verdict or a context without a single best system
 
 
 def wilson_interval(successes: int, n: int) -> tuple[float | None, float | None]:

@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from mascot.errors import MascotError
+from mascot.judge.compare_checks import TIE, consistent_winner
 from mascot.progress import plural
 from mascot.study import METRICS
 
-TIE = "tie"
 OVERALL = "overall"  # the criterion a head-to-head verdict names for the whole conversation
 MEAN_OF_METRICS = "mean"
 JUDGMENTS_FILE = "judgments_episodes.jsonl"
@@ -152,7 +152,7 @@ def choice_agreement(label: str, study: StudyRatings, opinion: JudgeOpinion) -> 
         "pairs_rated": len(rated_pairs), "pairs_matched": len(rated_pairs - unjudged_pairs), "pairs_not_matched": len(unjudged_pairs),
         "decisive": len(decisive), "agree": agree, "person_ties": people.count(TIE), "judge_ties": judge.count(TIE),
         "accuracy": agree / len(decisive) if decisive else None, "accuracy_ci95": list(interval) if interval else None,
-        "kappa": kappa["kappa"] if kappa else None, "kappa_ci95": _kappa_interval(kappa), "kappa_band": kappa_band(kappa["kappa"]) if kappa else None,
+        "kappa": kappa["kappa"] if kappa else None, "kappa_ci95": _interval(kappa), "kappa_band": kappa_band(kappa["kappa"]) if kappa else None,
     }
     out["verdict"] = choice_verdict(label, out)
     return out
@@ -257,12 +257,6 @@ def _interval(figure: dict[str, Any] | None) -> list[float] | None:
     return [figure["ci_low"], figure["ci_high"]]
 
 
-def _kappa_interval(kappa: dict[str, Any] | None) -> list[float] | None:
-    """The asymptotic interval, held to kappa's own range (it can pass 1 on few items)."""
-    interval = _interval(kappa)
-    return None if interval is None else [max(-1.0, interval[0]), min(1.0, interval[1])]
-
-
 def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
@@ -318,7 +312,7 @@ def opinions_from_verdicts(paths: list[Path]) -> tuple[dict[str, JudgeOpinion], 
     the episode ids its verdicts compared."""
     from mascot.files import iter_json_objects
 
-    said: dict[str, dict[frozenset, set[str]]] = defaultdict(lambda: defaultdict(set))
+    said: dict[str, dict[frozenset, list[str]]] = defaultdict(lambda: defaultdict(list))
     per_file: dict[Path, set[str]] = {}
     for path in paths:
         per_file[path] = set()
@@ -329,9 +323,9 @@ def opinions_from_verdicts(paths: list[Path]) -> tuple[dict[str, JudgeOpinion], 
                 continue
             episodes = record["episodes"]
             winner = record["winners"][OVERALL]
-            said[str(record["judge"])][frozenset(episodes.values())].add(episodes.get(winner, TIE))
+            said[str(record["judge"])][frozenset(episodes.values())].append(episodes.get(winner, TIE))
             per_file[path].update(episodes.values())
-    opinions = {label: JudgeOpinion("verdicts", winners={pair: (ws.pop() if len(ws) == 1 else TIE) for pair, ws in by_pair.items()})
+    opinions = {label: JudgeOpinion("verdicts", winners={pair: consistent_winner(ws) for pair, ws in by_pair.items()})
                 for label, by_pair in said.items()}
     return opinions, per_file
 
