@@ -51,7 +51,7 @@ SHAPES = {
     "qwen3-0.6b": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True),
     "qwen3-8b": dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8, head_dim=128, tie_word_embeddings=False),
 }
-TRAINERS = ("reward-model", "speaker-grpo", "director-dpo", "director-grpo")
+TRAINERS = ("reward-model", "speaker-grpo", "director-dpo", "director-grpo", "director-grpo-live")
 PAPER_TRAINABLE_SHARE = 0.00187  # "0.187% trainable policy parameters (LoRA, r=16)"
 
 
@@ -85,6 +85,7 @@ def random_weights(policy_shape: str, reward_shape: str, vocab_size: int, device
 
     import mascot.train.director_dpo as dpo
     import mascot.train.director_grpo as dgrpo
+    import mascot.train.director_rollouts as rollouts
     import mascot.train.models as models
     import mascot.train.reward_model as rm
     import mascot.train.speaker_grpo as speaker
@@ -123,9 +124,19 @@ def random_weights(policy_shape: str, reward_shape: str, vocab_size: int, device
         name = roster.names[zlib.crc32((text or "").encode()) % len(roster.names)]
         return parse_directive(f"agent: {name}", roster)
 
+    def rollout_model(name, dtype_wanted):
+        """The in-process rollout models (`mascot.llm.local_loading`): random weights of the policy's
+        shape with the run's tokenizer."""
+        from transformers import AutoTokenizer
+
+        return build(Qwen3ForCausalLM, policy_shape), AutoTokenizer.from_pretrained(name)
+
+    import mascot.llm.local_loading as local_loading
+
     patched = [(m, "load_causal_lm", causal_lm) for m in (speaker, dpo, dgrpo, models)]
+    patched += [(local_loading, "load_model_and_tokenizer", rollout_model)]
     patched += [(m, "load_sequence_classifier", sequence_classifier) for m in (rm, models)]
-    patched += [(dgrpo, "parse_directive", any_directive)]
+    patched += [(rollouts, "parse_directive", any_directive)]
     saved = [(m, name, getattr(m, name)) for m, name, _ in patched]
     for module, name, fn in patched:
         setattr(module, name, fn)
@@ -190,6 +201,11 @@ def common(args, folder: Path, name: str) -> dict:
     return dict(model_name=str(args.tokenizer), output_dir=str(folder / name), max_steps=args.steps, logging_steps=1, save_steps=10_000)
 
 
+def sampling(args) -> dict:
+    """The GRPO trainers' sampling settings under test (--no-merged-generation: the path before merging)."""
+    return dict(merged_generation=args.merged_generation, compiled_decode=args.compiled_decode)
+
+
 def run_reward_model(args, folder: Path):
     from mascot.train.config import RewardModelSettings
     from mascot.train.reward_model import train_reward_model
@@ -205,7 +221,7 @@ def run_speaker(args, folder: Path):
 
     settings = SpeakerGRPOSettings(
         data_path=str(folder / "stage1"), reward_model_path=str(folder / "rm"), batch_size=args.grpo_batch_size, num_generations=8,
-        max_completion_length=args.completion_tokens, **common(args, folder, "speaker"),
+        max_completion_length=args.completion_tokens, **sampling(args), **common(args, folder, "speaker"),
     )
     return train_speaker(settings), args.grpo_batch_size, "completions"
 
@@ -244,13 +260,35 @@ def run_director_grpo(args, folder: Path):
 
     run = write_run(folder / "directed", "episodes.jsonl", episodes(max(16, args.grpo_batch_size // 8 * args.steps), args.reply_words))
     settings = DirectorGRPOSettings(
-        data_path=str(run), batch_size=args.grpo_batch_size, num_generations=8, max_completion_length=min(128, args.completion_tokens), **common(args, folder, "director")
+        data_path=str(run), batch_size=args.grpo_batch_size, num_generations=8, max_completion_length=min(128, args.completion_tokens),
+        **sampling(args), **common(args, folder, "director"),
     )
     clients = {role: group_client() for role in ("director", "speaker", "user")}
     return train_director_grpo(settings, rollout_clients=clients, trajectory_scorer=RandomScores()), args.grpo_batch_size, "completions"
 
 
-RUNNERS = {"reward-model": run_reward_model, "speaker-grpo": run_speaker, "director-dpo": run_dpo, "director-grpo": run_director_grpo}
+def run_director_grpo_live(args, folder: Path):
+    """The Director with real rollouts: its sampled directives rolled out by in-process models of the
+    policy's shape (the frozen Speaker, user and later-round Director, one shared copy), every
+    completion of a step in one wave, each Speaker reply as long as --rollout-max-tokens."""
+    from mascot.train.config import DirectorGRPOSettings
+    from mascot.train.director_grpo import train_director_grpo
+
+    class RandomScores:
+        def score(self, rollouts):
+            return [float(len(r.suffix)) for r in rollouts]
+
+    run = write_run(folder / "directed_live", "episodes.jsonl", episodes(max(16, args.grpo_batch_size // 8 * args.steps), args.reply_words))
+    settings = DirectorGRPOSettings(
+        data_path=str(run), batch_size=args.grpo_batch_size, num_generations=8, max_completion_length=min(128, args.completion_tokens),
+        suffix_rounds=1, rollout_max_tokens=args.rollout_tokens, rollout_user_max_tokens=args.rollout_tokens, user_response_probability=0.0,
+        diversity_weight=0.0, **sampling(args), **common(args, folder, "director-live"),
+    )  # fmt: skip
+    return train_director_grpo(settings, trajectory_scorer=RandomScores()), args.grpo_batch_size, "completions"
+
+
+RUNNERS = {"reward-model": run_reward_model, "speaker-grpo": run_speaker, "director-dpo": run_dpo, "director-grpo": run_director_grpo,
+           "director-grpo-live": run_director_grpo_live}  # fmt: skip
 
 
 # --------------------------------------------------------------------------- checks
@@ -279,6 +317,44 @@ def check(name: str, outcome, policy_is_8b: bool) -> list[str]:
     return problems
 
 
+def generation_figures(generation: dict, runtime: float, steps: int) -> dict:
+    """The policy's sampling within the step: its share of the wall time, ms per sequential decode
+    step (prefill included), and whether it sampled merged."""
+    if not generation.get("generation_s"):
+        return {}
+    return {
+        "generation_s_per_step": round(generation["generation_s"] / max(steps, 1), 3),
+        "generation_share": round(generation["generation_s"] / runtime, 3),
+        "ms_per_decode_step": generation.get("ms_per_decode_step"),
+        "sampled_merged": bool(generation.get("merged_calls")) and not generation.get("unmerged_calls"),
+    }
+
+
+def rollout_requests(output_dir: Path) -> dict | None:
+    """Requests the rollouts made, by role (the run's rollout call trace), or None without one."""
+    from collections import Counter
+
+    trace = output_dir / "rollout_call_trace.jsonl"
+    if not trace.exists():
+        return None
+    return dict(Counter(json.loads(line).get("role", "?") for line in trace.read_text(encoding="utf-8").splitlines() if line.strip()))
+
+
+@contextmanager
+def gpu_busy_time(enabled: bool):
+    """With `enabled`, the seconds GPU kernels ran within the block (torch.profiler's device time):
+    set against the wall time, it says whether a step is bound by the GPU or by the host."""
+    found: dict = {}
+    if not enabled:
+        yield found
+        return
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+
+    with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+        yield found
+    found["seconds"] = sum(event.self_device_time_total for event in prof.key_averages()) / 1e6
+
+
 def profile(name: str, args, folder: Path) -> dict:
     import torch
 
@@ -288,14 +364,19 @@ def profile(name: str, args, folder: Path) -> dict:
         torch.cuda.reset_peak_memory_stats()
     started = time.perf_counter()
     try:
-        outcome, per_step, unit = RUNNERS[name](args, folder)
+        with gpu_busy_time(args.gpu_busy and on_gpu) as busy:
+            outcome, per_step, unit = RUNNERS[name](args, folder)
     except Exception as exc:  # noqa: BLE001 - the profile reports every failure and goes on
         traceback.print_exc()
         return {"trainer": name, "ok": False, "problems": [f"{type(exc).__name__}: {exc}"]}
     metrics = outcome.metadata.train_metrics
     runtime, steps = metrics["train_runtime_s"], metrics["global_steps"]
     problems = check(name, outcome, policy_is_8b=not args.tiny)
+    generation = metrics.get("generation") or {}
     return {
+        **generation_figures(generation, runtime, steps),
+        "gpu_busy_share": round(busy["seconds"] / runtime, 3) if busy.get("seconds") is not None else None,
+        "rollout_requests": rollout_requests(outcome.output_dir),
         "trainer": name,
         "ok": not problems,
         "problems": problems,
@@ -316,6 +397,10 @@ def main() -> int:
     parser.add_argument("--only", default=",".join(TRAINERS), help="comma-separated subset of " + ", ".join(TRAINERS))
     parser.add_argument("--steps", type=int, default=3, help="optimizer steps per trainer")
     parser.add_argument("--grpo-batch-size", type=int, default=16, help="completions per GRPO step (8 per prompt): 16 = 2 prompts, 64 = 8 prompts")
+    parser.add_argument("--rollout-tokens", type=int, default=None, help="longest rollout reply of director-grpo-live (default 48, 12 with --tiny)")
+    parser.add_argument("--no-merged-generation", dest="merged_generation", action="store_false", help="GRPO samples with the adapter beside the base (the path before merging)")
+    parser.add_argument("--compiled-decode", action="store_true", help="GRPO samples with a static cache and a compiled forward")
+    parser.add_argument("--gpu-busy", action="store_true", help="also measure the GPU kernels' busy time (torch.profiler: slower, more memory)")
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
     parser.add_argument("--prepare-tokenizer", type=Path, metavar="DIR", help="convert --gguf into a tokenizer folder and exit")
     parser.add_argument("--gguf", type=Path, help="ggml-vocab-qwen2.gguf from the llama-cpp-python sdist")
@@ -334,6 +419,7 @@ def main() -> int:
         parser.error("real shapes need a GPU: pass --tiny on the CPU")
     args.tokenizer = args.tokenizer or default_tokenizer(args.tiny)
     args.prompt_words, args.reply_words, args.completion_tokens = (20, 10, 16) if args.tiny else (300, 80, 256)
+    args.rollout_tokens = args.rollout_tokens or (12 if args.tiny else 48)
     if args.tiny:
         torch.set_num_threads(1)
     vocab = len(AutoTokenizer.from_pretrained(args.tokenizer))
@@ -347,7 +433,7 @@ def main() -> int:
             rows.append(profile(name, args, Path(tmp)))
             print(json.dumps(rows[-1]), flush=True)
     report = {"device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu", "policy_shape": policy, "reward_shape": reward, "vocab": vocab,
-              "grpo_batch_size": args.grpo_batch_size, "results": rows}
+              "grpo_batch_size": args.grpo_batch_size, "merged_generation": args.merged_generation, "compiled_decode": args.compiled_decode, "results": rows}
     print(json.dumps(report, indent=2))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

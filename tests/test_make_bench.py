@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-GPU_ONLY = {"gpu_train_profile"}
+GPU_ONLY = {"gpu_train_profile"}  # gpu_speed.sh (not a .py) runs it with generation_paths on a GPU
 ON_A_PIPELINE_RUN = {"group_rm_probe_sweep"}  # reads a finished pipeline folder, given by hand
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from train_helpers import (  # noqa: F401 - fixtures
+    SamplingWatch,
     TrainerBuilt,
     capture_grpo_trainer,
     one_thread_per_module,
@@ -309,7 +310,7 @@ def test_the_directive_opening_is_written_into_the_prompt_and_read_back_with_the
     assert tokenizer.decode(ids).endswith("<|im_start|>assistant\n" + DIRECTIVE_OPENING)
     unopened = DirectorGRPOSettings(data_path="x", model_name="m", directive_opening=False)
     assert directive_prompt(points[0], unopened, tokenizer) == points[0].prompt()
-    from mascot.train.director_grpo import directive_answer
+    from mascot.train.director_rollouts import directive_answer
 
     assert directive_answer(" The Beacon", True) == DIRECTIVE_OPENING + " The Beacon"
     assert directive_answer("<directive>\nagent: The Beacon", True) == "<directive>\nagent: The Beacon"  # wrote the block itself
@@ -319,7 +320,7 @@ def test_the_directive_opening_is_written_into_the_prompt_and_read_back_with_the
 
 
 def test_rollouts_reply_as_long_and_as_sampled_as_the_settings_say():
-    from mascot.train.director_grpo import DirectorRollouts
+    from mascot.train.director_rollouts import DirectorRollouts
 
     points, _ = sample_decision_points([episode(i, with_user=False) for i in range(2)], per_episode=1, seed=42)
     settings = DirectorGRPOSettings(
@@ -376,7 +377,7 @@ def test_rollout_settings_that_would_roll_out_nothing_are_one_line(tmp_path, fla
 
 def test_rollouts_continue_each_episode_with_the_prompts_it_was_recorded_with():
     from mascot.dialogue.prompts import speaker_messages
-    from mascot.train.director_grpo import DirectorRollouts
+    from mascot.train.director_rollouts import DirectorRollouts
 
     made_with_v1 = episode(0, with_user=False)
     made_with_v1.metadata = made_with_v1.metadata.model_copy(update={"prompt_version": "v1"})
@@ -395,7 +396,7 @@ def test_rollouts_continue_each_episode_with_the_prompts_it_was_recorded_with():
 
 
 def test_suffix_rounds_zero_rolls_each_decision_out_to_the_end_of_its_episode():
-    from mascot.train.director_grpo import DirectorRollouts
+    from mascot.train.director_rollouts import DirectorRollouts
 
     three_rounds = [episode(i, speakers=("The Anchor", "The Beacon", "The Catalyst"), with_user=False) for i in range(2)]
     points, _ = sample_decision_points(three_rounds, per_episode=3, seed=1)
@@ -410,7 +411,8 @@ def test_suffix_rounds_zero_rolls_each_decision_out_to_the_end_of_its_episode():
 
 
 def test_the_director_trainer_logs_each_companions_share_and_the_choice_entropy(tmp_path):
-    from mascot.train.director_grpo import choice_entropy, choice_shares, choices_moved
+    from mascot.train.director_grpo import choices_moved
+    from mascot.train.director_rollouts import choice_entropy, choice_shares
 
     assert choice_shares(["The Anchor", "The Anchor", "The Beacon", "The Anchor"], ROSTER.names) == {"The Anchor": 0.75, "The Catalyst": 0.0, "The Beacon": 0.25}
     assert choice_entropy({"a": 1.0, "b": 0.0}) == 0.0 and abs(choice_entropy(dict.fromkeys("abc", 1 / 3)) - 1.585) < 1e-3
@@ -445,7 +447,7 @@ def test_the_director_can_be_rewarded_by_the_judge_itself_without_a_group_reward
 
 
 def test_a_rollout_the_judge_could_not_score_gets_its_groups_mean():
-    from mascot.train.director_grpo import RolloutBatch
+    from mascot.train.director_rollouts import RolloutBatch
 
     batch = RolloutBatch(point_id=["p", "p", "p", "q"], rollouts={0: None, 1: None, 2: None, 3: None}, failed=set())  # type: ignore[dict-item]
     assert batch.rewards({0: 4.0, 1: None, 2: 2.0, 3: 5.0}, parse_failure_reward=-1.0) == [4.0, 3.0, 2.0, 5.0]
@@ -484,6 +486,8 @@ def test_with_the_policy_as_rollout_director_the_later_rounds_are_the_trained_di
     stats = outcome.extra["rollout_stats"]
     assert stats.completions == 4 and stats.rollout_failures == 0
     assert len(clients["speaker"].calls) > stats.completions  # rounds after the decision were played, their directives the policy's
+    generation = outcome.metadata.train_metrics["generation"]
+    assert generation["merged_calls"] > 1 and generation["unmerged_calls"] == 0  # the later rounds sampled merged too, as the directives were
 
 
 def test_an_unknown_rollout_director_is_one_line(tmp_path):
@@ -520,7 +524,7 @@ def test_recorded_rollouts_reward_a_choice_with_the_conversations_that_went_on_f
     went on with that companion (three after the first decision, one after the second); nothing
     is rolled out."""
     from mascot.train.decision_points import recorded_continuations
-    from mascot.train.director_grpo import DirectorRollouts, GroupRewardModelReward
+    from mascot.train.director_rollouts import DirectorRollouts, GroupRewardModelReward
 
     records = tree_records([context(0)])
     points, _ = sample_decision_points(records, per_episode=2, seed=3)
@@ -552,6 +556,31 @@ def test_director_grpo_on_recorded_rollouts_trains_without_a_rollout_backend(tmp
     assert stats.completions == 4 and stats.rollout_failures == 0 and not stats.engine_counters
 
 
+def test_the_director_samples_merged_in_eval_mode_with_a_cache_and_leaves_the_base_as_loaded(tmp_path, monkeypatch):
+    """The real `train director-grpo` path: its sampling (under the roster-name slot) runs with the
+    adapters folded, in eval mode, one token per pass after the prefill; the base weights come back
+    bit for bit and the artefact records it."""
+    records = tree_records([context(i) for i in range(2)])
+    run = write_episode_run(tmp_path / "tree_ED_tiny", records)
+    watch = SamplingWatch().install(monkeypatch, "mascot.train.director_grpo")
+    import mascot.train.shared_prompt as shared_prompt
+
+    shuffled = []
+    monkeypatch.setattr(shared_prompt, "grouped_shuffle", lambda batch: shuffled.append(len(batch["prompt_ids"])) or batch)
+    settings = DirectorGRPOSettings(
+        data_path=str(run), model_name=str(tiny_model(tmp_path / "base")), output_dir=str(tmp_path / "director"), batch_size=4, num_generations=2,
+        per_device_batch_size=2, max_steps=2, max_completion_length=6, logging_steps=1, rollouts="recorded", learning_rate=0.05,
+    )
+    outcome = train_director_grpo(settings, trajectory_scorer=NoRepeat())
+    assert shuffled == [4, 4]  # each step's generation batch cut into micro-batches of whole groups
+    sampling = watch.sampling_calls()
+    assert sampling and not any(training for _, training, _ in sampling)
+    assert len([w for _, _, w in sampling if w == 1]) >= len(sampling) - 2 * 2 * 2
+    assert watch.base_weights_changed() == []
+    generation = outcome.metadata.train_metrics["generation"]
+    assert generation["merged_calls"] == 2 and generation["unmerged_calls"] == 0
+
+
 @pytest.mark.parametrize(("flags", "says"), [
     ({"rollouts": "recorded"}, "no recorded conversation for every companion .*--generation-mode tree"),
     ({"rollouts": "recorded", "rollout_director": "policy"}, "nothing to direct with --rollouts recorded"),
@@ -568,7 +597,7 @@ def test_recorded_rollouts_need_a_tree_and_no_rollout_director(tmp_path, flags, 
 
 
 def test_a_reward_judge_that_never_answers_stops_the_run_in_one_line(tmp_path):
-    from mascot.train.director_grpo import SILENT_JUDGE_STEPS, RewardJudgeSilent
+    from mascot.train.trajectory_scores import SILENT_JUDGE_STEPS, RewardJudgeSilent
 
     path = tmp_path / "broken_judge.py"
     path.write_text("def score(item):\n    raise RuntimeError('judge unreachable')\n")

@@ -14,7 +14,8 @@ from mascot.rosters import load_roster
 from mascot.schema import Context, Directive, Turn
 from mascot.train.config import DirectorGRPOSettings
 from mascot.train.decision_points import DecisionPoint
-from mascot.train.director_grpo import Rollout, block_speakers, director_rewards
+from mascot.train.director_rollouts import director_rewards
+from mascot.train.trajectory_scores import Rollout, block_speakers
 from mascot.train.rewards import PersonaRewardModel, completion_text, conciseness_reward, diversity_score, format_reward
 
 
@@ -241,7 +242,7 @@ def test_rollouts_over_http_are_metered_traced_and_closed_on_the_trainers_loop(s
 
 
 def test_every_rollout_failing_stops_training_with_a_clear_error():
-    from mascot.train.director_grpo import RolloutFailure
+    from mascot.train.director_rollouts import RolloutFailure
 
     settings = DirectorGRPOSettings(data_path="x", directive_opening=False, suffix_rounds=1, user_response_probability=0.0)
     down = ScriptedClient(fn=lambda request: LLMError("connection refused"))

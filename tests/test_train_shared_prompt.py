@@ -129,7 +129,7 @@ def test_sampling_runs_in_eval_mode_from_a_shared_prompt_cache_and_decodes_as_pl
     samples, in eval mode, each distinct prompt's prefill run once; greedy tokens are plain generate's."""
     from transformers import GenerationConfig
 
-    from mascot.train.shared_prompt import _sharing_generate
+    from mascot.train.shared_prompt import _policy_generate
 
     model = lora_model(dropout=0.3)
     model.train()
@@ -143,7 +143,7 @@ def test_sampling_runs_in_eval_mode_from_a_shared_prompt_cache_and_decodes_as_pl
         seen.append((model.training, kwargs.get("cache") is not None or kwargs.get("past_key_values") is not None))
         return original(*args, **kwargs)
 
-    sharing = _sharing_generate(model, watched, pad_id=0)
+    sharing = _policy_generate(model, watched, pad_id=0)
     with torch.no_grad():
         shared = sharing(input_ids=prompt_ids, attention_mask=prompt_mask, generation_config=config)
         model.eval()
@@ -154,3 +154,35 @@ def test_sampling_runs_in_eval_mode_from_a_shared_prompt_cache_and_decodes_as_pl
     with torch.no_grad():
         sharing(input_ids=prompt_ids, attention_mask=prompt_mask, generation_config=config)
     assert model.training  # the mode it had before
+
+
+def test_a_generation_batch_is_shuffled_by_whole_groups_so_each_micro_batch_holds_as_few_prompts_as_it_can():
+    from mascot.train.shared_prompt import distinct_rows, grouped_shuffle
+
+    ids, mask, keep = grpo_batch(generations=4, lengths=(9, 6))
+    ids, mask = ids[:, :-keep], mask[:, :-keep]  # the prompts: two, four rows each
+    ids = torch.cat([ids, ids.flip(1)])  # four prompts of four rows each
+    mask = torch.cat([mask, mask.flip(1)])
+    batch = {"prompt_ids": ids, "prompt_mask": mask, "advantages": torch.arange(16.0), "row": list(range(16)), "num_items_in_batch": torch.tensor(5)}
+    orders = set()
+    for seed in range(6):
+        torch.manual_seed(seed)
+        shuffled = grouped_shuffle(batch)
+        assert sorted(shuffled["row"]) == list(range(16)) and shuffled["advantages"].tolist() == [float(r) for r in shuffled["row"]]
+        assert shuffled["num_items_in_batch"] is batch["num_items_in_batch"]
+        for start in (0, 8):  # two micro-batches of 8 rows: two whole groups each
+            firsts, _ = distinct_rows(shuffled["prompt_ids"][start : start + 8], shuffled["prompt_mask"][start : start + 8])
+            assert len(firsts) == 2
+        orders.add(tuple(shuffled["row"][::4]))
+    assert len(orders) > 1  # the groups' order is random
+
+
+def test_the_cache_keyword_is_read_through_a_ddp_wrapper():
+    """Under DDP the model the trainer scores with is a wrapper whose forward takes anything: the
+    keyword is the wrapped model's (the old one made transformers warn in every process)."""
+    from types import SimpleNamespace
+
+    from mascot.llm.shared_prefix import forward_cache_keyword
+
+    model = lora_model()
+    assert forward_cache_keyword(SimpleNamespace(module=model)) == forward_cache_keyword(model) == cache_keyword(model.get_base_model())

@@ -133,7 +133,8 @@ def test_director_grpo_rollout_against_the_server(server):
     from mascot.schema import Context, DialogueLine, Turn
     from mascot.train.config import DirectorGRPOSettings
     from mascot.train.decision_points import DecisionPoint
-    from mascot.train.director_grpo import build_rollout_backends, director_rewards
+    from mascot.train.director_grpo import build_rollout_backends
+    from mascot.train.director_rollouts import director_rewards
 
     roster = load_roster("emotional_support")
     context = Context(context_id="c1", dataset="ESConv", situation="Work stress.", emotion="anxiety", opening_turns=[DialogueLine(speaker="user", text="I cannot sleep.")])

@@ -240,3 +240,56 @@ def capture_grpo_trainer(monkeypatch, module: str) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir()))  # the real template: prompts are rendered with it
     monkeypatch.setattr(f"{module}.load_tokenizer", lambda name: tokenizer)
     return seen
+
+
+class SamplingWatch:
+    """Records every forward pass of a policy as (adapters folded, train mode, tokens in the pass)
+    and keeps a copy of its base weights as loaded, to check how it sampled and what it left behind.
+    `install(monkeypatch, module)` watches the model `module.load_causal_lm` returns."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[bool, bool, int]] = []
+        self.loaded: dict = {}
+        self.model = None
+
+    def watch(self, model):
+        import torch
+
+        self.model = model
+        self.loaded = {name: p.detach().clone() for name, p in model.named_parameters()}
+
+        def record(module, args, kwargs):
+            ids = kwargs.get("input_ids") if kwargs.get("input_ids") is not None else (args[0] if args else None)
+            width = ids.size(1) if isinstance(ids, torch.Tensor) else -1
+            self.calls.append((self.folded(), module.training, width))
+
+        model.register_forward_pre_hook(record, with_kwargs=True)
+        return model
+
+    def folded(self) -> bool:
+        from mascot.train.merged_sampling import lora_layers
+
+        layers = lora_layers(self.model) if self.model is not None else []
+        return bool(layers) and all(layer.merged for layer in layers)
+
+    def install(self, monkeypatch, module: str) -> "SamplingWatch":
+        import importlib
+
+        load = importlib.import_module(module).load_causal_lm
+        monkeypatch.setattr(f"{module}.load_causal_lm", lambda name: self.watch(load(name)))
+        return self
+
+    def sampling_calls(self) -> list[tuple[bool, bool, int]]:
+        """The passes made while the adapters were folded: the policy's sampling."""
+        return [call for call in self.calls if call[0]]
+
+    def base_weights_changed(self) -> list[str]:
+        """Base (non-LoRA) weights of the watched model that differ, bit for bit, from load."""
+        changed = []
+        for name, param in self.model.named_parameters():
+            if "lora_" in name:
+                continue
+            key = name.replace(".base_layer.", ".")
+            if key in self.loaded and not self.loaded[key].equal(param.detach()):
+                changed.append(name)
+        return changed

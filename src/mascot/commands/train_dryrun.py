@@ -14,7 +14,8 @@ from mascot.train import artefact, data
 from mascot.train import config as cfg
 from mascot.train.artefact import require_model_folder
 from mascot.train.decision_points import load_decision_inputs
-from mascot.train.director_grpo import resolve_group_reward_model_path, rollout_model, rollout_repetition_penalty
+from mascot.train.director_grpo import resolve_group_reward_model_path, rollout_model
+from mascot.train.director_rollouts import rollout_repetition_penalty
 from mascot.train.guard import require_schedule
 from mascot.train.models import adapter_base_model, is_adapter
 from mascot.train.speaker_grpo import resolve_reward_model_path, speaker_prompts

@@ -110,8 +110,10 @@ class LocalClient(BaseClient):
         device: str | None = None,
         max_batch_size: int = LOCAL_BATCH_SIZE,
         dtype: Any = None,
+        compiled_bucket: int = 0,
     ) -> None:
         self.model = model
+        self.compiled_bucket = compiled_bucket  # >0: static cache, compiled forward, prompts padded to a multiple of it
         self.adapter = adapter
         self.device = device
         self.dtype = dtype
@@ -283,7 +285,8 @@ class LocalClient(BaseClient):
         with loaded.lock:
             self.generate_calls += 1
             stopping = [_stop_when_abandoned(batch, abandoned)] if abandoned is not None else None
-            new_tokens = generate(loaded, [row.job.prompt for row in batch], requests, ignore_eos=self.ignore_eos, extra_stopping=stopping)
+            new_tokens = generate(loaded, [row.job.prompt for row in batch], requests, ignore_eos=self.ignore_eos, extra_stopping=stopping,
+                                  compiled_bucket=self.compiled_bucket)  # fmt: skip
         return [row_output(loaded, new_tokens[i], request, self.ignore_eos) for i, request in enumerate(requests)]
 
     def _fail(self, jobs, exc: BaseException) -> None:
@@ -372,10 +375,11 @@ class ModelClient(LocalClient):
     it is being trained): nothing is loaded, and each batch is generated in eval mode (dropout off),
     the mode it was in before restored afterwards. `net()` returns the model at call time."""
 
-    def __init__(self, name: str, net: Any, tokenizer: Any, *, max_batch_size: int = LOCAL_BATCH_SIZE) -> None:
+    def __init__(self, name: str, net: Any, tokenizer: Any, *, max_batch_size: int = LOCAL_BATCH_SIZE, sampling: Any = None) -> None:
         super().__init__(name, max_batch_size=max_batch_size)
         self.net = net
         self.tokenizer = tokenizer
+        self.sampling = sampling  # sampling(net): a context each batch generates in (the trainer's merged adapters), or None
 
     def load(self) -> LoadedModel:
         if self._loaded is None:
@@ -391,6 +395,9 @@ class ModelClient(LocalClient):
         was_training = net.training
         net.eval()
         try:
-            return super()._generate_batch(batch, abandoned)
+            if self.sampling is None:
+                return super()._generate_batch(batch, abandoned)
+            with self.sampling(net):
+                return super()._generate_batch(batch, abandoned)
         finally:
             net.train(was_training)

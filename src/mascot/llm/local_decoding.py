@@ -125,6 +125,21 @@ def _generation_config(loaded: LoadedModel, requests: list[ChatRequest], ignore_
     return config, shared_stops
 
 
+def compiled(config):
+    """`config` with a static cache and transformers' compiled forward (which transformers applies
+    on a GPU by itself, and on a CPU only when told to): a copy, the caller's config is kept."""
+    import copy
+
+    from transformers.generation import CompileConfig
+
+    static = copy.deepcopy(config)
+    static.cache_implementation = "static"
+    static.disable_compile = False
+    static.compile_config = CompileConfig(fullgraph=False, dynamic=False)
+    static.compile_config._compile_all_devices = True
+    return static
+
+
 def _processors(loaded: LoadedModel, requests: list[ChatRequest], prompt_width: int) -> list:
     processors: list = []
     slots = [r.choice_slot for r in requests]
@@ -146,14 +161,19 @@ def generate(
     streamer: Any = None,
     extra_stopping: list[Callable] | None = None,
     share_prefill: bool = True,
+    compiled_bucket: int = 0,
 ) -> torch.Tensor:
     """One `generate` call over rows that are all greedy or all sampled; returns the new tokens.
     Rows whose prompts share a long beginning (the n samples of one request, one roster's Director
-    prompts) run it once (`shared_prefix.shared_prompt_cache`)."""
+    prompts) run it once (`shared_prefix.shared_prompt_cache`). With `compiled_bucket`, the decode
+    runs on a static cache through a compiled forward instead, prompts left-padded to a multiple of
+    that many tokens so that it compiles once per bucket (and batch size)."""
     from transformers import LogitsProcessorList, StoppingCriteriaList
 
     config, shared_stops = _generation_config(loaded, requests, ignore_eos)
-    input_ids, attention_mask = left_pad(prompts, loaded.pad_id, loaded.device)
+    if compiled_bucket:
+        config, share_prefill = compiled(config), False
+    input_ids, attention_mask = left_pad(prompts, loaded.pad_id, loaded.device, multiple=max(1, compiled_bucket))
     processors = _processors(loaded, requests, input_ids.shape[1])
     seed = next((r.seed for r in requests if r.seed is not None), None)
     devices = [loaded.device.index or 0] if loaded.device.type == "cuda" else []

@@ -22,9 +22,10 @@ import torch
 from mascot.llm.local_loading import LoadedModel
 
 
-def left_pad(prompts: list[list[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Prompts right-aligned in one tensor (padding first) and their attention mask."""
-    width = max(len(p) for p in prompts)
+def left_pad(prompts: list[list[int]], pad_id: int, device: torch.device, multiple: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompts right-aligned in one tensor (padding first, the width a multiple of `multiple`) and
+    their attention mask."""
+    width = -(-max(len(p) for p in prompts) // multiple) * multiple
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(prompts), width), dtype=torch.long)
     for row, prompt in enumerate(prompts):
@@ -74,7 +75,10 @@ def cache_keyword() -> str:
 
 
 def forward_cache_keyword(net) -> str:
-    """transformers 5.2x names a forward's key/value cache `cache`; earlier versions `past_key_values`."""
+    """transformers 5.2x names a forward's key/value cache `cache`; earlier versions `past_key_values`.
+    A wrapper (DDP's `module`, PEFT's base model) is looked through to the model it runs."""
+    while hasattr(net, "module") and not hasattr(net, "get_base_model"):  # DistributedDataParallel
+        net = net.module
     return _cache_keyword_of(type(getattr(net, "get_base_model", lambda: net)()))
 
 

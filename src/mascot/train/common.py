@@ -185,13 +185,11 @@ def grpo_config(settings, output: Path, plan: BatchPlan, reward_weights: list[fl
     from trl import GRPOConfig
 
     validate_grpo(settings)
-    vllm = {}
-    if settings.use_vllm:
-        vllm = {"use_vllm": True, "vllm_mode": settings.vllm_mode}
-        if settings.vllm_mode == "server" and settings.trl_vllm_server_url:
-            vllm["vllm_server_base_url"] = settings.trl_vllm_server_url
     return GRPOConfig(
         **trainer_arguments(settings, str(output), plan),
+        **vllm_arguments(settings),
+        steps_per_generation=settings.steps_per_generation * plan.accumulation,
+        pad_to_multiple_of=settings.prompt_bucket if settings.compiled_decode else None,
         num_generations=settings.num_generations,
         temperature=settings.temperature,
         max_completion_length=settings.max_completion_length,
@@ -201,8 +199,23 @@ def grpo_config(settings, output: Path, plan: BatchPlan, reward_weights: list[fl
         scale_rewards=settings.scale_rewards,
         log_completions=False,
         chat_template_kwargs=policy_template_kwargs(settings) or None,
-        **vllm,
     )
+
+
+def vllm_arguments(settings) -> dict:
+    """GRPOConfig's vLLM fields: none without --use-vllm; the colocated engine's memory share,
+    sleep mode and context length in colocate mode; the `trl vllm-serve` URL in server mode."""
+    if not settings.use_vllm:
+        return {}
+    arguments = {"use_vllm": True, "vllm_mode": settings.vllm_mode}
+    if settings.vllm_mode == "server":
+        if settings.trl_vllm_server_url:
+            arguments["vllm_server_base_url"] = settings.trl_vllm_server_url
+        return arguments
+    arguments.update(vllm_gpu_memory_utilization=settings.vllm_gpu_memory_utilization, vllm_enable_sleep_mode=settings.vllm_enable_sleep_mode)
+    if settings.vllm_max_model_length:
+        arguments["vllm_max_model_length"] = settings.vllm_max_model_length
+    return arguments
 
 
 def grpo_trainer_class(trainer_class: type, settings) -> type:
@@ -212,7 +225,17 @@ def grpo_trainer_class(trainer_class: type, settings) -> type:
 
     shared = prompt_sharing(trainer_class)
     shared.share_prompts = settings.share_prompts
+    shared.merged_generation = settings.merged_generation
+    shared.compiled_decode = settings.compiled_decode
     return shared
+
+
+def generation_record(trainer, settings) -> dict:
+    """How the policy sampled, for the artefact's metadata: merged or not (and how often), compiled."""
+    stats = getattr(trainer, "merge_stats", None)
+    record = stats.as_record(settings.merged_generation) if stats is not None else {"enabled": settings.merged_generation, "merged_calls": 0}
+    engine = "vllm" if settings.use_vllm else "transformers"
+    return {**record, "engine": engine, "compiled_decode": settings.compiled_decode, "steps_per_generation": settings.steps_per_generation}
 
 
 def validate_grpo(settings) -> None:
@@ -235,3 +258,52 @@ def validate_grpo(settings) -> None:
         raise TrainingSetupError(f"--scale-rewards {settings.scale_rewards} has no effect with --multi-objective-aggregation normalize_then_sum "
                                  "(each reward is divided by its group's deviation): choose sum_then_normalize to use it")
     require_gpu_for_vllm(settings.use_vllm)
+    validate_generation(settings)
+
+
+# vLLM releases each TRL release declares it supports (trl.import_utils.is_vllm_available)
+TRL_VLLM_SUPPORT = {"1.16": ("0.22.0", "0.31.0")}
+
+
+def validate_generation(settings) -> None:
+    """Generation settings that TRL would break on, refused in one line before a model loads."""
+    from mascot.train.merged_sampling import refuse_unmergeable_launch
+
+    if settings.steps_per_generation < 1:
+        raise TrainingSetupError(f"--steps-per-generation must be at least 1, got {settings.steps_per_generation}")
+    if settings.compiled_decode and settings.prompt_bucket < 1:
+        raise TrainingSetupError(f"--prompt-bucket must be at least 1, got {settings.prompt_bucket}")
+    if settings.compiled_decode and settings.use_vllm:
+        raise TrainingSetupError("--compiled-decode applies to transformers' generation: vLLM compiles its own (drop one of the two flags)")
+    if not 0 < settings.vllm_gpu_memory_utilization <= 1:
+        raise TrainingSetupError(f"--vllm-gpu-memory-utilization must be in (0, 1], got {settings.vllm_gpu_memory_utilization}")
+    colocate_only = [flag for flag, used in (("--vllm-enable-sleep-mode", settings.vllm_enable_sleep_mode), ("--vllm-max-model-length", settings.vllm_max_model_length))
+                     if used]  # fmt: skip
+    if colocate_only and not (settings.use_vllm and settings.vllm_mode == "colocate"):
+        raise TrainingSetupError(f"{' and '.join(colocate_only)} set the colocated vLLM engine: add --use-vllm --vllm-mode colocate, or drop them")
+    if settings.vllm_max_model_length is not None and settings.vllm_max_model_length <= settings.max_completion_length:
+        raise TrainingSetupError(f"--vllm-max-model-length {settings.vllm_max_model_length} leaves no room for a prompt before "
+                                 f"--max-completion-length {settings.max_completion_length}")  # fmt: skip
+    refuse_unmergeable_launch(settings.merged_generation and not settings.use_vllm)
+    if settings.use_vllm:
+        warn_unsupported_vllm()
+
+
+def warn_unsupported_vllm() -> str | None:
+    """A warning naming the range of vLLM releases the installed TRL supports, when the installed
+    vLLM is outside it (TRL's own check says so once, deep in its import); returns the line."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from packaging.version import Version
+
+    try:
+        trl_version, vllm_version = version("trl"), version("vllm")
+    except PackageNotFoundError:
+        return None
+    supported = TRL_VLLM_SUPPORT.get(".".join(trl_version.split(".")[:2]))
+    if supported is None or Version(supported[0]) <= Version(Version(vllm_version).base_version) <= Version(supported[1]):
+        return None
+    line = (f"vLLM {vllm_version} is outside the releases TRL {trl_version} supports ({supported[0]} to {supported[1]}): "
+            f"if generation fails, install vllm>={supported[0]},<={supported[1]} for training")  # fmt: skip
+    log.warning(line)
+    return line

@@ -152,6 +152,26 @@ class GRPOSettings(TrainSettings):
         0, "LoRA on the last N decoder layers only (0: every layer): the backward pass stops below the lowest adapted layer, so a step "
         "over long prompts costs a fraction of its gradient work; the layers kept are named in the adapter's config.",
     )
+    merged_generation: bool = setting(
+        True, "Sample with each LoRA folded into its base weight (one matrix product per adapted layer, in eval mode) and the base weights "
+        "put back bit for bit afterwards; --no-merged-generation samples with the adapter beside the base. Refused under ZeRO-3 and FSDP, "
+        "whose sharded weights cannot be swapped.", flags=("--merged-generation/--no-merged-generation",),
+    )
+    compiled_decode: bool = setting(
+        False, "Sample with a static cache and transformers' compiled forward, prompts padded to a multiple of --prompt-bucket so that it "
+        "compiles once per bucket (pays a compile at the start: worth it on a GPU for long runs, see benchmarks/README.md).",
+    )
+    prompt_bucket: int = setting(64, "With --compiled-decode: prompts are left-padded to a multiple of this many tokens.")
+    steps_per_generation: int = setting(
+        1, "Optimizer steps taken on each generated batch: generation runs once for this many steps (TRL's steps_per_generation is this "
+        "times the gradient accumulation); 1: every step samples afresh from the current policy.",
+    )
+    vllm_gpu_memory_utilization: float = setting(0.3, "With --use-vllm colocate: the share of GPU memory vLLM may take (weights and KV cache).")
+    vllm_enable_sleep_mode: bool = setting(
+        False, "With --use-vllm colocate: vLLM releases its GPU memory while the policy trains and takes it back to generate.",
+        flags=("--vllm-enable-sleep-mode/--no-vllm-enable-sleep-mode",),
+    )
+    vllm_max_model_length: Optional[int] = setting(None, "With --use-vllm colocate: vLLM's context length (prompt + completion); default: the model's.")
     max_per_device_batch: int = field(default=8, metadata={"cli": False})
 
 
@@ -252,7 +272,10 @@ class DirectorGRPOSettings(GRPOSettings):
         "the local backend's slot and a server's schema hold the Director when it runs); off: the Director writes its whole answer.",
     )
     group_reward_max_length: int = setting(2048, "Longest (context, trajectory) the group reward model reads; as in its training, a longer one loses the middle of its context.")
-    rollout_concurrency: int = setting(16, "Suffix rollouts in flight at once.")
+    rollout_concurrency: Optional[int] = setting(
+        None, "Suffix rollouts in flight at once, and the batch of the in-process rollout models; default: every completion a process "
+        "samples in a step, so that each round of a step's rollouts runs as one batch (a lower bound caps memory).",
+    )
 
 
 @dataclass

@@ -16,13 +16,16 @@ and no sharded parameters (ZeRO-3, FSDP); elsewhere TRL's own pass runs. `--no-s
 turns it off. With LoRA dropout on, a group's completions now see one dropout draw on their prompt
 instead of one each: both are unbiased.
 
-Sampling (TRL's transformers path) runs in eval mode, not with dropout on, from a cache in which
-each shared prompt beginning ran once, and, where the trainer names a choice slot (the Director's
-roster names after its `agent:`), with the completion's opening held to the slot's choices.
+Sampling (TRL's transformers path) runs in eval mode, not with dropout on, with the adapters folded
+into the base weights (`mascot.train.merged_sampling`, unless --no-merged-generation), from a cache
+in which each shared prompt beginning ran once (or, with --compiled-decode, a static cache and a
+compiled forward), and, where the trainer names a choice slot (the Director's roster names after its
+`agent:`), with the completion's opening held to the slot's choices.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import torch
@@ -86,40 +89,81 @@ def sharing_applies(trainer, kwargs: dict) -> bool:
     return not trainer.args.gradient_checkpointing and unsharded(trainer)
 
 
-def _sharing_generate(model, generate, pad_id: int, constraint=None, *, share: bool = True):
-    """`generate` in eval mode (the policy being optimised samples, not a dropout-perturbed copy of
-    it), starting (`share`) from a cache in which each shared prompt beginning ran once; `constraint(rows,
-    width)`, when given, makes the logits processor a completion's first tokens are held to."""
+def _policy_generate(model, generate, pad_id: int, *, constraint=None, share: bool = True, merge=None, compiled: bool = False):
+    """`generate` as the policy samples: in eval mode (the policy being optimised, not a
+    dropout-perturbed copy of it); with its adapters folded into the base weights when `merge` (a
+    GenerationStats) is given (`mascot.train.merged_sampling`: the base weights come back bit
+    for bit); starting (`share`) from a cache in which each shared prompt beginning ran once;
+    `constraint(rows, width)`, when given, makes the logits processor a completion's first tokens
+    are held to; `compiled`: a static cache and a compiled forward (no shared cache then: the static
+    cache is allocated by generate itself)."""
+    from contextlib import nullcontext
     from types import SimpleNamespace
 
     from transformers import LogitsProcessorList
 
+    from mascot.llm.local_decoding import compiled as compiled_config
     from mascot.llm.shared_prefix import cache_keyword, shared_prompt_cache
+    from mascot.train.merged_sampling import merged_adapters
 
-    def sharing(*args, input_ids=None, attention_mask=None, **kwargs):
+    def sampling(*args, input_ids=None, attention_mask=None, **kwargs):
         was_training = model.training
         model.eval()
         try:
-            rows = [ids[mask.bool()].tolist() for ids, mask in zip(input_ids, attention_mask, strict=True)]
-            loaded = SimpleNamespace(net=model, pad_id=pad_id, device=input_ids.device)
-            cache = shared_prompt_cache(loaded, rows, input_ids.size(1)) if share else None
-            extra = {cache_keyword(): cache} if cache is not None else {}
-            if constraint is not None:
-                extra["logits_processor"] = LogitsProcessorList([*(kwargs.pop("logits_processor", None) or []), constraint(len(rows), input_ids.size(1))])
-            return generate(*args, input_ids=input_ids, attention_mask=attention_mask, **extra, **kwargs)
+            with merged_adapters(model, merge) if merge is not None else nullcontext():
+                rows = [ids[mask.bool()].tolist() for ids, mask in zip(input_ids, attention_mask, strict=True)]
+                loaded = SimpleNamespace(net=model, pad_id=pad_id, device=input_ids.device)
+                cache = shared_prompt_cache(loaded, rows, input_ids.size(1)) if share and not compiled else None
+                extra = {cache_keyword(): cache} if cache is not None else {}
+                if constraint is not None:
+                    extra["logits_processor"] = LogitsProcessorList([*(kwargs.pop("logits_processor", None) or []), constraint(len(rows), input_ids.size(1))])
+                if compiled and kwargs.get("generation_config") is not None:
+                    kwargs["generation_config"] = compiled_config(kwargs["generation_config"])
+                return generate(*args, input_ids=input_ids, attention_mask=attention_mask, **extra, **kwargs)
         finally:
             model.train(was_training)
 
-    return sharing
+    return sampling
 
 
 def choice_constraint(tokenizer, slot):
-    """A `constraint` for `_sharing_generate`: every row's completion opens with one of the slot's
+    """A `constraint` for `_policy_generate`: every row's completion opens with one of the slot's
     choices (a roster name after the Director's `agent:`), as the in-process Director and a server's
     structured outputs hold it when it runs, so that training samples what it will be asked for."""
     from mascot.llm.local_decoding import ChoiceConstraint
 
     return lambda rows, width: ChoiceConstraint(tokenizer, [slot] * rows, width)
+
+
+def grouped_shuffle(batch: dict) -> dict:
+    """TRL's shuffle of a generation batch before it is cut into micro-batches, by whole groups: the
+    groups (rows of one prompt) come in a random order and each group's rows stay together, so a
+    micro-batch holds as few distinct prompts as it can and the shared pass runs each of them once
+    (shuffled row by row, a micro-batch of 8 rows from groups of 4 held up to 4 prompts instead of 2,
+    and its forward and backward passes cost up to twice as much). The loss is the same: TRL's
+    token-level losses divide every micro-batch by the whole generation batch's token count, and an
+    optimizer step accumulates all the micro-batches of its generation."""
+    if batch.get("prompt_ids") is None:
+        return _permuted(batch, torch.randperm(len(next(v for v in batch.values() if v is not None))))
+    _, group = distinct_rows(batch["prompt_ids"], batch["prompt_mask"])
+    order = torch.randperm(int(group.max()) + 1)
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(order.numel())
+    permutation = torch.argsort(rank[group.cpu()] * group.numel() + torch.arange(group.numel()))
+    return _permuted(batch, permutation)
+
+
+def _permuted(batch: dict, permutation: torch.Tensor) -> dict:
+    """Every sequence of `batch` reordered by `permutation` (scalars and None kept), as TRL's shuffle does."""
+
+    def permute(value):
+        if value is None or (isinstance(value, torch.Tensor) and value.ndim == 0):
+            return value
+        if isinstance(value, torch.Tensor):
+            return value[permutation.to(value.device)]
+        return [value[i] for i in permutation.tolist()]
+
+    return {key: permute(value) for key, value in batch.items()}
 
 
 def prompt_sharing(trainer_class: type) -> type:
@@ -129,19 +173,45 @@ def prompt_sharing(trainer_class: type) -> type:
     class PromptSharingGRPOTrainer(trainer_class):
         share_prompts = True
         choice_slot = None  # a ChoiceSlot every completion opens with (the Director's name), or None
+        merged_generation = True  # sample with the adapters folded in (mascot.train.merged_sampling)
+        compiled_decode = False  # sample with a static cache and a compiled forward
+        merge_stats = None  # a GenerationStats per trainer, made at its first generation
 
         def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs):
-            plain = not (self.use_vllm or self.use_transformers_continuous_batching or images or multimodal_fields or self.args.cache_implementation)
-            if not ((self.share_prompts or self.choice_slot is not None) and plain and unsharded(self)):
+            plain = not (self.use_vllm or self.use_transformers_continuous_batching or images or multimodal_fields)
+            if not (plain and unsharded(self)):
                 return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs)
+            from mascot.train.merged_sampling import GenerationStats
+
+            if self.merge_stats is None:
+                self.merge_stats = GenerationStats()
             model = self.accelerator.unwrap_model(self.model_wrapped)
             original = model.generate
             constraint = choice_constraint(self._tokenizer, self.choice_slot) if self.choice_slot is not None else None
-            model.generate = _sharing_generate(model, original, self._tokenizer.pad_token_id, constraint, share=self.share_prompts)
+            static = self.compiled_decode or bool(self.args.cache_implementation)
+            model.generate = _policy_generate(model, original, self._tokenizer.pad_token_id, constraint=constraint, share=self.share_prompts and not static,
+                                              merge=self.merge_stats if self.merged_generation else None, compiled=self.compiled_decode)  # fmt: skip
+            started = time.perf_counter()
             try:
-                return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs)
+                completions, logprobs = super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs)
             finally:
                 del model.generate  # the class's generate again
+            self.merge_stats.timed(time.perf_counter() - started, completions)
+            return completions, logprobs
+
+        def _prepare_inputs(self, generation_batch):
+            """TRL's, with the generation batch shuffled by whole groups (`grouped_shuffle`) when the
+            shared pass runs: TRL calls its module's `shuffle_sequence_dict` there, replaced for the call."""
+            if not (self.share_prompts and self.model.training and self.args.steps_per_generation > 1):
+                return super()._prepare_inputs(generation_batch)
+            import trl.trainer.grpo_trainer as trl_grpo
+
+            row_shuffle = trl_grpo.shuffle_sequence_dict
+            trl_grpo.shuffle_sequence_dict = grouped_shuffle
+            try:
+                return super()._prepare_inputs(generation_batch)
+            finally:
+                trl_grpo.shuffle_sequence_dict = row_shuffle
 
         def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False, **kwargs):
             if not (self.share_prompts and sharing_applies(self, kwargs)) or input_ids.size(1) - logits_to_keep < 2:

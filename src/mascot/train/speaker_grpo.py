@@ -22,6 +22,7 @@ from mascot.train.common import (
     TrainOutcome,
     finish,
     first_last,
+    generation_record,
     grpo_config,
     grpo_trainer_class,
     open_output,
@@ -122,6 +123,7 @@ def train_speaker(settings: SpeakerGRPOSettings) -> TrainOutcome:
     )
     figures = run_training(trainer, checkpoint)
     figures.update(count_parameters(trainer.model))
+    figures["generation"] = generation_record(trainer, settings)
     weights_kind = save_model(trainer, output)
     meta = TrainingMetadata(
         role="speaker",
