@@ -167,8 +167,9 @@ def _permuted(batch: dict, permutation: torch.Tensor) -> dict:
 
 
 def prompt_sharing(trainer_class: type) -> type:
-    """`trainer_class` (TRL's GRPOTrainer) with the per-token log-probabilities computed as above,
-    and its own sampling (transformers' generate) in eval mode from a shared-prompt cache."""
+    """`trainer_class` (TRL's GRPOTrainer) with the per-token log-probabilities computed as above
+    over micro-batches of whole prompt groups, and its own sampling (transformers' generate) in eval
+    mode with the adapters folded in, from a shared-prompt cache (or compiled), timed."""
 
     class PromptSharingGRPOTrainer(trainer_class):
         share_prompts = True
@@ -202,9 +203,11 @@ def prompt_sharing(trainer_class: type) -> type:
         def _prepare_inputs(self, generation_batch):
             """TRL's, with the generation batch shuffled by whole groups (`grouped_shuffle`) when the
             shared pass runs: TRL calls its module's `shuffle_sequence_dict` there, replaced for the call."""
-            if not (self.share_prompts and self.model.training and self.args.steps_per_generation > 1):
-                return super()._prepare_inputs(generation_batch)
             import trl.trainer.grpo_trainer as trl_grpo
+
+            applies = self.share_prompts and self.model.training and self.args.steps_per_generation > 1
+            if not (applies and hasattr(trl_grpo, "shuffle_sequence_dict")):  # a TRL that shuffles elsewhere keeps its own
+                return super()._prepare_inputs(generation_batch)
 
             row_shuffle = trl_grpo.shuffle_sequence_dict
             trl_grpo.shuffle_sequence_dict = grouped_shuffle
