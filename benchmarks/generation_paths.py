@@ -32,35 +32,25 @@ import json
 import platform
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
-SHAPES = {
-    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16),
-    # the embedded model's shape (Llama-like, as a Qwen3 here): what the learning preset trains on the CPU
-    "smollm2-135m": dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3, head_dim=64),
-    "qwen3-0.6b": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8, head_dim=128),
-    "qwen3-8b": dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8, head_dim=128),
-}
+from gpu_train_profile import SHAPES, random_model  # noqa: E402 - the shapes and the random init the trainer profile uses
+
 PATHS = ("train-unmerged", "eval-unmerged", "merged", "merged-static", "compiled", "continuous-batching")
 
 
 def build_policy(shape: str, vocab: int, device: str, dtype):
     import torch
     from peft import LoraConfig, get_peft_model
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from transformers import Qwen3ForCausalLM
 
     torch.manual_seed(0)
-    config = Qwen3Config(vocab_size=vocab, max_position_embeddings=8192, tie_word_embeddings=shape != "qwen3-8b", **SHAPES[shape])
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        with torch.device(device):
-            model = Qwen3ForCausalLM(config)
-    finally:
-        torch.set_default_dtype(previous)
+    model = random_model(Qwen3ForCausalLM, shape, vocab, device, dtype)
     peft = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, lora_dropout=0.1, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]))
     for name, param in peft.named_parameters():
         if "lora_B" in name:
@@ -96,8 +86,8 @@ def sample(model, args, path: str, ids, mask):
     from mascot.train.merged_sampling import GenerationStats, merged_adapters
 
     model.train(path == "train-unmerged")
-    folded = merged_adapters(model, GenerationStats()) if path not in ("train-unmerged", "eval-unmerged") else None
-    with torch.no_grad(), (folded if folded is not None else _nothing()):
+    folded = merged_adapters(model, GenerationStats()) if path not in ("train-unmerged", "eval-unmerged") else nullcontext()
+    with torch.no_grad(), folded:
         sync(args.device)
         started = time.perf_counter()
         model(input_ids=ids, attention_mask=mask, logits_to_keep=1)  # the prefill alone, for its time
@@ -113,14 +103,6 @@ def sample(model, args, path: str, ids, mask):
             tokens = (out.size(1) - ids.size(1)) * out.size(0)
         sync(args.device)
     return time.perf_counter() - started, prefill, tokens
-
-
-class _nothing:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 def prompts(args, vocab: int):

@@ -48,6 +48,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 SHAPES = {
     "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=True),
+    # the embedded model's shape (SmolLM2-135M, Llama-like, as a Qwen3 here): what the learning preset trains on a CPU
+    "smollm2-135m": dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3, head_dim=64, tie_word_embeddings=True),
     "qwen3-0.6b": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True),
     "qwen3-8b": dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8, head_dim=128, tie_word_embeddings=False),
 }
@@ -77,6 +79,24 @@ def default_tokenizer(tiny: bool) -> Path:
     return tokenizer_dir(2048 if tiny else None)
 
 
+def random_model(cls, shape: str | dict, vocab_size: int, device: str, dtype, **extra):
+    """A randomly initialised Qwen3 `cls` of `shape` (a SHAPES name or its dimensions), built on `device` in `dtype`."""
+    import torch
+    from transformers import Qwen3Config
+
+    dims = SHAPES[shape] if isinstance(shape, str) else shape
+    config = Qwen3Config(vocab_size=vocab_size, max_position_embeddings=8192, **dims, **extra)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            model = cls(config)
+    finally:
+        torch.set_default_dtype(previous)
+    model.config.name_or_path = f"random-{shape}"
+    return model
+
+
 @contextmanager
 def random_weights(policy_shape: str, reward_shape: str, vocab_size: int, device: str):
     """Replaces MASCOT's weight loading with a random init of the given shapes on `device`."""
@@ -94,17 +114,7 @@ def random_weights(policy_shape: str, reward_shape: str, vocab_size: int, device
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
 
     def build(cls, shape: str | dict, **extra):
-        dims = SHAPES[shape] if isinstance(shape, str) else shape
-        config = Qwen3Config(vocab_size=vocab_size, max_position_embeddings=8192, **dims, **extra)
-        previous = torch.get_default_dtype()
-        torch.set_default_dtype(dtype)
-        try:
-            with torch.device(device):
-                model = cls(config)
-        finally:
-            torch.set_default_dtype(previous)
-        model.config.name_or_path = f"random-{shape}"
-        return model
+        return random_model(cls, shape, vocab_size, device, dtype, **extra)
 
     def causal_lm(name):
         return build(Qwen3ForCausalLM, policy_shape)

@@ -154,6 +154,14 @@ def test_the_in_process_rollout_models_decode_the_same_tokens_compiled():
     assert compiled.tolist() == plain.tolist() and compiled.shape == (2, 5)
 
 
+def pairs_run(tmp_path, prompts: int = 4):
+    """A Stage-1 run folder of `prompts` distinct Speaker prompts (one pair each)."""
+    run = tmp_path / "individual_ED_tiny"
+    write_jsonl(run / "pairs.jsonl", keyword_pairs(prompts, 1))
+    write_run_config(run, dataset="EmpatheticDialogues")
+    return run
+
+
 def test_the_speaker_trainer_samples_merged_in_eval_mode_with_a_cache_and_leaves_the_base_as_loaded(tmp_path, monkeypatch):
     """The real `train speaker` path on a tiny Qwen3: every pass while sampling has the adapters
     folded and the model in eval mode, decoding one token per pass after the prefill (the KV cache
@@ -162,9 +170,7 @@ def test_the_speaker_trainer_samples_merged_in_eval_mode_with_a_cache_and_leaves
     from mascot.train.config import SpeakerGRPOSettings
     from mascot.train.speaker_grpo import train_speaker
 
-    run = tmp_path / "individual_ED_tiny"
-    write_jsonl(run / "pairs.jsonl", keyword_pairs(4, 1))
-    write_run_config(run, dataset="EmpatheticDialogues")
+    run = pairs_run(tmp_path)
     watch = SamplingWatch().install(monkeypatch, "mascot.train.speaker_grpo")
     settings = SpeakerGRPOSettings(data_path=str(run), model_name=str(tiny_model(tmp_path / "policy")), output_dir=str(tmp_path / "speaker"),
                                    reward_model_weight=0.0, format_weight=1.0, conciseness_weight=1.0, batch_size=4, num_generations=2,
@@ -186,9 +192,7 @@ def test_without_merged_generation_the_speaker_samples_with_the_adapter_beside_t
     from mascot.train.config import SpeakerGRPOSettings
     from mascot.train.speaker_grpo import train_speaker
 
-    run = tmp_path / "individual_ED_tiny"
-    write_jsonl(run / "pairs.jsonl", keyword_pairs(4, 1))
-    write_run_config(run, dataset="EmpatheticDialogues")
+    run = pairs_run(tmp_path)
     watch = SamplingWatch().install(monkeypatch, "mascot.train.speaker_grpo")
     settings = SpeakerGRPOSettings(data_path=str(run), model_name=str(tiny_model(tmp_path / "policy")), output_dir=str(tmp_path / "speaker"),
                                    reward_model_weight=0.0, format_weight=1.0, batch_size=4, num_generations=2, max_steps=1,
@@ -201,7 +205,7 @@ def test_without_merged_generation_the_speaker_samples_with_the_adapter_beside_t
 @pytest.mark.parametrize(("env", "flags", "says"), [
     ({"ACCELERATE_USE_FSDP": "true"}, [], "merged generation cannot hold under FSDP .*--no-merged-generation"),
     ({"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3"}, [], "under DeepSpeed ZeRO-3"),
-    ({}, ["--vllm-enable-sleep-mode"], "set the colocated vLLM engine: add --use-vllm --vllm-mode colocate"),
+    ({}, ["--vllm-enable-sleep-mode"], "sets the colocated vLLM engine: add --use-vllm --vllm-mode colocate"),
     ({}, ["--steps-per-generation", "0"], "--steps-per-generation must be at least 1"),
     ({}, ["--vllm-gpu-memory-utilization", "1.5"], "must be in \\(0, 1\\]"),
 ])
@@ -210,9 +214,7 @@ def test_launches_where_generation_cannot_hold_are_refused_in_one_line_before_a_
 
     from mascot.errors import MascotError
 
-    run = tmp_path / "individual_ED_tiny"
-    write_jsonl(run / "pairs.jsonl", keyword_pairs(4, 1))
-    write_run_config(run, dataset="EmpatheticDialogues")
+    run = pairs_run(tmp_path)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     with pytest.raises(MascotError, match=says) as refused:  # the model named does not exist: nothing was loaded
@@ -230,9 +232,7 @@ def test_generation_settings_reach_grpo_config(tmp_path, monkeypatch):
     from mascot.train.config import SpeakerGRPOSettings
     from mascot.train.speaker_grpo import train_speaker
 
-    run = tmp_path / "individual_ED_tiny"
-    write_jsonl(run / "pairs.jsonl", keyword_pairs(8, 1))
-    write_run_config(run, dataset="EmpatheticDialogues")
+    run = pairs_run(tmp_path, prompts=8)
     seen = capture_grpo_trainer(monkeypatch, "mascot.train.speaker_grpo")
     settings = SpeakerGRPOSettings(data_path=str(run), model_name="tiny", output_dir=str(tmp_path / "speaker"), reward_model_weight=0.0,
                                    batch_size=8, per_device_batch_size=4, num_generations=2, steps_per_generation=3, compiled_decode=True,

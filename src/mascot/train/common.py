@@ -280,7 +280,8 @@ def validate_generation(settings) -> None:
     colocate_only = [flag for flag, used in (("--vllm-enable-sleep-mode", settings.vllm_enable_sleep_mode), ("--vllm-max-model-length", settings.vllm_max_model_length))
                      if used]  # fmt: skip
     if colocate_only and not (settings.use_vllm and settings.vllm_mode == "colocate"):
-        raise TrainingSetupError(f"{' and '.join(colocate_only)} set the colocated vLLM engine: add --use-vllm --vllm-mode colocate, or drop them")
+        verb = "set" if len(colocate_only) > 1 else "sets"
+        raise TrainingSetupError(f"{' and '.join(colocate_only)} {verb} the colocated vLLM engine: add --use-vllm --vllm-mode colocate, or drop them")
     if settings.vllm_max_model_length is not None and settings.vllm_max_model_length <= settings.max_completion_length:
         raise TrainingSetupError(f"--vllm-max-model-length {settings.vllm_max_model_length} leaves no room for a prompt before "
                                  f"--max-completion-length {settings.max_completion_length}")  # fmt: skip

@@ -171,11 +171,10 @@ def policy_sampling(settings: DirectorGRPOSettings, trainer):
     (counted with them), unless --no-merged-generation."""
     if not settings.merged_generation:
         return None
-    from mascot.train.merged_sampling import GenerationStats, merged_adapters
+    from mascot.train.merged_sampling import merged_adapters, trainer_stats
 
-    if getattr(trainer, "merge_stats", None) is None:
-        trainer.merge_stats = GenerationStats()
-    return lambda net: merged_adapters(net, trainer.merge_stats)
+    stats = trainer_stats(trainer)
+    return lambda net: merged_adapters(net, stats)
 
 
 def rollout_model(settings: DirectorGRPOSettings) -> str:

@@ -57,6 +57,14 @@ class GenerationStats:
         return record
 
 
+def trainer_stats(trainer) -> GenerationStats:
+    """The trainer's one GenerationStats (its own sampling and, with --rollout-director policy, the
+    rollouts' later rounds count together), made at first use."""
+    if getattr(trainer, "merge_stats", None) is None:
+        trainer.merge_stats = GenerationStats()
+    return trainer.merge_stats
+
+
 def sharded_launch() -> str | None:
     """The sharding the launcher set up for this process (accelerate's environment), or None."""
     if os.environ.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true"):

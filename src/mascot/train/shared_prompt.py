@@ -176,28 +176,27 @@ def prompt_sharing(trainer_class: type) -> type:
         choice_slot = None  # a ChoiceSlot every completion opens with (the Director's name), or None
         merged_generation = True  # sample with the adapters folded in (mascot.train.merged_sampling)
         compiled_decode = False  # sample with a static cache and a compiled forward
-        merge_stats = None  # a GenerationStats per trainer, made at its first generation
+        merge_stats = None  # a GenerationStats per trainer (merged_sampling.trainer_stats)
 
         def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs):
             plain = not (self.use_vllm or self.use_transformers_continuous_batching or images or multimodal_fields)
             if not (plain and unsharded(self)):
                 return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs)
-            from mascot.train.merged_sampling import GenerationStats
+            from mascot.train.merged_sampling import trainer_stats
 
-            if self.merge_stats is None:
-                self.merge_stats = GenerationStats()
+            stats = trainer_stats(self)
             model = self.accelerator.unwrap_model(self.model_wrapped)
             original = model.generate
             constraint = choice_constraint(self._tokenizer, self.choice_slot) if self.choice_slot is not None else None
             static = self.compiled_decode or bool(self.args.cache_implementation)
             model.generate = _policy_generate(model, original, self._tokenizer.pad_token_id, constraint=constraint, share=self.share_prompts and not static,
-                                              merge=self.merge_stats if self.merged_generation else None, compiled=self.compiled_decode)  # fmt: skip
+                                              merge=stats if self.merged_generation else None, compiled=self.compiled_decode)  # fmt: skip
             started = time.perf_counter()
             try:
                 completions, logprobs = super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs)
             finally:
                 del model.generate  # the class's generate again
-            self.merge_stats.timed(time.perf_counter() - started, completions)
+            stats.timed(time.perf_counter() - started, completions)
             return completions, logprobs
 
         def _prepare_inputs(self, generation_batch):
