@@ -42,6 +42,8 @@ def test_scripted_pipeline_runs_every_step_and_reports(server, base, tmp_path):
     # each reward function's own curve: a plot per policy, a row per function
     assert (out / "grpo_rewards_speaker.png").is_file() and (out / "grpo_rewards_director.png").is_file()
     assert "| Director GRPO (Stage 2) | group_reward_model |" in report and "| Speaker GRPO (Stage 1) | persona_reward_model |" in report
+    check = json.loads((out / "director" / "mascot_metadata.json").read_text())["evaluation"]["group_reward_model_check"]
+    assert ("not shown to rank conversations better than chance" in report) is check["weak"]  # the Director's reward model, said in the report
     # a second run skips every finished step and runs nothing again
     run_command(["pipeline", "--config", str(config)])
     again = state_of(out)

@@ -152,9 +152,13 @@ def test_director_dpo_widens_the_chosen_over_rejected_margin(tmp_path):
     write_jsonl(run / "directive_pairs.jsonl", directive_pairs(30))
     write_run_config(run, dataset="EmpatheticDialogues")
     base = tiny_model(tmp_path / "base")
-    settings = DirectorDPOSettings(data_path=str(run), model_name=str(base), output_dir=str(tmp_path / "dpo"), batch_size=8, learning_rate=5e-3, logging_steps=1, eval_fraction=0.2)
+    settings = DirectorDPOSettings(data_path=str(run), model_name=str(base), output_dir=str(tmp_path / "dpo"), batch_size=8, learning_rate=5e-3, logging_steps=1,
+                                   eval_fraction=0.2, eval_steps=1)
     outcome = train_director_dpo(settings)
     ev = outcome.metadata.evaluation
+    selection = outcome.metadata.train_metrics["selection"]  # every step measured on the held-out pairs, the best kept
+    assert [s for s, _ in selection["measurements"]] == [1, 2, 3] and selection["figure"] == "held-out preference accuracy"
+    assert selection["best_value"] == max(v for _, v in selection["measurements"]) == pytest.approx(ev["heldout_reward_accuracy"], abs=1e-4)
     assert ev["train_reward_margin"]["last"] > ev["train_reward_margin"]["first"]
     assert ev["heldout_reward_margin"] > 0.1 and ev["heldout_reward_accuracy"] >= 0.9
     meta = read_metadata(outcome.output_dir)
@@ -607,3 +611,21 @@ def test_a_reward_judge_that_never_answers_stops_the_run_in_one_line(tmp_path):
         train_director_grpo(settings, rollout_clients=scripted_clients())
     assert "\n" not in str(info.value)
     assert not list(Path(settings.output_dir).rglob("adapter_model.safetensors"))  # nothing saved as a trained Director
+
+
+@pytest.mark.parametrize("accuracy, pairs, weak", [(0.578, 109, True), (0.802, 111, False), (None, 0, True)])
+def test_a_group_reward_model_not_shown_above_chance_is_flagged_before_the_director_learns_its_noise(tmp_path, caplog, accuracy, pairs, weak):
+    from mascot.train.artefact import TrainingMetadata, write_metadata
+    from mascot.train.config import DirectorGRPOSettings
+    from mascot.train.director_grpo import group_reward_model_check
+
+    evaluation = {"heldout_pairwise_accuracy": accuracy, "heldout_pairs": pairs} if pairs else {}
+    write_metadata(tmp_path, TrainingMetadata(role="group_reward_model", trainer="reward", base_model="tiny", evaluation=evaluation))
+    settings = DirectorGRPOSettings(data_path="x", group_reward_model_path=str(tmp_path))
+    with caplog.at_level("WARNING", logger="mascot.train.director_grpo"):
+        check = group_reward_model_check(settings)
+    assert check["weak"] is weak and check["heldout_pairs"] == pairs
+    assert ("nothing shows it ranks conversations better than chance" in caplog.text) is weak
+    if pairs:
+        assert (check["p_above_chance"] < 0.05) is not weak  # 63 of 109: p = 0.06; 89 of 111: p < 1e-10
+    assert group_reward_model_check(DirectorGRPOSettings(data_path="x", group_reward_model_path=str(tmp_path), group_reward_weight=0.0)) is None

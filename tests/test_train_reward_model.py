@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from train_helpers import one_thread_per_module, base, KEYWORD, keyword_pairs, single_thread, tiny_model, write_jsonl, write_run_config  # noqa: F401 - fixtures
+from train_helpers import one_thread_per_module, base, KEYWORD, keyword_pairs, keyword_pairs_run, single_thread, tiny_model, write_jsonl, write_run_config  # noqa: F401 - fixtures
 
 from mascot.train.artefact import read_metadata
 from mascot.train.config import GroupRewardModelSettings, RewardModelSettings
@@ -16,10 +16,7 @@ from mascot.train.scoring import RewardModelScorer
 
 @pytest.fixture(scope="module")
 def stage1_run(tmp_path_factory):
-    run = tmp_path_factory.mktemp("runs") / "individual_ED_tiny"
-    write_jsonl(run / "pairs.jsonl", keyword_pairs(n_prompts=80, per_prompt=2))
-    write_run_config(run, dataset="EmpatheticDialogues", rubric_version="paper_v1", roster="emotional_support@1.0")
-    return run
+    return keyword_pairs_run(tmp_path_factory.mktemp("runs") / "individual_ED_tiny", n_prompts=80)
 
 
 @pytest.fixture(scope="module")

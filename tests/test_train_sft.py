@@ -56,8 +56,12 @@ def test_sft_lowers_the_loss_and_writes_a_speaker_artefact(base, tmp_path):
     write_jsonl(run / "candidates.jsonl", candidates())
     write_run_config(run, dataset="EmpatheticDialogues", rubric_version="paper_v1", roster="emotional_support@1.0")
     settings = SFTSettings(data_path=str(run), model_name=str(base), output_dir=str(tmp_path / "sft"), batch_size=8, max_steps=20,
-                           learning_rate=2e-2, logging_steps=1, save_steps=100, eval_fraction=0.2, gradient_checkpointing=False, lora_r=8)
+                           learning_rate=2e-2, logging_steps=1, save_steps=100, eval_steps=5, eval_fraction=0.2, gradient_checkpointing=False, lora_r=8)
     outcome = train_sft(settings)
+    selection = outcome.metadata.train_metrics["selection"]  # the held-out loss every 5 steps, the lowest kept
+    assert [s for s, _ in selection["measurements"]] == [5, 10, 15, 20] and not selection["higher_is_better"]
+    assert selection["best_value"] == min(v for _, v in selection["measurements"])
+    assert outcome.metadata.evaluation["heldout_loss"] == pytest.approx(selection["best_value"], abs=1e-3)
     meta = read_metadata(outcome.output_dir)
     assert meta.role == "speaker" and meta.trainer == "sft" and meta.weights == "lora_adapter"
     assert meta.dataset == "EmpatheticDialogues" and meta.personas == ["The Anchor"] and meta.rubric_version == "paper_v1"

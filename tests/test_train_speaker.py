@@ -164,3 +164,26 @@ def test_grpo_resumed_from_its_final_checkpoint_saves_it_without_another_step(tm
     assert resumed.metadata.train_metrics["global_steps"] == 2
     assert set(resumed.metadata.evaluation["rewards"]) == {"format_reward", "conciseness_reward"}  # the checkpoint's curves
     assert (resumed.output_dir / "adapter_model.safetensors").is_file()
+
+
+def test_held_out_contexts_choose_the_kept_step_by_their_mean_reward(half_formatted_policy, tmp_path):
+    """--eval-fraction holds whole contexts out of Speaker GRPO; the policy samples for them every
+    --eval-steps and the step with the best mean reward there is the artefact."""
+    run = tmp_path / "individual_ED_tiny"
+    pairs = keyword_pairs(16, 1)
+    write_jsonl(run / "pairs.jsonl", pairs)
+    write_run_config(run, dataset="EmpatheticDialogues")
+    settings = SpeakerGRPOSettings(
+        data_path=str(run), model_name=str(half_formatted_policy), output_dir=str(tmp_path / "speaker"), reward_model_weight=0.0,
+        format_weight=1.0, conciseness_weight=0.0, batch_size=8, num_generations=4, max_steps=6, learning_rate=3e-3,
+        max_completion_length=16, beta=0.0, logging_steps=1, eval_fraction=0.25, eval_steps=3,
+    )
+    outcome = train_speaker(settings)
+    meta = read_metadata(outcome.output_dir)
+    assert (meta.num_train_records, meta.num_eval_records) == (12, 4)  # 4 of 16 contexts held out
+    selection = meta.train_metrics["selection"]
+    assert selection["figure"] == "held-out mean reward" and [s for s, _ in selection["measurements"]] == [3, 6]
+    assert selection["best_value"] == max(v for _, v in selection["measurements"])
+    assert 0.0 <= meta.evaluation["heldout_reward"] <= 1.0  # the format reward of the kept weights, sampled afresh
+    trained_logs = [k for k in meta.evaluation["rewards"]]  # held-out sampling does not disturb the training curves
+    assert trained_logs == ["format_reward"] and meta.evaluation["rewards"]["format_reward"]["num_logged"] == 6

@@ -169,6 +169,13 @@ def keyword_pairs(n_prompts: int = 60, per_prompt: int = 2, seed: int = 0, kind:
     return pairs
 
 
+def keyword_pairs_run(folder: Path, n_prompts: int) -> Path:
+    """A Stage-1 run folder of `keyword_pairs` (two per prompt) with the run_config a trainer reads."""
+    write_jsonl(folder / "pairs.jsonl", keyword_pairs(n_prompts=n_prompts, per_prompt=2))
+    write_run_config(folder, dataset="EmpatheticDialogues", rubric_version="paper_v1", roster="emotional_support@1.0")
+    return folder
+
+
 def sft_warm_start(model_dir: Path, prompts: list, replies: list[str], *, steps: int = 60, lr: float = 3e-3, seed: int = 0) -> Path:
     """Teaches a tiny random model to answer in a given shape (plain torch loop, full weights), so
     RL tests start from a policy that emits parseable text, as a real base model would."""

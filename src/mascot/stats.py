@@ -200,13 +200,14 @@ def proportion_interval(successes: int, n: int) -> tuple[float, float] | None:
     return max(0.0, float(low)), min(1.0, float(high))
 
 
-def binomial_p(successes: int, n: int, p: float = 0.5) -> float | None:
-    """Exact two-sided binomial test (scipy.stats.binomtest); None without trials."""
+def binomial_p(successes: int, n: int, p: float = 0.5, alternative: str = "two-sided") -> float | None:
+    """Exact binomial test (scipy.stats.binomtest; `alternative` "greater": more successes than
+    `p` predicts); None without trials."""
     if n == 0:
         return None
     from scipy.stats import binomtest
 
-    return float(binomtest(successes, n, p, alternative="two-sided").pvalue)
+    return float(binomtest(successes, n, p, alternative=alternative).pvalue)
 
 
 def holm(p_values: Sequence[float | None], alpha: float = 1 - LEVEL) -> tuple[list[bool | None], list[float | None]]:

@@ -124,6 +124,10 @@ def _reward_models(root: Path) -> str:
         kinds = ev.get("heldout_by_kind") or {}
         if kinds:  # --cross-persona-pairs: the queries' own pairs and the borrowed ones apart
             notes.append(f"{name}, held out by kind: " + "; ".join(f"{kind.replace('_', '-')} pairs {_fmt(k.get('accuracy'))} on {_fmt(k.get('pairs'))}" for kind, k in kinds.items()))
+    check = ((fig.artefact_metadata(root / "director") or {}).get("evaluation") or {}).get("group_reward_model_check") or {}
+    if check.get("weak"):
+        notes.append(f"group_reward_model: not shown to rank conversations better than chance (one-sided p = {_fmt(check.get('p_above_chance'))} "
+                     "on its held-out pairs): the Director trained on it may have learnt its noise")
     if len(lines) <= 3:
         return ""
     return "\n".join(lines + ([""] + notes if notes else []))

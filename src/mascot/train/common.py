@@ -14,6 +14,7 @@ from mascot.train import artefact
 from mascot.train.artefact import ArtefactError, TrainingMetadata
 from mascot.settings import as_dict
 from mascot.train.config import MULTI_OBJECTIVE_AGGREGATIONS, REWARD_SCALINGS, TrainSettings
+from mascot.train.best import Selection, apply_best
 from mascot.train.guard import non_finite_guard, require_schedule, require_steps_taken
 from mascot.train.runtime import BatchPlan, TrainingSetupError, is_main_process, require_gpu_for_vllm, trainer_arguments
 from mascot.train.screen import replace_default_progress
@@ -46,11 +47,13 @@ def open_output(settings: TrainSettings, default: Path) -> tuple[Path, Path | No
     return output, checkpoint
 
 
-def run_training(trainer, checkpoint: Path | None) -> dict[str, Any]:
+def run_training(trainer, checkpoint: Path | None, selection: Selection | None = None) -> dict[str, Any]:
     """trainer.train() with resume; returns the figures worth keeping in the metadata. A run that
-    ended at step 0 is an error here, before anything is saved."""
+    ended at step 0 is an error here, before anything is saved. With a `selection`
+    (`best.keep_best`), the best weights measured are in the model when it returns, the last ones
+    in the output's `last/` folder, and a run that diverged after a measurement stops early."""
 
-    trainer.add_callback(non_finite_guard())
+    trainer.add_callback(non_finite_guard(selection))
     started = time.monotonic()
     finished = _finished_checkpoint_state(trainer, checkpoint)
     if finished is not None:
@@ -74,6 +77,9 @@ def run_training(trainer, checkpoint: Path | None) -> dict[str, Any]:
         "resumed_from": checkpoint.name if checkpoint else None,
     }
     require_steps_taken(figures, trainer.args.output_dir)
+    record = apply_best(trainer, selection, Path(trainer.args.output_dir))
+    if record is not None:
+        figures["selection"] = record
     for key in ("train_samples_per_second", "train_steps_per_second"):
         if key in metrics:
             figures[key] = metrics[key]

@@ -68,7 +68,27 @@ class TrainSettings:
 
 
 @dataclass
-class RewardModelSettings(TrainSettings):
+class BestStepSettings:
+    """The trainers with a held-out split: which step's weights become the artefact (`train.best`)."""
+
+    eval_steps: Optional[int] = setting(
+        None,
+        "Measure the held-out split every N optimizer steps (and at the last) and keep the best step as the artefact, the last "
+        "beside it in last/; a loss that turns NaN then stops the run and keeps the best. Default: every --save-steps; 0: keep the last step.",
+    )
+
+    patience: int = setting(
+        0,
+        "Stop once this many held-out measurements in a row are worse than the best (a collapsing run), keeping the best; 0: never.",
+    )
+
+    def eval_interval(self) -> int:
+        """Steps between held-out measurements (0: none)."""
+        return self.save_steps if self.eval_steps is None else self.eval_steps  # type: ignore[attr-defined]
+
+
+@dataclass
+class RewardModelSettings(TrainSettings, BestStepSettings):
     """Stage 1: the scalar persona reward model (Bradley-Terry over judged pairs)."""
 
     model_name: str = setting(DEFAULT_REWARD_BASE_MODEL, "Reward-model base: hub id or local folder.", flags=("--model",))
@@ -92,7 +112,8 @@ class RewardModelSettings(TrainSettings):
     score_window: int = setting(
         0,
         "Score the mean of the final hidden states of the sequence's last N positions (the reply's end) instead of the last "
-        "token's alone; 0: the last token, the stock classifier that any server scores.",
+        "token's alone; N of at least --max-length: the mean over the whole sequence (a conversation, every turn of it); "
+        "0: the last token, the stock classifier that any server scores.",
     )
     score_layers: int = setting(
         0, "Keep only the first N decoder layers of the base and score their output (faster; a small model's middle layers can rank replies better); 0: all."
@@ -176,7 +197,7 @@ class GRPOSettings(TrainSettings):
 
 
 @dataclass
-class SpeakerGRPOSettings(GRPOSettings):
+class SpeakerGRPOSettings(GRPOSettings, BestStepSettings):
     """Stage 1: the Speaker policy against the persona reward model plus two rule rewards."""
 
     reward_model_path: Optional[str] = setting(
@@ -196,6 +217,11 @@ class SpeakerGRPOSettings(GRPOSettings):
     conciseness_weight: float = setting(0.2, "Weight of the conciseness reward.")
     length_budget: int = setting(80, "Words a reply may have before the conciseness reward penalises it.")
     reward_max_length: int = setting(1024, "Longest (prompt, reply) the reward model reads; longer ones keep their end.")
+    eval_fraction: float = setting(
+        0.0,
+        "Share of contexts held out (every persona's prompt of each): the policy samples for them every --eval-steps and the step "
+        "with the best mean reward there is kept (costs that generation); 0: none, the last step is kept.",
+    )
 
 
 @dataclass
@@ -279,7 +305,7 @@ class DirectorGRPOSettings(GRPOSettings):
 
 
 @dataclass
-class DirectorDPOSettings(TrainSettings):
+class DirectorDPOSettings(TrainSettings, BestStepSettings):
     """Stage 2 (optional offline alternative): DPO over directive-level pairs from branching episodes."""
 
     data_path: str = setting(
@@ -297,7 +323,7 @@ class DirectorDPOSettings(TrainSettings):
 
 
 @dataclass
-class SFTSettings(TrainSettings):
+class SFTSettings(TrainSettings, BestStepSettings):
     """The `sft` baseline (and optional Stage-1 starting policy): Speakers fine-tuned on replies with TRL's SFTTrainer."""
 
     data_path: str = setting(

@@ -76,17 +76,24 @@ def prompt_key(prompt: list[dict[str, str]]) -> str:
     return json.dumps(prompt, sort_keys=True, ensure_ascii=False)
 
 
-def split_by_prompt(pairs: Sequence[PreferencePair], eval_fraction: float, seed: int) -> tuple[list, list]:
-    """Seeded hold-out of whole prompts: a held-out pair's prompt never appears in training.
+def context_key(pair: PreferencePair) -> str:
+    """What holds a context's prompts together across personas: its id, else the prompt itself."""
+    return pair.context_id or prompt_key(pair.prompt)
+
+
+def split_by_prompt(pairs: Sequence[PreferencePair], eval_fraction: float, seed: int, key=None) -> tuple[list, list]:
+    """Seeded hold-out of whole prompts (or of whatever `key` groups, e.g. `context_key`): a
+    held-out pair's prompt never appears in training.
 
     Falls back to a pair-level split when there is a single prompt."""
+    key = key or (lambda pair: prompt_key(pair.prompt))
     if eval_fraction <= 0 or len(pairs) < 2:
         return list(pairs), []
     if not 0 < eval_fraction < 1:
         raise TrainingDataError(f"--eval-fraction must be in [0, 1), got {eval_fraction}")
     groups: dict[str, list[PreferencePair]] = {}
     for pair in pairs:
-        groups.setdefault(prompt_key(pair.prompt), []).append(pair)
+        groups.setdefault(key(pair), []).append(pair)
     keys = list(groups)
     rng = random.Random(seed)
     if len(keys) == 1:
@@ -97,8 +104,8 @@ def split_by_prompt(pairs: Sequence[PreferencePair], eval_fraction: float, seed:
     rng.shuffle(keys)
     cut = min(len(keys) - 1, max(1, round(len(keys) * eval_fraction)))
     held = {k for k in keys[:cut]}
-    train = [p for p in pairs if prompt_key(p.prompt) not in held]
-    evals = [p for p in pairs if prompt_key(p.prompt) in held]
+    train = [p for p in pairs if key(p) not in held]
+    evals = [p for p in pairs if key(p) in held]
     return train, evals
 
 

@@ -18,6 +18,7 @@ from mascot.dialogue.examples import copies_example
 from mascot.schema import PreferencePair
 from mascot.train import artefact, data
 from mascot.train.artefact import TrainingMetadata
+from mascot.train.best import keep_best, kept_step
 from mascot.train.common import TrainOutcome, finish, first_last, open_output, run_training, save_model
 from mascot.train.config import DirectorDPOSettings
 from mascot.train.models import base_model_id, count_parameters, load_causal_lm, load_tokenizer, lora_config
@@ -85,10 +86,15 @@ def train_director_dpo(settings: DirectorDPOSettings) -> TrainOutcome:
         len(trainer.train_dataset), what="directive pairs", source=data_file, read=len(pairs), held_out=len(held_out),
         dropped=len(train_pairs) - len(trainer.train_dataset), dropped_by="--max-length",
     )
-    figures = run_training(trainer, checkpoint)
+    heldout_rows = data.to_dataset(data.fitted_pair_rows(held_out, tokenizer, settings.max_length)[0]) if held_out else None
+    selection = keep_best(
+        trainer, figure="held-out preference accuracy", measure=lambda: trainer.evaluate(heldout_rows).get("eval_rewards/accuracies"),
+        higher_is_better=True, every=settings.eval_interval() if held_out else 0, patience=settings.patience,
+    )
+    figures = run_training(trainer, checkpoint, selection)
     figures.update(count_parameters(trainer.model))
     figures["num_truncated_pairs"] = num_cut
-    evaluation = evaluate(trainer, held_out, tokenizer, settings.max_length)
+    evaluation = evaluate(trainer, heldout_rows, len(held_out))
     weights = save_model(trainer, output)
     meta = TrainingMetadata(
         role="director",
@@ -108,17 +114,17 @@ def train_director_dpo(settings: DirectorDPOSettings) -> TrainOutcome:
     return TrainOutcome(output, meta)
 
 
-def evaluate(trainer, held_out, tokenizer, max_length: int) -> dict:
+def evaluate(trainer, heldout_rows, num_held_out: int) -> dict:
     """Implicit-reward margin and preference accuracy on held-out pairs, and the training trend."""
     figures = {
         "train_reward_margin": first_last(trainer, "rewards/margins"),
         "train_reward_accuracy": first_last(trainer, "rewards/accuracies"),
     }
-    if held_out:
-        metrics = trainer.evaluate(data.to_dataset(data.fitted_pair_rows(held_out, tokenizer, max_length)[0]))
+    if heldout_rows is not None:
+        metrics = trainer.evaluate(heldout_rows)
         figures["heldout_reward_margin"] = round(float(metrics.get("eval_rewards/margins", float("nan"))), 4)
         figures["heldout_reward_accuracy"] = round(float(metrics.get("eval_rewards/accuracies", float("nan"))), 4)
-        figures["heldout_pairs"] = len(held_out)
+        figures["heldout_pairs"] = num_held_out
     return {k: v for k, v in figures.items() if v is not None}
 
 
@@ -128,4 +134,4 @@ def describe(outcome: TrainOutcome) -> str:
         head = f"held-out preference accuracy {ev['heldout_reward_accuracy']:.3f}, margin {ev['heldout_reward_margin']:+.3f}"
     else:
         head = "no held-out pairs"
-    return f"{head}; artefact: {outcome.output_dir}"
+    return f"{head}{kept_step(outcome.metadata.train_metrics)}; artefact: {outcome.output_dir}"

@@ -196,6 +196,33 @@ def resolve_group_reward_model_path(settings: DirectorGRPOSettings, dataset: str
     log.info("group reward model: %s (the default for %s)", default, dataset)
 
 
+ABOVE_CHANCE_P = 0.05  # a group reward model whose held-out ranking is not this sure to beat chance is flagged
+
+
+def group_reward_model_check(settings: DirectorGRPOSettings) -> dict[str, Any] | None:
+    """How sure it is that the group reward model ranks its held-out pairs better than chance, with
+    a warning when it is not: a Director trained on a reward model at chance learns its noise (in
+    the learning preset, one at 0.58 on 109 pairs gave one companion every sampled directive)."""
+    if settings.group_reward_weight == 0 or settings.reward_judge or not settings.group_reward_model_path:
+        return None
+    from mascot.stats import binomial_p
+
+    evaluation = artefact.read_metadata(settings.group_reward_model_path).evaluation or {}
+    accuracy, pairs = evaluation.get("heldout_pairwise_accuracy"), int(evaluation.get("heldout_pairs") or 0)
+    wins = round(accuracy * pairs) if accuracy is not None else 0
+    p_value = binomial_p(wins, pairs, alternative="greater")
+    check = {"heldout_accuracy": accuracy, "heldout_pairs": pairs, "p_above_chance": None if p_value is None else round(p_value, 4)}
+    check["weak"] = p_value is None or p_value >= ABOVE_CHANCE_P
+    if check["weak"]:
+        ranked = f"ranks its held-out pairs {accuracy:.3f} ({wins} of {pairs}; one-sided p = {p_value:.3f} against chance)" if pairs else "reports no held-out pairs"
+        log.warning(
+            "the group reward model %s %s: nothing shows it ranks conversations better than chance, so the Director would learn "
+            "its noise and may give one companion every turn (watch director/choice_entropy); train it on more contexts",
+            settings.group_reward_model_path, ranked,
+        )
+    return check
+
+
 def load_group_scorer(settings: DirectorGRPOSettings) -> TrajectoryScorer | None:
     if settings.group_reward_weight == 0 or settings.reward_judge:
         return None
@@ -231,6 +258,7 @@ def train_director_grpo(
     )
 
     scorer = trajectory_scorer if trajectory_scorer is not None else load_group_scorer(settings)
+    reward_model_check = group_reward_model_check(settings) if trajectory_scorer is None else None
     backends = None if rollout_clients is not None or not rollout_endpoints(settings) else build_rollout_backends(settings, output / ROLLOUT_TRACE)
     clients = rollout_clients or (backends.clients if backends is not None else {})
     if trajectory_scorer is None and settings.reward_judge and settings.group_reward_weight:
@@ -265,6 +293,8 @@ def train_director_grpo(
     stats = rewards.rollouts.stats = summed_over_processes(trainer, rewards.rollouts.stats)
     refuse_if_nothing_parsed(stats)
     evaluation = _evaluation(trainer, stats, rewards.funcs)
+    if reward_model_check is not None:
+        evaluation["group_reward_model_check"] = reward_model_check
     if isinstance(scorer, JudgeTrajectoryScorer):
         evaluation["num_reward_judge_failures"] = scorer.failures
     meta = _metadata(settings, inputs, save_model(trainer, output), evaluation, figures)

@@ -57,29 +57,35 @@ def non_finite_parameters(model) -> list[str]:
         return [n for (n, _), ok in zip(named, finite.tolist()) if not ok][:3]
 
 
-def non_finite_guard():
-    """A fresh TrainerCallback (transformers is imported only when training)."""
+def non_finite_guard(selection=None):
+    """A fresh TrainerCallback (transformers is imported only when training). With a `selection`
+    (`best.keep_best`) that already holds a best step, a non-finite figure stops the run early and
+    the best weights are kept; without one it fails the run and nothing is saved."""
     from transformers import TrainerCallback
+
+    def stop(state, control, what: str):
+        message = f"training stopped at step {state.global_step}: {what}"
+        if selection is None or selection.snapshot is None:
+            raise TrainingDiverged(f"{message} (check the data's margins and scores, or lower --learning-rate); nothing was saved as finished")
+        selection.stopped, selection.diverged = message, True
+        control.should_training_stop = True
+        control.should_save = False  # a checkpoint of NaN weights is nothing to resume from
+        control.should_evaluate = False
+        return control
 
     class NonFiniteGuard(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kwargs):
             bad = non_finite_logs(logs)
-            if bad:
-                raise TrainingDiverged(
-                    f"training stopped at step {state.global_step}: {', '.join(bad)} is not a finite number "
-                    "(check the data's margins and scores, or lower --learning-rate); nothing was saved as finished"
-                )
+            return stop(state, control, f"{', '.join(bad)} is not a finite number") if bad and not selection_stopped() else control
 
         def on_step_end(self, args, state, control, model=None, **kwargs):
-            bad = non_finite_parameters(model) if model is not None else []
-            if bad:
-                raise TrainingDiverged(
-                    f"training stopped at step {state.global_step}: weights {', '.join(bad)} became NaN or infinite "
-                    "(check the data's margins and scores, or lower --learning-rate); nothing was saved as finished"
-                )
+            bad = non_finite_parameters(model) if model is not None and not selection_stopped() else []
+            return stop(state, control, f"weights {', '.join(bad)} became NaN or infinite") if bad else control
+
+    def selection_stopped() -> bool:
+        return selection is not None and selection.stopped is not None
 
     return NonFiniteGuard()
-
 
 
 class NothingTrained(MascotError):

@@ -19,6 +19,7 @@ from pathlib import Path
 from mascot.schema import PreferencePair
 from mascot.train import artefact, data
 from mascot.train.artefact import TrainingMetadata
+from mascot.train.best import keep_best, kept_step
 from mascot.train.common import TrainOutcome, finish, open_output, run_training, save_model
 from mascot.train.config import GroupRewardModelSettings, RewardModelSettings
 from mascot.train.head_probe import HEAD_INITS, fit_head_by_probe
@@ -63,8 +64,12 @@ def train_pairwise_reward_model(settings: RewardModelSettings, *, kind: str, rol
         len(trainer.train_dataset), what="preference pairs", source=data_file, read=len(pairs), held_out=len(held_out), dropped=skipped, dropped_by="--max-length"
     )
     if probe and held_out:  # what the head alone ranks before fine-tuning (LoRA starts as the identity), to set beside the final figure
-        probe["probe_heldout_accuracy"] = pairwise_accuracy(RewardModelScorer(trainer.model, tokenizer, max_length=settings.max_length, batch_size=SCORING_BATCH), held_out)["pairwise_accuracy"]
-    figures = run_training(trainer, checkpoint)
+        probe["probe_heldout_accuracy"] = heldout_accuracy(trainer.model, tokenizer, held_out, settings.max_length)
+    selection = keep_best(
+        trainer, figure="held-out pairwise accuracy", measure=lambda: heldout_accuracy(trainer.model, tokenizer, held_out, settings.max_length),
+        higher_is_better=True, every=settings.eval_interval() if held_out else 0, patience=settings.patience,
+    )
+    figures = run_training(trainer, checkpoint, selection)
     figures.update(count_parameters(trainer.model), **probe, num_truncated_pairs=num_cut, num_skipped_too_long=skipped)
     evaluation = evaluate_pairs(trainer.model, tokenizer, held_out, train_pairs, settings.max_length)
     meta = TrainingMetadata(
@@ -132,6 +137,11 @@ def per_device_cap(settings: RewardModelSettings) -> int:
     return max(1, min(settings.max_per_device_batch, settings.max_tokens_per_device // max(settings.max_length, 1)))
 
 
+def heldout_accuracy(model, tokenizer, held_out: list[PreferencePair], max_length: int) -> float | None:
+    """The figure the reward models are chosen and reported by: pairwise accuracy on held-out pairs."""
+    return pairwise_accuracy(RewardModelScorer(model, tokenizer, max_length=max_length, batch_size=SCORING_BATCH), held_out)["pairwise_accuracy"]
+
+
 def evaluate_pairs(model, tokenizer, held_out: list[PreferencePair], train_pairs: list[PreferencePair], max_length: int) -> dict:
     """Held-out pairwise accuracy (the figure that matters) and the same on a sample of training pairs;
     with cross-persona pairs among them, each kind's held-out accuracy too."""
@@ -160,4 +170,4 @@ def describe(outcome: TrainOutcome) -> str:
     ev = outcome.metadata.evaluation
     acc = ev.get("heldout_pairwise_accuracy")
     held = f"held-out pairwise accuracy {acc:.3f} on {ev.get('heldout_pairs')} pairs" if acc is not None else "no held-out pairs"
-    return f"{held}; artefact: {Path(outcome.output_dir)}"
+    return f"{held}{kept_step(outcome.metadata.train_metrics)}; artefact: {Path(outcome.output_dir)}"

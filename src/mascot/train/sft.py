@@ -15,6 +15,7 @@ from mascot.errors import MascotError
 from mascot.rosters import load_roster, roster_for_dataset
 from mascot.train import artefact, data
 from mascot.train.artefact import TrainingMetadata
+from mascot.train.best import keep_best, kept_step
 from mascot.train.common import TrainOutcome, finish, first_last, open_output, run_training, save_model
 from mascot.train.config import SFTSettings
 from mascot.train.models import count_parameters, load_causal_lm, load_tokenizer, lora_config, model_ref
@@ -72,7 +73,11 @@ def train_sft(settings: SFTSettings) -> TrainOutcome:
         processing_class=tokenizer,
         peft_config=lora_config(settings, "CAUSAL_LM") if settings.lora else None,
     )
-    figures = run_training(trainer, checkpoint)
+    selection = keep_best(
+        trainer, figure="held-out loss", measure=lambda: trainer.evaluate().get("eval_loss"), higher_is_better=False,
+        every=settings.eval_interval() if eval_rows else 0, patience=settings.patience,
+    )
+    figures = run_training(trainer, checkpoint, selection)
     figures.update(count_parameters(trainer.model))
     figures["num_truncated_examples"] = num_cut
     evaluation = {"train_loss": first_last(trainer, "loss"), "train_token_accuracy": first_last(trainer, "mean_token_accuracy")}
@@ -116,4 +121,4 @@ def describe(outcome: TrainOutcome) -> str:
     head = f"train loss {loss.get('first')} -> {loss.get('last')}" if loss else "no loss logged"
     if "heldout_loss" in ev:
         head += f", held-out loss {ev['heldout_loss']}"
-    return f"{head}; artefact: {outcome.output_dir}"
+    return f"{head}{kept_step(outcome.metadata.train_metrics)}; artefact: {outcome.output_dir}"

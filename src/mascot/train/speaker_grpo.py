@@ -32,6 +32,7 @@ from mascot.train.common import (
     validate_grpo,
 )
 from mascot.dialogue.prompts import with_think_instruction
+from mascot.train.best import keep_best, kept_step
 from mascot.train.config import DEFAULT_REWARD_BASE_MODEL, SpeakerGRPOSettings
 from mascot.train.guard import require_group_prompts
 from mascot.train.models import base_model_id, count_parameters, load_causal_lm, load_tokenizer, lora_config, model_ref
@@ -101,7 +102,9 @@ def train_speaker(settings: SpeakerGRPOSettings) -> TrainOutcome:
     data_file, pairs = data.load_pairs(settings.data_path, "persona")
     run = data.run_settings(data_file)
     dataset = data.resolve_dataset(settings.dataset, run)
-    prompts = speaker_prompts(settings, data_file, pairs)
+    train_pairs, held_pairs = data.split_by_prompt(pairs, settings.eval_fraction, settings.seed, key=data.context_key)
+    prompts = speaker_prompts(settings, data_file, train_pairs)
+    held_out = data.unique_prompts(held_pairs)
     plan = derive_batch(settings.batch_size, world_size(), settings.max_per_device_batch, settings.per_device_batch_size)
     resolve_reward_model_path(settings, dataset)
     scorer = load_scorer(settings)
@@ -117,11 +120,16 @@ def train_speaker(settings: SpeakerGRPOSettings) -> TrainOutcome:
         model=(model := load_causal_lm(settings.model_name)),
         reward_funcs=reward_funcs,
         args=config,
-        train_dataset=data.to_dataset([{"prompt": with_think_instruction(row.prompt, settings.thinking), "persona": row.persona} for row in prompts]),
+        train_dataset=prompt_dataset(prompts, settings),
+        eval_dataset=prompt_dataset(held_out, settings) if held_out else None,
         processing_class=tokenizer,
         peft_config=lora_config(settings, "CAUSAL_LM", model) if settings.lora else None,
     )
-    figures = run_training(trainer, checkpoint)
+    selection = keep_best(
+        trainer, figure="held-out mean reward", measure=lambda: trainer.evaluate().get("eval_reward"), higher_is_better=True,
+        every=settings.eval_interval() if held_out else 0, patience=settings.patience,
+    )
+    figures = run_training(trainer, checkpoint, selection)
     figures.update(count_parameters(trainer.model))
     figures["generation"] = generation_record(trainer, settings)
     weights_kind = save_model(trainer, output)
@@ -136,7 +144,8 @@ def train_speaker(settings: SpeakerGRPOSettings) -> TrainOutcome:
         rubric_version=settings.rubric_version or run.get("rubric_version") or (rm_meta.rubric_version if rm_meta else None),
         data_files=[artefact.data_file_entry(data_file, len(pairs))],
         num_train_records=len(prompts),
-        evaluation=reward_trajectory(trainer, reward_funcs),
+        num_eval_records=len(held_out),
+        evaluation=reward_trajectory(trainer, reward_funcs, selection is not None),
         train_metrics=figures,
         source_artefacts={"reward_model": model_ref(settings.reward_model_path)} if settings.reward_model_path else {},
     )
@@ -144,11 +153,16 @@ def train_speaker(settings: SpeakerGRPOSettings) -> TrainOutcome:
     return TrainOutcome(output, meta)
 
 
-def reward_trajectory(trainer, reward_funcs) -> dict:
+def prompt_dataset(rows: list[data.PromptRow], settings: SpeakerGRPOSettings):
+    return data.to_dataset([{"prompt": with_think_instruction(row.prompt, settings.thinking), "persona": row.persona} for row in rows])
+
+
+def reward_trajectory(trainer, reward_funcs, held_out: bool = False) -> dict:
     """First and last logged mean of the total (weighted) reward and, under `rewards`, of each
-    reward function."""
+    reward function; with held-out prompts, the kept weights' mean reward on them."""
     figures = {
         "reward": first_last(trainer, "reward"),
+        "heldout_reward": round(float(trainer.evaluate().get("eval_reward")), 4) if held_out else None,
         "rewards": reward_function_trends(trainer, reward_funcs) or None,
         "completion_mean_length": first_last(trainer, "completions/mean_length"),
     }
@@ -158,4 +172,6 @@ def reward_trajectory(trainer, reward_funcs) -> dict:
 def describe(outcome: TrainOutcome) -> str:
     reward = outcome.metadata.evaluation.get("reward")
     trend = f"mean reward {reward['first']:+.3f} -> {reward['last']:+.3f}" if reward else "no reward logged"
-    return f"{trend}; artefact: {outcome.output_dir}"
+    held = outcome.metadata.evaluation.get("heldout_reward")
+    trend += f", held-out mean reward {held:+.3f}" if held is not None else ""
+    return f"{trend}{kept_step(outcome.metadata.train_metrics)}; artefact: {outcome.output_dir}"
