@@ -87,14 +87,14 @@ def test_a_learning_rate_that_blows_up_stops_the_run_early_and_keeps_the_best_we
     assert outcome.metadata.evaluation["heldout_pairwise_accuracy"] == selection["best_value"]  # the final figure is the kept step's
 
 
-def test_the_trainers_with_a_held_out_split_have_the_flag_and_director_grpo_does_not():
+def test_every_trainer_measures_every_save_steps_unless_told_and_the_grpo_ones_hold_out_only_when_asked():
     from mascot.train.config import DirectorGRPOSettings, SpeakerGRPOSettings
 
-    for settings in (RewardModelSettings, DirectorDPOSettings, SFTSettings, SpeakerGRPOSettings):
+    for settings in (RewardModelSettings, DirectorDPOSettings, SFTSettings, SpeakerGRPOSettings, DirectorGRPOSettings):
         assert settings(data_path="x", save_steps=25).eval_interval() == 25
         assert settings(data_path="x", eval_steps=0).eval_interval() == 0
-    assert SpeakerGRPOSettings(data_path="x").eval_fraction == 0  # sampling for held-out contexts costs generation: asked for
-    assert not hasattr(DirectorGRPOSettings(data_path="x"), "eval_steps")
+    for settings in (SpeakerGRPOSettings, DirectorGRPOSettings):  # sampling for held-out contexts costs generation: asked for
+        assert settings(data_path="x").eval_fraction == 0
 
 
 def test_patience_stops_a_run_whose_held_out_figure_keeps_falling_and_keeps_the_best(base, pairs_run, tmp_path, monkeypatch):

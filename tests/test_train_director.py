@@ -560,6 +560,30 @@ def test_director_grpo_on_recorded_rollouts_trains_without_a_rollout_backend(tmp
     assert stats.completions == 4 and stats.rollout_failures == 0 and not stats.engine_counters
 
 
+def test_held_out_contexts_choose_the_directors_kept_step_and_stay_out_of_its_counters(tmp_path):
+    """--eval-fraction holds whole contexts' decision points out of Director GRPO; they are sampled
+    and rewarded every --eval-steps, the best step is kept, and the run's counters describe training alone."""
+    records = tree_records([context(i) for i in range(4)])
+    run = write_episode_run(tmp_path / "tree_ED_tiny", records)
+    settings = DirectorGRPOSettings(
+        data_path=str(run), model_name=str(tiny_model(tmp_path / "base")), output_dir=str(tmp_path / "director"), batch_size=4, num_generations=2,
+        max_steps=2, max_completion_length=8, logging_steps=1, rollouts="recorded", eval_fraction=0.25, eval_steps=1,
+    )
+    outcome = train_director_grpo(settings, trajectory_scorer=NoRepeat())
+    meta = outcome.metadata
+    from mascot.train.decision_points import load_decision_inputs
+
+    inputs = load_decision_inputs(settings)  # the split the run used: one of the 4 contexts, with all its points
+    assert {p.context.context_id for p in inputs.held_out}.isdisjoint({p.context.context_id for p in inputs.points})
+    assert len({p.context.context_id for p in inputs.held_out}) == 1
+    assert (meta.num_train_records, meta.num_eval_records) == (len(inputs.points), len(inputs.held_out))
+    selection = meta.train_metrics["selection"]
+    assert selection["figure"] == "held-out mean reward" and [s for s, _ in selection["measurements"]] == [1, 2]
+    assert selection["best_value"] == max(v for _, v in selection["measurements"])
+    assert meta.evaluation["heldout_reward"] is not None
+    assert outcome.extra["rollout_stats"].completions == 2 * 4  # two steps of 4 completions; the held-out samples not counted
+
+
 def test_the_director_samples_merged_in_eval_mode_with_a_cache_and_leaves_the_base_as_loaded(tmp_path, monkeypatch):
     """The real `train director-grpo` path: its sampling (under the roster-name slot) runs with the
     adapters folded, in eval mode, one token per pass after the prefill; the base weights come back

@@ -162,8 +162,7 @@ def apply_best(trainer, selection: Selection | None, output: Path) -> dict[str, 
     selection.snapshot = None
     if selection.stopped:
         message = f"{selection.stopped}; kept the best weights, step {selection.best_step} ({selection.figure} {selection.best_value:.4f})"
-        log.warning(message)
-        if is_main_process():
+        if is_main_process():  # one line on stdout, beside the closing line that says which step was kept
             print(message, flush=True)
     elif keep_last:
         log.info("kept step %d (%s %.4f) as the artefact; the last step, %d, is in %s/", selection.best_step, selection.figure, selection.best_value, last_step, LAST_FOLDER)

@@ -225,7 +225,7 @@ class SpeakerGRPOSettings(GRPOSettings, BestStepSettings):
 
 
 @dataclass
-class DirectorGRPOSettings(GRPOSettings):
+class DirectorGRPOSettings(GRPOSettings, BestStepSettings):
     """Stage 2 (the paper's method): the Director with GRPO over prefix-suffix rollouts."""
 
     data_path: str = setting(
@@ -272,6 +272,11 @@ class DirectorGRPOSettings(GRPOSettings):
         "the episodes were generated with (their run_config.json; 1.0 when it records none).",
     )
     decision_points_per_episode: int = setting(2, "Decision points sampled from each recorded episode.")
+    eval_fraction: float = setting(
+        0.0,
+        "Share of contexts whose decision points are held out: the Director samples for them every --eval-steps, they are rewarded as "
+        "in training, and the step with the best mean reward there is kept (costs that sampling and its rollouts); 0: the last step is kept.",
+    )
     # The diversity term rewards not repeating the last Speaker. When most recorded prefixes end
     # with one companion, a Director that simply avoids that one earns it, and collapses onto another.
     balance_last_speaker: bool = setting(

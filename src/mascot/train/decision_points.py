@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from mascot.data import load_contexts
@@ -204,6 +204,10 @@ class DecisionInputs:
     roster: Roster | None
     points: list[DecisionPoint]
     recorded: dict[str, dict[str, list[list[Turn]]]] | None = None  # --rollouts recorded: each point's continuations by companion
+    held_out: list[DecisionPoint] = field(default_factory=list)  # --eval-fraction: the points of held-out contexts
+
+    def all_points(self) -> dict[str, DecisionPoint]:
+        return {p.point_id: p for p in [*self.points, *self.held_out]}
 
 
 def load_decision_inputs(settings: DirectorGRPOSettings) -> DecisionInputs:
@@ -218,6 +222,7 @@ def load_decision_inputs(settings: DirectorGRPOSettings) -> DecisionInputs:
     )
     if bare:
         log.warning("%d episodes carry no context and their run names no local data file: their prompts show only the transcript", bare)
+    points, held_out = held_out_contexts(points, settings.eval_fraction, settings.seed)
     sampled = len(points)
     points = data.limit_records(points, settings.limit, settings.seed)
     if not points:
@@ -225,9 +230,21 @@ def load_decision_inputs(settings: DirectorGRPOSettings) -> DecisionInputs:
     require_decision_points(settings, len(points), sampled, data_file, len(source_episodes(episodes)))
     recorded = None
     if settings.rollouts == "recorded":
-        recorded = recorded_continuations(episodes, points)
-        require_recorded_choices(points, recorded, data_file)
-    return DecisionInputs(data_file, episodes, run, data.resolve_dataset(settings.dataset, run), roster, points, recorded)
+        recorded = recorded_continuations(episodes, points + held_out)
+        require_recorded_choices(points + held_out, recorded, data_file)
+    return DecisionInputs(data_file, episodes, run, data.resolve_dataset(settings.dataset, run), roster, points, recorded, held_out)
+
+
+def held_out_contexts(points: list[DecisionPoint], eval_fraction: float, seed: int) -> tuple[list[DecisionPoint], list[DecisionPoint]]:
+    """A seeded share of the contexts with all their decision points, apart (none at 0)."""
+    if eval_fraction <= 0:
+        return points, []
+    if not 0 < eval_fraction < 1:
+        raise data.TrainingDataError(f"--eval-fraction must be in [0, 1), got {eval_fraction}")
+    contexts = sorted({p.context.context_id for p in points})
+    random.Random(seed).shuffle(contexts)
+    held = set(contexts[: min(len(contexts) - 1, max(1, round(len(contexts) * eval_fraction)))])
+    return [p for p in points if p.context.context_id not in held], [p for p in points if p.context.context_id in held]
 
 
 def validate_rollouts(settings: DirectorGRPOSettings) -> None:

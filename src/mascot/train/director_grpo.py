@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ from mascot.train.common import (
     run_training,
     save_model,
 )
+from mascot.train.best import keep_best, kept_step
 from mascot.train.config import DEFAULT_REWARD_BASE_MODEL, DirectorGRPOSettings
 from mascot.train.decision_points import DecisionInputs, DecisionPoint, load_decision_inputs
 from mascot.train.director_rollouts import (
@@ -263,7 +265,7 @@ def train_director_grpo(
     clients = rollout_clients or (backends.clients if backends is not None else {})
     if trajectory_scorer is None and settings.reward_judge and settings.group_reward_weight:
         scorer = judge_scorer(settings, clients, settings.rubric_version or inputs.run.get("rubric_version"))
-    rewards = director_rewards({p.point_id: p for p in inputs.points}, clients, scorer, settings, inputs.recorded)
+    rewards = director_rewards(inputs.all_points(), clients, scorer, settings, inputs.recorded)
     trainer = policy = None
     try:
         config = grpo_config(settings, output, plan, rewards.weights)  # before the model: see reward_model.py
@@ -272,7 +274,8 @@ def train_director_grpo(
             model=(model := load_causal_lm(settings.model_name)),
             reward_funcs=rewards.funcs,
             args=config,
-            train_dataset=data.to_dataset([{"prompt": directive_prompt(p, settings, tokenizer), "point_id": p.point_id} for p in inputs.points]),
+            train_dataset=point_dataset(inputs.points, settings, tokenizer),
+            eval_dataset=point_dataset(inputs.held_out, settings, tokenizer) if inputs.held_out else None,
             processing_class=tokenizer,
             peft_config=lora_config(settings, "CAUSAL_LM", model) if settings.lora else None,
         )
@@ -280,7 +283,13 @@ def train_director_grpo(
         policy = policy_director(settings, trainer, tokenizer, rewards.rollouts)
         if isinstance(scorer, JudgeTrajectoryScorer):
             trainer.add_callback(silent_judge_stop(scorer))
-        figures = run_training(trainer, checkpoint)
+        selection = keep_best(
+            trainer, figure="held-out mean reward", measure=held_out_reward(trainer, rewards.rollouts), higher_is_better=True,
+            every=settings.eval_interval() if inputs.held_out else 0, patience=settings.patience,
+        )
+        figures = run_training(trainer, checkpoint, selection)
+        if selection is not None:
+            figures["heldout_reward"] = held_out_reward(trainer, rewards.rollouts)()  # the kept weights, sampled afresh
     finally:
         if backends is not None:
             close_backends(trainer, backends)
@@ -295,11 +304,32 @@ def train_director_grpo(
     evaluation = _evaluation(trainer, stats, rewards.funcs)
     if reward_model_check is not None:
         evaluation["group_reward_model_check"] = reward_model_check
+    if "heldout_reward" in figures:
+        evaluation["heldout_reward"] = round(float(figures.pop("heldout_reward")), 4)
     if isinstance(scorer, JudgeTrajectoryScorer):
         evaluation["num_reward_judge_failures"] = scorer.failures
     meta = _metadata(settings, inputs, save_model(trainer, output), evaluation, figures)
     finish(trainer, output, meta, settings, plan)
     return TrainOutcome(output, meta, extra={"rollout_stats": stats})
+
+
+def point_dataset(points: list, settings: DirectorGRPOSettings, tokenizer):
+    return data.to_dataset([{"prompt": directive_prompt(p, settings, tokenizer), "point_id": p.point_id} for p in points])
+
+
+def held_out_reward(trainer, rollouts: DirectorRollouts):
+    """The mean reward of directives sampled for the held-out decision points; what they roll out
+    is left out of the run's counters (parse failures, failed rollouts, choice shares), which
+    describe training."""
+
+    def measure() -> float | None:
+        counted = copy.deepcopy(rollouts.stats)
+        try:
+            return trainer.evaluate().get("eval_reward")
+        finally:
+            rollouts.stats = counted
+
+    return measure
 
 
 class NoDirectiveParsed(TrainingSetupError):
@@ -347,6 +377,7 @@ def _metadata(settings: DirectorGRPOSettings, inputs: DecisionInputs, weights, e
         rubric_version=settings.rubric_version or inputs.run.get("rubric_version"),
         data_files=[artefact.data_file_entry(inputs.data_file, len(inputs.episodes))],
         num_train_records=len(inputs.points),
+        num_eval_records=len(inputs.held_out),
         evaluation=evaluation,
         train_metrics=figures,
         source_artefacts=_sources(settings),
@@ -397,9 +428,11 @@ def describe(outcome: TrainOutcome) -> str:
     ev = outcome.metadata.evaluation
     reward = ev.get("reward")
     trend = f"mean reward {reward['first']:+.3f} -> {reward['last']:+.3f}" if reward else "no reward logged"
+    trend += f", held-out mean reward {ev['heldout_reward']:+.3f}" if ev.get("heldout_reward") is not None else ""
     failures = f"{ev.get('num_directive_parse_failures', 0)} of {ev.get('num_completions', 0)} directives did not parse"
     rollouts = f"{ev.get('num_rollout_failures', 0)} rollouts failed (given their group's mean reward)"
-    return f"{trend}; {failures}; {rollouts}{choices_moved(ev)}; artefact: {outcome.output_dir}"
+    kept = kept_step(outcome.metadata.train_metrics)
+    return f"{trend}; {failures}; {rollouts}{choices_moved(ev)}{kept}; artefact: {outcome.output_dir}"
 
 
 def choices_moved(evaluation: dict) -> str:
