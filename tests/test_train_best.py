@@ -107,3 +107,35 @@ def test_patience_stops_a_run_whose_held_out_figure_keeps_falling_and_keeps_the_
         "training stopped at step 6: held-out pairwise accuracy 0.6000 is worse than the best (0.8000 at step 2) for 2 measurements in a row (--patience)"
     )
     assert not selection["diverged"] and selection["last_saved_in"] == LAST_FOLDER  # a finite last step is kept beside the best
+
+
+class Killed(Exception):
+    """Stands for the process dying mid-run."""
+
+
+def test_a_resumed_run_still_chooses_among_the_steps_it_measured_before_it_was_killed(base, pairs_run, tmp_path, monkeypatch):
+    def measures(*values):
+        it = iter(values)
+
+        def measure(*a, **k):
+            value = next(it)
+            if isinstance(value, Exception):
+                raise value
+            return value
+
+        return measure
+
+    monkeypatch.setattr(reward_model, "heldout_accuracy", measures(0.6, 0.9, Killed()))  # killed at step 6, after checkpoint-4
+    settings = settings_for(pairs_run, base, tmp_path / "rm", keep_checkpoints=True)
+    with pytest.raises(Killed):
+        train_reward_model(settings)
+    assert (tmp_path / "rm" / ".best" / "weights.pt").is_file()  # the best so far, step 4, on disk
+
+    monkeypatch.setattr(reward_model, "heldout_accuracy", measures(0.7, 0.5))  # steps 6 and 8 after the resume: both worse
+    outcome = train_reward_model(settings_for(pairs_run, base, tmp_path / "rm", keep_checkpoints=True, resume=True))
+    selection = outcome.metadata.train_metrics["selection"]
+    assert outcome.metadata.train_metrics["resumed_from"] == "checkpoint-4"
+    assert selection["measurements"] == [[2, 0.6], [4, 0.9], [6, 0.7], [8, 0.5]] and selection["best_step"] == 4
+    best, at_step_4 = adapter_tensors(outcome.output_dir), adapter_tensors(outcome.output_dir / "checkpoint-4")
+    assert all(best[k].equal(at_step_4[k]) for k in best)
+    assert not (outcome.output_dir / ".best").exists()

@@ -17,18 +17,22 @@ measurement for that reason.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mascot.files import write_json_atomic
 from mascot.train.runtime import is_main_process
 
 log = logging.getLogger(__name__)
 
 LAST_FOLDER = "last"  # the last step's weights, beside the best ones
+BEST_STATE = ".best"  # in the output folder while training: the best weights so far, for --resume
 
 
 @dataclass
@@ -82,14 +86,53 @@ def keep_best(
         log.warning("--eval-steps: the weights are sharded across processes (ZeRO-3 or FSDP), so the last step is kept, not the best")
         return None
     selection = Selection(figure=figure, higher_is_better=higher_is_better, every=every, patience=max(0, patience))
-    trainer.add_callback(_keeper(selection, measure))
+    folder = Path(trainer.args.output_dir) / BEST_STATE
+    resumed = load_best_state(folder, selection)
+    trainer.add_callback(_keeper(selection, measure, folder, resumed))
     return selection
 
 
-def _keeper(selection: Selection, measure: Callable[[], float | None]):
+def save_best_state(folder: Path, selection: Selection) -> None:
+    """The best weights so far and what was measured, on disk: a run killed and resumed still
+    chooses among every step it measured (written atomically, on the main process)."""
+    import torch
+
+    if not is_main_process():
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.save(selection.snapshot, folder / "weights.pt.tmp")
+    (folder / "weights.pt.tmp").replace(folder / "weights.pt")
+    write_json_atomic(folder / "selection.json", {"figure": selection.figure, "best_step": selection.best_step,
+                                                  "best_value": selection.best_value, "measurements": selection.history})
+
+
+def load_best_state(folder: Path, selection: Selection) -> bool:
+    """What an interrupted run of this output folder measured and kept, if anything (only a run
+    that was interrupted leaves the folder: a finished one removes it, --overwrite removes it all)."""
+    import torch
+
+    state_file, weights = folder / "selection.json", folder / "weights.pt"
+    if not (state_file.is_file() and weights.is_file()):
+        return False
+    state = json.loads(state_file.read_text())
+    if state.get("figure") != selection.figure:
+        return False
+    selection.best_step, selection.best_value = state["best_step"], state["best_value"]
+    selection.history = [(int(s), float(v)) for s, v in state["measurements"]]
+    selection.snapshot = torch.load(weights, map_location="cpu")
+    log.info("resumed the best step so far: step %d (%s %.4f)", selection.best_step, selection.figure, selection.best_value)
+    return True
+
+
+def _keeper(selection: Selection, measure: Callable[[], float | None], folder: Path, resumed: bool):
     from transformers import TrainerCallback
 
     class BestKeeper(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            if resumed:  # steps past the checkpoint resumed from are trained and measured again
+                selection.history = [(s, v) for s, v in selection.history if s <= state.global_step or s == selection.best_step]
+            return control
+
         def on_step_end(self, args, state, control, model=None, **kwargs):
             step = state.global_step
             if model is None or not (step % selection.every == 0 or step >= state.max_steps):
@@ -102,6 +145,7 @@ def _keeper(selection: Selection, measure: Callable[[], float | None]):
                 selection.best_step, selection.best_value = step, round(float(value), 4)
                 selection.snapshot = trainable_state(model)
                 selection.worse_in_a_row = 0
+                save_best_state(folder, selection)
             else:
                 selection.worse_in_a_row += 1
                 if selection.patience and selection.worse_in_a_row >= selection.patience and step < state.max_steps:
@@ -152,6 +196,8 @@ def apply_best(trainer, selection: Selection | None, output: Path) -> dict[str, 
     and are finite, then the best weights back into the model. Returns the metadata record."""
     if selection is None:
         return None
+    if is_main_process():
+        shutil.rmtree(Path(output) / BEST_STATE, ignore_errors=True)  # in memory now; the artefact is about to be written
     last_step = int(trainer.state.global_step)
     if selection.snapshot is None:
         return selection.as_record(last_step, last_saved=False)
