@@ -58,6 +58,20 @@ def test_scripted_pipeline_runs_every_step_and_reports(server, base, tmp_path):
     assert not reused & {"group_pairs", "group_reward_model", "director", "eval_trained", "judge_base"}
     assert all(r["status"] == "completed" for r in second.values())
     assert (other / "speaker").is_dir() and not (other / "speaker").is_symlink()  # a copy: nothing written later reaches the other
+    assert all(second[n]["code"] == steps[n]["code"] for n in reused)  # a copied step keeps the digest of the code that made it
+    # steps another version of mascot made are run again, not set beside this version's
+    recorded = json.loads((out / "pipeline.json").read_text())
+    for name in ("candidates", "reward_model"):
+        recorded["steps"][name]["code"] = "0123456789abcdef"
+    (out / "pipeline.json").write_text(json.dumps(recorded))
+    third = tmp_path / "third"
+    import contextlib
+    import io
+
+    with contextlib.redirect_stderr(io.StringIO()) as said:
+        run_command(["pipeline", "--config", str(config), "--output-dir", str(third), "--reuse-from", str(out), "--until", "reward_model"])
+    assert not any(r.get("reused_from") for r in state_of(third).values())
+    assert "candidates: not reused (another version of mascot made it there (code 0123456789abcdef" in said.getvalue()
 
 
 def test_empty_step_output_stops_the_pipeline_with_one_line(server, base, tmp_path):

@@ -251,7 +251,9 @@ def test_done_partial_and_reused_steps_are_told_apart(tmp_path, stand_in_hub):
     (run / "run_summary.json").write_text(json.dumps({"status": "completed"}))
     write_jsonl(run / "pairs.jsonl", fixture_pairs("persona"))
     write_run_config(run, "ESConv")
-    (other / "pipeline.json").write_text(json.dumps({"steps": {"candidates": {"status": "completed", "command": theirs.command_line()}}}))
+    from mascot.pipeline.reuse import code_digest
+
+    (other / "pipeline.json").write_text(json.dumps({"steps": {"candidates": {"status": "completed", "command": theirs.command_line(), "code": code_digest()}}}))
     reused = dry_run("--preset", "toy", "--output-dir", str(here), "--reuse-from", str(other), "--until", "reward_model")
     assert [s["state"] for s in reused["plan"]] == ["reused", "to run"]
     (other / "reward_model" / "checkpoint-1").mkdir(parents=True)  # an interrupted training step

@@ -8,7 +8,10 @@ the base system's evaluation. A step is copied when
   folder recorded for it (so every flag, model and data file is the same),
 - it is complete there (its files say so, as they do for `--resume`), and
 - every earlier step whose output it reads was copied too (a step that reads a re-run step's new
-  output is run again, whatever its command; so is one a server gives a re-trained adapter to).
+  output is run again, whatever its command; so is one a server gives a re-trained adapter to), and
+- the same mascot made it: every step records a digest of the package's files (`code_digest`), so
+  a step made before a change that alters what a command does (how a copied directive is handled,
+  a prompt, a default) is run again instead of being set beside steps made after it.
 
 The copy is a plain copy made beside the step's folder and renamed into place, so a killed copy
 leaves nothing that looks like a step's output, and nothing written later in either folder reaches
@@ -17,8 +20,10 @@ the other.
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 from dataclasses import replace
+from functools import cache
 from pathlib import Path
 
 from mascot.pipeline import status as st
@@ -44,6 +49,19 @@ def _input_steps(step: Step, root: Path) -> set[str]:
     return names
 
 
+@cache
+def code_digest() -> str:
+    """sha256 over the mascot package's own files (code, prompts, personas, rubrics, configs, shipped
+    contexts), by relative path: what a step was made by."""
+    import mascot
+
+    package = Path(mascot.__file__).parent
+    digest = hashlib.sha256()
+    for path in sorted(p for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"):
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
 def why_not_reused(step: Step, settings: PipelineSettings, data_file: Path | None, recorded: dict, reused: set[str]) -> tuple[str | None, Step | None]:
     """(None, the other folder's step) when `step` can be copied from --reuse-from, else (why not, None)."""
     root, other = Path(settings.output_dir), Path(settings.reuse_from or "")
@@ -54,6 +72,8 @@ def why_not_reused(step: Step, settings: PipelineSettings, data_file: Path | Non
         return f"{other} did not complete it", None
     if entry["command"] not in _commands(step, root, other):
         return "its command differs there", None
+    if entry.get("code") != code_digest():
+        return f"another version of mascot made it there (code {entry.get('code') or 'not recorded'}, here {code_digest()})", None
     missing = (_input_steps(step, root) | step.served) - reused
     if missing:
         return f"it reads {', '.join(sorted(missing))}, which ran here", None

@@ -10,6 +10,7 @@ import typer
 
 from mascot.errors import MascotError
 from mascot.pipeline import status as st
+from mascot.pipeline.reuse import code_digest
 from mascot.pipeline.settings import PipelineSettings
 from mascot.pipeline.status import PipelineState
 from mascot.pipeline.steps import Plan, Step, pipeline_data_file
@@ -67,7 +68,7 @@ def _reused(step: Step, settings: PipelineSettings, data_file: Path | None, reco
     there = (recorded["steps"][step.name] or {}).get("wall_s")
     state.started(step.name, step.command_line())
     state.finished(step.name, "completed", time.monotonic() - started, artefact=str(st.artefact(step)), tokens=st.tokens_used(step),
-                   reused_from=str(theirs.folder), wall_s_there=there)  # fmt: skip
+                   reused_from=str(theirs.folder), wall_s_there=there, code=recorded["steps"][step.name].get("code"))  # fmt: skip
     _require_output(step)
     _progress(step.name, f"reused from {theirs.folder} (the same command; {there or 0:.0f} s there)", "cyan")
     return True
@@ -95,7 +96,7 @@ def _run_step(step: Step, state: PipelineState) -> None:
         state.finished(step.name, "failed", time.monotonic() - started, error=str(exc))
         raise PipelineStopped(f"pipeline step {step.name} failed: {exc}") from None
     wall = time.monotonic() - started
-    state.finished(step.name, "completed", wall, artefact=str(st.artefact(step)), tokens=st.tokens_used(step))
+    state.finished(step.name, "completed", wall, artefact=str(st.artefact(step)), tokens=st.tokens_used(step), code=code_digest())
     _require_output(step)
     _progress(step.name, f"done in {wall:.0f} s: {st.artefact(step)}", "green")
 
