@@ -129,7 +129,7 @@ def test_a_resumed_run_still_chooses_among_the_steps_it_measured_before_it_was_k
     settings = settings_for(pairs_run, base, tmp_path / "rm", keep_checkpoints=True)
     with pytest.raises(Killed):
         train_reward_model(settings)
-    assert (tmp_path / "rm" / ".best" / "weights.pt").is_file()  # the best so far, step 4, on disk
+    assert (tmp_path / "rm" / ".best" / "best.pt").is_file()  # the best so far, step 4, on disk
 
     monkeypatch.setattr(reward_model, "heldout_accuracy", measures(0.7, 0.5))  # steps 6 and 8 after the resume: both worse
     outcome = train_reward_model(settings_for(pairs_run, base, tmp_path / "rm", keep_checkpoints=True, resume=True))
@@ -139,3 +139,13 @@ def test_a_resumed_run_still_chooses_among_the_steps_it_measured_before_it_was_k
     best, at_step_4 = adapter_tensors(outcome.output_dir), adapter_tensors(outcome.output_dir / "checkpoint-4")
     assert all(best[k].equal(at_step_4[k]) for k in best)
     assert not (outcome.output_dir / ".best").exists()
+
+
+def test_a_best_file_that_does_not_load_is_set_aside_with_a_warning(tmp_path, caplog):
+    from mascot.train.best import BEST_FILE, Selection, load_best_state
+
+    (tmp_path / BEST_FILE).write_bytes(b"not a torch file")
+    selection = Selection(figure="held-out pairwise accuracy", higher_is_better=True, every=2)
+    with caplog.at_level("WARNING", logger="mascot.train.best"):
+        assert load_best_state(tmp_path, selection) is False
+    assert "does not load" in caplog.text and selection.best_step is None and selection.snapshot is None

@@ -17,7 +17,6 @@ measurement for that reason.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import shutil
@@ -26,13 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mascot.files import write_json_atomic
 from mascot.train.runtime import is_main_process
 
 log = logging.getLogger(__name__)
 
 LAST_FOLDER = "last"  # the last step's weights, beside the best ones
 BEST_STATE = ".best"  # in the output folder while training: the best weights so far, for --resume
+BEST_FILE = "best.pt"  # in it: those weights and the measurements, one file replaced atomically
 
 
 @dataclass
@@ -93,33 +92,38 @@ def keep_best(
 
 
 def save_best_state(folder: Path, selection: Selection) -> None:
-    """The best weights so far and what was measured, on disk: a run killed and resumed still
-    chooses among every step it measured (written atomically, on the main process)."""
+    """The best weights so far and what was measured, in one file on disk (replaced atomically, on
+    the main process): a run killed and resumed still chooses among every step it measured."""
     import torch
 
     if not is_main_process():
         return
     folder.mkdir(parents=True, exist_ok=True)
-    torch.save(selection.snapshot, folder / "weights.pt.tmp")
-    (folder / "weights.pt.tmp").replace(folder / "weights.pt")
-    write_json_atomic(folder / "selection.json", {"figure": selection.figure, "best_step": selection.best_step,
-                                                  "best_value": selection.best_value, "measurements": selection.history})
+    state = {"figure": selection.figure, "best_step": selection.best_step, "best_value": selection.best_value, "measurements": selection.history}
+    torch.save({"state": state, "weights": selection.snapshot}, folder / f"{BEST_FILE}.tmp")
+    (folder / f"{BEST_FILE}.tmp").replace(folder / BEST_FILE)
 
 
 def load_best_state(folder: Path, selection: Selection) -> bool:
     """What an interrupted run of this output folder measured and kept, if anything (only a run
-    that was interrupted leaves the folder: a finished one removes it, --overwrite removes it all)."""
+    that was interrupted leaves the folder: a finished one removes it, --overwrite removes it all).
+    A file that does not load is set aside with a warning: the run then chooses among what it
+    measures from here on."""
     import torch
 
-    state_file, weights = folder / "selection.json", folder / "weights.pt"
-    if not (state_file.is_file() and weights.is_file()):
+    path = folder / BEST_FILE
+    if not path.is_file():
         return False
-    state = json.loads(state_file.read_text())
+    try:
+        saved = torch.load(path, map_location="cpu")
+        state, weights = saved["state"], saved["weights"]
+        history = [(int(s), float(v)) for s, v in state["measurements"]]
+    except Exception as exc:  # noqa: BLE001 - a torn or foreign file: say so and go on without it
+        log.warning("%s does not load (%s): the best step before the resume is not known", path, exc)
+        return False
     if state.get("figure") != selection.figure:
         return False
-    selection.best_step, selection.best_value = state["best_step"], state["best_value"]
-    selection.history = [(int(s), float(v)) for s, v in state["measurements"]]
-    selection.snapshot = torch.load(weights, map_location="cpu")
+    selection.best_step, selection.best_value, selection.history, selection.snapshot = state["best_step"], state["best_value"], history, weights
     log.info("resumed the best step so far: step %d (%s %.4f)", selection.best_step, selection.figure, selection.best_value)
     return True
 
