@@ -118,6 +118,11 @@ def _replace_atomically(path: Path, write: Callable[[Any], None], mode: str, tem
         raise
 
 
+def write_binary_atomic(path: Path, write: Callable[[Any], None]) -> None:
+    """`write(fh)` into a binary temp file renamed over `path` (see `_replace_atomically`)."""
+    _replace_atomically(Path(path), write, "wb")
+
+
 def write_json_atomic(path: Path, data: Any, *, temp_suffix: str = ".tmp") -> None:
     text = json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n"
     _replace_atomically(Path(path), lambda fh: fh.write(text), "w", temp_suffix)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mascot.files import write_binary_atomic
 from mascot.train.runtime import is_main_process
 
 log = logging.getLogger(__name__)
@@ -100,8 +101,7 @@ def save_best_state(folder: Path, selection: Selection) -> None:
         return
     folder.mkdir(parents=True, exist_ok=True)
     state = {"figure": selection.figure, "best_step": selection.best_step, "best_value": selection.best_value, "measurements": selection.history}
-    torch.save({"state": state, "weights": selection.snapshot}, folder / f"{BEST_FILE}.tmp")
-    (folder / f"{BEST_FILE}.tmp").replace(folder / BEST_FILE)
+    write_binary_atomic(folder / BEST_FILE, lambda fh: torch.save({"state": state, "weights": selection.snapshot}, fh))
 
 
 def load_best_state(folder: Path, selection: Selection) -> bool:

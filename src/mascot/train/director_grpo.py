@@ -288,8 +288,7 @@ def train_director_grpo(
             every=settings.eval_interval() if inputs.held_out else 0, patience=settings.patience,
         )
         figures = run_training(trainer, checkpoint, selection)
-        if selection is not None:
-            figures["heldout_reward"] = held_out_reward(trainer, rewards.rollouts)()  # the kept weights, sampled afresh
+        heldout = held_out_reward(trainer, rewards.rollouts)() if selection is not None else None  # the kept weights, sampled afresh
     finally:
         if backends is not None:
             close_backends(trainer, backends)
@@ -304,8 +303,8 @@ def train_director_grpo(
     evaluation = _evaluation(trainer, stats, rewards.funcs)
     if reward_model_check is not None:
         evaluation["group_reward_model_check"] = reward_model_check
-    if "heldout_reward" in figures:
-        evaluation["heldout_reward"] = round(float(figures.pop("heldout_reward")), 4)
+    if heldout is not None:
+        evaluation["heldout_reward"] = round(float(heldout), 4)
     if isinstance(scorer, JudgeTrajectoryScorer):
         evaluation["num_reward_judge_failures"] = scorer.failures
     meta = _metadata(settings, inputs, save_model(trainer, output), evaluation, figures)
