@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import asyncio
 from pathlib import Path
 
@@ -577,6 +579,8 @@ def test_held_out_contexts_choose_the_directors_kept_step_and_stay_out_of_its_co
     assert {p.context.context_id for p in inputs.held_out}.isdisjoint({p.context.context_id for p in inputs.points})
     assert len({p.context.context_id for p in inputs.held_out}) == 1
     assert (meta.num_train_records, meta.num_eval_records) == (len(inputs.points), len(inputs.held_out))
+    limited = load_decision_inputs(dataclasses.replace(settings, limit=3))  # --limit caps the held-out points in proportion: 3 x 0.25 / 0.75
+    assert (len(limited.points), len(limited.held_out)) == (3, 1)
     selection = meta.train_metrics["selection"]
     assert selection["figure"] == "held-out mean reward" and [s for s, _ in selection["measurements"]] == [1, 2]
     assert selection["best_value"] == max(v for _, v in selection["measurements"])

@@ -225,6 +225,11 @@ def load_decision_inputs(settings: DirectorGRPOSettings) -> DecisionInputs:
     points, held_out = held_out_contexts(points, settings.eval_fraction, settings.seed)
     sampled = len(points)
     points = data.limit_records(points, settings.limit, settings.seed)
+    if settings.limit is not None and held_out:  # --limit caps the held-out points in the same proportion: each is sampled and rolled out
+        held_out = data.limit_records(held_out, max(1, round(settings.limit * settings.eval_fraction / (1 - settings.eval_fraction))), settings.seed)
+    if held_out:
+        log.info("%d decision points of %d contexts held out: sampled and rewarded every --eval-steps (%d completions each time)",
+                 len(held_out), len({p.context.context_id for p in held_out}), len(held_out) * settings.num_generations)
     if not points:
         raise data.TrainingDataError(f"{data_file}: no decision points (no episode has a Speaker turn)")
     require_decision_points(settings, len(points), sampled, data_file, len(source_episodes(episodes)))
