@@ -95,10 +95,11 @@ def test_every_trainer_measures_every_save_steps_unless_told_and_the_grpo_ones_h
         assert settings(data_path="x", eval_steps=0).eval_interval() == 0
     for settings in (SpeakerGRPOSettings, DirectorGRPOSettings):  # sampling for held-out contexts costs generation: asked for
         assert settings(data_path="x").eval_fraction == 0
+    from mascot.train.guard import require_measuring
     from mascot.train.runtime import TrainingSetupError
 
     with pytest.raises(TrainingSetupError, match="--eval-steps and --patience must be 0 or more, got -3 and 0"):
-        RewardModelSettings(data_path="x", eval_steps=-3).eval_interval()
+        require_measuring(RewardModelSettings(data_path="x", eval_steps=-3))
 
 
 def test_patience_stops_a_run_whose_held_out_figure_keeps_falling_and_keeps_the_best(base, pairs_run, tmp_path, monkeypatch):

@@ -13,9 +13,9 @@ from typing import Any
 from mascot.train import artefact
 from mascot.train.artefact import ArtefactError, TrainingMetadata
 from mascot.settings import as_dict
-from mascot.train.config import MULTI_OBJECTIVE_AGGREGATIONS, REWARD_SCALINGS, BestStepSettings, TrainSettings
+from mascot.train.config import MULTI_OBJECTIVE_AGGREGATIONS, REWARD_SCALINGS, TrainSettings
 from mascot.train.best import Selection, apply_best
-from mascot.train.guard import non_finite_guard, require_schedule, require_steps_taken
+from mascot.train.guard import non_finite_guard, require_measuring, require_schedule, require_steps_taken
 from mascot.train.runtime import BatchPlan, TrainingSetupError, is_main_process, require_gpu_for_vllm, trainer_arguments
 from mascot.train.screen import replace_default_progress
 
@@ -39,8 +39,7 @@ def open_output(settings: TrainSettings, default: Path) -> tuple[Path, Path | No
 
 
     require_schedule(settings)  # before the folder exists: a run of zero steps writes nothing
-    if isinstance(settings, BestStepSettings):
-        settings.eval_interval()  # refuses a negative --eval-steps or --patience, before the folder exists too
+    require_measuring(settings)  # a negative --eval-steps or --patience, refused before the folder exists too
     set_seed(settings.seed)
     output = Path(settings.output_dir) if settings.output_dir else default
     if settings.resume and artefact.is_complete(output) and artefact.last_checkpoint(output) is None:

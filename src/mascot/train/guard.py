@@ -25,7 +25,7 @@ from typing import Any
 
 from mascot.errors import MascotError
 from mascot.train.data import TrainingDataError
-from mascot.train.runtime import is_main_process
+from mascot.train.runtime import TrainingSetupError, is_main_process
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +98,12 @@ def require_schedule(settings) -> None:
         raise TrainingDataError("--max-steps 0 trains zero optimizer steps: give a positive number, or -1 to run --epochs")
     if settings.max_steps < 0 and settings.num_train_epochs <= 0:
         raise TrainingDataError(f"--epochs {settings.num_train_epochs:g} trains zero optimizer steps: give a positive number of epochs or --max-steps")
+
+
+def require_measuring(settings) -> None:
+    """A negative --eval-steps or --patience (`train.best`) would measure or stop nonsensically."""
+    if (getattr(settings, "eval_steps", None) or 0) < 0 or getattr(settings, "patience", 0) < 0:
+        raise TrainingSetupError(f"--eval-steps and --patience must be 0 or more, got {settings.eval_steps} and {settings.patience}")
 
 
 def group_prompts_per_step(settings) -> int:
