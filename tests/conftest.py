@@ -4,11 +4,15 @@ of them is imported, and every test refuses connections to anything but this mac
 import ipaddress
 import os
 import socket
+import tempfile
 
 # Set at import time: huggingface_hub and transformers read these once, when first imported.
 OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")
 for _variable in OFFLINE_VARIABLES:
     os.environ[_variable] = "1"
+# Trainers register what they write: fixtures broader than a test register here, never in the
+# working folder's outputs/registry (each test gets its own below).
+os.environ["MASCOT_REGISTRY"] = tempfile.mkdtemp(prefix="mascot-test-registry-")
 
 import pytest  # noqa: E402
 
@@ -40,6 +44,12 @@ def _is_local(address) -> bool:
 def refuse_remote(address) -> None:
     if not _is_local(address):
         raise NetworkRefused(f"the test suite is offline: connection to {address[0]}:{address[1]} refused (only localhost)")
+
+
+@pytest.fixture(autouse=True)
+def own_registry(monkeypatch, tmp_path):
+    """Each test's trainers register into a registry of its own, never the working folder's."""
+    monkeypatch.setenv("MASCOT_REGISTRY", str(tmp_path / "registry"))
 
 
 @pytest.fixture(autouse=True)

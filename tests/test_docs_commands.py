@@ -24,7 +24,7 @@ from mascot.cli import app
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-NO_DRY_RUN = ("chat", "demo", "data", "--help", "--version")
+NO_DRY_RUN = ("chat", "demo", "data", "adapters", "--help", "--version")
 _FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.DOTALL | re.MULTILINE)
 
 
@@ -225,6 +225,8 @@ def prepare(argv: list[str], workdir: Path) -> list[str]:
     for i, token in enumerate(out[:-1]):
         if study_file and out[:2] == ["study", "results"] and token in ("--judgments", "--verdicts"):
             judge_file_on_study(token, workdir / out[i + 1], workdir / study_file)
+    if out[:2] == ["prefs", "feedback"] and "--session-dir" in out:  # the web app's session folder, empty
+        (workdir / out[out.index("--session-dir") + 1]).mkdir(parents=True, exist_ok=True)
     default = DEFAULT_INPUTS.get(tuple(out[:2]))
     if default and default[0] not in out:
         from mascot.data import canonical_dataset_name

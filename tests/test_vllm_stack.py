@@ -359,3 +359,72 @@ def test_requests_waiting_on_a_busy_server_are_not_timed_out(base_server):
     assert len(replies) == 24 and all(r.text for r in replies), seen
     assert client.endpoints[0].work_tokens not in (None, False), seen  # timeouts were due: the metrics were read
     assert usage.retries == 0 and usage.attempts == 24, seen
+
+
+# --------------------------------------------------------------------------- hot reload
+
+
+def second_version(speaker_adapter: Path, folder: Path) -> Path:
+    """The trained adapter with its B matrices doubled: another version of the same shape."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(speaker_adapter, folder)
+    tensors = load_file(str(folder / "adapter_model.safetensors"))
+    save_file({k: (v * 2 if "lora_B" in k else v) for k, v in tensors.items()}, str(folder / "adapter_model.safetensors"))
+    return folder
+
+
+def test_a_promoted_adapter_is_served_without_a_restart_and_current_clients_move_to_it(workdir, vllm_python, speaker_adapter, base_model, monkeypatch):
+    import httpx
+
+    from mascot.llm import following
+    from mascot.llm.base import ChatRequest
+    from mascot.llm.providers import build_backends
+    from mascot.llm.routing import resolve_roles
+    from mascot.settings_groups import GroupEndpointSettings
+
+    registry = workdir / "follow_registry"
+    monkeypatch.setenv("MASCOT_REGISTRY", str(registry))
+    monkeypatch.setattr(following, "CHECK_S", 0.0)
+    mascot("adapters", "register", str(speaker_adapter), cwd=workdir)
+    mascot("adapters", "promote", "speaker-v1", cwd=workdir)
+    mascot("adapters", "register", str(second_version(speaker_adapter, workdir / "speaker_b")), cwd=workdir)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/v1"
+    cmd = [sys.executable, "-m", "mascot", "serve", "--follow-registry", "--registry-poll", "1", "--model", str(base_model), "--served-model-name", SERVED_BASE,
+           "--cpu", "--cpu-kvcache-gb", "1", "--max-model-len", "1024", "--port", str(port), "--python", vllm_python, "--log-file", str(workdir / "vllm_follow.log"),
+           "--timeout", "600"]
+    process = subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = process.stdout.readline()
+        assert "serving" in first and "speaker-v1" in first, first + process.stderr.read()[-3000:] if process.poll() is not None else first
+        settings = GroupEndpointSettings(model_name=SERVED_BASE, vllm_server_url=[url], speaker_adapter="current")
+        backends = build_backends(resolve_roles(settings, ("speaker",)), settings, follow_registry=True)
+        ask = ChatRequest(messages=[{"role": "user", "content": "I had a hard day."}], max_tokens=8, temperature=0.0)
+        answers = []
+
+        async def talk(wait_for_load) -> None:
+            answers.append(await backends["speaker"].chat(ask))
+            mascot("adapters", "promote", "speaker-v2", "--force", cwd=workdir)
+            await asyncio.to_thread(wait_for_load)
+            answers.append(await backends["speaker"].chat(ask))
+            await backends.aclose()
+
+        def wait_for_load() -> None:
+            line = process.stdout.readline()  # `mascot serve` says what it loaded, one line each
+            while line and "speaker-v2" not in line:
+                line = process.stdout.readline()
+            assert line.startswith("loaded speaker-v2, the current Speaker, without a restart"), line
+
+        asyncio.run(talk(wait_for_load))
+        listed = {m["id"]: m.get("root") for m in httpx.get(url + "/models").json()["data"]}
+        assert {"speaker-v1", "speaker-v2", SERVED_BASE} <= set(listed)  # both versions served; the old one for a rollback
+        assert listed["speaker-v2"] == str((workdir / "speaker_b").resolve())
+        assert [a.model for a in answers] == ["speaker-v1", "speaker-v2"] and all(a.text.strip() for a in answers)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)

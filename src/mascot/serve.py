@@ -61,6 +61,8 @@ class ServePlan:
     dtype: str | None = None
     cpu_kvcache_gb: int = 4
     extra_args: list[str] = field(default_factory=list)
+    follow: bool = False  # adapters are loaded at run time too (`mascot serve --follow-registry`)
+    max_lora_rank: int | None = None  # the largest rank to reserve (default: the served adapters')
 
     @property
     def url(self) -> str:
@@ -68,9 +70,9 @@ class ServePlan:
 
 
 def adapter_from_artefact(folder: str | Path, alias: str | None = None) -> tuple[ServedAdapter, str]:
-    """The adapter of one trained artefact and its base model, from mascot_metadata.json."""
-
-    folder = Path(folder)
+    """The adapter of one trained artefact and its base model, from mascot_metadata.json. A
+    registry version (`speaker-v3`) serves its folder under its own id, unless an alias is given."""
+    folder, alias = registry_version_folder(folder, alias)
     if not folder.is_dir():
         raise ServeError(f"{folder}: no such artefact folder")
     meta = read_metadata(folder)
@@ -80,10 +82,20 @@ def adapter_from_artefact(folder: str | Path, alias: str | None = None) -> tuple
         raise ServeError(f"{folder}: a {meta.role} artefact is not a chat policy; only Speaker and Director adapters are served")
     if meta.weights != "lora_adapter":
         raise ServeError(f"{folder}: full weights, not an adapter: serve it as its own model (--model {folder})")
-    return ServedAdapter(alias or f"mascot-{meta.role}", str(folder.resolve()), meta.role, _lora_rank(folder)), meta.base_model
+    return ServedAdapter(alias or f"mascot-{meta.role}", str(folder.resolve()), meta.role, lora_rank(folder)), meta.base_model
 
 
-def _lora_rank(folder: Path) -> int | None:
+def registry_version_folder(given: str | Path, alias: str | None) -> tuple[Path, str | None]:
+    from mascot.adapter_registry import VERSION_ID, Registry, check_unchanged, find_version
+
+    if Path(given).exists() or not VERSION_ID.match(str(given)):
+        return Path(given), alias
+    version = find_version(Registry.open().state(), str(given))
+    check_unchanged(version)
+    return Path(version.folder), alias or version.id
+
+
+def lora_rank(folder: Path) -> int | None:
     try:
         return int(json.loads((folder / "adapter_config.json").read_text(encoding="utf-8"))["r"])
     except (OSError, ValueError, KeyError, TypeError):
@@ -132,12 +144,14 @@ def vllm_command(plan: ServePlan) -> list[str]:
         cmd += ["--gpu-memory-utilization", str(plan.gpu_memory_utilization)]
     if plan.data_parallel_size > 1:
         cmd += ["--data-parallel-size", str(plan.data_parallel_size)]
-    if plan.adapters:
-        cmd += ["--enable-lora", "--max-loras", str(plan.max_loras or len(plan.adapters))]
-        ranks = [a.rank for a in plan.adapters if a.rank]
+    if plan.adapters or plan.follow:
+        # Following, an old and a new version may share a batch while requests in flight finish.
+        cmd += ["--enable-lora", "--max-loras", str(plan.max_loras or max(len(plan.adapters), 2 if plan.follow else 1))]
+        ranks = [r for r in (*(a.rank for a in plan.adapters), plan.max_lora_rank) if r]
         if ranks:
             cmd += ["--max-lora-rank", str(max(ranks))]
-        cmd += ["--lora-modules", *(f"{a.alias}={a.path}" for a in plan.adapters)]
+        if plan.adapters:
+            cmd += ["--lora-modules", *(f"{a.alias}={a.path}" for a in plan.adapters)]
     return cmd + list(plan.extra_args)
 
 
@@ -148,6 +162,8 @@ def server_env(plan: ServePlan) -> dict[str, str]:
         env["CUDA_VISIBLE_DEVICES"] = plan.gpus
     if plan.device == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = str(plan.cpu_kvcache_gb)
+    if plan.follow:
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"  # POST /v1/load_lora_adapter
     return env
 
 

@@ -109,6 +109,8 @@ class RoleSettings:
     server_url: list[str] = field(default_factory=list)  # several servers share the role's load
     extra_body: dict = field(default_factory=dict)  # the run's --extra-body with the role's own on top
     thinking: Optional[bool] = None  # None: the server's default
+    adapter_version: Optional[str] = None  # the registry version `adapter` was resolved from (`--speaker-adapter current`)
+    follows_current: bool = False  # given as `current`: a served role switches when another version is promoted
 
 
 _ROLE_FLAGS = ("model", "adapter", "server_url", "extra_body", "thinking")
@@ -122,14 +124,27 @@ def role_mapping(s: Any) -> dict[str, RoleSettings]:
     for role in (*vocab.ROLES, vocab.SAFETY):
         given = {k: getattr(s, f"{role}_{k}") for k in _ROLE_FLAGS if hasattr(s, f"{role}_{k}")}
         if given:
+            adapter, version = registry_adapter(given.get("adapter"), role)
             roles[role] = RoleSettings(
                 model=given.get("model"),
-                adapter=given.get("adapter"),
+                adapter=adapter,
+                adapter_version=version,
+                follows_current=str(given.get("adapter") or "").strip() == "current",
                 server_url=split_urls(given.get("server_url")),
                 extra_body=merged_extra_body(shared, parse_extra_body(given.get("extra_body"), f"--{role}-extra-body")),
                 thinking=parse_thinking(given.get("thinking"), f"--{role}-thinking"),
             )
     return roles
+
+
+def registry_adapter(value: Optional[str], role: str) -> tuple[Optional[str], Optional[str]]:
+    """A `--<role>-adapter` value that names a registry version (`current`, `previous`, `v3`,
+    `speaker-v3`) as that version's folder and id; a folder or served name as given."""
+    if not value:
+        return value, None
+    from mascot.adapter_registry import resolve_adapter
+
+    return resolve_adapter(value, role)
 
 
 def roles_field() -> Any:
@@ -229,8 +244,8 @@ class GroupEndpointSettings(ClientSettings):
     speaker_server_url: Optional[list[str]] = setting(None, "Endpoint for the Speakers (overrides the shared one)." + _SEVERAL)
     director_model: Optional[str] = setting(None, "Model id the Director calls.", flags=("--directive-model",))
     speaker_model: Optional[str] = setting(None, "Model id the Speakers call.", flags=("--agent-model",))
-    director_adapter: Optional[str] = setting(None, "LoRA adapter folder for the Director (local backend).")
-    speaker_adapter: Optional[str] = setting(None, "LoRA adapter folder for the Speakers (local backend).")
+    director_adapter: Optional[str] = setting(None, "LoRA adapter folder for the Director (local backend), or a registry version: current, previous, director-v3.")
+    speaker_adapter: Optional[str] = setting(None, "LoRA adapter folder for the Speakers (local backend), or a registry version: current, previous, speaker-v3.")
     share_model: bool = setting(False, "Opt-in: the other roles reuse the Speaker's model and endpoint.")
     director_extra_body: Optional[str] = setting(None, "JSON object merged into the Director's request bodies (over --extra-body).")
     speaker_extra_body: Optional[str] = setting(None, "JSON object merged into the Speakers' request bodies (over --extra-body).")

@@ -17,6 +17,7 @@ GROUPS = {
     "prefs": "Build preference pairs from judged data.",
     "train": "Train reward models and policies (Stage 1 and Stage 2) with TRL.",
     "study": "Blinded human preference study: build it, then read its results.",
+    "adapters": "Trained Speakers, Directors and reward models as versions: list, compare, promote, roll back.",
     "eval": "Evaluate systems against their baselines, per split; compare two systems head to head.",
 }
 
@@ -62,6 +63,7 @@ COMMANDS = (
     Command(("judge",), f"{C}.judge:JudgeSettings", f"{C}.judge:run_judge", f"{C}.judge:dry_run_judge"),
     Command(("metrics",), f"{C}.metrics:MetricsCommandSettings", f"{C}.metrics:run_metrics", f"{C}.metrics:dry_run_metrics"),
     Command(("prefs", "group"), f"{C}.prefs:PrefsGroupSettings", f"{C}.prefs:run_prefs_group", f"{C}.prefs:dry_run_prefs_group"),
+    Command(("prefs", "feedback"), f"{C}.prefs:PrefsFeedbackSettings", f"{C}.prefs:run_prefs_feedback", f"{C}.prefs:dry_run_prefs_feedback", no_args_is_help=False),
     _train("reward-model", "RewardModelSettings", "run_reward_model"),
     _train("speaker", "SpeakerGRPOSettings", "run_speaker"),
     _train("group-reward-model", "GroupRewardModelSettings", "run_group_reward_model"),
@@ -69,6 +71,9 @@ COMMANDS = (
     _train("director-dpo", "DirectorDPOSettings", "run_director_dpo"),
     _train("sft", "SFTSettings", "run_sft"),
     Command(("merge-lora",), "mascot.train.config:MergeSettings", f"{C}.train:run_merge", f"{C}.train:dry_run_train"),
+    *(Command(("adapters", word), f"mascot.adapters.command:{cls}", f"mascot.adapters.command:run_{word}", interrupts=word == "compare", no_args_is_help=word != "list")
+      for word, cls in (("list", "ListSettings"), ("show", "ShowSettings"), ("compare", "CompareSettings"), ("promote", "PromoteSettings"),
+                        ("rollback", "RollbackSettings"), ("register", "RegisterSettings"))),
     Command(("eval",), "mascot.eval.settings:EvalSettings", "mascot.eval.run:run_eval_command", "mascot.eval.run:dry_run_eval"),
     Command(("eval", "compare"), "mascot.judge.compare_settings:CompareSettings", f"{C}.compare:run_compare_command", f"{C}.compare:dry_run_compare"),
     Command(("pipeline",), "mascot.pipeline.settings:PipelineSettings", "mascot.pipeline.runner:run_pipeline_command", "mascot.pipeline.dryrun:dry_run_pipeline_command", no_args_is_help=False),

@@ -1,4 +1,5 @@
-"""`mascot prefs group`: Stage-2 preference pairs from group episodes (collective rubric)."""
+"""`mascot prefs group`: Stage-2 preference pairs from group episodes (collective rubric); `mascot prefs
+feedback`: persona-level pairs from people's ratings in the web app."""
 
 from __future__ import annotations
 
@@ -222,3 +223,95 @@ def dry_run_prefs_group(_command: str, s: PrefsGroupSettings) -> None:
     dry_run_judging("prefs group", s.episodes, s, settings)
 
 
+
+
+# --------------------------------------------------------------------------- people's ratings
+
+
+@dataclass
+class PrefsFeedbackSettings:
+    """Persona-level pairs from people's ratings in the web app: a reply rated helpful against
+    replies of the same companion rated not helpful (the same conversation first, then the most
+    similar). Only ratings given with consent (`mascot web --feedback-consent`) are used. Writes
+    pairs.jsonl (the Stage-1 pair format, each pair with its provenance) and pairs_stats.json."""
+
+    session_dir: Path = setting(Path("outputs/chat"), "Folder of the web app's sessions (its --session-dir); ratings are in its feedback/ folder.")
+    output_dir: Path = setting(Path("outputs/feedback_pairs"), "Where pairs.jsonl, pairs_stats.json and run_config.json go.")
+    max_pairs_per_reply: int = setting(4, "Replies rated not helpful paired with each helpful one, at most.")
+    study: Optional[Path] = setting(None, "A study file (`mascot study create`): each blinded choice becomes an episode-level pair for the group reward model.")
+    with_pairs: Optional[list[Path]] = setting(None, "Judge-built pair files to mix in (repeatable): the reward model trains on both.")
+    dataset: Optional[str] = setting(None, "Dataset recorded for the trainers (default: the sessions' own, when they agree).")
+    seed: int = setting(0, "Seed of the order ties are broken in.")
+
+    def __post_init__(self) -> None:
+        require(self.max_pairs_per_reply >= 1, "--max-pairs-per-reply must be at least 1")
+        require(Path(self.session_dir).is_dir(), f"--session-dir {self.session_dir} is not a folder (the web app's --session-dir)")
+        for path in self.with_pairs or []:
+            require(Path(path).is_file(), f"--with-pairs {path} is not a file")
+        require(self.study is None or Path(self.study).is_file(), f"--study {self.study}: no such study file")
+
+
+def run_prefs_feedback(s: PrefsFeedbackSettings) -> None:
+    from mascot.files import write_json_atomic, write_jsonl
+    from mascot.prefs.feedback import FEEDBACK_PAIRS_FILE, feedback_pairs, rated_replies, study_pairs
+
+    replies, counts = rated_replies(s.session_dir)
+    pairs = feedback_pairs(replies, max_pairs_per_reply=s.max_pairs_per_reply, seed=s.seed)
+    chosen, study = study_pairs(s.study) if s.study else ([], None)
+    mixed = _mixed_pairs(s.with_pairs or [])
+    said = (f"{len(pairs)} pairs from {counts.helpful} helpful and {counts.not_helpful} not helpful replies of {counts.sessions} rated sessions"
+            f" ({counts.without_consent} ratings without consent and {counts.unusable} unusable left out)")  # fmt: skip
+    if study:
+        said += f", {len(chosen)} episode pairs from the study's choices ({study.ties} ties, {study.excluded} excluded, {study.unusable} unusable)"
+    if not pairs and not chosen and not mixed:
+        why = "no consented rating" if not replies else "no companion has both a helpful and a not helpful reply"
+        raise MascotError(f"prefs feedback made no pair: {why}; {said}")
+    s.output_dir.mkdir(parents=True, exist_ok=True)
+    write_jsonl(s.output_dir / FEEDBACK_PAIRS_FILE, [*pairs, *chosen, *mixed])
+    write_json_atomic(s.output_dir / "pairs_stats.json", _feedback_stats(s, counts, pairs, study, len(chosen), len(mixed)))
+    write_json_atomic(s.output_dir / "run_config.json", {"command": "mascot prefs feedback", "settings": {"dataset": _dataset(s, replies)}})
+    typer.secho(f"wrote {said}" + (f", and {len(mixed)} judge-built pairs mixed in" if mixed else ""), fg="green", err=True)
+    typer.echo(str(s.output_dir / FEEDBACK_PAIRS_FILE))
+
+
+def _feedback_stats(s: PrefsFeedbackSettings, counts, pairs: list, study, study_pairs: int, mixed: int) -> dict:
+    return {"session_dir": str(s.session_dir), "sessions": counts.sessions, "ratings": counts.ratings, "without_consent": counts.without_consent,
+            "unusable": counts.unusable, "unusable_reasons": dict(counts.reasons), "helpful": counts.helpful, "not_helpful": counts.not_helpful,
+            "feedback_pairs": len(pairs), "same_conversation_pairs": sum(p.provenance["same_conversation"] for p in pairs),
+            "study": None if study is None else {"file": str(s.study), "pairs": study_pairs, "ties": study.ties, "excluded": study.excluded, "unusable": study.unusable},
+            "mixed_in": {str(p): n for p, n in _counts_by_file(s.with_pairs or []).items()}, "pairs": len(pairs) + study_pairs + mixed}  # fmt: skip
+
+
+def _dataset(s: PrefsFeedbackSettings, replies: list) -> str | None:
+    """The dataset the trainers record: the flag, else the rated sessions' own when they agree."""
+    datasets = {r.dataset for r in replies if r.dataset}
+    return s.dataset or (datasets.pop() if len(datasets) == 1 else None)
+
+
+def _mixed_pairs(files: list[Path]) -> list:
+    from mascot.files import read_jsonl
+    from mascot.schema import PreferencePair
+
+    return [pair for path in files for pair in read_jsonl(Path(path), PreferencePair)]
+
+
+def _counts_by_file(files: list[Path]) -> dict[Path, int]:
+    from mascot.files import read_jsonl
+    from mascot.schema import PreferencePair
+
+    return {Path(path): sum(1 for _ in read_jsonl(Path(path), PreferencePair)) for path in files}
+
+
+def dry_run_prefs_feedback(command: str, s: PrefsFeedbackSettings) -> None:
+    """What the ratings would make, counted; nothing written."""
+    from dataclasses import asdict
+
+    from mascot.commands.dryrun import print_settings
+    from mascot.prefs.feedback import feedback_pairs, rated_replies
+
+    replies, counts = rated_replies(s.session_dir)
+    resolved = {"rated_sessions": counts.sessions, "ratings": counts.ratings, "without_consent": counts.without_consent, "unusable": counts.unusable,
+                "helpful": counts.helpful, "not_helpful": counts.not_helpful,
+                "feedback_pairs": len(feedback_pairs(replies, max_pairs_per_reply=s.max_pairs_per_reply, seed=s.seed)),
+                "mixed_in": {str(p): n for p, n in _counts_by_file(s.with_pairs or []).items()}}  # fmt: skip
+    print_settings(command or "prefs feedback", {"resolved": resolved, "settings": asdict(s)})

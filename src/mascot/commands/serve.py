@@ -20,7 +20,7 @@ class ServeSettings:
     """Start vLLM's OpenAI-compatible server for a base model plus the adapters of trained artefacts,
     wait until it answers, and print the flags that point MASCOT's roles at it."""
 
-    artefacts: Optional[list[Path]] = setting(None, "Trained Speaker/Director artefact folders whose LoRA adapters are served.", argument=True)
+    artefacts: Optional[list[Path]] = setting(None, "Trained Speaker/Director artefact folders whose LoRA adapters are served, or registry versions (speaker-v3: served under that id).", argument=True)
     model: Optional[str] = setting(None, "Base model (default: the base every artefact's mascot_metadata.json names).")
     served_model_name: Optional[str] = setting(None, "Id the base model is served under (default: --model as given).")
     alias: Optional[list[str]] = setting(None, "ALIAS for the artefact at the same position (default: mascot-<role>).")
@@ -38,10 +38,17 @@ class ServeSettings:
     timeout: float = setting(900.0, "Seconds to wait for /v1/models to answer.")
     log_file: Optional[Path] = setting(None, "Server log (default: outputs/serve/vllm_<port>.log).")
     served_adapters: Optional[Path] = setting(None, "Write the alias map (served id -> base model, adapter folder) to this JSON file.")
+    follow_registry: bool = setting(
+        False, "Serve the current Speaker and Director versions under their ids, and load each version promoted while the server runs "
+        "without a restart (vLLM's runtime LoRA loading); clients given --speaker-adapter current switch on their next request.",
+    )
+    registry: Optional[Path] = setting(None, "Registry folder --follow-registry reads (default: $MASCOT_REGISTRY, else outputs/registry).")
+    registry_poll: float = setting(2.0, "Seconds between looks at the registry with --follow-registry.")
 
     def __post_init__(self) -> None:
         require(len(self.alias or []) <= len(self.artefacts or []), "more --alias values than artefact folders")
         require(1 <= self.port <= 65535 and self.data_parallel_size >= 1, "--port must lie in 1..65535 and --data-parallel-size be at least 1")
+        require(self.registry_poll > 0, "--registry-poll must be positive")
 
 
 def serve_plan(s: ServeSettings):
@@ -50,6 +57,12 @@ def serve_plan(s: ServeSettings):
 
     aliases = list(s.alias or [])
     found = [adapter_from_artefact(p, aliases[i] if i < len(aliases) else None) for i, p in enumerate(s.artefacts or [])]
+    if s.follow_registry:
+        found += followed_versions(s, found)
+        if not found and not s.model:
+            from mascot.serve import ServeError
+
+            raise ServeError("nothing to serve: the registry has no current Speaker or Director yet (promote one, or pass --model to start with the base)")
     base = base_of(found, s.model)
     return ServePlan(
         base_model=base,
@@ -66,7 +79,35 @@ def serve_plan(s: ServeSettings):
         max_model_len=s.max_model_len,
         dtype=s.dtype or (cpu_dtype()[0] if s.cpu else None),
         cpu_kvcache_gb=s.cpu_kvcache_gb,
+        follow=s.follow_registry,
+        max_lora_rank=registry_lora_rank(s) if s.follow_registry else None,
     )
+
+
+def followed_versions(s: ServeSettings, found: list) -> list:
+    """The current Speaker and Director versions a following server serves from the start (under
+    their ids), those already given as artefacts left out."""
+    from mascot.adapter_registry import Registry
+    from mascot.serve import adapter_from_artefact, base_of
+    from mascot.serve_follow import current_versions
+
+    registry = Registry.open(s.registry)
+    given = {adapter.path for adapter, _ in found}
+    base = s.model or (base_of(found, None) if found else None)
+    state = registry.state()
+    versions = current_versions(registry, base) if base else [state.versions[i] for i in state.current.values() if state.versions[i].role in ("speaker", "director")]
+    return [adapter_from_artefact(v.folder, v.id) for v in versions if v.folder not in given]
+
+
+def registry_lora_rank(s: ServeSettings) -> int | None:
+    """The largest LoRA rank of the registry's Speaker and Director versions: a version promoted
+    later must fit the rank the server reserved at start."""
+    from mascot.adapter_registry import Registry
+    from mascot.serve import lora_rank
+
+    versions = [v for v in Registry.open(s.registry).state().versions.values() if v.role in ("speaker", "director")]
+    ranks = [r for v in versions if (r := lora_rank(Path(v.folder)))]
+    return max(ranks) if ranks else None
 
 
 def dtype_line(s: ServeSettings) -> str | None:
@@ -84,7 +125,14 @@ def dtype_line(s: ServeSettings) -> str | None:
 def run_serve(s: ServeSettings) -> None:
     if line := dtype_line(s):
         typer.echo(line, err=True)
-    _run(serve_plan(s), s.log_file or Path("outputs/serve") / f"vllm_{s.port}.log", s.timeout, s.served_adapters)
+    plan = serve_plan(s)
+    follower = None
+    if s.follow_registry:
+        from mascot.adapter_registry import Registry
+        from mascot.serve_follow import Follower
+
+        follower = Follower(Registry.open(s.registry), plan.url, plan.base_model, served={a.alias: a.path for a in plan.adapters})
+    _run(plan, s.log_file or Path("outputs/serve") / f"vllm_{s.port}.log", s.timeout, s.served_adapters, follower, s.registry_poll)
 
 
 def dry_run_serve(_command: str, s: ServeSettings) -> None:
@@ -98,7 +146,7 @@ def dry_run_serve(_command: str, s: ServeSettings) -> None:
 
 
 
-def _run(plan, log_path: Path, timeout: float, served_adapters: Path | None) -> None:
+def _run(plan, log_path: Path, timeout: float, served_adapters: Path | None, follower=None, poll_s: float = 2.0) -> None:
     from mascot.serve import ServeError, alias_map, last_lines, role_flags, shell_line, start_server, start_watchdog, stop_server, wait_until_ready
 
     typer.echo(f"starting: {shell_line(plan)}\nlog: {log_path}", err=True)
@@ -117,7 +165,7 @@ def _run(plan, log_path: Path, timeout: float, served_adapters: Path | None) -> 
         typer.secho(f"serving {', '.join(served)} at {plan.url}", fg="green")
         typer.echo("use with: " + " ".join(role_flags(plan)), nl=True)
         sys.stdout.flush()
-        code = process.wait()
+        code = _wait_following(process, follower, poll_s) if follower else process.wait()
         if code:
             raise ServeError(f"the vLLM server exited with status {code}; its last log lines:\n{last_lines(log_path)}")
     except KeyboardInterrupt:
@@ -128,6 +176,20 @@ def _run(plan, log_path: Path, timeout: float, served_adapters: Path | None) -> 
             typer.echo("the server's processes ignored SIGTERM: killed them", err=True)
         watchdog.terminate()  # nothing left for it to guard
         watchdog.wait()
+
+
+def _wait_following(process, follower, poll_s: float) -> int:
+    """Waits for the server to end, loading each newly promoted version meanwhile."""
+    import time
+
+    typer.echo(f"following the registry {follower.registry.folder}: a promoted Speaker or Director is loaded without a restart", err=True)
+    follower.poll()  # the state at start is what the server was started with
+    while process.poll() is None:
+        for line in follower.poll():
+            typer.secho(line, fg="green" if line.startswith("loaded") else "yellow")
+            sys.stdout.flush()
+        time.sleep(poll_s)
+    return process.returncode
 
 
 def _interrupt(*_) -> None:

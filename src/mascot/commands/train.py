@@ -21,41 +21,52 @@ def dry_run_train(command: str, settings: Any) -> None:
     dry_run_training(command or "train", settings)
 
 
-def _report(title: str, line: str) -> None:
+def _report(title: str, line: str, outcome: Any = None) -> None:
     from mascot.train.runtime import is_main_process
 
-    if is_main_process():  # under accelerate launch every process runs the command
-        typer.secho(f"{title}: {line}", fg="green")
+    if not is_main_process():  # under accelerate launch every process runs the command
+        return
+    typer.secho(f"{title}: {line}", fg="green")
+    version = getattr(getattr(outcome, "metadata", None), "registered_as", None)
+    if version:
+        from mascot.adapter_registry import registry_folder
+
+        typer.secho(f"registered as {version} in {registry_folder()} (`mascot adapters compare {version}` against the current one, then promote)", fg="green")
 
 
 def run_reward_model(settings: cfg.RewardModelSettings) -> None:
     from mascot.train.reward_model import describe, train_reward_model
 
-    _report("persona reward model", describe(train_reward_model(settings)))
+    outcome = train_reward_model(settings)
+    _report("persona reward model", describe(outcome), outcome)
 
 
 def run_speaker(settings: cfg.SpeakerGRPOSettings) -> None:
     from mascot.train.speaker_grpo import describe, train_speaker
 
-    _report("speaker", describe(train_speaker(settings)))
+    outcome = train_speaker(settings)
+    _report("speaker", describe(outcome), outcome)
 
 
 def run_group_reward_model(settings: cfg.GroupRewardModelSettings) -> None:
     from mascot.train.reward_model import describe, train_group_reward_model
 
-    _report("group reward model", describe(train_group_reward_model(settings)))
+    outcome = train_group_reward_model(settings)
+    _report("group reward model", describe(outcome), outcome)
 
 
 def run_director_grpo(settings: cfg.DirectorGRPOSettings) -> None:
     from mascot.train.director_grpo import describe, train_director_grpo
 
-    _report("director (GRPO)", describe(train_director_grpo(settings)))
+    outcome = train_director_grpo(settings)
+    _report("director (GRPO)", describe(outcome), outcome)
 
 
 def run_director_dpo(settings: cfg.DirectorDPOSettings) -> None:
     from mascot.train.director_dpo import describe, train_director_dpo
 
-    _report("director (DPO)", describe(train_director_dpo(settings)))
+    outcome = train_director_dpo(settings)
+    _report("director (DPO)", describe(outcome), outcome)
 
 
 def run_merge(settings: cfg.MergeSettings) -> None:
@@ -68,4 +79,5 @@ def run_merge(settings: cfg.MergeSettings) -> None:
 def run_sft(settings: cfg.SFTSettings) -> None:
     from mascot.train.sft import describe, train_sft
 
-    _report("speaker (SFT)", describe(train_sft(settings)))
+    outcome = train_sft(settings)
+    _report("speaker (SFT)", describe(outcome), outcome)

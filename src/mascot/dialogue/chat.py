@@ -163,7 +163,7 @@ def chat_backends(settings: EndpointFields, trace: Path | None = None) -> tuple:
 
     if trace:
         trace.parent.mkdir(parents=True, exist_ok=True)
-    backends = build_backends(resolve_roles(settings, with_safety(settings, CHAT_ROLES)), settings, trace_path=trace)
+    backends = build_backends(resolve_roles(settings, with_safety(settings, CHAT_ROLES)), settings, trace_path=trace, follow_registry=True)
     return backends, resolve_served_identities(role_identities(backends), backends.endpoints)
 
 

@@ -140,7 +140,9 @@ def endpoint_record(s: Any) -> dict:
         per_role[f"{role}_extra_body"] = _role(s, role).extra_body or None
         per_role[f"{role}_thinking"] = _role(s, role).thinking
     limits = {f.name: getattr(s, f.name) for f in fields(ClientLimits)}
-    return {**endpoint_identity(s), "extra_body": parse_extra_body(s.extra_body), **per_role, **limits}
+    versions = {role: _role(s, role).adapter_version for role in ("director", "speaker") if _role(s, role).adapter_version}
+    registry = {"adapter_versions": versions} if versions else {}  # only then: earlier runs' records stay as they were (--resume compares them)
+    return {**endpoint_identity(s), "extra_body": parse_extra_body(s.extra_body), **per_role, **limits, **registry}
 
 
 def run_tag(s: Any, roster: Roster) -> str:

@@ -113,7 +113,9 @@ def role_flags(cell: Cell, settings: EvalSettings, catalogue: Catalogue, dataset
             flags[f"{role}_model"] = model
         if spec.endpoint:
             flags[f"{role}_server_url"] = [spec.endpoint]
-        if spec.adapter:
+        if spec.adapter and (version := registry_reference(catalogue, spec.adapter, role)):
+            flags[f"{role}_adapter"] = version  # the run resolves it and records the version it used
+        elif spec.adapter:
             base = model or settings.model_name or default_model()
             path = catalogue.adapter_path(spec.adapter, dataset=dataset, model=base)
             if not path.exists():
@@ -123,6 +125,18 @@ def role_flags(cell: Cell, settings: EvalSettings, catalogue: Catalogue, dataset
                 )
             flags[f"{role}_adapter"] = str(path)
     return flags
+
+
+def registry_reference(catalogue: Catalogue, name: str, role: str) -> str | None:
+    """An adapter named as a registry version (`current`, `speaker-v3`, directly or through the
+    systems file's `adapters:` / `--adapter NAME=current`), checked now; None for a folder."""
+    from mascot.adapter_registry import is_reference, resolve_adapter
+
+    value = catalogue.adapters.get(name, name)
+    if not is_reference(value) or Path(value).exists():
+        return None
+    resolve_adapter(value, role)  # a version that is missing or changed is refused before any run
+    return value
 
 
 def default_model() -> str:

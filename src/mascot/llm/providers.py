@@ -57,6 +57,7 @@ class RoleEndpoint:
     template_kwargs: bool = True  # the server takes chat_template_kwargs (False for hosted APIs)
     kind: str = ""
     role_tag: str = ""
+    follows: str | None = None  # served and given as `current`: the registry version it starts on, followed per request
 
     def __post_init__(self) -> None:
         self.kind = self.kind or ("openai-compatible" if self.url else "local")
@@ -276,16 +277,26 @@ def _sharing_key(ep: RoleEndpoint) -> tuple:
     return ep.kind, ",".join(ep.urls) or None, ep.model, ep.adapter, ep.api_key_env if remote else None, extra
 
 
+def following_client(inner: ChatClient, ep: RoleEndpoint) -> ChatClient:
+    from mascot.adapter_registry import Registry
+    from mascot.llm.following import FollowCurrent
+
+    return FollowCurrent(inner, ep.role, ep.follows, Registry.open(), ep.urls)
+
+
 def build_backends(
     endpoints: dict[str, RoleEndpoint],
     opts: ClientLimits | None = None,
     *,
     trace_path: Path | None = None,
     overrides: dict[str, ChatClient] | None = None,
+    follow_registry: bool = False,
 ) -> Backends:
     """One metered client per role. Clients of the same endpoint (`_sharing_key`) are shared, so
     the in-flight bound holds per server and a local model is loaded once. `overrides` injects
-    ready clients for some roles (tests)."""
+    ready clients for some roles (tests). `follow_registry` (chat and web, which run for hours):
+    a served role given `current` moves to each version promoted meanwhile; a run's episodes all
+    come from the version it started with."""
     opts = opts or ClientLimits()
     load_env_file()
     meter = UsageMeter()
@@ -300,6 +311,8 @@ def build_backends(
             if key not in shared:
                 shared[key] = build_client(ep, opts, registry)
             inner = shared[key]
+        if ep.follows and follow_registry:
+            inner = following_client(inner, ep)
         clients[role] = MeteredClient(inner, role, meter, tracer, endpoint=redact_url(ep.url) or inner.backend,
                                       thinking=ep.thinking, role_tag=ep.role_tag)
     return Backends(endpoints, clients, meter, tracer, list(shared.values()), registry)

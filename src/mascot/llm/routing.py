@@ -56,6 +56,7 @@ def resolve_roles(settings: Any, roles: tuple[str, ...] = DIALOGUE_ROLES) -> dic
         resolved[role] = RoleEndpoint(role, own.model or default_model, url, adapter=own.adapter, **extras)
         if own.adapter and url:
             send_served_adapter(resolved[role], f"--{role}-server-url" if own.server_url else "--vllm-server-url", listings)
+            resolved[role].follows = own.adapter_version if own.follows_current else None
         elif own.adapter:
             require_adapter_folder(role, own.adapter)
     if settings.share_model and "speaker" in resolved:

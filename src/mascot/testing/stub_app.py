@@ -223,9 +223,23 @@ class StubServer:
             await self._send(writer, 200, self.stats.as_dict())
         elif method == "POST" and path.rstrip("/") in ("/v1/chat/completions", "/chat/completions"):
             await self._chat(headers, body, writer)
+        elif method == "POST" and path.rstrip("/") == "/v1/load_lora_adapter":
+            await self._load_lora(body, writer)
         else:
             await self._send(writer, 404, {"error": {"message": f"no route {method} {path}", "type": "not_found"}})
         return True
+
+    async def _load_lora(self, body: bytes, writer: asyncio.StreamWriter) -> None:
+        """vLLM's runtime LoRA loading: a new name is listed from now on; a name already loaded is a 400."""
+        request = json.loads(body or b"{}")
+        name, path = request.get("lora_name"), request.get("lora_path")
+        if not name or not path:
+            await self._send(writer, 400, {"error": {"message": "lora_name and lora_path are required", "type": "BadRequestError"}})
+        elif name in self.lora_modules:
+            await self._send(writer, 400, {"error": {"message": f"The lora adapter '{name}' has already been loaded.", "type": "BadRequestError"}})
+        else:
+            self.lora_modules[name] = path
+            await self._send_text(writer, f"Success: LoRA adapter '{name}' added successfully.")
 
     # ------------------------------------------------------------------ chat completions
 

@@ -165,6 +165,8 @@ def finish(
     }
     meta.library_versions = artefact.library_versions()
     meta.hardware = artefact.hardware_summary()
+    versions = getattr(settings, "registry_versions", None) or {}
+    meta.source_artefacts.update({f"{flag}_version": version for flag, version in versions.items()})
     if is_main_process():
         if meta.weights == "lora_adapter":
             from mascot.llm.models import record_hub_base
@@ -173,7 +175,17 @@ def finish(
         artefact.write_metadata(output, meta)
         if not settings.keep_checkpoints:
             artefact.remove_checkpoints(output)
+        register_artefact(output, meta)
     return meta
+
+
+def register_artefact(output: Path, meta: TrainingMetadata) -> None:
+    """The artefact as a version in the adapter registry, and its version id in its metadata."""
+    from mascot.train.registration import register_trained
+
+    meta.registered_as = register_trained(output)
+    if meta.registered_as:
+        artefact.write_metadata(output, meta)
 
 
 def _finite(value: Any) -> float | None:

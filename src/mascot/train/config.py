@@ -16,6 +16,28 @@ from mascot import vocab
 from mascot.data.registry import DATASET_CHOICES
 from mascot.settings import setting
 
+REFERENCE_HELP = " A registry version works too: current, previous or its id."
+
+
+def registry_versions_field():
+    """Which registry version each artefact flag was resolved from (recorded in the artefact's
+    `source_artefacts` as `<flag>_version`); not a flag."""
+    return field(default_factory=dict, repr=False, compare=False, metadata={"cli": False, "derived": True})
+
+
+def resolve_registry_references(settings, **roles: str) -> None:
+    """Each named artefact flag that holds a registry reference (`current`, `v3`, `speaker-v3`)
+    becomes that version's folder, and the version is noted in `settings.registry_versions`."""
+    from mascot.adapter_registry import resolve_adapter
+
+    for name, role in roles.items():
+        value = getattr(settings, name)
+        if value:
+            folder, version = resolve_adapter(str(value), role)
+            setattr(settings, name, folder)
+            if version:
+                settings.registry_versions[name] = version
+
 DEFAULT_POLICY_MODEL = "Qwen/Qwen3-8B"
 DEFAULT_REWARD_BASE_MODEL = "Qwen/Qwen3-0.6B"
 LORA_TARGET_MODULES = "q_proj,k_proj,v_proj,o_proj"
@@ -203,7 +225,7 @@ class SpeakerGRPOSettings(GRPOSettings, BestStepSettings):
     reward_model_path: Optional[str] = setting(
         None,
         "Trained persona reward model (artefact folder). Default: where `mascot train reward-model` writes it for this dataset "
-        "(outputs/reward_model/Individual_<dataset>_Qwen3-0.6B); unused when --reward-model-weight is 0.",
+        "(outputs/reward_model/Individual_<dataset>_Qwen3-0.6B); unused when --reward-model-weight is 0." + REFERENCE_HELP,
     )
     thinking: bool = setting(
         True,
@@ -222,6 +244,10 @@ class SpeakerGRPOSettings(GRPOSettings, BestStepSettings):
         "Share of contexts held out (every persona's prompt of each): the policy samples for them every --eval-steps and the step "
         "with the best mean reward there is kept (costs that generation); 0: none, the last step is kept.",
     )
+    registry_versions: dict = registry_versions_field()
+
+    def __post_init__(self) -> None:
+        resolve_registry_references(self, reward_model_path="persona_reward_model")
 
 
 @dataclass
@@ -234,7 +260,7 @@ class DirectorGRPOSettings(GRPOSettings, BestStepSettings):
     group_reward_model_path: Optional[str] = setting(
         None,
         "Trained group reward model (artefact folder). Default: where `mascot train group-reward-model` writes it for this dataset "
-        "(outputs/reward_model/group_reward_<dataset>_Qwen3-0.6B); unused when --group-reward-weight is 0.",
+        "(outputs/reward_model/group_reward_<dataset>_Qwen3-0.6B); unused when --group-reward-weight is 0." + REFERENCE_HELP,
     )
     roster: Optional[str] = setting(None, "Roster name or file; default: the dataset's roster.")
     rollout_server_url: Optional[str] = setting(None, "OpenAI-compatible endpoint for the frozen Speaker, user and later-round Director during rollouts (default: in-process local model).")
@@ -242,7 +268,9 @@ class DirectorGRPOSettings(GRPOSettings, BestStepSettings):
         None, "Base model the rollouts call: served model id, or hub id / folder locally. Default: the policy being trained (--model)."
     )
     rollout_endpoints: Optional[str] = setting(None, "Comma-separated extra rollout endpoints; requests go to the one with the fewest outstanding.")
-    speaker_adapter: Optional[str] = setting(None, "The trained Speaker for rollouts: its served LoRA alias (with a rollout URL) or its adapter folder (local).")
+    speaker_adapter: Optional[str] = setting(
+        None, "The trained Speaker for rollouts: its served LoRA alias (with a rollout URL) or its adapter folder (local)." + REFERENCE_HELP
+    )
     rollouts: str = setting(
         "live", "Where a sampled directive's reward comes from: live (its conversation rolled out to the end of --suffix-rounds and scored) | "
         "recorded (the scores of the recorded conversations that went on with the companion it names, averaged: episodes of "
@@ -307,6 +335,12 @@ class DirectorGRPOSettings(GRPOSettings, BestStepSettings):
         None, "Suffix rollouts in flight at once, and the batch of the in-process rollout models; default: every completion a process "
         "samples in a step, so that each round of a step's rollouts runs as one batch (a lower bound caps memory).",
     )
+    registry_versions: dict = registry_versions_field()
+
+    def __post_init__(self) -> None:
+        # A served Speaker is named as its server lists it; only a folder comes from the registry.
+        speaker = {} if self.rollout_server_url else {"speaker_adapter": "speaker"}
+        resolve_registry_references(self, group_reward_model_path="group_reward_model", **speaker)
 
 
 @dataclass

@@ -99,6 +99,7 @@ def _write_merged_metadata(adapter: Path, output: Path, base: str, task_type: st
         )
     meta = meta.model_copy(deep=True)
     meta.weights = "full"
+    meta.registered_as = None  # the adapter's version, not this folder's
     meta.task = "sequence_classification" if task_type == "SEQ_CLS" else "causal_lm"
     meta.base_model = base_model_id(base)  # a hub id, not the folder it loaded from here
     meta.source_artefacts = {**meta.source_artefacts, "adapter": str(adapter.resolve())}

@@ -15,6 +15,7 @@ from mascot.errors import MascotError
 from mascot.rosters import RosterError
 from mascot.web.error_pages import sentence
 from mascot.web.events import DONE, QueueListener, colour_index, sse
+from mascot.web.feedback import RATINGS, ReplyRating, add_rating, latest_ratings
 from mascot.web.security import require_csrf, scrub
 from mascot.web.sessions import SessionNotFound, WebSessions, readable_time
 
@@ -24,6 +25,11 @@ log = logging.getLogger(__name__)
 
 class MessageIn(BaseModel):
     text: str
+
+
+class RatingIn(BaseModel):
+    turn_idx: int
+    rating: str
 
 
 def sessions_of(request: Request) -> WebSessions:
@@ -87,8 +93,11 @@ async def session_page(request: Request, session_id: str) -> HTMLResponse:
     names = session.roster.names
     colours = {name: colour_index(name, names) for name in names}
     started = readable_time(session.created_at)
+    settings = request.app.state.settings
+    ratings = latest_ratings(settings.session_dir, session_id) if settings.feedback else {}
     return page(request, "session.html", session=session, session_id=session_id, colours=colours, started=started,
-                max_chars=request.app.state.settings.max_message_chars, fallback_note=fallback_note)
+                max_chars=settings.max_message_chars, fallback_note=fallback_note, feedback=settings.feedback,
+                ratings={turn: r.rating for turn, r in ratings.items()})
 
 
 @router.get("/sessions/{session_id}/export.jsonl")
@@ -124,6 +133,26 @@ async def send_message(request: Request, session_id: str, message: MessageIn) ->
     request.app.state.tasks.add(task)
     task.add_done_callback(request.app.state.tasks.discard)
     return StreamingResponse(stream_events(queue), media_type="text/event-stream", headers={"x-accel-buffering": "no"})
+
+
+@router.post("/api/sessions/{session_id}/feedback", dependencies=[Depends(require_csrf)])
+async def rate_reply(request: Request, session_id: str, rating: RatingIn) -> dict:
+    """A person's rating of one companion's reply: helpful or not (the newest rating of a reply counts)."""
+    settings = request.app.state.settings
+    if not settings.feedback:
+        raise HTTPException(status_code=404, detail="Rating replies is turned off in this app.")
+    if rating.rating not in RATINGS:
+        raise HTTPException(status_code=422, detail=f"A rating is {' or '.join(RATINGS)}.")
+    try:
+        session = sessions_of(request).get(session_id)
+    except SessionNotFound as exc:
+        raise HTTPException(status_code=404, detail=str(exc)) from None
+    turn = next((t for t in session.turns if t.turn_idx == rating.turn_idx and not t.is_user and t.response), None)
+    if turn is None:
+        raise HTTPException(status_code=422, detail="There is no companion's reply to rate at that place in this conversation.")
+    add_rating(settings.session_dir, ReplyRating(session_id=session_id, turn_idx=turn.turn_idx, agent_name=turn.agent_name or "",
+                                                 rating=rating.rating, consent=settings.feedback_consent))  # fmt: skip
+    return {"turn_idx": turn.turn_idx, "rating": rating.rating}
 
 
 async def answer(session, text: str, queue: asyncio.Queue, lock: asyncio.Lock) -> None:

@@ -53,4 +53,4 @@ class QueueListener(SilentListener):
         self._put("discarded", agent=agent_name, shown=shown)
 
     def reply_end(self, turn: Turn, revised: bool) -> None:
-        self._put("end", agent=turn.agent_name, response=turn.response, revised=revised, round_id=turn.round_id)
+        self._put("end", agent=turn.agent_name, response=turn.response, revised=revised, round_id=turn.round_id, turn_idx=turn.turn_idx)

@@ -23,6 +23,12 @@ class WebSettings(EndpointFields, ConversationSettings):
     session_dir: Path = setting(DEFAULT_SESSION_DIR, "Folder of chat sessions (shared with `mascot chat`); uploaded rosters go to its rosters/ folder.")
     max_message_chars: int = setting(4000, "Longest message a person may send, in characters.")
     max_body_bytes: int = setting(262144, "Largest request body accepted (roster uploads included), in bytes.")
+    feedback: bool = setting(True, "Offer 'helpful' and 'not helpful' under each companion's reply (kept in <session dir>/feedback/).",
+                             flags=("--feedback/--no-feedback",))
+    feedback_consent: bool = setting(
+        False, "The people using this app agreed that the conversations they rate may train the companions: their ratings say so, "
+        "and `mascot prefs feedback` uses only ratings that do.",
+    )
     study: Optional[Path] = setting(None, "A study file from `mascot study create`: serve its rater pages (/study/r/<token>) and results page too.")
 
     def __post_init__(self) -> None:

@@ -69,6 +69,46 @@
     showActivity(data.agent + " is typing\u2026");
   }
 
+  // Helpful / not helpful under each companion's reply; the newest choice counts, and is kept.
+  const RATING_LABELS = { helpful: "helpful", not_helpful: "not helpful" };
+  function addRatingButtons(item, turnIdx) {
+    if (chat.dataset.feedback !== "on" || turnIdx === undefined) return;
+    const box = document.createElement("span");
+    box.className = "rate";
+    box.dataset.turn = String(turnIdx);
+    for (const [value, label] of Object.entries(RATING_LABELS)) {
+      const button = document.createElement("button");
+      button.type = "button";
+      button.dataset.rating = value;
+      button.setAttribute("aria-pressed", "false");
+      button.textContent = label;
+      box.append(button);
+    }
+    item.append(box);
+  }
+
+  transcript.addEventListener("click", async (event) => {
+    const button = event.target.closest(".rate button");
+    if (!button) return;
+    const box = button.parentElement;
+    let response;
+    try {
+      response = await fetch("/api/sessions/" + encodeURIComponent(sessionId) + "/feedback", {
+        method: "POST",
+        headers: { "Content-Type": "application/json", "X-CSRF-Token": csrf },
+        body: JSON.stringify({ turn_idx: Number(box.dataset.turn), rating: button.dataset.rating }),
+      });
+    } catch (error) {
+      showStatus(UNREACHABLE);
+      return;
+    }
+    if (!response.ok) {
+      showStatus(await refusal(response));
+      return;
+    }
+    for (const other of box.querySelectorAll("button")) other.setAttribute("aria-pressed", other === button ? "true" : "false");
+  });
+
   let current = null;
   const handlers = {
     directive: directiveLine,
@@ -86,6 +126,7 @@
       if (current) {
         current.textContent = d.response || "(no reply)";
         current.parentElement.classList.remove("streaming");
+        if (d.response) addRatingButtons(current.parentElement, d.turn_idx);
       }
       current = null;
       if (retryNote !== null && status.textContent === retryNote) showStatus("");

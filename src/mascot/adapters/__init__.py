@@ -1,0 +1,1 @@
+"""Trained artefacts as versions: the registry, comparisons between versions, promotion and rollback."""

@@ -1,0 +1,208 @@
+"""`mascot prefs feedback`: persona-level preference pairs from people's ratings of the companions.
+
+Each rated reply of the web app (`mascot.web.feedback`) is rebuilt as the Speaker saw it: the
+prompt is `speaker_messages` over the conversation before the reply and the directive it followed,
+so a pair looks exactly like a Stage-1 pair and trains the same persona reward model. A reply
+rated helpful is paired with replies of the same companion rated not helpful: first those of the
+same conversation, then those whose person wrote the most similar message just before (word
+overlap), at most `max_pairs_per_reply` each. The pair's prompt is the helpful reply's; a rejected
+reply from another conversation stands in as an answer to it, as a cross-persona reply does for
+Stage 1. Every pair carries its provenance (`source: "feedback"`, the session and turn of each
+side). Only ratings given with consent are read; the others are counted and left out.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mascot.schema import Episode, PreferencePair, Roster
+
+log = logging.getLogger(__name__)
+
+FEEDBACK_PAIRS_FILE = "pairs.jsonl"
+WORD = re.compile(r"[a-z']+")
+
+
+@dataclass
+class RatedReply:
+    session_id: str
+    turn_idx: int
+    roster: str
+    persona: str
+    prompt: list[dict[str, str]]
+    response: str
+    helpful: bool
+    person_said: set[str]  # the words of the person's message before the reply
+    dataset: str | None = None
+
+    @property
+    def where(self) -> str:
+        return f"{self.session_id}#t{self.turn_idx}"
+
+
+@dataclass
+class FeedbackCounts:
+    sessions: int = 0
+    ratings: int = 0
+    without_consent: int = 0
+    unusable: int = 0  # the rated turn or its companion is no longer in the session
+    helpful: int = 0
+    not_helpful: int = 0
+    reasons: Counter = field(default_factory=Counter)
+
+
+def session_roster(episode: Episode, session_dir: Path) -> Roster:
+    """The roster a session was held with: a built-in one, or an upload kept in `<session dir>/rosters/`."""
+    from mascot.rosters import BUILTIN_ROSTERS, RosterError, load_roster
+
+    name, version = episode.metadata.roster or "", episode.metadata.roster_version
+    if name in BUILTIN_ROSTERS:
+        return load_roster(name)
+    for path in sorted((session_dir / "rosters").glob("upload-*.yaml")):
+        roster = load_roster(str(path))
+        if roster.name == name and roster.version == version:
+            return roster
+    raise RosterError(f"roster {name!r} is neither built in nor among the uploads in {session_dir / 'rosters'}")
+
+
+def rated_replies(session_dir: Path) -> tuple[list[RatedReply], FeedbackCounts]:
+    """Every consented rating of `session_dir`, as the reply and the prompt it answered."""
+    from mascot.web.feedback import FEEDBACK_FOLDER, read_ratings
+
+    counts = FeedbackCounts()
+    replies: list[RatedReply] = []
+    for ratings_file in sorted((Path(session_dir) / FEEDBACK_FOLDER).glob("*.jsonl")):
+        latest = {r.turn_idx: r for r in read_ratings(ratings_file)}
+        counts.sessions += 1
+        counts.ratings += len(latest)
+        consented = [r for r in latest.values() if r.consent]
+        counts.without_consent += len(latest) - len(consented)
+        if consented:
+            replies += session_replies(Path(session_dir), ratings_file.stem, consented, counts)
+    counts.helpful = sum(r.helpful for r in replies)
+    counts.not_helpful = len(replies) - counts.helpful
+    return replies, counts
+
+
+def session_replies(session_dir: Path, session_id: str, ratings: list, counts: FeedbackCounts) -> list[RatedReply]:
+    from mascot.dialogue.chat import load_session_episode
+    from mascot.dialogue.prompts import speaker_messages
+    from mascot.errors import MascotError
+
+    try:
+        episode = load_session_episode(session_dir / f"{session_id}.jsonl")
+        roster = session_roster(episode, session_dir)
+    except (MascotError, OSError) as exc:
+        counts.unusable += len(ratings)
+        counts.reasons[f"session unreadable: {exc}"] += len(ratings)
+        log.warning("ratings of %s left out: %s", session_id, exc)
+        return []
+    turns = {t.turn_idx: i for i, t in enumerate(episode.turns)}
+    out = []
+    for rating in ratings:
+        index = turns.get(rating.turn_idx)
+        turn = episode.turns[index] if index is not None else None
+        if turn is None or turn.is_user or not turn.response or turn.agent_name not in roster.names:
+            counts.unusable += 1
+            counts.reasons["the rated reply is not in the session"] += 1
+            continue
+        history = episode.turns[:index]
+        said = next((t.response for t in reversed(history) if t.is_user), "")
+        prompt = speaker_messages(roster.persona(turn.agent_name), roster, episode.context, history, turn.directive)
+        out.append(RatedReply(session_id, turn.turn_idx, roster.name, turn.agent_name, prompt, turn.response, rating.rating == "helpful",
+                              set(WORD.findall(said.lower())), episode.metadata.dataset))  # fmt: skip
+    return out
+
+
+def similarity(a: RatedReply, b: RatedReply) -> float:
+    """How alike the two people's messages were (Jaccard overlap of their words)."""
+    union = a.person_said | b.person_said
+    return len(a.person_said & b.person_said) / len(union) if union else 0.0
+
+
+def feedback_pairs(replies: list[RatedReply], *, max_pairs_per_reply: int = 4, seed: int = 0) -> list[PreferencePair]:
+    """Helpful against not helpful, per companion: the same conversation first, then the most similar."""
+    rng = random.Random(seed)
+    pairs = []
+    for helpful in (r for r in replies if r.helpful):
+        rejected = [r for r in replies if not r.helpful and (r.roster, r.persona) == (helpful.roster, helpful.persona) and r.response != helpful.response]
+        rng.shuffle(rejected)  # ties broken by the seed, not by file order
+        rejected.sort(key=lambda r: (r.session_id != helpful.session_id, -similarity(helpful, r)))
+        for other in rejected[:max_pairs_per_reply]:
+            pairs.append(PreferencePair(
+                prompt=helpful.prompt, chosen=[{"role": "assistant", "content": helpful.response}],
+                rejected=[{"role": "assistant", "content": other.response}], margin=1.0, persona=helpful.persona,
+                context_id=helpful.session_id, chosen_score=1.0, rejected_score=0.0, kind="persona", roster=helpful.roster,
+                provenance={"source": "feedback", "chosen": helpful.where, "rejected": other.where,
+                            "same_conversation": other.session_id == helpful.session_id},
+            ))  # fmt: skip
+    return pairs
+
+
+# --------------------------------------------------------------------------- the study's blinded choices
+
+
+@dataclass
+class StudyCounts:
+    choices: int = 0  # ratings of real pairs by raters who passed every attention check, turned into pairs
+    ties: int = 0
+    excluded: int = 0  # attention checks, and the ratings of raters who failed one
+    unusable: int = 0  # a rated conversation no longer in the study's source files
+
+
+def study_pairs(study_file: Path) -> tuple[list[PreferencePair], StudyCounts]:
+    """Episode-level pairs from the human study: the conversation a rater chose against the other,
+    read whole (directives included) from the episode files the study was made from, and rendered
+    as the group reward model reads them (`mascot.prefs.group`); ties make no pair."""
+    from mascot.study.db import all_ratings, meta, opened
+    from mascot.study.results import kept_ratings
+
+    with opened(study_file) as conn:
+        info, ratings = meta(conn), all_ratings(conn)
+    kept = kept_ratings(ratings)
+    counts = StudyCounts(excluded=len(ratings) - len(kept))
+    sources = {side: _study_source(info, side) for side in ("a", "b")}
+    pairs = []
+    for rating in kept:
+        if rating["choice"] not in ("a", "b"):
+            counts.ties += 1
+            continue
+        other = "b" if rating["choice"] == "a" else "a"
+        chosen, rejected = sources[rating["choice"]].get(rating["context_id"]), sources[other].get(rating["context_id"])
+        if chosen is None or rejected is None:
+            counts.unusable += 1
+            continue
+        pairs.append(_study_pair(chosen, rejected, {"source": "study", "study": str(study_file), "pair_id": rating["pair_id"], "rater_id": rating["rater_id"]}))
+        counts.choices += 1
+    return pairs, counts
+
+
+def _study_source(info: dict, side: str) -> dict[str, Episode]:
+    """A study side's episodes by context, from the file it was made from ({} where it is gone)."""
+    from mascot.errors import MascotError
+    from mascot.study.create import episodes_by_context
+
+    path = Path(str(info.get(f"source_{side}") or ""))
+    try:
+        return episodes_by_context(path, f"source_{side}")
+    except (MascotError, OSError) as exc:
+        log.warning("the study's conversations of system %s cannot be read (%s): its choices are left out", side, exc)
+        return {}
+
+
+def _study_pair(chosen: Episode, rejected: Episode, provenance: dict) -> PreferencePair:
+    from mascot.episodes import episode_context, episode_domain
+    from mascot.prefs.group import group_rm_prompt, render_trajectory
+
+    domain = episode_domain(chosen)
+    return PreferencePair(
+        prompt=group_rm_prompt(episode_context(chosen), domain), chosen=[{"role": "assistant", "content": render_trajectory(chosen.turns, domain)}],
+        rejected=[{"role": "assistant", "content": render_trajectory(rejected.turns, domain)}], margin=1.0, context_id=chosen.context_id,
+        chosen_score=1.0, rejected_score=0.0, kind="episode", roster=chosen.metadata.roster,
+        provenance={**provenance, "chosen_system": chosen.metadata.system, "rejected_system": rejected.metadata.system},
+    )  # fmt: skip
