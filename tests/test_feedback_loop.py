@@ -141,3 +141,103 @@ def test_the_study_s_blinded_choices_become_episode_pairs_for_the_group_reward_m
     _, pairs = load_pairs(tmp_path / "pairs", "episode")  # what `mascot train group-reward-model --data-path` reads
     assert len(pairs) == 5 and {p.model_extra["provenance"]["chosen_system"] for p in pairs} == {"mascot"}
     assert all("really hard" in p.chosen[0]["content"] and "Try to relax" in p.rejected[0]["content"] for p in pairs)
+
+
+def test_another_reply_is_offered_beside_the_first_and_the_chosen_one_stays(tmp_path):
+    from mascot.dialogue.chat import load_session_episode
+
+    counter = itertools.count()
+    app = create_app(WebSettings(session_dir=tmp_path / "chat", feedback_consent=True),
+                     {"director": group_client(), "speaker": ScriptedClient(fn=lambda request: f"Reply number {next(counter)}.")})  # fmt: skip
+    client = TestClient(app, base_url="http://127.0.0.1")
+    client.get("/")
+    csrf = {"x-csrf-token": client.cookies[CSRF_COOKIE]}
+    started = client.post("/sessions", data={"roster": "emotional_support", "csrf_token": client.cookies[CSRF_COOKIE]}, follow_redirects=False)
+    session_id = started.headers["location"].rsplit("/", 1)[1]
+    api = f"/api/sessions/{session_id}"
+
+    def last_turn_after(text: str) -> dict:
+        stream = client.post(f"{api}/messages", json={"text": text}, headers=csrf).text
+        return json.loads([b for b in stream.split("\n\n") if b.startswith("event: end")][-1].split("data: ", 1)[1])
+
+    first = last_turn_after("I lost my job")
+    client.post(f"{api}/feedback", json={"turn_idx": first["turn_idx"], "rating": "not_helpful"}, headers=csrf)
+    assert client.post(f"{api}/choice", json={"turn_idx": first["turn_idx"], "chosen": "alternative"}, headers=csrf).status_code == 422  # nothing offered yet
+    offered = client.post(f"{api}/alternative", json={"turn_idx": first["turn_idx"]}, headers=csrf).json()
+    assert offered["text"].startswith("Reply number") and offered["text"] != first["response"]
+    assert f'class="another"' in client.get(f"/sessions/{session_id}").text
+    kept = client.post(f"{api}/choice", json={"turn_idx": first["turn_idx"], "chosen": "alternative"}, headers=csrf).json()
+    assert kept["response"] == offered["text"]
+    assert load_session_episode(tmp_path / "chat" / f"{session_id}.jsonl").turns[-1].response == offered["text"]  # the conversation goes on with it
+
+    second = last_turn_after("And now I cannot sleep")
+    assert client.post(f"{api}/alternative", json={"turn_idx": first["turn_idx"]}, headers=csrf).status_code == 422  # no longer the latest reply
+    client.post(f"{api}/alternative", json={"turn_idx": second["turn_idx"]}, headers=csrf)
+    client.post(f"{api}/choice", json={"turn_idx": second["turn_idx"], "chosen": "shown"}, headers=csrf)
+
+    run_prefs_feedback(PrefsFeedbackSettings(session_dir=tmp_path / "chat", output_dir=tmp_path / "pairs"))
+    stats = json.loads((tmp_path / "pairs" / "pairs_stats.json").read_text())
+    assert stats["choices"] == 2 and stats["unusable_reasons"] == {"the rated reply was swapped for another afterwards": 1}
+    pairs = list(read_jsonl(tmp_path / "pairs" / "pairs.jsonl", PreferencePair))
+    assert [(p.chosen[0]["content"], p.rejected[0]["content"]) for p in pairs] == [(offered["text"], first["response"]), (second["response"], pairs[1].rejected[0]["content"])]
+    assert pairs[0].model_extra["provenance"]["chose_alternative"] is True and "I lost my job" in pairs[0].prompt[-1]["content"]
+    assert "And now I cannot sleep" not in pairs[0].prompt[-1]["content"]  # the prompt both replies answered, not what came later
+
+
+SHORT_JUDGE = '''
+def short_is_helpful(item):
+    """The known preference of the people in these tests, as a judge: short replies are helpful."""
+    if item.scope != "agent":
+        return {key: 3.0 for key in item.keys}
+    words = len((item.response or "").split())
+    return {key: 5.0 if words <= 6 else max(1.0, 5.0 - (words - 6) / 2) for key in item.keys}
+
+
+short_is_helpful.version = "1"
+'''
+
+
+@pytest.mark.slow
+def test_the_loop_from_ratings_to_a_promoted_and_served_speaker(tmp_path):
+    """Ratings -> pairs -> reward model -> Speaker GRPO against it -> compared with the current
+    Speaker under the people's own preference as judge -> promoted -> loaded by a following server.
+    About 8 minutes on 2 cores (`make test-slow`)."""
+    from mascot.adapter_registry import Registry
+    from mascot.adapters.compare import CompareRequest, compare_versions
+    from mascot.adapters.promotion import promote
+    from mascot.serve_follow import Follower
+    from mascot.testing.players import stub_responder
+    from mascot.testing.stub_server import start_stub_server
+    from mascot.train.config import RewardModelSettings, SpeakerGRPOSettings
+    from mascot.train.reward_model import train_reward_model
+    from mascot.train.speaker_grpo import train_speaker
+    from train_helpers import sft_warm_start, single_thread, tiny_model
+
+    registry = Registry.open()
+    (tmp_path / "short_judge.py").write_text(SHORT_JUDGE)
+    with single_thread():
+        converse(tmp_path / "chat", seed=1, sessions=6, consent=True)
+        run_prefs_feedback(PrefsFeedbackSettings(session_dir=tmp_path / "chat", output_dir=tmp_path / "pairs"))
+        pairs = list(read_jsonl(tmp_path / "pairs" / "pairs.jsonl", PreferencePair))
+        rm = train_reward_model(RewardModelSettings(data_path=str(tmp_path / "pairs"), model_name=str(tiny_model(tmp_path / "rm_base")), dataset="ESConv",
+                                                    output_dir=str(tmp_path / "rm"), batch_size=4, learning_rate=3e-3, max_steps=24, eval_fraction=0.2,
+                                                    head_init="random", eval_steps=0))  # fmt: skip
+        promote(registry, rm.metadata.registered_as)
+        # The current Speaker answers half its prompts short and half long, as the one people rated.
+        prompts = [p.prompt for p in pairs][:32]
+        replies = [SHORT[i % len(SHORT)] if i % 2 else LONG[i % len(LONG)] for i in range(len(prompts))]
+        policy = sft_warm_start(tiny_model(tmp_path / "policy", vocab_size=None), prompts, replies, steps=60)
+        common = dict(data_path=str(tmp_path / "pairs"), model_name=str(policy), dataset="ESConv", thinking=False, batch_size=8, num_generations=4,
+                      max_completion_length=16, beta=0.0, logging_steps=5, format_weight=0.0, conciseness_weight=0.0, reward_model_path="current")
+        current = train_speaker(SpeakerGRPOSettings(**common, output_dir=str(tmp_path / "speaker_v1"), max_steps=1, learning_rate=1e-9))
+        promote(registry, current.metadata.registered_as)
+        new = train_speaker(SpeakerGRPOSettings(**common, output_dir=str(tmp_path / "speaker_v2"), max_steps=40, learning_rate=3e-3))
+        assert new.metadata.source_artefacts["reward_model_path_version"] == rm.metadata.registered_as
+        comparison = compare_versions(registry, new.metadata.registered_as, "current", CompareRequest(
+            data_file="shipped:learn", split="test", limit=8, judge_model=f"python:{tmp_path / 'short_judge.py'}:short_is_helpful",
+            episodes_settings={"num_turns": 2, "max_tokens": 16, "director_max_tokens": 16, "user_max_tokens": 8}, output_dir=tmp_path / "compare"))  # fmt: skip
+    assert comparison.verdict == "better" and comparison.difference > 1.0, comparison
+    assert promote(registry, new.metadata.registered_as).current == "speaker-v2"  # on the comparison's evidence, not forced
+    with start_stub_server(latency_s=0.001, responder=stub_responder, served_models=[str(policy)], lora_modules={"speaker-v1": current.output_dir}) as server:
+        lines = Follower(registry, server.url, str(policy), served={"speaker-v1": str(current.output_dir)}).poll()
+    assert lines == ["loaded speaker-v2, the current Speaker, without a restart (served as speaker-v2)"]

@@ -11,6 +11,7 @@ Screenshots go to outputs/test-web/test_browser_chat/ (MASCOT_WEB_TEST_OUTPUT ov
 from __future__ import annotations
 
 import asyncio
+import json
 import itertools
 import os
 import shutil
@@ -294,3 +295,35 @@ def test_mascot_web_on_a_taken_port_says_one_line(tmp_path):
     assert done.returncode != 0
     assert done.stderr.strip().splitlines() == [f"error: port {port} on 127.0.0.1 is taken by another program: pick another with --port (e.g. --port {port + 1})"]
     assert "Traceback" not in done.stderr and "http://" not in done.stdout  # no address for a server that never listened
+
+
+def test_rating_a_reply_and_choosing_another_in_a_browser(tmp_path, page):
+    OUTPUT.mkdir(parents=True, exist_ok=True)
+    counter = itertools.count()
+    speaker = TokenStreamClient(fn=lambda r: f"As {NAMES[0]}: reply number {next(counter)}.")
+    settings = WebSettings(session_dir=tmp_path / "chat", rounds_per_message=2, port=free_port(), feedback_consent=True)
+    with serving(create_app(settings, {"director": alternating_director(), "speaker": speaker}), settings.port) as base:
+        open_session(page, base)
+        page.fill("#message", "I lost my job")
+        page.click("#send")
+        page.locator(".turn.agent").nth(1).wait_for()
+        page.locator(".turn.agent.streaming").wait_for(state="detached")
+        first, last = page.locator(".turn.agent").nth(0), page.locator(".turn.agent").nth(1)
+        assert first.locator(".another").count() == 0 and last.locator(".another").count() == 1  # only the latest reply
+        first.locator("button[data-rating=helpful]").click()
+        page.wait_for_function("() => document.querySelector('.turn.agent button[data-rating=helpful]').getAttribute('aria-pressed') === 'true'")
+        shown = last.locator(".text").text_content()
+        last.locator(".another").click()
+        page.locator(".choice .alternative").wait_for()
+        alternative = page.locator(".choice .alternative").text_content()
+        assert alternative != shown and alternative.startswith(f"As {NAMES[0]}: reply number")
+        page.screenshot(path=str(OUTPUT / "another-reply.png"), full_page=True)
+        page.click(".choice button[data-chosen=alternative]")
+        page.locator(".choice").wait_for(state="detached")
+        assert last.locator(".text").text_content() == alternative
+
+        page.reload()
+        assert page.locator(".turn.agent .text").nth(1).text_content() == alternative  # saved with the session
+        assert page.locator(".turn.agent").nth(0).locator("button[data-rating=helpful]").get_attribute("aria-pressed") == "true"
+    lines = [json.loads(line) for path in (tmp_path / "chat" / "feedback").glob("*.jsonl") for line in path.read_text().splitlines()]
+    assert [(r["kind"], r.get("rating"), r.get("chose_alternative")) for r in lines] == [("rating", "helpful", None), ("choice", None, True)]

@@ -255,12 +255,13 @@ def run_prefs_feedback(s: PrefsFeedbackSettings) -> None:
     from mascot.files import write_json_atomic, write_jsonl
     from mascot.prefs.feedback import FEEDBACK_PAIRS_FILE, feedback_pairs, rated_replies, study_pairs
 
-    replies, counts = rated_replies(s.session_dir)
-    pairs = feedback_pairs(replies, max_pairs_per_reply=s.max_pairs_per_reply, seed=s.seed)
+    choices: list = []
+    replies, counts = rated_replies(s.session_dir, choices)
+    pairs = feedback_pairs(replies, max_pairs_per_reply=s.max_pairs_per_reply, seed=s.seed) + choices
     chosen, study = study_pairs(s.study) if s.study else ([], None)
     mixed = _mixed_pairs(s.with_pairs or [])
-    said = (f"{len(pairs)} pairs from {counts.helpful} helpful and {counts.not_helpful} not helpful replies of {counts.sessions} rated sessions"
-            f" ({counts.without_consent} ratings without consent and {counts.unusable} unusable left out)")  # fmt: skip
+    said = (f"{len(pairs)} pairs from {counts.helpful} helpful and {counts.not_helpful} not helpful replies and {counts.choices} choices between two "
+            f"replies, of {counts.sessions} rated sessions ({counts.without_consent} ratings without consent and {counts.unusable} unusable left out)")  # fmt: skip
     if study:
         said += f", {len(chosen)} episode pairs from the study's choices ({study.ties} ties, {study.excluded} excluded, {study.unusable} unusable)"
     if not pairs and not chosen and not mixed:
@@ -277,7 +278,7 @@ def run_prefs_feedback(s: PrefsFeedbackSettings) -> None:
 def _feedback_stats(s: PrefsFeedbackSettings, counts, pairs: list, study, study_pairs: int, mixed: int) -> dict:
     return {"session_dir": str(s.session_dir), "sessions": counts.sessions, "ratings": counts.ratings, "without_consent": counts.without_consent,
             "unusable": counts.unusable, "unusable_reasons": dict(counts.reasons), "helpful": counts.helpful, "not_helpful": counts.not_helpful,
-            "feedback_pairs": len(pairs), "same_conversation_pairs": sum(p.provenance["same_conversation"] for p in pairs),
+            "choices": counts.choices, "feedback_pairs": len(pairs), "same_conversation_pairs": sum(p.provenance["same_conversation"] for p in pairs),
             "study": None if study is None else {"file": str(s.study), "pairs": study_pairs, "ties": study.ties, "excluded": study.excluded, "unusable": study.unusable},
             "mixed_in": {str(p): n for p, n in _counts_by_file(s.with_pairs or []).items()}, "pairs": len(pairs) + study_pairs + mixed}  # fmt: skip
 
@@ -309,9 +310,10 @@ def dry_run_prefs_feedback(command: str, s: PrefsFeedbackSettings) -> None:
     from mascot.commands.dryrun import print_settings
     from mascot.prefs.feedback import feedback_pairs, rated_replies
 
-    replies, counts = rated_replies(s.session_dir)
+    choices: list = []
+    replies, counts = rated_replies(s.session_dir, choices)
     resolved = {"rated_sessions": counts.sessions, "ratings": counts.ratings, "without_consent": counts.without_consent, "unusable": counts.unusable,
-                "helpful": counts.helpful, "not_helpful": counts.not_helpful,
-                "feedback_pairs": len(feedback_pairs(replies, max_pairs_per_reply=s.max_pairs_per_reply, seed=s.seed)),
+                "helpful": counts.helpful, "not_helpful": counts.not_helpful, "choices": counts.choices,
+                "feedback_pairs": len(feedback_pairs(replies, max_pairs_per_reply=s.max_pairs_per_reply, seed=s.seed)) + len(choices),
                 "mixed_in": {str(p): n for p, n in _counts_by_file(s.with_pairs or []).items()}}  # fmt: skip
     print_settings(command or "prefs feedback", {"resolved": resolved, "settings": asdict(s)})

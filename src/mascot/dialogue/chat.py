@@ -25,6 +25,7 @@ from mascot.dialogue.settings import engine_settings_from
 from mascot.dialogue.tally import Tally
 from mascot.errors import MascotError
 from mascot.llm.base import ChatClient
+from mascot.dialogue.seeds import derive_seed
 from mascot.llm.providers import build_backends
 from mascot.llm.routing import resolve_roles, with_safety
 from mascot.llm.served import resolve_served_identities
@@ -264,6 +265,25 @@ class ChatSession:
             await self.engine.play_round(self.state, round_id + offset, listener=view)
             self.save()
         return self.turns[first:]
+
+    async def alternative_reply(self, turn_idx: int, attempt: int) -> str:
+        """Another reply to the latest companion turn, to the same prompt (the same conversation
+        before it and the same directive), for a person to choose between; the turn is unchanged."""
+        last = self.turns[-1] if self.turns else None
+        if last is None or last.turn_idx != turn_idx or last.is_user or not last.response:
+            raise ChatSessionError("only the latest companion's reply can be compared with another one")
+        persona = self.roster.persona(last.agent_name)
+        seed = derive_seed(*self.state.seed_key, last.round_id, "alternative", attempt)
+        reply = await self.engine.speaker.reply(persona, self.context, self.turns[:-1], last.directive, seed)
+        return reply.text
+
+    def replace_reply(self, turn_idx: int, text: str) -> None:
+        """The person chose the other reply: it becomes the latest turn's, and the session is saved."""
+        last = self.turns[-1]
+        if last.turn_idx != turn_idx or last.is_user:
+            raise ChatSessionError("only the latest companion's reply can be replaced")
+        last.response = text
+        self.save()
 
     def count_failed_round(self) -> None:
         """A backend failure ended a round: counted in the record, which keeps every earlier turn."""

@@ -19,6 +19,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 from mascot.schema import Episode, PreferencePair, Roster
 
@@ -53,6 +54,7 @@ class FeedbackCounts:
     unusable: int = 0  # the rated turn or its companion is no longer in the session
     helpful: int = 0
     not_helpful: int = 0
+    choices: int = 0  # consented choices between two replies to one prompt, each a pair
     reasons: Counter = field(default_factory=Counter)
 
 
@@ -70,53 +72,102 @@ def session_roster(episode: Episode, session_dir: Path) -> Roster:
     raise RosterError(f"roster {name!r} is neither built in nor among the uploads in {session_dir / 'rosters'}")
 
 
-def rated_replies(session_dir: Path) -> tuple[list[RatedReply], FeedbackCounts]:
-    """Every consented rating of `session_dir`, as the reply and the prompt it answered."""
-    from mascot.web.feedback import FEEDBACK_FOLDER, read_ratings
+def rated_replies(session_dir: Path, choices: list | None = None) -> tuple[list[RatedReply], FeedbackCounts]:
+    """Every consented rating of `session_dir`, as the reply and the prompt it answered; the
+    consented choices between two replies are added to `choices` as pairs when it is given."""
+    from mascot.web.feedback import FEEDBACK_FOLDER, ReplyRating, read_feedback
 
     counts = FeedbackCounts()
     replies: list[RatedReply] = []
     for ratings_file in sorted((Path(session_dir) / FEEDBACK_FOLDER).glob("*.jsonl")):
-        latest = {r.turn_idx: r for r in read_ratings(ratings_file)}
+        records = list(read_feedback(ratings_file))
+        latest = {r.turn_idx: r for r in records if isinstance(r, ReplyRating)}
+        chosen = [r for r in records if not isinstance(r, ReplyRating)]
         counts.sessions += 1
-        counts.ratings += len(latest)
+        counts.ratings += len(latest) + len(chosen)
         consented = [r for r in latest.values() if r.consent]
-        counts.without_consent += len(latest) - len(consented)
+        consented_choices = [c for c in chosen if c.consent]
+        counts.without_consent += len(latest) - len(consented) + len(chosen) - len(consented_choices)
         if consented:
             replies += session_replies(Path(session_dir), ratings_file.stem, consented, counts)
+        if consented_choices and choices is not None:
+            choices += choice_pairs(Path(session_dir), ratings_file.stem, consented_choices, counts)
     counts.helpful = sum(r.helpful for r in replies)
     counts.not_helpful = len(replies) - counts.helpful
     return replies, counts
 
 
-def session_replies(session_dir: Path, session_id: str, ratings: list, counts: FeedbackCounts) -> list[RatedReply]:
+def rated_session(session_dir: Path, session_id: str, records: int, counts: FeedbackCounts) -> tuple[Episode, Roster, dict[int, int]] | None:
+    """The session some feedback is about, its roster and where each turn index sits in it; None
+    (its `records` counted unusable) when it cannot be read."""
     from mascot.dialogue.chat import load_session_episode
-    from mascot.dialogue.prompts import speaker_messages
     from mascot.errors import MascotError
 
     try:
         episode = load_session_episode(session_dir / f"{session_id}.jsonl")
-        roster = session_roster(episode, session_dir)
+        return episode, session_roster(episode, session_dir), {t.turn_idx: i for i, t in enumerate(episode.turns)}
     except (MascotError, OSError) as exc:
-        counts.unusable += len(ratings)
-        counts.reasons[f"session unreadable: {exc}"] += len(ratings)
-        log.warning("ratings of %s left out: %s", session_id, exc)
-        return []
-    turns = {t.turn_idx: i for i, t in enumerate(episode.turns)}
+        left_out(counts, f"session unreadable: {exc}", records)
+        log.warning("the feedback on %s is left out: %s", session_id, exc)
+        return None
+
+
+def turns_of(session_dir: Path, session_id: str, records: list, counts: FeedbackCounts) -> Iterator[tuple]:
+    """(record, episode, roster, position, turn) for each feedback record of a session that can be
+    read; the turn is None where the record's turn is not in the session."""
+    opened = rated_session(session_dir, session_id, len(records), counts)
+    if opened is None:
+        return
+    episode, roster, index = opened
+    for record in records:
+        at = index.get(record.turn_idx)
+        yield record, episode, roster, at, (episode.turns[at] if at is not None else None)
+
+
+def left_out(counts: FeedbackCounts, reason: str, records: int = 1) -> None:
+    counts.unusable += records
+    counts.reasons[reason] += records
+
+
+def reply_prompt(episode: Episode, roster: Roster, index: int) -> list[dict[str, str]]:
+    """The prompt the Speaker answered at `episode.turns[index]`: the conversation before it and its directive."""
+    from mascot.dialogue.prompts import speaker_messages
+
+    turn = episode.turns[index]
+    return speaker_messages(roster.persona(turn.agent_name), roster, episode.context, episode.turns[:index], turn.directive)
+
+
+def session_replies(session_dir: Path, session_id: str, ratings: list, counts: FeedbackCounts) -> list[RatedReply]:
     out = []
-    for rating in ratings:
-        index = turns.get(rating.turn_idx)
-        turn = episode.turns[index] if index is not None else None
+    for rating, episode, roster, index, turn in turns_of(session_dir, session_id, ratings, counts):
         if turn is None or turn.is_user or not turn.response or turn.agent_name not in roster.names:
-            counts.unusable += 1
-            counts.reasons["the rated reply is not in the session"] += 1
+            left_out(counts, "the rated reply is not in the session")
             continue
-        history = episode.turns[:index]
-        said = next((t.response for t in reversed(history) if t.is_user), "")
-        prompt = speaker_messages(roster.persona(turn.agent_name), roster, episode.context, history, turn.directive)
-        out.append(RatedReply(session_id, turn.turn_idx, roster.name, turn.agent_name, prompt, turn.response, rating.rating == "helpful",
+        if rating.response is not None and rating.response != turn.response:
+            left_out(counts, "the rated reply was swapped for another afterwards")
+            continue
+        said = next((t.response for t in reversed(episode.turns[:index]) if t.is_user), "")
+        out.append(RatedReply(session_id, turn.turn_idx, roster.name, turn.agent_name, reply_prompt(episode, roster, index), turn.response, rating.rating == "helpful",
                               set(WORD.findall(said.lower())), episode.metadata.dataset))  # fmt: skip
     return out
+
+
+def choice_pairs(session_dir: Path, session_id: str, choices: list, counts: FeedbackCounts) -> list[PreferencePair]:
+    """A person's choice between two replies to one prompt: the chosen against the other, under
+    the prompt both answered (the conversation before the turn and its directive)."""
+    pairs = []
+    for choice, episode, roster, at, turn in turns_of(session_dir, session_id, choices, counts):
+        if turn is None or turn.agent_name != choice.agent_name or choice.agent_name not in roster.names or choice.chosen == choice.rejected:
+            left_out(counts, "the chosen reply is not in the session")
+            continue
+        pairs.append(PreferencePair(
+            prompt=reply_prompt(episode, roster, at), chosen=[{"role": "assistant", "content": choice.chosen}], rejected=[{"role": "assistant", "content": choice.rejected}],
+            margin=1.0, persona=turn.agent_name, context_id=session_id, chosen_score=1.0, rejected_score=0.0, kind="persona", roster=roster.name,
+            provenance={"source": "feedback", "choice": f"{session_id}#t{turn.turn_idx}", "chose_alternative": choice.chose_alternative,
+                        "same_conversation": True},
+        ))  # fmt: skip
+        counts.choices += 1
+    return pairs
 
 
 def similarity(a: RatedReply, b: RatedReply) -> float:

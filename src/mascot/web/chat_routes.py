@@ -15,7 +15,7 @@ from mascot.errors import MascotError
 from mascot.rosters import RosterError
 from mascot.web.error_pages import sentence
 from mascot.web.events import DONE, QueueListener, colour_index, sse
-from mascot.web.feedback import RATINGS, ReplyRating, add_rating, latest_ratings
+from mascot.web.feedback import RATINGS, ReplyChoice, ReplyRating, add_feedback, latest_ratings
 from mascot.web.security import require_csrf, scrub
 from mascot.web.sessions import SessionNotFound, WebSessions, readable_time
 
@@ -30,6 +30,15 @@ class MessageIn(BaseModel):
 class RatingIn(BaseModel):
     turn_idx: int
     rating: str
+
+
+class TurnIn(BaseModel):
+    turn_idx: int
+
+
+class ChoiceIn(BaseModel):
+    turn_idx: int
+    chosen: str  # "shown" (the reply first given) or "alternative"
 
 
 def sessions_of(request: Request) -> WebSessions:
@@ -128,6 +137,7 @@ async def send_message(request: Request, session_id: str, message: MessageIn) ->
     if lock.locked():
         raise HTTPException(status_code=409, detail="The group is still answering the last message: wait for the reply to end, then send yours.")
     await lock.acquire()
+    sessions.alternatives.pop(session_id, None)  # a reply offered beside the last one is no longer to choose
     queue: asyncio.Queue = asyncio.Queue()
     task = asyncio.create_task(answer(session, text, queue, lock))
     request.app.state.tasks.add(task)
@@ -139,20 +149,67 @@ async def send_message(request: Request, session_id: str, message: MessageIn) ->
 async def rate_reply(request: Request, session_id: str, rating: RatingIn) -> dict:
     """A person's rating of one companion's reply: helpful or not (the newest rating of a reply counts)."""
     settings = request.app.state.settings
-    if not settings.feedback:
-        raise HTTPException(status_code=404, detail="Rating replies is turned off in this app.")
+    session = feedback_session(request, session_id)
     if rating.rating not in RATINGS:
         raise HTTPException(status_code=422, detail=f"A rating is {' or '.join(RATINGS)}.")
-    try:
-        session = sessions_of(request).get(session_id)
-    except SessionNotFound as exc:
-        raise HTTPException(status_code=404, detail=str(exc)) from None
     turn = next((t for t in session.turns if t.turn_idx == rating.turn_idx and not t.is_user and t.response), None)
     if turn is None:
         raise HTTPException(status_code=422, detail="There is no companion's reply to rate at that place in this conversation.")
-    add_rating(settings.session_dir, ReplyRating(session_id=session_id, turn_idx=turn.turn_idx, agent_name=turn.agent_name or "",
-                                                 rating=rating.rating, consent=settings.feedback_consent))  # fmt: skip
+    add_feedback(settings.session_dir, ReplyRating(session_id=session_id, turn_idx=turn.turn_idx, agent_name=turn.agent_name or "",
+                                                   rating=rating.rating, response=turn.response, consent=settings.feedback_consent))  # fmt: skip
     return {"turn_idx": turn.turn_idx, "rating": rating.rating}
+
+
+def feedback_session(request: Request, session_id: str):
+    """The session a feedback request is about (404 when rating is off or the session unknown)."""
+    if not request.app.state.settings.feedback:
+        raise HTTPException(status_code=404, detail="Rating replies is turned off in this app.")
+    try:
+        return sessions_of(request).get(session_id)
+    except SessionNotFound as exc:
+        raise HTTPException(status_code=404, detail=str(exc)) from None
+
+
+@router.post("/api/sessions/{session_id}/alternative", dependencies=[Depends(require_csrf)])
+async def another_reply(request: Request, session_id: str, body: TurnIn) -> dict:
+    """Another reply of the latest companion to the same moment, shown beside the first for the person to choose."""
+    session = feedback_session(request, session_id)
+    sessions = sessions_of(request)
+    lock = sessions.lock(session_id)
+    if lock.locked():
+        raise HTTPException(status_code=409, detail="The group is still answering: wait for the reply to end, then ask for another.")
+    async with lock:
+        asked = sessions.alternatives_asked.get(session_id, 0) + 1
+        sessions.alternatives_asked[session_id] = asked
+        try:
+            text = await session.alternative_reply(body.turn_idx, asked)
+        except MascotError as exc:
+            raise HTTPException(status_code=422, detail=sentence(scrub(str(exc)))) from None
+    sessions.alternatives[session_id] = (body.turn_idx, text)
+    return {"turn_idx": body.turn_idx, "text": text}
+
+
+@router.post("/api/sessions/{session_id}/choice", dependencies=[Depends(require_csrf)])
+async def choose_reply(request: Request, session_id: str, choice: ChoiceIn) -> dict:
+    """The person's choice between the reply given and the alternative: kept, and the chosen one stays in the conversation."""
+    session = feedback_session(request, session_id)
+    sessions = sessions_of(request)
+    pending = sessions.alternatives.get(session_id)
+    if pending is None or pending[0] != choice.turn_idx or choice.chosen not in ("shown", "alternative"):
+        raise HTTPException(status_code=422, detail="There is no pair of replies to choose between at that place: ask for another reply first.")
+    async with sessions.lock(session_id):
+        sessions.alternatives.pop(session_id, None)
+        last = session.turns[-1]
+        if last.turn_idx != choice.turn_idx:  # the conversation went on since: that reply is part of it now
+            raise HTTPException(status_code=422, detail="The conversation went on since: only the latest reply can be swapped for another.")
+        shown, alternative = last.response, pending[1]
+        if choice.chosen == "alternative":
+            session.replace_reply(choice.turn_idx, alternative)
+    chosen, rejected = (alternative, shown) if choice.chosen == "alternative" else (shown, alternative)
+    add_feedback(request.app.state.settings.session_dir, ReplyChoice(
+        session_id=session_id, turn_idx=choice.turn_idx, agent_name=last.agent_name or "", chosen=chosen, rejected=rejected,
+        chose_alternative=choice.chosen == "alternative", consent=request.app.state.settings.feedback_consent))  # fmt: skip
+    return {"turn_idx": choice.turn_idx, "response": chosen}
 
 
 async def answer(session, text: str, queue: asyncio.Queue, lock: asyncio.Lock) -> None:

@@ -1,4 +1,5 @@
-"""What people say about the companions' replies in the web app: helpful or not, per reply.
+"""What people say about the companions' replies in the web app: helpful or not, per reply, and
+which of two replies to the same moment they chose ("another reply").
 
 Ratings are kept beside the sessions, one append-only file per session
 (`<session dir>/feedback/<session id>.jsonl`), so a rating never rewrites a conversation and a
@@ -10,6 +11,7 @@ conversations may train the companions (`mascot web --feedback-consent`, set by 
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Iterator, Literal
@@ -25,33 +27,52 @@ RATINGS = ("helpful", "not_helpful")
 
 
 class ReplyRating(Record):
+    kind: Literal["rating"] = "rating"
     session_id: str
     turn_idx: int
     agent_name: str
     rating: Literal["helpful", "not_helpful"]
+    response: str | None = None  # the reply as rated: a reply swapped for another afterwards is not what was rated
     consent: bool = Field(False, description="the app's people agreed that rated conversations may train the companions")
     at: str = Field(default_factory=utc_now)
+
+
+class ReplyChoice(Record):
+    """Two replies of one companion to the same prompt, side by side: the one the person chose."""
+
+    kind: Literal["choice"] = "choice"
+    session_id: str
+    turn_idx: int
+    agent_name: str
+    chosen: str
+    rejected: str
+    chose_alternative: bool  # the reply asked for afterwards, not the one first given
+    consent: bool = False
+    at: str = Field(default_factory=utc_now)
+
+
+Feedback = ReplyRating | ReplyChoice
 
 
 def feedback_path(session_dir: Path, session_id: str) -> Path:
     return Path(session_dir) / FEEDBACK_FOLDER / f"{session_id}.jsonl"
 
 
-def add_rating(session_dir: Path, rating: ReplyRating) -> None:
-    """Appends one rating (one write of one line)."""
+def add_feedback(session_dir: Path, record: Feedback) -> None:
+    """Appends one rating or choice (one write of one line)."""
     from mascot.files import JsonlAppender
 
-    path = feedback_path(session_dir, rating.session_id)
+    path = feedback_path(session_dir, record.session_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     appender = JsonlAppender(path)
     try:
-        appender.append(rating)
+        appender.append(record)
     finally:
         appender.close()
 
 
-def read_ratings(path: Path) -> Iterator[ReplyRating]:
-    """A session's ratings in the order given; a line that cannot be read is skipped and logged."""
+def read_feedback(path: Path) -> Iterator[Feedback]:
+    """A session's ratings and choices in the order given; a line that cannot be read is skipped and logged."""
     try:
         lines = Path(path).read_bytes().split(b"\n")
     except OSError as exc:
@@ -60,12 +81,13 @@ def read_ratings(path: Path) -> Iterator[ReplyRating]:
     for number, raw in enumerate(lines, start=1):
         if raw.strip():
             try:
-                yield ReplyRating.model_validate_json(raw)
-            except ValidationError:
-                log.warning("%s:%d: not a rating, skipped", path, number)
+                record = json.loads(raw)
+                yield (ReplyChoice if isinstance(record, dict) and record.get("kind") == "choice" else ReplyRating).model_validate(record)
+            except (ValueError, ValidationError):
+                log.warning("%s:%d: not a rating or a choice, skipped", path, number)
 
 
 def latest_ratings(session_dir: Path, session_id: str) -> dict[int, ReplyRating]:
     """The newest rating of each rated reply of one session, by turn index."""
     path = feedback_path(session_dir, session_id)
-    return {r.turn_idx: r for r in read_ratings(path)} if path.is_file() else {}
+    return {r.turn_idx: r for r in read_feedback(path) if isinstance(r, ReplyRating)} if path.is_file() else {}

@@ -75,6 +75,9 @@ class WebSessions:
         self.identities = identities
         self._open: dict[str, ChatSession] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        # "another reply": per session, the latest turn's alternative waiting for the person's choice
+        self.alternatives: dict[str, tuple[int, str]] = {}
+        self.alternatives_asked: dict[str, int] = {}
 
     # ------------------------------------------------------------------ rosters
 

@@ -84,29 +84,88 @@
       button.textContent = label;
       box.append(button);
     }
+    for (const older of transcript.querySelectorAll(".rate .another, .choice")) older.remove(); // only the latest reply
+    const another = document.createElement("button");
+    another.type = "button";
+    another.className = "another";
+    another.textContent = "another reply";
+    box.append(another);
     item.append(box);
   }
 
-  transcript.addEventListener("click", async (event) => {
-    const button = event.target.closest(".rate button");
-    if (!button) return;
-    const box = button.parentElement;
+  async function feedbackPost(what, body) {
     let response;
     try {
-      response = await fetch("/api/sessions/" + encodeURIComponent(sessionId) + "/feedback", {
+      response = await fetch("/api/sessions/" + encodeURIComponent(sessionId) + "/" + what, {
         method: "POST",
         headers: { "Content-Type": "application/json", "X-CSRF-Token": csrf },
-        body: JSON.stringify({ turn_idx: Number(box.dataset.turn), rating: button.dataset.rating }),
+        body: JSON.stringify(body),
       });
     } catch (error) {
       showStatus(UNREACHABLE);
-      return;
+      return null;
     }
     if (!response.ok) {
       showStatus(await refusal(response));
-      return;
+      return null;
     }
-    for (const other of box.querySelectorAll("button")) other.setAttribute("aria-pressed", other === button ? "true" : "false");
+    return response.json();
+  }
+
+  // "another reply": a second reply to the same moment, shown beside the first; the person keeps one.
+  async function askAnother(button) {
+    const box = button.parentElement;
+    const item = box.parentElement;
+    const turn = Number(box.dataset.turn);
+    button.disabled = true;
+    showActivity(item.querySelector(".who").textContent + " is writing another reply\u2026");
+    const answer = await feedbackPost("alternative", { turn_idx: turn });
+    showActivity("");
+    button.disabled = false;
+    if (!answer) return;
+    for (const older of item.querySelectorAll(".choice")) older.remove();
+    const choice = document.createElement("div");
+    choice.className = "choice";
+    choice.dataset.turn = String(turn);
+    const question = document.createElement("span");
+    question.textContent = "Another reply: ";
+    const text = document.createElement("span");
+    text.className = "alternative";
+    text.textContent = answer.text;
+    const keep = document.createElement("button");
+    keep.type = "button";
+    keep.dataset.chosen = "shown";
+    keep.textContent = "keep the first";
+    const use = document.createElement("button");
+    use.type = "button";
+    use.dataset.chosen = "alternative";
+    use.textContent = "use this one";
+    choice.append(question, text, " ", keep, use);
+    item.append(choice);
+  }
+
+  async function choose(button) {
+    const choice = button.parentElement;
+    const item = choice.parentElement;
+    const answer = await feedbackPost("choice", { turn_idx: Number(choice.dataset.turn), chosen: button.dataset.chosen });
+    if (!answer) return;
+    if (button.dataset.chosen === "alternative") {
+      item.querySelector(".text").textContent = answer.response;
+      for (const rated of item.querySelectorAll(".rate button[data-rating]")) rated.setAttribute("aria-pressed", "false"); // a new reply, not yet rated
+    }
+    choice.remove();
+  }
+
+  transcript.addEventListener("click", async (event) => {
+    const button = event.target.closest("button");
+    if (!button || busy) return;
+    if (button.classList.contains("another")) return askAnother(button);
+    if (button.dataset.chosen) return choose(button);
+    if (!button.dataset.rating) return;
+    const box = button.parentElement;
+    const answer = await feedbackPost("feedback", { turn_idx: Number(box.dataset.turn), rating: button.dataset.rating });
+    if (!answer) return;
+    for (const other of box.querySelectorAll("button[data-rating]")) other.setAttribute("aria-pressed", other === button ? "true" : "false");
   });
 
   let current = null;
