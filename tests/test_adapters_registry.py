@@ -250,3 +250,19 @@ def test_eval_systems_take_a_version_through_their_adapter_names(tmp_path, regis
     promote(registry, version.id)
     assert registry_reference(catalogue, "director_grpo", "director") == "current"  # the run resolves and records it
     assert registry_reference(catalogue, "speaker_grpo", "speaker") is None  # the shipped folder template
+
+
+def test_compare_dry_run_shows_the_runs_it_would_make_and_writes_nothing(tmp_path, registry):
+    first, second = two_speakers(tmp_path, registry)
+    result = cli("adapters", "compare", second, first, "--limit", "3", "--dry-run")
+    assert result.exit_code == 0, said(result)
+    plan = json.loads(result.output[: result.output.rindex("}") + 1])["resolved"]
+    assert plan["role"] == "speaker" and plan["candidate"].startswith(f"{second} (")
+    assert [line.split("--system ")[1].split()[0] for line in plan["episodes"]] == [first, second]
+    assert all("--limit 3" in line and "--speaker-adapter" in line for line in plan["episodes"])
+    assert not (registry.folder / "comparisons").exists()
+    rm_a, _ = register(registry, artefact(tmp_path / "rm_a", role="persona_reward_model", weights=b"x"))
+    rm_b, _ = register(registry, artefact(tmp_path / "rm_b", role="persona_reward_model", weights=b"y"))
+    held_out = write_jsonl(tmp_path / "held_out.jsonl", keyword_pairs(n_prompts=3, per_prompt=2))
+    counted = cli("adapters", "compare", rm_b.id, rm_a.id, "--pairs", str(held_out), "--dry-run")
+    assert counted.exit_code == 0 and '"pairs": 6' in counted.output, said(counted)

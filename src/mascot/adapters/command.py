@@ -199,16 +199,31 @@ def episodes_settings(path: Optional[Path]) -> dict:
     return read_yaml_mapping(path, expected="a mapping of `mascot generate` settings", label="--episodes-config ")
 
 
-def run_compare(settings: CompareSettings) -> None:
-    from mascot.adapters.compare import CompareRequest, compare_versions
-    from mascot.adapters.promotion import describe_comparison
+def compare_request(settings: CompareSettings):
+    from mascot.adapters.compare import CompareRequest
 
-    request = CompareRequest(
+    return CompareRequest(
         dataset=settings.dataset, data_file=settings.data_file, split=settings.split, limit=settings.limit, seed=settings.seed,
         judge_model=settings.judge_model, judge_server_url=settings.judge_server_url, vllm_server_url=settings.vllm_server_url,
         pairs=settings.pairs, output_dir=settings.output_dir, episodes_settings=episodes_settings(settings.episodes_config),
     )  # fmt: skip
-    comparison = compare_versions(_registry(settings), settings.candidate, settings.reference, request)
+
+
+def dry_run_compare(command: str, settings: CompareSettings) -> None:
+    from dataclasses import asdict
+
+    from mascot.adapters.compare import compare_plan
+    from mascot.commands.dryrun import print_settings
+
+    plan = compare_plan(_registry(settings), settings.candidate, settings.reference, compare_request(settings))
+    print_settings("adapters compare", {"resolved": plan, "settings": asdict(settings)})
+
+
+def run_compare(settings: CompareSettings) -> None:
+    from mascot.adapters.compare import compare_versions
+    from mascot.adapters.promotion import describe_comparison
+
+    comparison = compare_versions(_registry(settings), settings.candidate, settings.reference, compare_request(settings))
     colour = {"better": "green", "worse": "red"}.get(comparison.verdict, "yellow")
     typer.secho(describe_comparison(comparison), fg=colour)
     typer.echo(str(Path(comparison.folder or ".") / "comparison.json"))

@@ -93,9 +93,37 @@ def comparison_record(candidate: Version, reference: Version, result: dict[str, 
     )  # fmt: skip
 
 
+def comparison_folder(registry: Registry, candidate: Version, reference: Version, request: CompareRequest) -> Path:
+    return Path(request.output_dir) if request.output_dir else registry.folder / "comparisons" / f"{candidate.id}_vs_{reference.id}"
+
+
+def compare_plan(registry: Registry, candidate_ref: str, reference_ref: str, request: CompareRequest) -> dict[str, Any]:
+    """What `compare` would run, checked (versions, settings of its steps, pairs) with nothing written."""
+    import tempfile
+
+    candidate, reference = versions_to_compare(registry, candidate_ref, reference_ref)
+    folder = comparison_folder(registry, candidate, reference, request)
+    plan: dict[str, Any] = {"role": candidate.role, "candidate": f"{candidate.id} ({candidate.folder})", "reference": f"{reference.id} ({reference.folder})",
+                            "output_dir": str(folder)}  # fmt: skip
+    if candidate.role in PAIR_KINDS:
+        from mascot.train import data
+
+        if request.pairs is None:
+            raise RegistryError(f"comparing {ROLE_WORDS[candidate.role]}s needs --pairs FILE: preference pairs neither version trained on")
+        plan["pairs"] = len(data.load_pairs(request.pairs, PAIR_KINDS[candidate.role])[1])
+        return plan
+    from mascot.pipeline.steps import pipeline_data_file
+
+    with tempfile.TemporaryDirectory() as scratch:  # the shipped contexts are written out to be read: not into the output folder
+        data_file = pipeline_data_file(request.dataset, request.data_file, Path(scratch))
+        plan["episodes"] = [_episodes_step(v, request, folder, data_file).command_line() for v in (reference, candidate)]
+    plan["then"] = f"`mascot judge` on each version's episodes with {request.judge_model or 'the local model'}, then the paired test"
+    return plan
+
+
 def compare_versions(registry: Registry, candidate_ref: str, reference_ref: str, request: CompareRequest) -> Comparison:
     candidate, reference = versions_to_compare(registry, candidate_ref, reference_ref)
-    folder = Path(request.output_dir) if request.output_dir else registry.folder / "comparisons" / f"{candidate.id}_vs_{reference.id}"
+    folder = comparison_folder(registry, candidate, reference, request)
     if candidate.role in POLICY_ROLES:
         comparison = compare_policies(candidate, reference, request, folder)
     elif candidate.role in PAIR_KINDS:

@@ -71,7 +71,8 @@ COMMANDS = (
     _train("director-dpo", "DirectorDPOSettings", "run_director_dpo"),
     _train("sft", "SFTSettings", "run_sft"),
     Command(("merge-lora",), "mascot.train.config:MergeSettings", f"{C}.train:run_merge", f"{C}.train:dry_run_train"),
-    *(Command(("adapters", word), f"mascot.adapters.command:{cls}", f"mascot.adapters.command:run_{word}", interrupts=word == "compare", no_args_is_help=word != "list")
+    *(Command(("adapters", word), f"mascot.adapters.command:{cls}", f"mascot.adapters.command:run_{word}",
+              "mascot.adapters.command:dry_run_compare" if word == "compare" else None, interrupts=word == "compare", no_args_is_help=word != "list")
       for word, cls in (("list", "ListSettings"), ("show", "ShowSettings"), ("compare", "CompareSettings"), ("promote", "PromoteSettings"),
                         ("rollback", "RollbackSettings"), ("register", "RegisterSettings"))),
     Command(("eval",), "mascot.eval.settings:EvalSettings", "mascot.eval.run:run_eval_command", "mascot.eval.run:dry_run_eval"),
