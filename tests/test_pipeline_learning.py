@@ -269,3 +269,15 @@ def test_the_sentence_says_whether_a_difference_is_unlikely_to_be_chance():
     assert "0.85 lower" in learning.comparison_sentence(lower) and "no evidence of an improvement" in learning.comparison_sentence(lower)
     untested = {"system": "trained", "score": "speaker", "contexts": 1, **paired_test({"a": 1.0}, {"a": 2.0})}
     assert "cannot be tested, 1 paired episode with the base system" in learning.comparison_sentence(untested)
+
+
+def test_the_report_names_the_versions_its_artefacts_were_registered_as(tmp_path):
+    from mascot.pipeline.report import write_report
+
+    for name, version in (("speaker", "speaker-v4"), ("director", None)):
+        (tmp_path / name).mkdir()
+        meta = {"role": name, "base_model": "m", "trainer": "grpo", **({"registered_as": version} if version else {})}
+        (tmp_path / name / "mascot_metadata.json").write_text(json.dumps(meta))
+    report = write_report(tmp_path, {"settings": {}, "steps": {}}).read_text(encoding="utf-8")
+    assert "## Versions" in report and "- speaker: `speaker-v4` (`mascot adapters compare speaker-v4`" in report
+    assert "- director:" not in report  # registered nowhere: nothing to say

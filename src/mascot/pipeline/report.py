@@ -25,7 +25,7 @@ TIME_FILE = "wall_time.png"
 
 def write_report(root: Path, state: dict[str, Any]) -> Path:
     root = Path(root)
-    sections = [_header(root, state), _steps_table(root, state), _pairs(root), _reward_models(root), _curves(root), _evaluation(root), _conversation(root), learning_section(root), _commands(state)]
+    sections = [_header(root, state), _steps_table(root, state), _pairs(root), _reward_models(root), _curves(root), _evaluation(root), _conversation(root), learning_section(root), _versions(root), _commands(state)]
     path = root / REPORT_FILE
     tmp = path.with_suffix(".tmp")
     tmp.write_text("\n\n".join(s for s in sections if s) + "\n", encoding="utf-8")
@@ -109,6 +109,18 @@ def _pairs(root: Path) -> str:
             lines.append(f"| {label} | {f['num_pairs']} | {_fmt(f['num_queries'])} | {_fmt(f['score_margin'])} | {_fmt(f['mean_margin'])} | "
                          f"{_fmt(f['min_margin'])} | {_fmt(f['max_margin'])} | {_fmt(f['num_dropped_by_margin'])} |")
     return "\n".join(lines) if len(lines) > 3 else ""
+
+
+def _versions(root: Path) -> str:
+    """The registry versions the run's artefacts were registered as: what `mascot adapters` compares and promotes."""
+    found = [(name, meta["registered_as"]) for name in ("reward_model", "speaker", "group_reward_model", "director")
+             if (meta := fig.artefact_metadata(root / name)) and meta.get("registered_as")]  # fmt: skip
+    if not found:
+        return ""
+    lines = ["## Versions", "Registered in the adapter registry as:", ""]
+    lines += [f"- {name}: `{version}` (`mascot adapters compare {version}` against the current one, then `mascot adapters promote {version}`)"
+              for name, version in found]  # fmt: skip
+    return "\n".join(lines)
 
 
 def _reward_models(root: Path) -> str:
