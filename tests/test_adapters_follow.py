@@ -137,3 +137,42 @@ def test_chat_and_web_backends_follow_current(tmp_path, registry):
         assert isinstance(backends["speaker"].inner, following.FollowCurrent) and backends["speaker"].inner.version == first
         assert not isinstance(backends["director"].inner, following.FollowCurrent)
         asyncio.run(backends.aclose())
+
+
+def test_a_web_session_records_which_version_wrote_each_reply_and_ratings_carry_it(tmp_path, registry, monkeypatch):
+    from fastapi.testclient import TestClient
+
+    from mascot.dialogue.chat import load_session_episode
+    from mascot.prefs.feedback import rated_replies, versions_of
+    from mascot.web.app import create_app
+    from mascot.web.security import CSRF_COOKIE
+    from mascot.web.settings import WebSettings
+
+    monkeypatch.setattr(following, "CHECK_S", 0.0)
+    first = new_current(registry, artefact(tmp_path / "a", b"a"))
+    with start_stub_server(latency_s=0.001, responder=stub_responder, served_models=["stub-model"], lora_modules={first: str(tmp_path / "a")}) as server:
+        settings = WebSettings(model_name="stub-model", vllm_server_url=[server.url], speaker_adapter="current", session_dir=tmp_path / "chat",
+                               feedback_consent=True)  # fmt: skip
+        with TestClient(create_app(settings), base_url="http://127.0.0.1") as client:
+            client.get("/")
+            csrf = {"x-csrf-token": client.cookies[CSRF_COOKIE]}
+            started = client.post("/sessions", data={"roster": "emotional_support", "csrf_token": client.cookies[CSRF_COOKIE]}, follow_redirects=False)
+            session_id = started.headers["location"].rsplit("/", 1)[1]
+
+            def reply_to(text: str) -> int:
+                stream = client.post(f"/api/sessions/{session_id}/messages", json={"text": text}, headers=csrf).text
+                return json.loads([b for b in stream.split("\n\n") if b.startswith("event: end")][-1].split("data: ", 1)[1])["turn_idx"]
+
+            old = reply_to("I lost my job")
+            second = new_current(registry, artefact(tmp_path / "b", b"b"))
+            Follower(registry, server.url, "stub-model", served={first: ""}).poll()
+            new = reply_to("and I cannot sleep")
+            for turn, rating in ((old, "not_helpful"), (new, "helpful")):
+                client.post(f"/api/sessions/{session_id}/feedback", json={"turn_idx": turn, "rating": rating}, headers=csrf)
+    turns = {t.turn_idx: t for t in load_session_episode(tmp_path / "chat" / f"{session_id}.jsonl").turns}
+    assert (turns[old].model_extra["speaker_version"], turns[new].model_extra["speaker_version"]) == (first, second)
+    ratings = [json.loads(line) for line in (tmp_path / "chat" / "feedback" / f"{session_id}.jsonl").read_text().splitlines()]
+    assert [(r["turn_idx"], r["speaker_version"]) for r in ratings] == [(old, first), (new, second)]
+    replies, _ = rated_replies(tmp_path / "chat")  # what `mascot prefs feedback` pairs, with each side's version in its provenance
+    assert {(r.turn_idx, r.version) for r in replies} == {(old, first), (new, second)}
+    assert versions_of(second, first) == {"chosen_version": second, "rejected_version": first}

@@ -26,6 +26,7 @@ from mascot.dialogue.tally import Tally
 from mascot.errors import MascotError
 from mascot.llm.base import ChatClient
 from mascot.dialogue.seeds import derive_seed
+from mascot.llm.following import VERSION_IN_USE
 from mascot.llm.providers import build_backends
 from mascot.llm.routing import resolve_roles, with_safety
 from mascot.llm.served import resolve_served_identities
@@ -262,27 +263,49 @@ class ChatSession:
         # A message the safety screen flags gets the group's safety reply alone (one round).
         rounds = 1 if self.state.pending_safety is not None else self.settings.rounds_per_message
         for offset in range(rounds):
+            before = len(self.turns)
+            VERSION_IN_USE.set(None)
             await self.engine.play_round(self.state, round_id + offset, listener=view)
+            self.record_speaker_version(self.turns[before:])
             self.save()
         return self.turns[first:]
 
-    async def alternative_reply(self, turn_idx: int, attempt: int) -> str:
+    def speaker_version(self) -> str | None:
+        """The registry version of the Speaker that answered last: the one a following client
+        went to, else the one `--speaker-adapter` named when the session started (None: no version)."""
+        role = (getattr(self.settings, "roles", None) or {}).get("speaker")
+        return VERSION_IN_USE.get() or (role.adapter_version if role else None)
+
+    def record_speaker_version(self, turns: list[Turn]) -> None:
+        if version := self.speaker_version():
+            for turn in turns:
+                if not turn.is_user:
+                    turn.speaker_version = version  # type: ignore[attr-defined]  # a Record keeps extra fields
+
+    async def alternative_reply(self, turn_idx: int, attempt: int) -> tuple[str, str | None]:
         """Another reply to the latest companion turn, to the same prompt (the same conversation
-        before it and the same directive), for a person to choose between; the turn is unchanged."""
+        before it and the same directive), for a person to choose between, and the Speaker version
+        that wrote it; the turn is unchanged."""
         last = self.turns[-1] if self.turns else None
         if last is None or last.turn_idx != turn_idx or last.is_user or not last.response:
             raise ChatSessionError("only the latest companion's reply can be compared with another one")
         persona = self.roster.persona(last.agent_name)
         seed = derive_seed(*self.state.seed_key, last.round_id, "alternative", attempt)
+        VERSION_IN_USE.set(None)
         reply = await self.engine.speaker.reply(persona, self.context, self.turns[:-1], last.directive, seed)
-        return reply.text
+        return reply.text, self.speaker_version()
 
-    def replace_reply(self, turn_idx: int, text: str) -> None:
-        """The person chose the other reply: it becomes the latest turn's, and the session is saved."""
+    def replace_reply(self, turn_idx: int, text: str, version: str | None = None) -> None:
+        """The person chose the other reply: it becomes the latest turn's (with the version that
+        wrote it), and the session is saved."""
         last = self.turns[-1]
         if last.turn_idx != turn_idx or last.is_user:
             raise ChatSessionError("only the latest companion's reply can be replaced")
         last.response = text
+        extra = last.model_extra if last.model_extra is not None else {}
+        extra.pop("speaker_version", None)
+        if version:
+            last.speaker_version = version  # type: ignore[attr-defined]
         self.save()
 
     def count_failed_round(self) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from contextvars import ContextVar
 from typing import AsyncIterator
 
 from mascot.adapter_registry import ROLE_WORDS, Registry
@@ -23,6 +24,9 @@ from mascot.llm.base import AnswerDistribution, BaseClient, ChatClient, ChatRequ
 log = logging.getLogger(__name__)
 
 CHECK_S = 2.0
+# The version the latest following request of this task went to: a chat session records it on the
+# turn it made (`speaker_version`), so a rating says which version wrote what it rated.
+VERSION_IN_USE: ContextVar[str | None] = ContextVar("mascot_version_in_use", default=None)
 
 
 class FollowCurrent(BaseClient):
@@ -47,15 +51,18 @@ class FollowCurrent(BaseClient):
 
     async def chat(self, request: ChatRequest) -> ChatResponse:
         await self.follow()
+        VERSION_IN_USE.set(self.version)
         return await self.inner.chat(request)
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[str]:
         await self.follow()
+        VERSION_IN_USE.set(self.version)
         async for piece in self.inner.stream(request):
             yield piece
 
     async def answer_distribution(self, request: ChatRequest, choices: tuple[str, ...]) -> AnswerDistribution:
         await self.follow()
+        VERSION_IN_USE.set(self.version)
         return await self.inner.answer_distribution(request, choices)
 
     async def aclose(self) -> None:

@@ -40,6 +40,7 @@ class RatedReply:
     helpful: bool
     person_said: set[str]  # the words of the person's message before the reply
     dataset: str | None = None
+    version: str | None = None  # the registry version of the Speaker that wrote it
 
     @property
     def where(self) -> str:
@@ -148,7 +149,7 @@ def session_replies(session_dir: Path, session_id: str, ratings: list, counts: F
             continue
         said = next((t.response for t in reversed(episode.turns[:index]) if t.is_user), "")
         out.append(RatedReply(session_id, turn.turn_idx, roster.name, turn.agent_name, reply_prompt(episode, roster, index), turn.response, rating.rating == "helpful",
-                              set(WORD.findall(said.lower())), episode.metadata.dataset))  # fmt: skip
+                              set(WORD.findall(said.lower())), episode.metadata.dataset, rating.speaker_version))  # fmt: skip
     return out
 
 
@@ -164,10 +165,15 @@ def choice_pairs(session_dir: Path, session_id: str, choices: list, counts: Feed
             prompt=reply_prompt(episode, roster, at), chosen=[{"role": "assistant", "content": choice.chosen}], rejected=[{"role": "assistant", "content": choice.rejected}],
             margin=1.0, persona=turn.agent_name, context_id=session_id, chosen_score=1.0, rejected_score=0.0, kind="persona", roster=roster.name,
             provenance={"source": "feedback", "choice": f"{session_id}#t{turn.turn_idx}", "chose_alternative": choice.chose_alternative,
-                        "same_conversation": True},
+                        "same_conversation": True, **versions_of(choice.chosen_version, choice.rejected_version)},
         ))  # fmt: skip
         counts.choices += 1
     return pairs
+
+
+def versions_of(chosen: str | None, rejected: str | None) -> dict[str, str]:
+    """The Speaker versions that wrote each side, where they are known."""
+    return {k: v for k, v in (("chosen_version", chosen), ("rejected_version", rejected)) if v}
 
 
 def similarity(a: RatedReply, b: RatedReply) -> float:
@@ -190,7 +196,8 @@ def feedback_pairs(replies: list[RatedReply], *, max_pairs_per_reply: int = 4, s
                 rejected=[{"role": "assistant", "content": other.response}], margin=1.0, persona=helpful.persona,
                 context_id=helpful.session_id, chosen_score=1.0, rejected_score=0.0, kind="persona", roster=helpful.roster,
                 provenance={"source": "feedback", "chosen": helpful.where, "rejected": other.where,
-                            "same_conversation": other.session_id == helpful.session_id},
+                            "same_conversation": other.session_id == helpful.session_id,
+                            **versions_of(helpful.version, other.version)},
             ))  # fmt: skip
     return pairs
 

@@ -156,7 +156,8 @@ async def rate_reply(request: Request, session_id: str, rating: RatingIn) -> dic
     if turn is None:
         raise HTTPException(status_code=422, detail="There is no companion's reply to rate at that place in this conversation.")
     add_feedback(settings.session_dir, ReplyRating(session_id=session_id, turn_idx=turn.turn_idx, agent_name=turn.agent_name or "",
-                                                   rating=rating.rating, response=turn.response, consent=settings.feedback_consent))  # fmt: skip
+                                                   rating=rating.rating, response=turn.response, speaker_version=version_of(turn),
+                                                   consent=settings.feedback_consent))  # fmt: skip
     return {"turn_idx": turn.turn_idx, "rating": rating.rating}
 
 
@@ -182,10 +183,10 @@ async def another_reply(request: Request, session_id: str, body: TurnIn) -> dict
         asked = sessions.alternatives_asked.get(session_id, 0) + 1
         sessions.alternatives_asked[session_id] = asked
         try:
-            text = await session.alternative_reply(body.turn_idx, asked)
+            text, version = await session.alternative_reply(body.turn_idx, asked)
         except MascotError as exc:
             raise HTTPException(status_code=422, detail=sentence(scrub(str(exc)))) from None
-    sessions.alternatives[session_id] = (body.turn_idx, text)
+    sessions.alternatives[session_id] = (body.turn_idx, text, version)
     return {"turn_idx": body.turn_idx, "text": text}
 
 
@@ -202,14 +203,20 @@ async def choose_reply(request: Request, session_id: str, choice: ChoiceIn) -> d
         last = session.turns[-1]
         if last.turn_idx != choice.turn_idx:  # the conversation went on since: that reply is part of it now
             raise HTTPException(status_code=422, detail="The conversation went on since: only the latest reply can be swapped for another.")
-        shown, alternative = last.response, pending[1]
+        shown, alternative = (last.response, version_of(last)), pending[1:]
         if choice.chosen == "alternative":
-            session.replace_reply(choice.turn_idx, alternative)
+            session.replace_reply(choice.turn_idx, *alternative)
     chosen, rejected = (alternative, shown) if choice.chosen == "alternative" else (shown, alternative)
     add_feedback(request.app.state.settings.session_dir, ReplyChoice(
-        session_id=session_id, turn_idx=choice.turn_idx, agent_name=last.agent_name or "", chosen=chosen, rejected=rejected,
-        chose_alternative=choice.chosen == "alternative", consent=request.app.state.settings.feedback_consent))  # fmt: skip
-    return {"turn_idx": choice.turn_idx, "response": chosen}
+        session_id=session_id, turn_idx=choice.turn_idx, agent_name=last.agent_name or "", chosen=chosen[0], rejected=rejected[0],
+        chosen_version=chosen[1], rejected_version=rejected[1], chose_alternative=choice.chosen == "alternative",
+        consent=request.app.state.settings.feedback_consent))  # fmt: skip
+    return {"turn_idx": choice.turn_idx, "response": chosen[0]}
+
+
+def version_of(turn) -> str | None:
+    """The Speaker version a saved turn records (`speaker_version`), if any."""
+    return (turn.model_extra or {}).get("speaker_version")
 
 
 async def answer(session, text: str, queue: asyncio.Queue, lock: asyncio.Lock) -> None:

@@ -33,6 +33,7 @@ class ReplyRating(Record):
     agent_name: str
     rating: Literal["helpful", "not_helpful"]
     response: str | None = None  # the reply as rated: a reply swapped for another afterwards is not what was rated
+    speaker_version: str | None = None  # the registry version that wrote it, where the session knows
     consent: bool = Field(False, description="the app's people agreed that rated conversations may train the companions")
     at: str = Field(default_factory=utc_now)
 
@@ -47,6 +48,8 @@ class ReplyChoice(Record):
     chosen: str
     rejected: str
     chose_alternative: bool  # the reply asked for afterwards, not the one first given
+    chosen_version: str | None = None  # the registry versions that wrote each, where the session knows
+    rejected_version: str | None = None
     consent: bool = False
     at: str = Field(default_factory=utc_now)
 

@@ -76,7 +76,7 @@ class WebSessions:
         self._open: dict[str, ChatSession] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         # "another reply": per session, the latest turn's alternative waiting for the person's choice
-        self.alternatives: dict[str, tuple[int, str]] = {}
+        self.alternatives: dict[str, tuple[int, str, str | None]] = {}  # turn index, text, the version that wrote it
         self.alternatives_asked: dict[str, int] = {}
 
     # ------------------------------------------------------------------ rosters
