@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mascot.adapter_registry import ROLE_WORDS, Registry, Version, check_unchanged
+from mascot.adapter_registry import ROLE_WORDS, Registry, State, Version, check_unchanged
 from mascot.errors import MascotError
 
 log = logging.getLogger(__name__)
@@ -27,13 +27,13 @@ SERVED_ROLES = ("speaker", "director")
 RETRY_S = 60.0  # a version the server refused is tried again after this long (or when the registry changes)
 
 
-def current_versions(registry: Registry, base_model: str) -> list[Version]:
-    """The current Speaker and Director versions trained on `base_model` (what a following server serves)."""
-    state = registry.state()
+def current_versions(state: State, base_model: str | None) -> list[Version]:
+    """The current Speaker and Director versions trained on `base_model` (what a following server
+    serves; any base when None)."""
     found = []
     for role in SERVED_ROLES:
         version = state.versions.get(state.current.get(role, ""))
-        if version is not None and same_base(version.base_model, base_model):
+        if version is not None and (base_model is None or same_base(version.base_model, base_model)):
             found.append(version)
     return found
 
@@ -64,7 +64,7 @@ class Follower:
         if not (changed or self._refused):
             return []
         lines = []
-        for version in current_versions(self.registry, self.base_model):
+        for version in current_versions(self.registry.state(), self.base_model):
             refused_at = self._refused.get(version.id)
             if version.id in self.served or (refused_at is not None and not changed and time.monotonic() - refused_at < RETRY_S):
                 continue

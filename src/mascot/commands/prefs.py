@@ -259,7 +259,8 @@ def run_prefs_feedback(s: PrefsFeedbackSettings) -> None:
     replies, counts = rated_replies(s.session_dir, choices)
     pairs = feedback_pairs(replies, max_pairs_per_reply=s.max_pairs_per_reply, seed=s.seed) + choices
     chosen, study = study_pairs(s.study) if s.study else ([], None)
-    mixed = _mixed_pairs(s.with_pairs or [])
+    mixed_by_file = _mixed_pairs(s.with_pairs or [])
+    mixed = [pair for pairs_of_file in mixed_by_file.values() for pair in pairs_of_file]
     said = (f"{len(pairs)} pairs from {counts.helpful} helpful and {counts.not_helpful} not helpful replies and {counts.choices} choices between two "
             f"replies, of {counts.sessions} rated sessions ({counts.without_consent} ratings without consent and {counts.unusable} unusable left out)")  # fmt: skip
     if study:
@@ -269,18 +270,18 @@ def run_prefs_feedback(s: PrefsFeedbackSettings) -> None:
         raise MascotError(f"prefs feedback made no pair: {why}; {said}")
     s.output_dir.mkdir(parents=True, exist_ok=True)
     write_jsonl(s.output_dir / FEEDBACK_PAIRS_FILE, [*pairs, *chosen, *mixed])
-    write_json_atomic(s.output_dir / "pairs_stats.json", _feedback_stats(s, counts, pairs, study, len(chosen), len(mixed)))
+    write_json_atomic(s.output_dir / "pairs_stats.json", _feedback_stats(s, counts, pairs, study, len(chosen), mixed_by_file))
     write_json_atomic(s.output_dir / "run_config.json", {"command": "mascot prefs feedback", "settings": {"dataset": _dataset(s, replies)}})
     typer.secho(f"wrote {said}" + (f", and {len(mixed)} judge-built pairs mixed in" if mixed else ""), fg="green", err=True)
     typer.echo(str(s.output_dir / FEEDBACK_PAIRS_FILE))
 
 
-def _feedback_stats(s: PrefsFeedbackSettings, counts, pairs: list, study, study_pairs: int, mixed: int) -> dict:
+def _feedback_stats(s: PrefsFeedbackSettings, counts, pairs: list, study, study_pairs: int, mixed: dict[Path, list]) -> dict:
     return {"session_dir": str(s.session_dir), "sessions": counts.sessions, "ratings": counts.ratings, "without_consent": counts.without_consent,
             "unusable": counts.unusable, "unusable_reasons": dict(counts.reasons), "helpful": counts.helpful, "not_helpful": counts.not_helpful,
             "choices": counts.choices, "feedback_pairs": len(pairs), "same_conversation_pairs": sum(p.provenance["same_conversation"] for p in pairs),
             "study": None if study is None else {"file": str(s.study), "pairs": study_pairs, "ties": study.ties, "excluded": study.excluded, "unusable": study.unusable},
-            "mixed_in": {str(p): n for p, n in _counts_by_file(s.with_pairs or []).items()}, "pairs": len(pairs) + study_pairs + mixed}  # fmt: skip
+            "mixed_in": {str(p): len(found) for p, found in mixed.items()}, "pairs": len(pairs) + study_pairs + sum(map(len, mixed.values()))}  # fmt: skip
 
 
 def _dataset(s: PrefsFeedbackSettings, replies: list) -> str | None:
@@ -289,18 +290,12 @@ def _dataset(s: PrefsFeedbackSettings, replies: list) -> str | None:
     return s.dataset or (datasets.pop() if len(datasets) == 1 else None)
 
 
-def _mixed_pairs(files: list[Path]) -> list:
+def _mixed_pairs(files: list[Path]) -> dict[Path, list]:
+    """The judge-built pairs of each --with-pairs file, read once."""
     from mascot.files import read_jsonl
     from mascot.schema import PreferencePair
 
-    return [pair for path in files for pair in read_jsonl(Path(path), PreferencePair)]
-
-
-def _counts_by_file(files: list[Path]) -> dict[Path, int]:
-    from mascot.files import read_jsonl
-    from mascot.schema import PreferencePair
-
-    return {Path(path): sum(1 for _ in read_jsonl(Path(path), PreferencePair)) for path in files}
+    return {Path(path): list(read_jsonl(Path(path), PreferencePair)) for path in files}
 
 
 def dry_run_prefs_feedback(command: str, s: PrefsFeedbackSettings) -> None:
@@ -315,5 +310,5 @@ def dry_run_prefs_feedback(command: str, s: PrefsFeedbackSettings) -> None:
     resolved = {"rated_sessions": counts.sessions, "ratings": counts.ratings, "without_consent": counts.without_consent, "unusable": counts.unusable,
                 "helpful": counts.helpful, "not_helpful": counts.not_helpful, "choices": counts.choices,
                 "feedback_pairs": len(feedback_pairs(replies, max_pairs_per_reply=s.max_pairs_per_reply, seed=s.seed)) + len(choices),
-                "mixed_in": {str(p): n for p, n in _counts_by_file(s.with_pairs or []).items()}}  # fmt: skip
+                "mixed_in": {str(p): len(found) for p, found in _mixed_pairs(s.with_pairs or []).items()}}  # fmt: skip
     print_settings(command or "prefs feedback", {"resolved": resolved, "settings": asdict(s)})

@@ -94,8 +94,7 @@ def followed_versions(s: ServeSettings, found: list) -> list:
     registry = Registry.open(s.registry)
     given = {adapter.path for adapter, _ in found}
     base = s.model or (base_of(found, None) if found else None)
-    state = registry.state()
-    versions = current_versions(registry, base) if base else [state.versions[i] for i in state.current.values() if state.versions[i].role in ("speaker", "director")]
+    versions = current_versions(registry.state(), base)
     return [adapter_from_artefact(v.folder, v.id) for v in versions if v.folder not in given]
 
 

@@ -40,12 +40,12 @@ def heldout_figures(evaluation: dict[str, Any], train_metrics: dict[str, Any]) -
     return figures
 
 
-def version_from_metadata(folder: Path, meta: Any, role: str, number: int) -> Version:
+def version_from_metadata(folder: Path, meta: Any, role: str, number: int, digest: str) -> Version:
     data_files = [d.path for d in meta.data_files]
     selection = meta.train_metrics.get("selection") or {}
     output = str(meta.hyperparameters.get("output_dir") or folder)
     return Version(
-        id=f"{role}-v{number}", role=role, number=number, folder=str(Path(folder).resolve()), weights_sha256=weights_digest(folder),
+        id=f"{role}-v{number}", role=role, number=number, folder=str(Path(folder).resolve()), weights_sha256=digest,
         base_model=meta.base_model, trainer=meta.trainer, weights=meta.weights, created_at=meta.created_at, dataset=meta.dataset,
         judge=judge_of(data_files), data_files=data_files, steps=meta.train_metrics.get("global_steps"), kept_step=selection.get("kept_step"),
         heldout=heldout_figures(meta.evaluation, meta.train_metrics), run=str(Path(output).resolve().parent),
@@ -68,7 +68,7 @@ def register(registry: Registry, folder: Path) -> tuple[Version, bool]:
             if known.weights_sha256 == digest and known.role == meta.role:
                 return known, False
         number = 1 + max((v.number for v in state.versions.values() if v.role == meta.role), default=0)
-        version = version_from_metadata(folder, meta, meta.role, number)
+        version = version_from_metadata(folder, meta, meta.role, number, digest)
         registry.append(Event(event="registered", version=version))
     return version, True
 
