@@ -8,7 +8,7 @@ TORCH ?= torch==2.13.0
 CPU_BENCHMARKS := client_concurrency multi_endpoint local_batching shared_prefill episode_throughput judge_throughput metrics_speed train_speed judge_scoring_agreement safety_screen safety_real_messages conversation_checks pipeline_toy prefix_affinity persona_swap generation_paths
 # benchmarks/group_rm_probe_sweep.py and preset_grpo_stages.py read a finished `mascot pipeline` folder: run them by hand (benchmarks/README.md).
 
-.PHONY: install demo test test-slow test-server test-realdata test-vllm test-web test-pipeline test-learn test-walkthrough test-multiprocess bench bench-client clean
+.PHONY: install demo test test-slow test-postgres test-server test-realdata test-vllm test-web test-pipeline test-learn test-walkthrough test-multiprocess bench bench-client clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -29,6 +29,10 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -m slow
+
+# The accounts tests against PostgreSQL: a throwaway cluster of Debian's postgresql package.
+test-postgres: $(STAMP)
+	$(VENV)/bin/python -m pytest -q -m postgres tests/test_web_accounts_postgres.py
 
 test-server: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -m server

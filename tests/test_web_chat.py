@@ -272,12 +272,12 @@ def test_a_second_message_while_the_group_answers_is_refused_with_a_sentence(tmp
     import asyncio
 
     async def refused_while_locked():
-        lock = sessions.lock(session_id)
-        await lock.acquire()
+        slot = await sessions.claim(session_id)
         try:
+            assert await sessions.claim(session_id) is None
             return say(client, session_id, "again")
         finally:
-            lock.release()
+            slot.release()
 
     busy = asyncio.run(refused_while_locked())
     assert busy.status_code == 409

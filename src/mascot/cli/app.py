@@ -15,6 +15,12 @@ def _eval_group() -> Any:
     return eval_group()
 
 
+def _web_group() -> Any:
+    from mascot.cli.eval_cmd import web_group
+
+    return web_group()
+
+
 def _pipeline_command() -> Any:
     from mascot.cli.pipeline_cmd import pipeline_command
 
@@ -23,7 +29,7 @@ def _pipeline_command() -> Any:
 
 # Commands whose command line differs from the generated one (presets beneath the config file; a
 # group that runs its own options).
-LazyGroup.overrides = {("eval",): _eval_group, ("pipeline",): _pipeline_command}
+LazyGroup.overrides = {("eval",): _eval_group, ("web",): _web_group, ("pipeline",): _pipeline_command}
 
 app = typer.Typer(
     name="mascot",

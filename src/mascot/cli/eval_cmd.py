@@ -1,5 +1,5 @@
-"""`mascot eval`: a group that runs an evaluation with its own options (`mascot eval --systems ...`)
-and keeps its subcommands (`mascot eval compare A B`).
+"""Commands that run with their own options and keep subcommands too: `mascot eval --systems ...`
+beside `mascot eval compare A B`, and `mascot web` beside `mascot web users create`.
 
 The run is the group's callback (`invoke_without_command`).
 """
@@ -15,13 +15,9 @@ from mascot.cli.settings_cli import settings_command
 from mascot.commands import GROUPS, command
 
 
-class EvalGroup(LazyGroup):
-    prefix = ("eval",)
-
-
-def eval_group() -> Any:
-    entry = command("eval")
-    generated = settings_command(entry.settings_class(), entry.runner(), dry_run=entry.dry_runner())
+def runnable_group(word: str) -> Any:
+    entry = command(word)
+    generated = settings_command(entry.settings_class(), entry.runner(), dry_run=entry.dry_runner(), interrupts=entry.interrupts)
 
     def callback(ctx: typer.Context, **values: Any) -> None:
         if ctx.invoked_subcommand is not None:  # `mascot eval compare ...`: the subcommand runs alone
@@ -30,6 +26,15 @@ def eval_group() -> Any:
 
     callback.__signature__ = generated.__signature__  # type: ignore[attr-defined]
     callback.__doc__ = generated.__doc__
-    group = typer.Typer(help=GROUPS["eval"], invoke_without_command=True, cls=EvalGroup)
+    cls = type(f"{word.title()}Group", (LazyGroup,), {"prefix": (word,)})
+    group = typer.Typer(help=GROUPS[word], invoke_without_command=True, cls=cls)
     group.callback(invoke_without_command=True)(callback)
     return typer.main.get_command(group)
+
+
+def eval_group() -> Any:
+    return runnable_group("eval")
+
+
+def web_group() -> Any:
+    return runnable_group("web")

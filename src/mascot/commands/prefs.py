@@ -3,6 +3,7 @@ feedback`: persona-level pairs from people's ratings in the web app."""
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -242,9 +243,13 @@ class PrefsFeedbackSettings:
     with_pairs: Optional[list[Path]] = setting(None, "Judge-built pair files to mix in (repeatable): the reward model trains on both.")
     dataset: Optional[str] = setting(None, "Dataset recorded for the trainers (default: the sessions' own, when they agree).")
     seed: int = setting(0, "Seed of the order ties are broken in.")
+    accounts: bool = setting(False, "Read the ratings of `mascot web --accounts` from its database (mascot.db in --session-dir, or --database-url): "
+                             "only of people who consent on their account page.")
+    database_url: Optional[str] = setting(None, "The accounts database to read with --accounts (as `mascot web --database-url`).")
 
     def __post_init__(self) -> None:
         require(self.max_pairs_per_reply >= 1, "--max-pairs-per-reply must be at least 1")
+        require(self.accounts or self.database_url is None, "--database-url is read with --accounts: add --accounts")
         require(Path(self.session_dir).is_dir(), f"--session-dir {self.session_dir} is not a folder (the web app's --session-dir)")
         for path in self.with_pairs or []:
             require(Path(path).is_file(), f"--with-pairs {path} is not a file")
@@ -256,7 +261,9 @@ def run_prefs_feedback(s: PrefsFeedbackSettings) -> None:
     from mascot.prefs.feedback import FEEDBACK_PAIRS_FILE, feedback_pairs, rated_replies, study_pairs
 
     choices: list = []
-    replies, counts = rated_replies(s.session_dir, choices)
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = consented_ratings(s, Path(scratch)) if s.accounts else s.session_dir
+        replies, counts = rated_replies(folder, choices)
     pairs = feedback_pairs(replies, max_pairs_per_reply=s.max_pairs_per_reply, seed=s.seed) + choices
     chosen, study = study_pairs(s.study) if s.study else ([], None)
     mixed_by_file = _mixed_pairs(s.with_pairs or [])
@@ -274,6 +281,17 @@ def run_prefs_feedback(s: PrefsFeedbackSettings) -> None:
     write_json_atomic(s.output_dir / "run_config.json", {"command": "mascot prefs feedback", "settings": {"dataset": _dataset(s, replies)}})
     typer.secho(f"wrote {said}" + (f", and {len(mixed)} judge-built pairs mixed in" if mixed else ""), fg="green", err=True)
     typer.echo(str(s.output_dir / FEEDBACK_PAIRS_FILE))
+
+
+def consented_ratings(s: PrefsFeedbackSettings, folder: Path) -> Path:
+    """The accounts database's consented ratings, as the app's files in `folder`."""
+    from mascot.web.accounts.consented import export_consented
+    from mascot.web.accounts.database import default_url
+
+    counts = export_consented(s.database_url or default_url(s.session_dir), folder)
+    typer.echo(f"accounts: {counts.ratings} consented ratings in {counts.conversations} conversations of {counts.people} people "
+               f"({counts.left_out_people} who rated but do not consent left out)", err=True)  # fmt: skip
+    return folder
 
 
 def _feedback_stats(s: PrefsFeedbackSettings, counts, pairs: list, study, study_pairs: int, mixed: dict[Path, list]) -> dict:
@@ -306,7 +324,9 @@ def dry_run_prefs_feedback(command: str, s: PrefsFeedbackSettings) -> None:
     from mascot.prefs.feedback import feedback_pairs, rated_replies
 
     choices: list = []
-    replies, counts = rated_replies(s.session_dir, choices)
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = consented_ratings(s, Path(scratch)) if s.accounts else s.session_dir
+        replies, counts = rated_replies(folder, choices)
     resolved = {"rated_sessions": counts.sessions, "ratings": counts.ratings, "without_consent": counts.without_consent, "unusable": counts.unusable,
                 "helpful": counts.helpful, "not_helpful": counts.not_helpful, "choices": counts.choices,
                 "feedback_pairs": len(feedback_pairs(replies, max_pairs_per_reply=s.max_pairs_per_reply, seed=s.seed)) + len(choices),

@@ -17,11 +17,16 @@ def run_web(settings: WebSettings) -> None:
     port another program holds is one line at once."""
     import typer
 
-    if not settings.loopback_only:
-        typer.secho(f"warning: --host {settings.host} lets other machines reach the app; it has no login", fg="yellow", err=True)
+    if not settings.loopback_only and not settings.accounts:
+        typer.secho(f"warning: --host {settings.host} lets other machines reach the app; it has no login (add --accounts)", fg="yellow", err=True)
+    if settings.accounts:
+        print_accounts_state(settings)
 
     def bound() -> None:
-        typer.secho(f"mascot web: port {settings.port} reserved; starting (models load first, then the address is printed)")
+        if settings.workers > 1:
+            typer.secho(f"mascot web: {settings.workers} processes on {web_address(settings)}, each loading the models (Ctrl-C stops)", fg="green")
+        else:
+            typer.secho(f"mascot web: port {settings.port} reserved; starting (models load first, then the address is printed)")
 
     def listening() -> None:
         typer.secho(f"mascot web on {web_address(settings)} (sessions in {settings.session_dir}; Ctrl-C stops)", fg="green")
@@ -29,6 +34,24 @@ def run_web(settings: WebSettings) -> None:
             print_study_links(settings)
 
     serve(settings, on_bound=bound, on_listening=listening)
+
+
+def print_accounts_state(settings: WebSettings) -> None:
+    """The accounts database (migrated now, so that a wrong URL stops here in one line) and how
+    people get in."""
+    import typer
+
+    from mascot.web.accounts.database import open_database, redacted
+    from mascot.web.accounts.repository import Accounts
+
+    engine, factory = open_database(settings.database)
+    people = Accounts(factory).count_people()
+    engine.dispose()
+    typer.echo(f"accounts: {people} in {redacted(settings.database)}; sign-up is {settings.signup}"
+               + (f"; conversations older than {settings.retain_days:g} days are deleted" if settings.retain_days else ""))
+    if people == 0:
+        where = f"--session-dir {settings.session_dir}" if settings.database_url is None else "--database-url URL"
+        typer.secho(f"no accounts yet: create the first admin with `mascot web users create USERNAME --admin {where}`", fg="yellow")
 
 
 def print_study_links(settings: WebSettings) -> None:

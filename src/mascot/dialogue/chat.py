@@ -12,6 +12,7 @@ terminal and the web front ends pass a listener that shows what happens.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -206,8 +207,10 @@ class ChatSession:
         dataset: str | None = None,
         role_identities: dict[str, RoleIdentity] | None = None,
         episode: Episode | None = None,
+        store: Callable[[Episode], None] | None = None,
     ) -> None:
         self.roster = roster
+        self.store = store  # where save() writes the record (None: the session file at `path`)
         self.context = context
         self.path = Path(path)
         self.settings = settings or ChatSettings()
@@ -334,7 +337,11 @@ class ChatSession:
         return episode
 
     def save(self) -> None:
-        """Rewrites the session file atomically (temp file + rename): one JSONL line."""
+        """Rewrites the session file atomically (temp file + rename): one JSONL line; or hands the
+        record to the session's store (the accounts database)."""
+        if self.store is not None:
+            self.store(self.to_episode())
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         write_jsonl(self.path, [self.to_episode()])
 

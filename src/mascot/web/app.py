@@ -8,8 +8,10 @@ when it stops; tests pass scripted clients instead. `serve` binds the port befor
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
+import os
 import socket
 from collections.abc import Callable
 from contextlib import asynccontextmanager
@@ -49,19 +51,28 @@ def allowed_hosts(settings: WebSettings) -> list[str]:
 
 async def open_backends(app: FastAPI, settings: WebSettings):
     """The settings' backends, opened and their in-process models loaded, behind the app's sessions."""
-    import asyncio
-
     from mascot.dialogue.chat import chat_backends, preload_local_models
 
     backends, identities = await asyncio.to_thread(chat_backends, settings)
     try:
         await backends.preflight()  # a wrong URL or model stops the start in one line; structured outputs probed
-        app.state.sessions = WebSessions(settings.session_dir, settings, {role: backends[role] for role in backends.endpoints}, identities)
+        attach_clients(app, settings, {role: backends[role] for role in backends.endpoints}, identities)
         await preload_local_models(backends)
     except BaseException:
         await backends.aclose()  # no connection pool left open behind the one-line error
         raise
     return backends
+
+
+def attach_clients(app: FastAPI, settings: WebSettings, clients: dict[str, ChatClient], identities=None) -> None:
+    """The chat's clients behind the app's sessions: one person's session files, or every person's
+    sessions in the accounts database."""
+    if settings.accounts:
+        from mascot.web.accounts.install import use_clients
+
+        use_clients(app, clients, identities)
+    else:
+        app.state.sessions = WebSessions(settings.session_dir, settings, clients, identities)
 
 
 def create_app(settings: WebSettings, clients: dict[str, ChatClient] | None = None, *, smoke_test_model: bool | None = None) -> FastAPI:
@@ -80,6 +91,10 @@ def create_app(settings: WebSettings, clients: dict[str, ChatClient] | None = No
             except MascotError as exc:  # a model that cannot load: `serve` says it in one line
                 app.state.startup_error = exc
                 raise
+        if settings.accounts:
+            from mascot.web.accounts.install import keep_house
+
+            app.state.tasks.add(asyncio.create_task(keep_house(app)))
         try:
             yield
         finally:
@@ -93,13 +108,19 @@ def create_app(settings: WebSettings, clients: dict[str, ChatClient] | None = No
     app.state.templates = make_templates()
     app.state.tasks = set()
     app.state.smoke_test_model = bool(smoke_test_model)  # the settings' own backends say it when they open
+    app.state.templates.env.globals["current_person"] = lambda request: None
+    if settings.accounts:
+        from mascot.web.accounts.install import install_accounts
+
+        install_accounts(app, settings, chat_routes.router)
+    else:
+        app.include_router(chat_routes.router)
     if clients is not None:
-        app.state.sessions = WebSessions(settings.session_dir, settings, clients)
+        attach_clients(app, settings, clients)
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts(settings))
     app.add_middleware(GuardMiddleware, max_body_bytes=settings.max_body_bytes)
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
     add_favicon(app)
-    app.include_router(chat_routes.router)
     error_pages.install(app)
     if settings.study is not None:  # the human-study pages of one study file, beside the chat
         study_routes.mount_study(app, settings.study)
@@ -122,11 +143,49 @@ def listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+SETTINGS_VARIABLE = "MASCOT_WEB_SETTINGS"  # how `--workers N` hands the settings to each process
+
+
+def app_from_environment() -> FastAPI:
+    """The app of one worker process of `mascot web --workers N` (uvicorn's factory)."""
+    import base64
+    import pickle
+
+    return create_app(pickle.loads(base64.b64decode(os.environ[SETTINGS_VARIABLE])))
+
+
+def serve_workers(settings: WebSettings, on_bound: Callable[[], None] | None = None) -> None:
+    """`--workers N`: N processes on one socket, each with its own models, sharing the accounts
+    database (migrated here first, so that no two processes migrate at once)."""
+    import base64
+    import pickle
+
+    import uvicorn
+    from uvicorn.supervisors import Multiprocess
+
+    from mascot.web.accounts.database import open_database
+
+    open_database(settings.database)[0].dispose()
+    sock = listening_socket(settings.host, settings.port)
+    os.environ[SETTINGS_VARIABLE] = base64.b64encode(pickle.dumps(settings)).decode()
+    config = uvicorn.Config("mascot.web.app:app_from_environment", factory=True, host=settings.host, port=settings.port, workers=settings.workers,
+                            log_level="warning", proxy_headers=True, forwarded_allow_ips=settings.trusted_proxies)  # fmt: skip
+    if on_bound is not None:
+        on_bound()
+    try:
+        Multiprocess(config, sockets=[sock]).run()  # restarts a worker that dies; stops when one cannot start
+    finally:
+        sock.close()
+
+
 def serve(settings: WebSettings, app: FastAPI | None = None, *, on_bound: Callable[[], None] | None = None,
           on_listening: Callable[[], None] | None = None) -> None:
     """Serves the app (built from the settings unless given) until Ctrl-C. `on_bound` runs once
     the port is held, `on_listening` once the app has started (models loaded) and accepts
-    connections."""
+    connections. With `--workers N` the processes start on their own and `on_listening` is not called."""
+    if settings.workers > 1 and app is None:
+        serve_workers(settings, on_bound)
+        return
     server, sock = web_server(settings, app, on_listening)
     state = server.config.app.state
 
@@ -162,5 +221,6 @@ def web_server(settings: WebSettings, app: FastAPI | None = None, on_listening: 
             if on_listening is not None and not self.should_exit:
                 on_listening()
 
-    config = uvicorn.Config(app or create_app(settings), host=settings.host, port=settings.port, log_level="warning")
+    config = uvicorn.Config(app or create_app(settings), host=settings.host, port=settings.port, log_level="warning", proxy_headers=True,
+                            forwarded_allow_ips=settings.trusted_proxies)  # fmt: skip
     return AnnouncingServer(config), sock

@@ -15,7 +15,7 @@ from mascot.errors import MascotError
 from mascot.rosters import RosterError
 from mascot.web.error_pages import sentence
 from mascot.web.events import DONE, QueueListener, colour_index, sse
-from mascot.web.feedback import RATINGS, ReplyChoice, ReplyRating, add_feedback, latest_ratings
+from mascot.web.feedback import RATINGS, ReplyChoice, ReplyRating
 from mascot.web.security import require_csrf, scrub
 from mascot.web.sessions import SessionNotFound, WebSessions, readable_time
 
@@ -42,7 +42,9 @@ class ChoiceIn(BaseModel):
 
 
 def sessions_of(request: Request) -> WebSessions:
-    return request.app.state.sessions
+    """The sessions this request may reach: with accounts, the logged-in person's own (set by the
+    login check); otherwise the app's."""
+    return getattr(request.state, "sessions", None) or request.app.state.sessions
 
 
 def page(request: Request, template: str, status_code: int = 200, **values) -> HTMLResponse:
@@ -88,7 +90,7 @@ async def start_session(request: Request, roster: str = Form(...), situation: st
         session = sessions_of(request).create(roster, situation or None)
     except MascotError as exc:
         return page(request, "error.html", 422, title="The session cannot start", message=sentence(scrub(str(exc))))
-    return RedirectResponse(f"/sessions/{session.path.stem}", status_code=303)
+    return RedirectResponse(f"/sessions/{session.session_id}", status_code=303)
 
 
 @router.get("/sessions/{session_id}", response_class=HTMLResponse)
@@ -103,7 +105,7 @@ async def session_page(request: Request, session_id: str) -> HTMLResponse:
     colours = {name: colour_index(name, names) for name in names}
     started = readable_time(session.created_at)
     settings = request.app.state.settings
-    ratings = latest_ratings(settings.session_dir, session_id) if settings.feedback else {}
+    ratings = sessions_of(request).latest_ratings(session_id) if settings.feedback else {}
     return page(request, "session.html", session=session, session_id=session_id, colours=colours, started=started,
                 max_chars=settings.max_message_chars, fallback_note=fallback_note, feedback=settings.feedback,
                 ratings={turn: r.rating for turn, r in ratings.items()})
@@ -117,6 +119,34 @@ async def export_session(request: Request, session_id: str) -> Response:
         raise HTTPException(status_code=404, detail=str(exc)) from None
     headers = {"content-disposition": f'attachment; filename="{session_id}.jsonl"'}
     return Response(data, media_type="application/x-ndjson", headers=headers)
+
+
+@router.get("/sessions/{session_id}/delete", response_class=HTMLResponse)
+async def confirm_delete(request: Request, session_id: str) -> HTMLResponse:
+    """Asks before deleting: a deleted conversation cannot be brought back."""
+    try:
+        session = sessions_of(request).get(session_id)
+    except SessionNotFound as exc:
+        raise HTTPException(status_code=404, detail=str(exc)) from None
+    opening = next((t.response for t in session.turns if t.is_user), "")
+    return page(request, "confirm_delete.html", session_id=session_id, opening=opening[:200])
+
+
+@router.post("/sessions/{session_id}/delete", dependencies=[Depends(require_csrf)])
+async def delete_session(request: Request, session_id: str) -> Response:
+    """Deletes one conversation, with its ratings, for good."""
+    sessions = sessions_of(request)
+    try:
+        slot = await sessions.claim(session_id)  # never while a reply is being written into it
+        if slot is None:
+            raise HTTPException(status_code=409, detail="The group is still answering in this conversation: wait for the reply to end, then delete it.")
+        try:
+            sessions.delete(session_id)
+        finally:
+            slot.release()
+    except SessionNotFound as exc:
+        raise HTTPException(status_code=404, detail=str(exc)) from None
+    return RedirectResponse("/", status_code=303)
 
 
 @router.get("/api/sessions")
@@ -133,13 +163,13 @@ async def send_message(request: Request, session_id: str, message: MessageIn) ->
         session = sessions.get(session_id)
     except SessionNotFound as exc:
         raise HTTPException(status_code=404, detail=str(exc)) from None
-    lock = sessions.lock(session_id)
-    if lock.locked():
+    sessions.check_message_rate()
+    slot = await sessions.claim(session_id)
+    if slot is None:
         raise HTTPException(status_code=409, detail="The group is still answering the last message: wait for the reply to end, then send yours.")
-    await lock.acquire()
     sessions.alternatives.pop(session_id, None)  # a reply offered beside the last one is no longer to choose
     queue: asyncio.Queue = asyncio.Queue()
-    task = asyncio.create_task(answer(session, text, queue, lock))
+    task = asyncio.create_task(answer(session, text, queue, slot))
     request.app.state.tasks.add(task)
     task.add_done_callback(request.app.state.tasks.discard)
     return StreamingResponse(stream_events(queue), media_type="text/event-stream", headers={"x-accel-buffering": "no"})
@@ -155,9 +185,9 @@ async def rate_reply(request: Request, session_id: str, rating: RatingIn) -> dic
     turn = next((t for t in session.turns if t.turn_idx == rating.turn_idx and not t.is_user and t.response), None)
     if turn is None:
         raise HTTPException(status_code=422, detail="There is no companion's reply to rate at that place in this conversation.")
-    add_feedback(settings.session_dir, ReplyRating(session_id=session_id, turn_idx=turn.turn_idx, agent_name=turn.agent_name or "",
-                                                   rating=rating.rating, response=turn.response, speaker_version=version_of(turn),
-                                                   consent=settings.feedback_consent))  # fmt: skip
+    sessions = sessions_of(request)
+    sessions.add_feedback(ReplyRating(session_id=session_id, turn_idx=turn.turn_idx, agent_name=turn.agent_name or "", rating=rating.rating,
+                                      response=turn.response, speaker_version=version_of(turn), consent=sessions.feedback_consent))  # fmt: skip
     return {"turn_idx": turn.turn_idx, "rating": rating.rating}
 
 
@@ -176,16 +206,17 @@ async def another_reply(request: Request, session_id: str, body: TurnIn) -> dict
     """Another reply of the latest companion to the same moment, shown beside the first for the person to choose."""
     session = feedback_session(request, session_id)
     sessions = sessions_of(request)
-    lock = sessions.lock(session_id)
-    if lock.locked():
+    slot = await sessions.claim(session_id)
+    if slot is None:
         raise HTTPException(status_code=409, detail="The group is still answering: wait for the reply to end, then ask for another.")
-    async with lock:
+    try:
         asked = sessions.alternatives_asked.get(session_id, 0) + 1
         sessions.alternatives_asked[session_id] = asked
-        try:
-            text, version = await session.alternative_reply(body.turn_idx, asked)
-        except MascotError as exc:
-            raise HTTPException(status_code=422, detail=sentence(scrub(str(exc)))) from None
+        text, version = await session.alternative_reply(body.turn_idx, asked)
+    except MascotError as exc:
+        raise HTTPException(status_code=422, detail=sentence(scrub(str(exc)))) from None
+    finally:
+        slot.release()
     sessions.alternatives[session_id] = (body.turn_idx, text, version)
     return {"turn_idx": body.turn_idx, "text": text}
 
@@ -198,7 +229,10 @@ async def choose_reply(request: Request, session_id: str, choice: ChoiceIn) -> d
     pending = sessions.alternatives.get(session_id)
     if pending is None or pending[0] != choice.turn_idx or choice.chosen not in ("shown", "alternative"):
         raise HTTPException(status_code=422, detail="There is no pair of replies to choose between at that place: ask for another reply first.")
-    async with sessions.lock(session_id):
+    slot = await sessions.claim(session_id)
+    if slot is None:
+        raise HTTPException(status_code=409, detail="The group is still answering: wait for the reply to end, then choose.")
+    try:
         sessions.alternatives.pop(session_id, None)
         last = session.turns[-1]
         if last.turn_idx != choice.turn_idx:  # the conversation went on since: that reply is part of it now
@@ -206,11 +240,13 @@ async def choose_reply(request: Request, session_id: str, choice: ChoiceIn) -> d
         shown, alternative = (last.response, version_of(last)), pending[1:]
         if choice.chosen == "alternative":
             session.replace_reply(choice.turn_idx, *alternative)
+    finally:
+        slot.release()
     chosen, rejected = (alternative, shown) if choice.chosen == "alternative" else (shown, alternative)
-    add_feedback(request.app.state.settings.session_dir, ReplyChoice(
+    sessions.add_feedback(ReplyChoice(
         session_id=session_id, turn_idx=choice.turn_idx, agent_name=last.agent_name or "", chosen=chosen[0], rejected=rejected[0],
         chosen_version=chosen[1], rejected_version=rejected[1], chose_alternative=choice.chosen == "alternative",
-        consent=request.app.state.settings.feedback_consent))  # fmt: skip
+        consent=sessions.feedback_consent))  # fmt: skip
     return {"turn_idx": choice.turn_idx, "response": chosen[0]}
 
 
@@ -219,7 +255,7 @@ def version_of(turn) -> str | None:
     return (turn.model_extra or {}).get("speaker_version")
 
 
-async def answer(session, text: str, queue: asyncio.Queue, lock: asyncio.Lock) -> None:
+async def answer(session, text: str, queue: asyncio.Queue, slot) -> None:
     """Plays the message's rounds (saved as they end); runs on even if the browser goes away."""
     try:
         await session.send(text, QueueListener(queue, session.roster.names))
@@ -231,7 +267,7 @@ async def answer(session, text: str, queue: asyncio.Queue, lock: asyncio.Lock) -
         log.exception("answering a message of session %s failed", session.session_id)
         queue.put_nowait(("error", {"message": "Something went wrong on the server. Your message is saved; the server's log has the details."}))
     finally:
-        lock.release()
+        slot.release()
         queue.put_nowait(DONE)
 
 

@@ -23,6 +23,7 @@ from mascot.errors import MascotError
 from mascot.llm.base import ChatClient
 from mascot.rosters import BUILTIN_ROSTERS, RosterError, load_roster
 from mascot.schema import RoleIdentity, Roster
+from mascot.web.feedback import Feedback, ReplyRating, add_feedback, feedback_path, latest_ratings
 from mascot.web.security import new_id
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,16 @@ SESSION_PREFIX = "session-"
 
 class SessionNotFound(MascotError):
     """No session with that id (or an id that cannot name a session file)."""
+
+
+class LockSlot:
+    """The right to answer in one session, held while a reply is written (`release` when done)."""
+
+    def __init__(self, lock: asyncio.Lock) -> None:
+        self.lock = lock
+
+    def release(self) -> None:
+        self.lock.release()
 
 
 @dataclass
@@ -151,8 +162,37 @@ class WebSessions:
         self._open[session_id] = session
         return session
 
-    def lock(self, session_id: str) -> asyncio.Lock:
-        return self._locks.setdefault(session_id, asyncio.Lock())
+    async def claim(self, session_id: str) -> LockSlot | None:
+        """The session's reply slot, or None while a reply is being written in it."""
+        lock = self._locks.setdefault(session_id, asyncio.Lock())
+        if lock.locked():
+            return None
+        await lock.acquire()
+        return LockSlot(lock)
+
+    def check_message_rate(self) -> None:
+        """Messages are not limited for the one person of a local app."""
+
+    def delete(self, session_id: str) -> None:
+        """Deletes the session file and its ratings."""
+        path = self.path_of(session_id)
+        if not path.is_file():
+            raise SessionNotFound(f"no session {session_id!r}")
+        self._open.pop(session_id, None)
+        path.unlink()
+        feedback_path(self.directory, session_id).unlink(missing_ok=True)
+
+    # ------------------------------------------------------------------ ratings
+
+    @property
+    def feedback_consent(self) -> bool:
+        return bool(getattr(self.settings, "feedback_consent", False))
+
+    def add_feedback(self, record: Feedback) -> None:
+        add_feedback(self.directory, record)
+
+    def latest_ratings(self, session_id: str) -> dict[int, ReplyRating]:
+        return latest_ratings(self.directory, session_id)
 
     def export(self, session_id: str) -> bytes:
         """The session file as saved: one JSONL line (`mascot judge` reads it)."""

@@ -18,7 +18,9 @@
   const toggle = document.getElementById("show-directives");
   const CHOOSING = "The Director is choosing who answers\u2026";
   const UNREACHABLE = "The app could not be reached: check that mascot web is still running, then send again.";
+  const CUT_OFF = "The connection to the app was lost before the group finished: your message is saved. Reload the page to see what was kept, then send again.";
   let busy = false;
+  let finished = false; // the current reply's stream said "done"
   let retryNote = null; // the status line of a discarded reply, cleared once its retry ends
 
   function showDirectives() {
@@ -192,7 +194,7 @@
       showActivity(CHOOSING);
     },
     error: (d) => { showStatus(d.message); showActivity(""); },
-    done: () => { showActivity(""); },
+    done: () => { finished = true; showActivity(""); },
   };
 
   function dispatch(block) {
@@ -236,6 +238,7 @@
     if (!response.ok) throw new Error(await refusal(response));
     accepted();
     line("turn user", "You", "who", text);
+    finished = false;
     const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
     let buffer = "";
     for (;;) {
@@ -243,9 +246,13 @@
       try {
         chunk = await reader.read();
       } catch (error) {
-        throw new Error(UNREACHABLE + " Your message was saved.");
+        throw new Error(CUT_OFF);
       }
-      if (chunk.done) break;
+      if (chunk.done) {
+        // The stream ended without its "done" event: the server went away mid-reply.
+        if (!finished) throw new Error(CUT_OFF);
+        break;
+      }
       buffer += chunk.value;
       let cut;
       while ((cut = buffer.indexOf("\n\n")) >= 0) {
