@@ -124,7 +124,8 @@ class Person:
         await self.client.aclose()
 
 
-async def one_person(base: str, name: str, messages: int, gate: asyncio.Semaphore, results: dict) -> None:
+async def one_person(base: str, name: str, messages: int, gate: asyncio.Semaphore, results: dict, arrives_s: float = 0.0) -> None:
+    await asyncio.sleep(arrives_s)
     async with gate:
         person = Person(base, name)
         try:
@@ -141,7 +142,8 @@ async def load(base: str, names: list[str], args) -> dict:
     results: dict = {"logins": [], "sessions": [], "messages": []}
     gate = asyncio.Semaphore(args.concurrency)
     started = time.perf_counter()
-    await asyncio.gather(*(one_person(base, name, args.messages, gate, results) for name in names))
+    spacing = args.arrival_s / max(1, len(names))
+    await asyncio.gather(*(one_person(base, name, args.messages, gate, results, i * spacing) for i, name in enumerate(names)))
     results["wall_s"] = time.perf_counter() - started
     return results
 
@@ -228,6 +230,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2, help="companion replies per message (--rounds-per-message)")
     parser.add_argument("--concurrency", type=int, default=200, help="people active at once")
+    parser.add_argument("--arrival-s", type=float, default=0.0, help="people arrive evenly over this many seconds (0: all at once)")
     parser.add_argument("--latency-ms", type=float, default=50.0, help="the stub backend's latency per request")
     parser.add_argument("--safety", default="off", help="the app's --safety (off: the screen's own cost is measured elsewhere)")
     parser.add_argument("--postgres", action="store_true", help="a throwaway PostgreSQL cluster instead of SQLite")
@@ -242,9 +245,9 @@ def main() -> None:
         server, base = start_web(url, stub.url, folder, args)
         stack.callback(lambda: os.killpg(server.pid, signal.SIGTERM))
         print(f"{args.accounts} accounts x {args.messages} messages, {args.workers} processes, {'PostgreSQL' if args.postgres else 'SQLite'}, "
-              f"stub latency {args.latency_ms:g} ms, {args.rounds} replies per message, {args.concurrency} people at once")  # fmt: skip
+              f"stub latency {args.latency_ms:g} ms, {args.rounds} replies per message, arriving over {args.arrival_s:g} s")  # fmt: skip
         results = asyncio.run(load(base, names[:-1], args))
-        figures = {"database": "postgresql" if args.postgres else "sqlite", "workers": args.workers, **summary(results, stored_turns(url, results["sessions"]), args)}
+        figures = {"database": "postgresql" if args.postgres else "sqlite", "workers": args.workers, "arrival_s": args.arrival_s, **summary(results, stored_turns(url, results["sessions"]), args)}
         if not args.no_kill:
             figures["kill_mid_reply"] = asyncio.run(kill_mid_reply(base, server, url, names[-1], args))
     print(json.dumps(figures, indent=2))

@@ -75,6 +75,11 @@ def dry_run_web(command: str, settings: WebSettings) -> None:
 
     roles = check_endpoints(resolve_roles(settings, with_safety(settings, CHAT_ROLES)))
     values = as_dict(settings)
+    if settings.accounts:  # the URL must name a database; nothing connects
+        from mascot.web.accounts.database import make_engine, redacted
+
+        make_engine(settings.database).dispose()
+        values["database_url"] = redacted(settings.database)
     for name in ("vllm_server_url", "director_server_url", "speaker_server_url", "safety_server_url"):
         values[name] = [redact_url(url) for url in values[name] or []] or None
     print_settings(command, {**values, "roles": {role: scrub(how) for role, how in roles.items()}})

@@ -129,3 +129,20 @@ def run_import(settings: ImportSettings) -> None:
                f"{counts.already} already there, {counts.unreadable} unreadable (skipped, logged)")  # fmt: skip
     if counts.imported == 0:
         raise MascotError(f"nothing imported from {settings.source}" + (f": all {counts.already} sessions are in the database already" if counts.already else ""))
+
+
+def dry_run_accounts(command: str, settings: DatabaseFields) -> None:
+    """Checks the database URL (and, for an import, the folder and the files in it) and prints the
+    settings; opens, migrates and writes nothing."""
+    from mascot.commands.dryrun import print_settings
+    from mascot.settings import as_dict
+    from mascot.web.accounts.database import make_engine, redacted
+
+    make_engine(settings.database).dispose()  # a URL that names no database is one line; nothing connects
+    values = {**as_dict(settings), "database": redacted(settings.database)}
+    values.pop("database_url", None)
+    if isinstance(settings, ImportSettings):
+        if not Path(settings.source).is_dir():
+            raise MascotError(f"--from {settings.source}: no such folder")
+        values["session_files"] = len(list(Path(settings.source).glob("session-*.jsonl")))
+    print_settings(command, values)
