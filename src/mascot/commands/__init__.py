@@ -83,11 +83,11 @@ COMMANDS = (
     Command(("serve",), f"{C}.serve:ServeSettings", f"{C}.serve:run_serve", f"{C}.serve:dry_run_serve", interrupts=False, no_args_is_help=False),
     Command(("chat",), "mascot.dialogue.chat_settings:ChatSettings", f"{C}.chat:run_chat_command", interrupts=False, no_args_is_help=False),
     Command(("web",), "mascot.web.settings:WebSettings", f"{C}.web:run_web", f"{C}.web:dry_run_web", interrupts=False, no_args_is_help=False),
-    *(Command(("web", "users", word), f"mascot.web.accounts.command:{cls}", f"mascot.web.accounts.command:run_{word}",
-              "mascot.web.accounts.command:dry_run_accounts", interrupts=False, no_args_is_help=word == "create")
+    *(Command(("web", "users", word), f"mascot.commands.web_accounts:{cls}", f"mascot.commands.web_accounts:run_{word}",
+              "mascot.commands.web_accounts:dry_run_accounts", interrupts=False, no_args_is_help=word == "create")
       for word, cls in (("create", "CreateUserSettings"), ("list", "ListUsersSettings"), ("invite", "InviteSettings"))),
-    Command(("web", "import"), "mascot.web.accounts.command:ImportSettings", "mascot.web.accounts.command:run_import",
-            "mascot.web.accounts.command:dry_run_accounts", interrupts=False),
+    Command(("web", "import"), "mascot.commands.web_accounts:ImportSettings", "mascot.commands.web_accounts:run_import",
+            "mascot.commands.web_accounts:dry_run_accounts", interrupts=False),
     Command(("study", "create"), "mascot.study.settings:StudyCreateSettings", f"{C}.study:run_study_create", f"{C}.study:dry_run_study_create"),
     Command(("study", "results"), "mascot.study.settings:StudyResultsSettings", f"{C}.study:run_study_results", f"{C}.study:dry_run_study_results"),
 )
