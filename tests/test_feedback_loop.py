@@ -184,6 +184,41 @@ def test_another_reply_is_offered_beside_the_first_and_the_chosen_one_stays(tmp_
     assert "And now I cannot sleep" not in pairs[0].prompt[-1]["content"]  # the prompt both replies answered, not what came later
 
 
+def test_another_approach_offers_the_director_s_other_option_and_the_choice_is_a_directive_pair(tmp_path):
+    from mascot.dialogue.chat import load_session_episode
+    from mascot.train.data import load_pairs
+
+    names = ["The Anchor", "The Catalyst", "The Beacon"]
+    picks = itertools.count()
+    director = ScriptedClient(fn=lambda request: f"<directive>\nagent: {names[next(picks) % 3]}\naction: answer in turn\ntone: warm\n</directive>")
+    counter = itertools.count()
+    app = create_app(WebSettings(session_dir=tmp_path / "chat", feedback_consent=True),
+                     {"director": director, "speaker": ScriptedClient(fn=lambda request: f"Reply number {next(counter)}.")})  # fmt: skip
+    client = TestClient(app, base_url="http://127.0.0.1")
+    client.get("/")
+    csrf = {"x-csrf-token": client.cookies[CSRF_COOKIE]}
+    started = client.post("/sessions", data={"roster": "emotional_support", "csrf_token": client.cookies[CSRF_COOKIE]}, follow_redirects=False)
+    session_id = started.headers["location"].rsplit("/", 1)[1]
+    api = f"/api/sessions/{session_id}"
+    stream = client.post(f"{api}/messages", json={"text": "I lost my job"}, headers=csrf).text
+    first = json.loads([b for b in stream.split("\n\n") if b.startswith("event: end")][-1].split("data: ", 1)[1])
+    assert first["agent"] == "The Anchor" and 'data-of="direction"' in client.get(f"/sessions/{session_id}").text
+    assert client.post(f"{api}/alternative", json={"turn_idx": first["turn_idx"], "of": "sideways"}, headers=csrf).status_code == 422
+    offered = client.post(f"{api}/alternative", json={"turn_idx": first["turn_idx"], "of": "direction"}, headers=csrf).json()
+    assert (offered["of"], offered["agent"], offered["action"], offered["tone"]) == ("direction", "The Catalyst", "answer in turn", "warm")
+    kept = client.post(f"{api}/choice", json={"turn_idx": first["turn_idx"], "chosen": "alternative"}, headers=csrf).json()
+    assert (kept["agent"], kept["response"]) == ("The Catalyst", offered["text"]) and kept["colour"] == 1
+    last = load_session_episode(tmp_path / "chat" / f"{session_id}.jsonl").turns[-1]
+    assert (last.turn_idx, last.agent_name, last.directive.agent_name, last.response) == (first["turn_idx"], "The Catalyst", "The Catalyst", offered["text"])
+
+    run_prefs_feedback(PrefsFeedbackSettings(session_dir=tmp_path / "chat", output_dir=tmp_path / "pairs"))
+    stats = json.loads((tmp_path / "pairs" / "pairs_stats.json").read_text())
+    assert (stats["direction_choices"], stats["directive_pairs"], stats["choices"]) == (1, 1, 0)
+    _, (pair,) = load_pairs(tmp_path / "pairs" / "pairs.jsonl", "directive")  # what `mascot train director-dpo` reads
+    assert "The Catalyst" in pair.chosen[0]["content"] and "The Anchor" in pair.rejected[0]["content"]
+    assert "I lost my job" in pair.prompt[-1]["content"] and pair.model_extra["provenance"]["alternative_of"] == "direction"
+
+
 SHORT_JUDGE = '''
 def short_is_helpful(item):
     """The known preference of the people in these tests, as a judge: short replies are helpful."""

@@ -422,3 +422,10 @@ def test_prefs_feedback_reads_only_the_ratings_of_people_who_consent(tmp_path, d
     pairs = list(read_jsonl(out / "pairs.jsonl", PreferencePair))
     assert len(pairs) == 1 and pairs[0].context_id == rated["alice"] and pairs[0].provenance["chosen"].startswith(rated["alice"])
     assert "bob" not in (out / "pairs.jsonl").read_text()
+
+
+def test_consent_is_each_persons_own_with_accounts():
+    from mascot.web.settings import WebSettings
+
+    with pytest.raises(MascotError, match="each person answers on their account page"):
+        WebSettings(accounts=True, feedback_consent=True)

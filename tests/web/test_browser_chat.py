@@ -309,11 +309,11 @@ def test_rating_a_reply_and_choosing_another_in_a_browser(tmp_path, page):
         page.locator(".turn.agent").nth(1).wait_for()
         page.locator(".turn.agent.streaming").wait_for(state="detached")
         first, last = page.locator(".turn.agent").nth(0), page.locator(".turn.agent").nth(1)
-        assert first.locator(".another").count() == 0 and last.locator(".another").count() == 1  # only the latest reply
+        assert first.locator(".another").count() == 0 and last.locator(".another").count() == 2  # only the latest reply: another reply, another approach
         first.locator("button[data-rating=helpful]").click()
         page.wait_for_function("() => document.querySelector('.turn.agent button[data-rating=helpful]').getAttribute('aria-pressed') === 'true'")
         shown = last.locator(".text").text_content()
-        last.locator(".another").click()
+        last.locator(".another[data-of=reply]").click()
         page.locator(".choice .alternative").wait_for()
         alternative = page.locator(".choice .alternative").text_content()
         assert alternative != shown and alternative.startswith(f"As {NAMES[0]}: reply number")
@@ -327,3 +327,33 @@ def test_rating_a_reply_and_choosing_another_in_a_browser(tmp_path, page):
         assert page.locator(".turn.agent").nth(0).locator("button[data-rating=helpful]").get_attribute("aria-pressed") == "true"
     lines = [json.loads(line) for path in (tmp_path / "chat" / "feedback").glob("*.jsonl") for line in path.read_text().splitlines()]
     assert [(r["kind"], r.get("rating"), r.get("chose_alternative")) for r in lines] == [("rating", "helpful", None), ("choice", None, True)]
+
+
+def test_choosing_another_approach_of_the_director_in_a_browser(tmp_path, page):
+    """"another approach": the Director decides again; the other companion's reply is offered, and
+    once chosen it takes the turn's place (name, colour, text), also after a reload."""
+    OUTPUT.mkdir(parents=True, exist_ok=True)
+    counter = itertools.count()
+    speaker = TokenStreamClient(fn=lambda r: f"reply number {next(counter)}.")
+    settings = WebSettings(session_dir=tmp_path / "chat", port=free_port(), feedback_consent=True)
+    with serving(create_app(settings, {"director": alternating_director(), "speaker": speaker}), settings.port) as base:
+        open_session(page, base)
+        page.fill("#message", "I lost my job")
+        page.click("#send")
+        page.locator(".turn.agent").nth(0).wait_for()
+        page.locator(".turn.agent.streaming").wait_for(state="detached")
+        turn = page.locator(".turn.agent").nth(0)
+        assert turn.locator(".who").text_content() == NAMES[0]
+        turn.locator(".another[data-of=direction]").click()
+        page.locator(".choice .alternative").wait_for()
+        assert NAMES[1] in page.locator(".choice").text_content()
+        page.screenshot(path=str(OUTPUT / "another-approach.png"), full_page=True)
+        alternative = page.locator(".choice .alternative").text_content()
+        page.click(".choice button[data-chosen=alternative]")
+        page.locator(".choice").wait_for(state="detached")
+        assert (turn.locator(".who").text_content(), turn.locator(".text").text_content()) == (NAMES[1], alternative)
+        assert "c1" in turn.locator(".who").get_attribute("class")
+        page.reload()
+        assert page.locator(".turn.agent .who").nth(0).text_content() == NAMES[1] and page.locator(".turn.agent .text").nth(0).text_content() == alternative
+    (line,) = [json.loads(line) for path in (tmp_path / "chat" / "feedback").glob("*.jsonl") for line in path.read_text().splitlines()]
+    assert (line["alternative_of"], line["chosen_directive"]["agent_name"], line["rejected_directive"]["agent_name"]) == ("direction", NAMES[1], NAMES[0])

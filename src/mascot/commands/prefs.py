@@ -268,8 +268,9 @@ def run_prefs_feedback(s: PrefsFeedbackSettings) -> None:
     chosen, study = study_pairs(s.study) if s.study else ([], None)
     mixed_by_file = _mixed_pairs(s.with_pairs or [])
     mixed = [pair for pairs_of_file in mixed_by_file.values() for pair in pairs_of_file]
-    said = (f"{len(pairs)} pairs from {counts.helpful} helpful and {counts.not_helpful} not helpful replies and {counts.choices} choices between two "
-            f"replies, of {counts.sessions} rated sessions ({counts.without_consent} ratings without consent and {counts.unusable} unusable left out)")  # fmt: skip
+    said = (f"{len(pairs)} pairs from {counts.helpful} helpful and {counts.not_helpful} not helpful replies, {counts.choices} choices between two "
+            f"replies and {counts.direction_choices} between two of the Director's approaches (directive pairs), of {counts.sessions} rated sessions "
+            f"({counts.without_consent} ratings without consent and {counts.unusable} unusable left out)")  # fmt: skip
     if study:
         said += f", {len(chosen)} episode pairs from the study's choices ({study.ties} ties, {study.excluded} excluded, {study.unusable} unusable)"
     if not pairs and not chosen and not mixed:
@@ -297,7 +298,8 @@ def consented_ratings(s: PrefsFeedbackSettings, folder: Path) -> Path:
 def _feedback_stats(s: PrefsFeedbackSettings, counts, pairs: list, study, study_pairs: int, mixed: dict[Path, list]) -> dict:
     return {"session_dir": str(s.session_dir), "sessions": counts.sessions, "ratings": counts.ratings, "without_consent": counts.without_consent,
             "unusable": counts.unusable, "unusable_reasons": dict(counts.reasons), "helpful": counts.helpful, "not_helpful": counts.not_helpful,
-            "choices": counts.choices, "feedback_pairs": len(pairs), "same_conversation_pairs": sum(p.provenance["same_conversation"] for p in pairs),
+            "choices": counts.choices, "direction_choices": counts.direction_choices, "directive_pairs": sum(p.kind == "directive" for p in pairs),
+            "feedback_pairs": len(pairs), "same_conversation_pairs": sum(bool(p.provenance.get("same_conversation")) for p in pairs),
             "study": None if study is None else {"file": str(s.study), "pairs": study_pairs, "ties": study.ties, "excluded": study.excluded, "unusable": study.unusable},
             "mixed_in": {str(p): len(found) for p, found in mixed.items()}, "pairs": len(pairs) + study_pairs + sum(map(len, mixed.values()))}  # fmt: skip
 

@@ -27,12 +27,14 @@ from mascot.dialogue.tally import Tally
 from mascot.errors import MascotError
 from mascot.llm.base import ChatClient
 from mascot.dialogue.seeds import derive_seed
+from mascot.dialogue.director import render_directive
 from mascot.llm.following import VERSION_IN_USE
 from mascot.llm.providers import build_backends
 from mascot.llm.routing import resolve_roles, with_safety
 from mascot.llm.served import resolve_served_identities
 from mascot.rosters import BUILTIN_ROSTERS, load_roster, roster_for_dataset
 from mascot.rubrics import DOMAINS
+from mascot.safety.screen import SAFETY_ACTION
 from mascot.schema import Context, Counters, Episode, RoleIdentity, Roster, Turn, utc_now
 from mascot.store import read_jsonl, write_jsonl
 from mascot.vocab import SAFETY
@@ -297,6 +299,42 @@ class ChatSession:
         VERSION_IN_USE.set(None)
         reply = await self.engine.speaker.reply(persona, self.context, self.turns[:-1], last.directive, seed)
         return reply.text, self.speaker_version()
+
+    async def alternative_direction(self, turn_idx: int, attempt: int, tries: int = 3) -> tuple[Turn, str | None]:
+        """Another way the group could have answered at the latest companion turn: the Director
+        decides again (another seed; up to `tries` times while it repeats the directive it gave)
+        and the companion it names replies. Returns that turn, not added to the conversation, and
+        the Speaker version that wrote it."""
+        last = self.turns[-1] if self.turns else None
+        if last is None or last.turn_idx != turn_idx or last.is_user or last.directive is None or not last.response:
+            raise ChatSessionError("only the latest directed companion's reply can be compared with another approach")
+        if last.directive.action == SAFETY_ACTION:
+            raise ChatSessionError("the safety reply is not swapped for another approach")
+        history, first = self.turns[:-1], render_directive(last.directive)
+        for number in range(tries):
+            scratch = EpisodeState(self.context, 0, self.state.seed_key, None, turns=list(history))
+            seed = derive_seed(*self.state.seed_key, last.round_id, "alternative-direction", attempt, number)
+            VERSION_IN_USE.set(None)
+            decision = await self.engine.policy.next_turn(self.context, history, last.round_id, seed)
+            await self.engine.play_round(scratch, last.round_id, decision)
+            turn = scratch.turns[-1]
+            if render_directive(turn.directive) != first:
+                break
+        turn.turn_idx = last.turn_idx
+        return turn, self.speaker_version()
+
+    def replace_turn(self, turn_idx: int, turn: Turn, version: str | None = None) -> None:
+        """The person chose the other approach: its turn (directive, companion, reply) becomes the
+        latest one, and the session is saved."""
+        last = self.turns[-1]
+        if last.turn_idx != turn_idx or last.is_user:
+            raise ChatSessionError("only the latest companion's turn can be replaced")
+        replacement = turn.model_copy(update={"turn_idx": turn_idx, "round_id": last.round_id})
+        (replacement.model_extra or {}).pop("speaker_version", None)
+        if version:
+            replacement.speaker_version = version  # type: ignore[attr-defined]
+        self.turns[-1] = replacement
+        self.save()
 
     def replace_reply(self, turn_idx: int, text: str, version: str | None = None) -> None:
         """The person chose the other reply: it becomes the latest turn's (with the version that

@@ -9,6 +9,12 @@ overlap), at most `max_pairs_per_reply` each. The pair's prompt is the helpful r
 reply from another conversation stands in as an answer to it, as a cross-persona reply does for
 Stage 1. Every pair carries its provenance (`source: "feedback"`, the session and turn of each
 side). Only ratings given with consent are read; the others are counted and left out.
+
+A choice between two replies of one companion ("another reply") is a persona-level pair under the
+prompt both answered. A choice between two of the Director's options ("another approach": each a
+directive and the reply of the companion it named) is a directive-level pair: the Director's prompt
+over the conversation before that turn, the chosen directive against the other, in the format of
+the pairs `mascot prefs group` builds from branching episodes (for `mascot train director-dpo`).
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ class FeedbackCounts:
     helpful: int = 0
     not_helpful: int = 0
     choices: int = 0  # consented choices between two replies to one prompt, each a pair
+    direction_choices: int = 0  # consented choices between two of the Director's options, each a directive pair
     reasons: Counter = field(default_factory=Counter)
 
 
@@ -161,6 +168,11 @@ def choice_pairs(session_dir: Path, session_id: str, choices: list, counts: Feed
         if turn is None or turn.agent_name != choice.agent_name or choice.agent_name not in roster.names or choice.chosen == choice.rejected:
             left_out(counts, "the chosen reply is not in the session")
             continue
+        if choice.alternative_of == "direction":
+            pair = direction_pair(choice, episode, at, counts)
+            if pair is not None:
+                pairs.append(pair)
+            continue
         pairs.append(PreferencePair(
             prompt=reply_prompt(episode, roster, at), chosen=[{"role": "assistant", "content": choice.chosen}], rejected=[{"role": "assistant", "content": choice.rejected}],
             margin=1.0, persona=turn.agent_name, context_id=session_id, chosen_score=1.0, rejected_score=0.0, kind="persona", roster=roster.name,
@@ -169,6 +181,33 @@ def choice_pairs(session_dir: Path, session_id: str, choices: list, counts: Feed
         ))  # fmt: skip
         counts.choices += 1
     return pairs
+
+
+def direction_pair(choice, episode: Episode, at: int, counts: FeedbackCounts) -> PreferencePair | None:
+    """The Director's option the person chose against the other, under the Director's prompt at
+    that moment (the conversation before the turn)."""
+    from mascot.dialogue.director import render_directive
+    from mascot.prefs.group import director_prompt
+
+    if choice.chosen_directive is None or choice.rejected_directive is None:
+        left_out(counts, "a choice between approaches without both directives")
+        return None
+    chosen, rejected = render_directive(choice.chosen_directive), render_directive(choice.rejected_directive)
+    if chosen == rejected:
+        left_out(counts, "the two approaches gave the same directive")
+        return None
+    counts.direction_choices += 1
+    where = f"{choice.session_id}#t{choice.turn_idx}"
+    return PreferencePair(
+        prompt=director_prompt(episode, episode.turns[:at], None), chosen=[{"role": "assistant", "content": chosen}],
+        rejected=[{"role": "assistant", "content": rejected}], margin=1.0, persona=choice.agent_name, context_id=choice.session_id,
+        chosen_score=1.0, rejected_score=0.0, kind="directive", pair_id=f"{where}:{'alternative' if choice.chose_alternative else 'shown'}",
+        roster=episode.metadata.roster, roster_version=episode.metadata.roster_version, system=episode.metadata.system,
+        decision_round=episode.turns[at].round_id,
+        provenance={"source": "feedback", "choice": where, "chose_alternative": choice.chose_alternative, "alternative_of": "direction",
+                    "chosen_reply": choice.chosen, "rejected_reply": choice.rejected, "rejected_agent": choice.rejected_agent,
+                    **versions_of(choice.chosen_version, choice.rejected_version)},
+    )  # fmt: skip
 
 
 def versions_of(chosen: str | None, rejected: str | None) -> dict[str, str]:

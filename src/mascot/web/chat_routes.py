@@ -34,6 +34,7 @@ class RatingIn(BaseModel):
 
 class TurnIn(BaseModel):
     turn_idx: int
+    of: str = "reply"  # "reply": the same companion again; "direction": the Director decides again
 
 
 class ChoiceIn(BaseModel):
@@ -203,8 +204,12 @@ def feedback_session(request: Request, session_id: str):
 
 @router.post("/api/sessions/{session_id}/alternative", dependencies=[Depends(require_csrf)])
 async def another_reply(request: Request, session_id: str, body: TurnIn) -> dict:
-    """Another reply of the latest companion to the same moment, shown beside the first for the person to choose."""
+    """Another answer to the latest moment, shown beside the first for the person to choose: the
+    same companion's other reply, or (`of: "direction"`) the Director's other option and the reply
+    of the companion it names."""
     session = feedback_session(request, session_id)
+    if body.of not in ("reply", "direction"):
+        raise HTTPException(status_code=422, detail='Another answer is of "reply" or "direction".')
     sessions = sessions_of(request)
     slot = await sessions.claim(session_id)
     if slot is None:
@@ -212,13 +217,20 @@ async def another_reply(request: Request, session_id: str, body: TurnIn) -> dict
     try:
         asked = sessions.alternatives_asked.get(session_id, 0) + 1
         sessions.alternatives_asked[session_id] = asked
-        text, version = await session.alternative_reply(body.turn_idx, asked)
+        if body.of == "direction":
+            turn, version = await session.alternative_direction(body.turn_idx, asked)
+            text = turn.response
+        else:
+            (text, version), turn = await session.alternative_reply(body.turn_idx, asked), None
     except MascotError as exc:
         raise HTTPException(status_code=422, detail=sentence(scrub(str(exc)))) from None
     finally:
         slot.release()
-    sessions.alternatives[session_id] = (body.turn_idx, text, version)
-    return {"turn_idx": body.turn_idx, "text": text}
+    sessions.alternatives[session_id] = (body.turn_idx, text, version, turn)
+    answer = {"turn_idx": body.turn_idx, "text": text, "of": body.of}
+    if turn is not None and turn.directive is not None:
+        answer.update(agent=turn.agent_name, action=turn.directive.action, tone=turn.directive.tone)
+    return answer
 
 
 @router.post("/api/sessions/{session_id}/choice", dependencies=[Depends(require_csrf)])
@@ -237,17 +249,25 @@ async def choose_reply(request: Request, session_id: str, choice: ChoiceIn) -> d
         last = session.turns[-1]
         if last.turn_idx != choice.turn_idx:  # the conversation went on since: that reply is part of it now
             raise HTTPException(status_code=422, detail="The conversation went on since: only the latest reply can be swapped for another.")
-        shown, alternative = (last.response, version_of(last)), pending[1:]
+        other = pending[3] if pending[3] is not None else last.model_copy(update={"response": pending[1]})
+        shown, alternative = (last.model_copy(), version_of(last)), (other, pending[2])  # a copy: replacing the reply changes `last` in place
         if choice.chosen == "alternative":
-            session.replace_reply(choice.turn_idx, *alternative)
+            if pending[3] is not None:
+                session.replace_turn(choice.turn_idx, other, pending[2])
+            else:
+                session.replace_reply(choice.turn_idx, pending[1], pending[2])
     finally:
         slot.release()
-    chosen, rejected = (alternative, shown) if choice.chosen == "alternative" else (shown, alternative)
+    (chosen, chosen_version), (rejected, rejected_version) = (alternative, shown) if choice.chosen == "alternative" else (shown, alternative)
+    direction = pending[3] is not None
     sessions.add_feedback(ReplyChoice(
-        session_id=session_id, turn_idx=choice.turn_idx, agent_name=last.agent_name or "", chosen=chosen[0], rejected=rejected[0],
-        chosen_version=chosen[1], rejected_version=rejected[1], chose_alternative=choice.chosen == "alternative",
+        session_id=session_id, turn_idx=choice.turn_idx, agent_name=chosen.agent_name or "", chosen=chosen.response, rejected=rejected.response,
+        chosen_version=chosen_version, rejected_version=rejected_version, chose_alternative=choice.chosen == "alternative",
+        alternative_of="direction" if direction else "reply", chosen_directive=chosen.directive if direction else None,
+        rejected_directive=rejected.directive if direction else None, rejected_agent=rejected.agent_name if direction else None,
         consent=sessions.feedback_consent))  # fmt: skip
-    return {"turn_idx": choice.turn_idx, "response": chosen[0]}
+    return {"turn_idx": choice.turn_idx, "response": chosen.response, "agent": chosen.agent_name,
+            "colour": colour_index(chosen.agent_name or "", session.roster.names)}
 
 
 def version_of(turn) -> str | None:

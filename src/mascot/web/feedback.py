@@ -18,7 +18,7 @@ from typing import Iterator, Literal
 
 from pydantic import Field, ValidationError
 
-from mascot.schema import Record, utc_now
+from mascot.schema import Directive, Record, utc_now
 
 log = logging.getLogger(__name__)
 
@@ -39,15 +39,21 @@ class ReplyRating(Record):
 
 
 class ReplyChoice(Record):
-    """Two replies of one companion to the same prompt, side by side: the one the person chose."""
+    """Two answers to the same moment, side by side: the one the person chose. Either two replies
+    of one companion under one directive ("another reply"), or two of the Director's options, each
+    a directive and the reply of the companion it named ("another approach")."""
 
     kind: Literal["choice"] = "choice"
     session_id: str
     turn_idx: int
-    agent_name: str
+    agent_name: str  # the companion of the chosen side
     chosen: str
     rejected: str
-    chose_alternative: bool  # the reply asked for afterwards, not the one first given
+    chose_alternative: bool  # the answer asked for afterwards, not the one first given
+    alternative_of: Literal["reply", "direction"] = "reply"
+    chosen_directive: Directive | None = None  # "direction" choices: the Director's option on each side
+    rejected_directive: Directive | None = None
+    rejected_agent: str | None = None
     chosen_version: str | None = None  # the registry versions that wrote each, where the session knows
     rejected_version: str | None = None
     consent: bool = False

@@ -22,7 +22,7 @@ from mascot.dialogue.chat_settings import ConversationSettings
 from mascot.errors import MascotError
 from mascot.llm.base import ChatClient
 from mascot.rosters import BUILTIN_ROSTERS, RosterError, load_roster
-from mascot.schema import RoleIdentity, Roster
+from mascot.schema import RoleIdentity, Roster, Turn
 from mascot.web.feedback import Feedback, ReplyRating, add_feedback, feedback_path, latest_ratings
 from mascot.web.security import new_id
 
@@ -87,7 +87,8 @@ class WebSessions:
         self._open: dict[str, ChatSession] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         # "another reply": per session, the latest turn's alternative waiting for the person's choice
-        self.alternatives: dict[str, tuple[int, str, str | None]] = {}  # turn index, text, the version that wrote it
+        # turn index, text, the version that wrote it, and (another approach) the whole turn
+        self.alternatives: dict[str, tuple[int, str, str | None, Turn | None]] = {}
         self.alternatives_asked: dict[str, int] = {}
 
     # ------------------------------------------------------------------ rosters

@@ -54,6 +54,7 @@ class WebSettings(EndpointFields, ConversationSettings):
         require(self.message_limit >= 1, "--message-limit must be at least 1")
         require(self.workers >= 1, "--workers must be at least 1")
         require(self.workers == 1 or self.accounts, "--workers above 1 needs --accounts (the processes share its database; session files are one process's)")
+        require(not (self.accounts and self.feedback_consent), "--feedback-consent is the one-person app's: with --accounts each person answers on their account page")
         require(self.accounts or (self.database_url is None and self.retain_days is None),
                 "--database-url and --retain-days are settings of --accounts: add --accounts")
 

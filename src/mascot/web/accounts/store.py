@@ -24,7 +24,7 @@ from mascot.dialogue.chat_settings import ConversationSettings
 from mascot.errors import MascotError
 from mascot.llm.base import ChatClient
 from mascot.rosters import BUILTIN_ROSTERS, RosterError, load_roster
-from mascot.schema import RoleIdentity, Roster
+from mascot.schema import RoleIdentity, Roster, Turn
 from mascot.web.accounts import limits
 from mascot.web.accounts.repository import NotFound, PersonData
 from mascot.web.accounts.tables import Conversation, Person
@@ -49,7 +49,7 @@ class Shared:
     worker: str = field(default_factory=lambda: "w-" + secrets.token_hex(6))
     # "another reply" waiting for the person's choice, by session id (ids are unguessable and every
     # use is preceded by the owner's check)
-    alternatives: dict[str, tuple[int, str, str | None]] = field(default_factory=dict)
+    alternatives: dict[str, tuple[int, str, str | None, Turn | None]] = field(default_factory=dict)
     alternatives_asked: dict[str, int] = field(default_factory=dict)
 
 

@@ -19,6 +19,10 @@
   const CHOOSING = "The Director is choosing who answers\u2026";
   const UNREACHABLE = "The app could not be reached: check that mascot web is still running, then send again.";
   const CUT_OFF = "The connection to the app was lost before the group finished: your message is saved. Reload the page to see what was kept, then send again.";
+  const ANOTHER = [
+    ["reply", "another reply", "The same companion writes another reply"],
+    ["direction", "another approach", "The Director decides again who answers, and how"],
+  ];
   let busy = false;
   let finished = false; // the current reply's stream said "done"
   let retryNote = null; // the status line of a discarded reply, cleared once its retry ends
@@ -87,11 +91,15 @@
       box.append(button);
     }
     for (const older of transcript.querySelectorAll(".rate .another, .choice")) older.remove(); // only the latest reply
-    const another = document.createElement("button");
-    another.type = "button";
-    another.className = "another";
-    another.textContent = "another reply";
-    box.append(another);
+    for (const [of, label, title] of ANOTHER) {
+      const another = document.createElement("button");
+      another.type = "button";
+      another.className = "another";
+      another.dataset.of = of;
+      another.title = title;
+      another.textContent = label;
+      box.append(another);
+    }
     item.append(box);
   }
 
@@ -115,13 +123,15 @@
   }
 
   // "another reply": a second reply to the same moment, shown beside the first; the person keeps one.
+  // "another approach": the Director decides again (who answers, and how), and that companion replies.
   async function askAnother(button) {
     const box = button.parentElement;
     const item = box.parentElement;
     const turn = Number(box.dataset.turn);
+    const of = button.dataset.of || "reply";
     button.disabled = true;
-    showActivity(item.querySelector(".who").textContent + " is writing another reply\u2026");
-    const answer = await feedbackPost("alternative", { turn_idx: turn });
+    showActivity(of === "direction" ? CHOOSING : item.querySelector(".who").textContent + " is writing another reply\u2026");
+    const answer = await feedbackPost("alternative", { turn_idx: turn, of: of });
     showActivity("");
     button.disabled = false;
     if (!answer) return;
@@ -129,8 +139,10 @@
     const choice = document.createElement("div");
     choice.className = "choice";
     choice.dataset.turn = String(turn);
+    choice.dataset.of = of;
     const question = document.createElement("span");
-    question.textContent = "Another reply: ";
+    question.textContent = of === "direction" ? "Another approach, " + answer.agent + " (" + answer.action + "; tone: " + answer.tone + "): " : "Another reply: ";
+    if (of === "direction") choice.dataset.agent = answer.agent;
     const text = document.createElement("span");
     text.className = "alternative";
     text.textContent = answer.text;
@@ -153,6 +165,13 @@
     if (!answer) return;
     if (button.dataset.chosen === "alternative") {
       item.querySelector(".text").textContent = answer.response;
+      if (choice.dataset.of === "direction") {
+        const who = item.querySelector(".who");
+        who.textContent = answer.agent;
+        who.className = "who name c" + answer.colour;
+        const line = item.previousElementSibling;
+        if (line && line.classList.contains("directive")) line.textContent = "Director \u2192 " + answer.agent + ": (chosen from two approaches)";
+      }
       for (const rated of item.querySelectorAll(".rate button[data-rating]")) rated.setAttribute("aria-pressed", "false"); // a new reply, not yet rated
     }
     choice.remove();
