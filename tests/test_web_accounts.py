@@ -305,7 +305,8 @@ async def test_a_reply_is_claimed_across_processes_and_a_dead_claim_lapses(tmp_p
     second = PersonSessions(replace(app.state.shared, worker="w-other"), person_row)  # another server process
     slot = await first.claim(session_id)
     assert slot is not None and await second.claim(session_id) is None
-    assert say(alice, session_id, "while the other process answers").status_code == 409
+    busy = say(alice, session_id, "while the other process answers")
+    assert busy.status_code == 409 and busy.json()["detail"].endswith("you can send again within 20 seconds.")
     slot.task.cancel()  # the first process dies: no more heartbeats, no release
     with app.state.shared.factory.begin() as db:
         db.execute(update(Conversation).where(Conversation.id == session_id).values(reply_heartbeat=utcnow().replace(year=2000)))

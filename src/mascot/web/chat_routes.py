@@ -167,7 +167,8 @@ async def send_message(request: Request, session_id: str, message: MessageIn) ->
     sessions.check_message_rate()
     slot = await sessions.claim(session_id)
     if slot is None:
-        raise HTTPException(status_code=409, detail="The group is still answering the last message: wait for the reply to end, then send yours.")
+        raise HTTPException(status_code=409, detail="The group is still answering the last message: wait for the reply to end, then send yours."
+                            + getattr(sessions, "busy_note", ""))
     sessions.alternatives.pop(session_id, None)  # a reply offered beside the last one is no longer to choose
     queue: asyncio.Queue = asyncio.Queue()
     task = asyncio.create_task(answer(session, text, queue, slot))

@@ -77,6 +77,9 @@ class DatabaseSlot:
 
 
 class PersonSessions:
+    # A claim may belong to a server process that died (its page said the connection was lost).
+    busy_note = f" If the app lost its connection while answering, you can send again within {round(STALE_AFTER_S)} seconds."
+
     def __init__(self, shared: Shared, person: Person) -> None:
         self.shared = shared
         self.person = person
