@@ -43,10 +43,15 @@ def speaker_client(seed: int) -> ScriptedClient:
     return ScriptedClient(fn=reply)
 
 
-def converse(session_dir, *, seed: int, sessions: int, consent: bool) -> int:
-    """Scripted people hold conversations and rate every reply (short: helpful); returns ratings given."""
+def short(text: str) -> bool:
+    return len(text.split()) <= 6
+
+
+def converse(session_dir, *, seed: int, sessions: int, consent: bool, speaker=speaker_client, helpful=short) -> int:
+    """Scripted people hold conversations and rate every reply (`helpful`: short, unless told
+    otherwise); returns ratings given."""
     app = create_app(WebSettings(session_dir=session_dir, rounds_per_message=2, feedback_consent=consent),
-                     {"director": group_client(), "speaker": speaker_client(seed)})  # fmt: skip
+                     {"director": group_client(), "speaker": speaker(seed)})  # fmt: skip
     client = TestClient(app, base_url="http://127.0.0.1")
     client.get("/")
     csrf = {"x-csrf-token": client.cookies[CSRF_COOKIE]}
@@ -59,7 +64,7 @@ def converse(session_dir, *, seed: int, sessions: int, consent: bool) -> int:
             for block in stream.split("\n\n"):
                 if block.startswith("event: end"):
                     end = json.loads(block.split("data: ", 1)[1])
-                    verdict = "helpful" if len(end["response"].split()) <= 6 else "not_helpful"
+                    verdict = "helpful" if helpful(end["response"]) else "not_helpful"
                     answer = client.post(f"/api/sessions/{session_id}/feedback", json={"turn_idx": end["turn_idx"], "rating": verdict}, headers=csrf)
                     assert answer.status_code == 200, answer.text
                     rated += 1

@@ -10,21 +10,15 @@ cores). tests/test_feedback_loop.py runs the same loop on tiny models.
 
 from __future__ import annotations
 
-import itertools
-import json
 import random
 
 import pytest
-from fastapi.testclient import TestClient
 
 from mascot.commands.prefs import PrefsFeedbackSettings, run_prefs_feedback
 from mascot.files import read_jsonl
 from mascot.schema import PreferencePair
-from mascot.testing.players import group_client
 from mascot.testing.scripted import ScriptedClient
-from mascot.web.app import create_app
-from mascot.web.security import CSRF_COOKIE
-from mascot.web.settings import WebSettings
+from test_feedback_loop import converse as converse_and_rate
 
 pytestmark = pytest.mark.slow
 
@@ -32,7 +26,6 @@ FIRST_PERSON = ["I hear how heavy this is for you right now.", "I am glad you to
                 "I can stay with you while you sort through it.", "I think you handled a hard day better than you know."]
 OTHER = ["That sounds really heavy for you right now.", "It makes sense that this keeps you awake.", "Maybe writing it down could help a little tonight.",
          "Everyone struggles with days like this one sometimes.", "What would a good friend tell you about it?"]
-MESSAGES = ["I failed my exam", "My friend stopped talking to me", "I cannot sleep at night", "Work is too much lately"]
 
 
 def speaks_for_itself(text: str) -> bool:
@@ -48,23 +41,7 @@ def scripted_speaker(seed: int) -> ScriptedClient:
 
 def converse(session_dir, *, seed: int, sessions: int) -> int:
     """Scripted people talk and rate every reply by the known preference; returns the ratings given."""
-    app = create_app(WebSettings(session_dir=session_dir, rounds_per_message=2, feedback_consent=True),
-                     {"director": group_client(), "speaker": scripted_speaker(seed)})  # fmt: skip
-    client = TestClient(app, base_url="http://127.0.0.1")
-    client.get("/")
-    csrf = {"x-csrf-token": client.cookies[CSRF_COOKIE]}
-    rated = 0
-    for _ in range(sessions):
-        started = client.post("/sessions", data={"roster": "emotional_support", "csrf_token": client.cookies[CSRF_COOKIE]}, follow_redirects=False)
-        session_id = started.headers["location"].rsplit("/", 1)[1]
-        for text in MESSAGES:
-            for block in client.post(f"/api/sessions/{session_id}/messages", json={"text": text}, headers=csrf).text.split("\n\n"):
-                if block.startswith("event: end"):
-                    end = json.loads(block.split("data: ", 1)[1])
-                    verdict = "helpful" if speaks_for_itself(end["response"]) else "not_helpful"
-                    assert client.post(f"/api/sessions/{session_id}/feedback", json={"turn_idx": end["turn_idx"], "rating": verdict}, headers=csrf).status_code == 200
-                    rated += 1
-    return rated
+    return converse_and_rate(session_dir, seed=seed, sessions=sessions, consent=True, speaker=scripted_speaker, helpful=speaks_for_itself)
 
 
 JUDGE = '''

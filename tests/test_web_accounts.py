@@ -326,6 +326,11 @@ def test_the_database_is_migrated_at_start_and_bad_urls_are_one_line(tmp_path, d
         open_database("not a url")
     with pytest.raises(MascotError, match="cannot open the database postgresql\\+psycopg://nobody:\\*\\*\\*@127.0.0.1:1/x"):
         open_database("postgresql://nobody:secret@127.0.0.1:1/x")
+    (tmp_path / "notes.db").write_text("not a database")
+    with pytest.raises(MascotError, match="cannot open the database sqlite:///.*notes.db: file is not a database"):
+        open_database(f"sqlite:///{tmp_path / 'notes.db'}")
+    with pytest.raises(MascotError, match="the accounts database is SQLite .* or PostgreSQL"):
+        open_database("mysql://someone@db/x")
 
 
 def test_settings_of_accounts_need_accounts():

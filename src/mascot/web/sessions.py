@@ -36,6 +36,13 @@ class SessionNotFound(MascotError):
     """No session with that id (or an id that cannot name a session file)."""
 
 
+def roster_named(rosters: dict[str, Roster], key: str) -> Roster:
+    """The roster a session is started with, by its key (a built-in name or an upload's)."""
+    if key not in rosters:
+        raise RosterError(f"unknown roster {key!r}")
+    return rosters[key]
+
+
 class LockSlot:
     """The right to answer in one session, held while a reply is written (`release` when done)."""
 
@@ -120,10 +127,7 @@ class WebSessions:
         return key, roster
 
     def roster_for(self, key: str) -> Roster:
-        rosters = self.rosters()
-        if key not in rosters:
-            raise RosterError(f"unknown roster {key!r}")
-        return rosters[key]
+        return roster_named(self.rosters(), key)
 
     def _saved_roster(self, path: Path) -> Roster | None:
         """The uploaded roster a saved session was held with (None: a built-in one)."""

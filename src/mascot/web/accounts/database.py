@@ -13,7 +13,7 @@ from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, OperationalError
+from sqlalchemy.exc import ArgumentError, DatabaseError
 from sqlalchemy.orm import Session, sessionmaker
 
 from mascot.errors import MascotError
@@ -46,6 +46,8 @@ def make_engine(url: str) -> Engine:
         parsed = make_url(url)
     except ArgumentError:
         raise MascotError(f"--database-url {url!r} is not a database URL (sqlite:///PATH or postgresql+psycopg://USER@HOST/DB)") from None
+    if parsed.get_backend_name() not in ("sqlite", "postgresql"):
+        raise MascotError(f"--database-url {redacted(url)}: the accounts database is SQLite (sqlite:///PATH) or PostgreSQL (postgresql://...)")
     if parsed.drivername == "postgresql":  # psycopg 3 is the driver installed with the web extra
         parsed = parsed.set(drivername="postgresql+psycopg")
     if parsed.drivername.startswith("sqlite"):
@@ -91,7 +93,7 @@ def migrate(engine: Engine) -> None:
             config = alembic_config(engine)
             config.attributes["connection"] = connection
             command.upgrade(config, "head")
-    except OperationalError as exc:
+    except DatabaseError as exc:  # unreachable, refused, or a file that is not a database
         raise MascotError(f"cannot open the database {redacted(str(engine.url))}: {str(exc.orig).strip().splitlines()[0]}") from None
 
 

@@ -265,10 +265,6 @@ class PersonData:
         with self.factory() as db:
             return list(db.scalars(select(Conversation).where(Conversation.owner_id == self.owner_id).order_by(Conversation.updated_at.desc())))
 
-    def exists(self, conversation_id: str) -> bool:
-        with self.factory() as db:
-            return db.scalar(select(func.count()).select_from(Conversation).where(Conversation.id == conversation_id, Conversation.owner_id == self.owner_id)) == 1
-
     def episode(self, conversation_id: str) -> Episode:
         """The conversation as the project's Episode record."""
         with self.factory() as db:

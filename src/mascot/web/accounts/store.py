@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 import secrets
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 from fastapi import HTTPException
@@ -28,9 +28,9 @@ from mascot.schema import RoleIdentity, Roster, Turn
 from mascot.web.accounts import limits
 from mascot.web.accounts.repository import NotFound, PersonData
 from mascot.web.accounts.tables import Conversation, Person
-from mascot.web.feedback import Feedback, ReplyChoice, ReplyRating
+from mascot.web.feedback import Feedback, ReplyRating
 from mascot.web.security import new_id
-from mascot.web.sessions import SESSION_PREFIX, SessionNotFound, SessionSummary
+from mascot.web.sessions import SESSION_PREFIX, SessionNotFound, SessionSummary, roster_named
 
 log = logging.getLogger(__name__)
 HEARTBEAT_S = 5.0
@@ -112,12 +112,11 @@ class PersonSessions:
         return key, roster
 
     def roster_for(self, key: str) -> Roster:
-        rosters = self.rosters()
-        if key not in rosters:
-            raise RosterError(f"unknown roster {key!r}")
-        return rosters[key]
+        return roster_named(self.rosters(), key)
 
     def _saved_roster(self, name: str, version: str | None) -> Roster:
+        if name in BUILTIN_ROSTERS:  # most sessions: no uploaded roster to read
+            return load_roster(name)
         for roster in self.rosters().values():
             if roster.name == name and (name in BUILTIN_ROSTERS or roster.version == version):
                 return roster
@@ -202,8 +201,10 @@ class PersonSessions:
         return found
 
 
+@lru_cache(maxsize=256)
 def roster_from_bytes(data: bytes) -> Roster:
-    """A roster from an uploaded file's bytes (validated as `load_roster` validates files)."""
+    """A roster from an uploaded file's bytes (validated as `load_roster` validates files); the same
+    bytes are read once per process."""
     import tempfile
 
     with tempfile.TemporaryDirectory() as folder:
@@ -219,10 +220,3 @@ def roster_from_bytes(data: bytes) -> Roster:
 
 def summary(row: Conversation) -> SessionSummary:
     return SessionSummary(row.id, row.roster, row.rounds, row.updated_at.isoformat() + "Z", row.opening[:80], row.situation[:80])
-
-
-def feedback_record(kind: str, record: str) -> Feedback:
-    data = json.loads(record)
-    return ReplyChoice.model_validate(data) if kind == "choice" else ReplyRating.model_validate(data)
-
-
