@@ -22,7 +22,7 @@ from mascot.schema import Episode
 from mascot.testing.players import group_client
 from mascot.web.app import create_app
 from mascot.web.settings import WebSettings
-from tests.web.test_browser_chat import CHROMIUM, ROOT, free_port, serving
+from tests.web.test_browser_chat import ROOT, chromium, free_port, serving
 
 pytestmark = pytest.mark.web
 
@@ -39,14 +39,8 @@ def server(tmp_path):
 
 @pytest.fixture
 def browser():
-    from playwright.sync_api import sync_playwright
-
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"no Chromium at {CHROMIUM}: `make test-web` installs it (apt-get install chromium)")
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield chromium
-        chromium.close()
+    with chromium() as launched:
+        yield launched
 
 
 def sign_up(browser, base: str, username: str):

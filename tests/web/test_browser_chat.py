@@ -124,16 +124,23 @@ def server(tmp_path):
         yield base
 
 
-@pytest.fixture
-def page():
+@contextmanager
+def chromium():
+    """Headless Chromium from the system's packages, closed afterwards."""
     from playwright.sync_api import sync_playwright
 
     if not Path(CHROMIUM).exists():
         pytest.fail(f"no Chromium at {CHROMIUM}: `make test-web` installs it (apt-get install chromium)")
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield browser.new_page(viewport={"width": 1000, "height": 800})
+        yield browser
         browser.close()
+
+
+@pytest.fixture
+def page():
+    with chromium() as browser:
+        yield browser.new_page(viewport={"width": 1000, "height": 800})
 
 
 COUNT_PIECES = """() => {
