@@ -24,7 +24,7 @@ from pathlib import Path
 def worker(url: str, episodes: int, rounds: int, concurrency: int) -> dict:
     from rich.console import Console
 
-    from mascot.commands.generate import GenerateSettings
+    from mascot.dialogue.run_settings import GroupEpisodeSettings
     from mascot.dialogue.run import generate_group
     from mascot.schema import Context, DialogueLine
 
@@ -36,7 +36,7 @@ def worker(url: str, episodes: int, rounds: int, concurrency: int) -> dict:
         for i in range(episodes)
     )
     with tempfile.TemporaryDirectory() as out:
-        cfg = GenerateSettings(
+        cfg = GroupEpisodeSettings(
             dataset="ESConv", num_turns=rounds, max_concurrent_episodes=concurrency, user_response_probability=0.5,
             model_name="stub-model", vllm_server_url=[url], max_in_flight=max(64, concurrency), output_dir=Path(out),
         )

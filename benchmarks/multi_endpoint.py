@@ -31,11 +31,11 @@ def contexts(count: int):
 def episodes_per_s(urls: list[str], episodes: int, rounds: int, concurrency: int) -> tuple[float, dict]:
     from rich.console import Console
 
-    from mascot.commands.generate import GenerateSettings
+    from mascot.dialogue.run_settings import GroupEpisodeSettings
     from mascot.dialogue.run import generate_group
 
     with tempfile.TemporaryDirectory() as out:
-        cfg = GenerateSettings(
+        cfg = GroupEpisodeSettings(
             dataset="ESConv", num_turns=rounds, max_concurrent_episodes=concurrency, user_response_probability=0.5,
             model_name="stub-model", vllm_server_url=list(urls), max_in_flight=concurrency, output_dir=Path(out),
         )

@@ -56,14 +56,14 @@ def run(urls: list[str], model: str, episodes: int, rounds: int, concurrency: in
     from rich.console import Console
 
     import mascot.dialogue.engine as engine
-    from mascot.commands.generate import GenerateSettings
+    from mascot.dialogue.run_settings import GroupEpisodeSettings
     from mascot.dialogue.run import generate_group
     from mascot.llm.base import route_together
 
     engine.route_together = route_together if affinity else (lambda key: None)
     before = [cache_counters(u) for u in urls]
     with tempfile.TemporaryDirectory() as out:
-        cfg = GenerateSettings(
+        cfg = GroupEpisodeSettings(
             dataset="ESConv", num_turns=rounds, max_concurrent_episodes=concurrency, user_response_probability=1.0,
             max_tokens=max_tokens, user_max_tokens=max_tokens, model_name=model, vllm_server_url=list(urls),
             max_in_flight=concurrency, output_dir=Path(out),

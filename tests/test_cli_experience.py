@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from mascot import progress
 from mascot.cli import app
-from mascot.commands.generate import GenerateSettings
+from mascot.dialogue.run_settings import GroupEpisodeSettings
 from mascot.dialogue.run import generate_group
 from mascot.errors import MascotError
 from mascot.files import StoreError, read_jsonl
@@ -69,9 +69,9 @@ def test_generate_help_at_80_columns_lists_every_flag_name_whole():
     assert all(len(line) <= 80 for line in lines)
     assert "…" not in result.output  # nothing cut
     shown = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*(?![\w-])", result.output))
-    missing = declared_flags(GenerateSettings) - shown
+    missing = declared_flags(GroupEpisodeSettings) - shown
     assert not missing, missing
-    assert len(declared_flags(GenerateSettings)) > 60
+    assert len(declared_flags(GroupEpisodeSettings)) > 60
     help_row = next(line for line in lines if re.search(r"│ --help\b", line))
     assert "<bool>" not in help_row and "BOOL" not in help_row
 
@@ -79,8 +79,12 @@ def test_generate_help_at_80_columns_lists_every_flag_name_whole():
 def test_generate_help_groups_options_into_panels_and_shows_defaults():
     output = CliRunner().invoke(app, ["generate", "--help"], env={"COLUMNS": "80"}).output
     titles = re.findall(r"╭─ ([A-Za-z ]+?) ─", output)
-    for title in ("Data", "Models and endpoints", "Director", "Speakers", "Simulated user", "Judge", "Generation", "Judging", "Output", "Run"):
+    for title in ("Data", "Models and endpoints", "Director", "Speakers", "Simulated user", "Generation", "Safety", "Judging", "Output", "Run"):
         assert title in titles, titles
+    assert "Judge" not in titles  # a group run judges nothing: its judge flags belong to --mode individual
+    stage_1 = CliRunner().invoke(app, ["generate", "--mode", "individual", "--help"], env={"COLUMNS": "80"}).output
+    stage_1_titles = re.findall(r"╭─ ([A-Za-z ]+?) ─", stage_1)
+    assert {"Speakers", "Judge", "Judging"} <= set(stage_1_titles) and not {"Director", "Simulated user", "Safety"} & set(stage_1_titles), stage_1_titles
     director = output[output.index("╭─ Director"):output.index("╭─ Speakers")]
     assert "--director-server-url" in director and "--speaker-model" not in director
     text = " ".join(output.replace("│", " ").split())  # descriptions wrap
@@ -153,8 +157,8 @@ def test_the_split_comes_from_the_file_name_and_a_conflict_is_refused(tmp_path):
     assert both.exit_code == 0
     conflict = CliRunner().invoke(app, ["data", "preview", "--dataset", "ESConv", "--data-file", str(valid), "--split", "test"])
     assert conflict.exit_code != 0 and "named for the valid split but --split is test" in str(conflict.exception)
-    plain = GenerateSettings(dataset="ESConv", data_file=FIXTURES / "esconv_sample.jsonl")
-    assert plain.split == "test" and GenerateSettings(dataset="ESConv").split == "test"
+    plain = GroupEpisodeSettings(dataset="ESConv", data_file=FIXTURES / "esconv_sample.jsonl")
+    assert plain.split == "test" and GroupEpisodeSettings(dataset="ESConv").split == "test"
 
 
 def test_the_hub_error_names_the_split_asked_for(monkeypatch):
@@ -185,7 +189,7 @@ def test_counts_agree_with_their_nouns():
 
 def test_the_generation_footer_says_one_episode_and_zero_plainly(tmp_path, es_contexts):
     console, out = plain_console()
-    cfg = GenerateSettings(dataset="ESConv", num_turns=1, seed=1, output_dir=tmp_path)
+    cfg = GroupEpisodeSettings(dataset="ESConv", num_turns=1, seed=1, output_dir=tmp_path)
     asyncio.run(generate_group(cfg, contexts=es_contexts[:1], clients=scripted_clients(), console=console))
     assert "wrote 1 episode to " in out.getvalue()
     again, out_again = plain_console()
@@ -195,7 +199,7 @@ def test_the_generation_footer_says_one_episode_and_zero_plainly(tmp_path, es_co
 
 
 def test_data_that_gives_no_context_fails_before_the_run_folder(tmp_path):
-    cfg = GenerateSettings(dataset="ESConv", num_turns=1, output_dir=tmp_path / "runs")
+    cfg = GroupEpisodeSettings(dataset="ESConv", num_turns=1, output_dir=tmp_path / "runs")
     with pytest.raises(MascotError, match="gave no context"):
         asyncio.run(generate_group(cfg, contexts=[], clients=scripted_clients(), console=plain_console()[0]))
     assert not (tmp_path / "runs").exists()
@@ -231,7 +235,7 @@ def test_quiet_mode_shows_no_progress(monkeypatch, capsys):
 
 def test_group_generation_reports_progress_and_the_quiet_flag_silences_it(tmp_path, es_contexts, monkeypatch, capsys):
     monkeypatch.setenv(progress.INTERVAL_ENV, "0.05")
-    cfg = GenerateSettings(dataset="ESConv", num_turns=1, seed=1, output_dir=tmp_path)
+    cfg = GroupEpisodeSettings(dataset="ESConv", num_turns=1, seed=1, output_dir=tmp_path)
     asyncio.run(generate_group(cfg, contexts=es_contexts[:2], clients=scripted_clients(), console=plain_console()[0]))
     err = capsys.readouterr().err
     assert "episodes: 2/2 in " in err
@@ -246,7 +250,7 @@ def test_missing_emotions_are_named_as_warnings_not_counted_as_failures(tmp_path
     monkeypatch.setenv(progress.INTERVAL_ENV, "0.05")
     console, out = plain_console()
     prose_user = ScriptedClient(fn=lambda request: "I don't know, it still feels heavy.")  # never reports an emotion
-    cfg = GenerateSettings(dataset="ESConv", num_turns=2, seed=1, user_response_probability=1.0, output_dir=tmp_path)
+    cfg = GroupEpisodeSettings(dataset="ESConv", num_turns=2, seed=1, user_response_probability=1.0, output_dir=tmp_path)
     asyncio.run(generate_group(cfg, contexts=es_contexts[:2], clients={**scripted_clients(), "user": prose_user}, console=console))
     counters = json.loads((tmp_path / RUN / "run_summary.json").read_text())["counters"]
     missing = counters["num_user_emotions_missing"]
@@ -364,7 +368,7 @@ def test_ctrl_c_in_a_step_that_cannot_drain_stops_it_where_it_is(capsys):
 
 
 def test_a_drained_generation_keeps_its_episodes_and_ends_interrupted(tmp_path, es_contexts):
-    cfg = GenerateSettings(dataset="ESConv", num_turns=1, seed=1, max_concurrent_episodes=1, output_dir=tmp_path)
+    cfg = GroupEpisodeSettings(dataset="ESConv", num_turns=1, seed=1, max_concurrent_episodes=1, output_dir=tmp_path)
 
     def press_ctrl_c(_episode: Episode) -> None:
         if not progress.stop_requested():
@@ -388,11 +392,11 @@ def test_the_resume_hint_is_the_command_as_given_with_resume(monkeypatch):
         return ctx
 
     monkeypatch.setattr("sys.argv", ["/x/mascot/__main__.py", "generate", "--mode", "individual", "--limit", "2"])
-    assert rerun_hint(context("generate"), GenerateSettings) == "resume with `mascot generate --mode individual --limit 2 --resume`"
+    assert rerun_hint(context("generate"), GroupEpisodeSettings) == "resume with `mascot generate --mode individual --limit 2 --resume`"
     monkeypatch.setattr("sys.argv", ["mascot", "judge", "--input-file", "e.jsonl"])
     assert rerun_hint(context("judge"), JudgeSettings) == "rerun `mascot judge --input-file e.jsonl` (cached judgments are reused)"
     monkeypatch.setattr("sys.argv", ["mascot", "pipeline", "--preset", "toy"])  # a step run by the pipeline: the pipeline's line
-    assert rerun_hint(context("generate"), GenerateSettings) == "resume with `mascot generate ... --resume`"
+    assert rerun_hint(context("generate"), GroupEpisodeSettings) == "resume with `mascot generate ... --resume`"
 
 
 def test_no_command_help_cuts_a_name_at_80_columns():

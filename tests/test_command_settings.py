@@ -9,7 +9,8 @@ from typer.main import get_command
 from typer.testing import CliRunner
 
 from mascot.cli import app
-from mascot.commands.generate import GenerateSettings
+from mascot.dialogue.run_settings import GroupEpisodeSettings
+from mascot.prefs.settings import CandidateSettings
 from mascot.dialogue.settings import EngineSettings
 from mascot.errors import MascotError
 from mascot.settings import cli_fields
@@ -40,7 +41,7 @@ def test_every_setting_of_the_shared_groups_has_help():
     from mascot.commands.prefs import PrefsGroupSettings
     from mascot.commands.serve import ServeSettings
 
-    for cls in (GenerateSettings, JudgeSettings, PrefsGroupSettings, MetricsCommandSettings, ServeSettings):
+    for cls in (GroupEpisodeSettings, JudgeSettings, PrefsGroupSettings, MetricsCommandSettings, ServeSettings):
         assert all(f.metadata.get("help") for f in cli_fields(cls)), cls.__name__
 
 
@@ -86,7 +87,6 @@ def test_an_unknown_config_key_is_one_clear_error(tmp_path):
         ({"user_response_probability": 1.5}, "--user-response-probability"),
         ({"num_turns": 0}, "--num-turns"),
         ({"mode": "solo"}, "--mode"),
-        ({"mode": "individual", "num_candidates": 1}, "--num-candidates must be at least 2"),
         ({"token_budget": 0}, "--token-budget"),
         ({"speaker_extra_body": "[1]"}, "--speaker-extra-body"),
         ({"director_thinking": "maybe"}, "--director-thinking"),
@@ -95,7 +95,14 @@ def test_an_unknown_config_key_is_one_clear_error(tmp_path):
 )
 def test_generate_settings_check_themselves(values, message):
     with pytest.raises(MascotError, match=message):
-        GenerateSettings(**values)
+        GroupEpisodeSettings(**values)
+
+
+def test_stage_1_settings_check_their_own_values():
+    with pytest.raises(MascotError, match="--num-candidates must be at least 2"):
+        CandidateSettings(num_candidates=1)
+    with pytest.raises(MascotError, match="--score-margin must not be negative"):
+        CandidateSettings(score_margin=-1)
 
 
 def test_the_engine_settings_check_themselves_wherever_they_are_built():
@@ -107,7 +114,7 @@ def test_the_engine_settings_check_themselves_wherever_they_are_built():
 def test_the_engine_record_carries_every_engine_flag_and_each_role_s_thinking():
     from mascot.dialogue.run import engine_record
 
-    s = GenerateSettings(num_turns=3, temperature=0.3, speaker_thinking="on", director_thinking="off", user_big_five_profile="High Openness")
+    s = GroupEpisodeSettings(num_turns=3, temperature=0.3, speaker_thinking="on", director_thinking="off", user_big_five_profile="High Openness")
     record = engine_record(s)
     assert record["num_turns"] == 3 and record["director_temperature"] == 0.3 and record["enable_big_five"]
     assert record["speaker_think"] is True and record["director_thinking"] is False
@@ -117,23 +124,50 @@ def test_the_engine_record_carries_every_engine_flag_and_each_role_s_thinking():
 def test_the_stage1_run_folder_follows_the_speaker_model():
     from mascot.prefs.generate import individual_run_dir
 
-    s = GenerateSettings(mode="individual", num_candidates=3, score_margin=0.2, judge_max_tokens=64, speaker_model="m", output_dir=Path("o"))
+    s = CandidateSettings(num_candidates=3, score_margin=0.2, judge_max_tokens=64, speaker_model="m", output_dir=Path("o"))
     assert individual_run_dir(s) == Path("o/individual_ESConv_m")
 
 
-def test_setting_groups_never_declare_a_name_twice():
-    """Multiple inheritance of groups must not collide: each flag is declared by one group."""
+def _declarations(classes) -> dict[str, list[str]]:
+    """Flag name -> the classes that declare it (a field with help text: a flag)."""
+    import dataclasses
+
     declared: dict[str, list[str]] = {}
-    for cls in reversed(GenerateSettings.__mro__):
+    for cls in (c for c in classes if dataclasses.is_dataclass(c)):
+        fields = {f.name: f for f in dataclasses.fields(cls)}
         for name in cls.__dict__.get("__annotations__", {}):
-            declared.setdefault(name, []).append(cls.__name__)
-    assert {name: owners for name, owners in declared.items() if len(owners) > 1} == {}
-    assert GenerateSettings().num_episodes == EngineSettings().num_episodes == 2  # one default
+            if name in fields and "help" in fields[name].metadata:
+                declared.setdefault(name, []).append(f"{cls.__module__}.{cls.__qualname__}")
+    return declared
+
+
+def test_the_shared_setting_groups_declare_each_flag_once():
+    """A setting the runs share (sampling, safety, endpoints, judging, data, output) has one
+    declaration: one help text, one default, one set of spellings."""
+    import inspect
+
+    from mascot import settings_groups
+    from mascot.dialogue import settings as dialogue_settings
+
+    groups = [c for m in (settings_groups, dialogue_settings) for _, c in inspect.getmembers(m, inspect.isclass) if c.__module__ == m.__name__]
+    twice = {name: owners for name, owners in _declarations(groups).items() if len(owners) > 1}
+    assert twice == {}
+
+
+@pytest.mark.parametrize("words, mode", [(("generate",), "group"), (("generate",), "individual"), (("chat",), None), (("web",), None)])
+def test_a_run_s_settings_take_each_flag_from_one_declaration(words, mode):
+    """Groups composed by inheritance must not collide: each flag of the run's class is declared by one class of its MRO."""
+    from mascot.commands import command
+
+    cls = command(*words, mode=mode).settings_class()
+    twice = {name: owners for name, owners in _declarations(cls.__mro__).items() if len(owners) > 1}
+    assert twice == {}
+    assert GroupEpisodeSettings().num_episodes == EngineSettings().num_episodes == 2  # one default
 
 
 def test_deprecated_spellings_still_work():
     """The reference's names are kept as extra spellings of the same settings."""
-    s = GenerateSettings()
+    s = GroupEpisodeSettings()
     names = {flag for f in cli_fields(type(s)) for flag in f.metadata.get("flags", ())}
     assert {"--model", "--directive-model", "--agent-model", "--transcript-window"} <= names
     result = CliRunner().invoke(app, ["generate", "--dataset", "ESConv", "--data-file", str(ESCONV), "--agent-model", "./none", "--dry-run"])
@@ -150,3 +184,21 @@ def test_a_command_body_gets_validated_settings(monkeypatch):
     assert seen[0].num_turns == 2 and seen[0].temperature == 0.2  # the settings object itself reaches the run
     refused = CliRunner().invoke(app, ["generate", "--num-turns", "0"])
     assert refused.exit_code != 0 and "--num-turns" in str(refused.exception) and len(seen) == 1
+
+
+def test_no_library_function_takes_settings_untyped():
+    """A function that reads settings names their class (or the group it reads), never `Any`:
+    what a setting reaches can then be followed from its declaration."""
+    import ast
+
+    src = Path(__file__).resolve().parent.parent / "src" / "mascot"
+    untyped = []
+    for path in src.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for arg in node.args.posonlyargs + node.args.args + node.args.kwonlyargs:
+                    if arg.arg in ("s", "settings") or arg.arg.endswith("_settings"):
+                        shown = ast.unparse(arg.annotation) if arg.annotation else None
+                        if shown in (None, "Any", "object", "typing.Any"):
+                            untyped.append(f"{path.relative_to(src)}:{node.lineno} {node.name}({arg.arg}: {shown})")
+    assert untyped == []

@@ -5,14 +5,14 @@ import json
 
 from rich.console import Console
 
-from mascot.commands.generate import GenerateSettings
+from mascot.dialogue.run_settings import GroupEpisodeSettings
 from mascot.dialogue.run import generate_group
 from mascot.files import read_jsonl
 from mascot.schema import Episode
 
 
 def test_directed_episode_on_the_embedded_model(tmp_path, es_context, es_roster, embedded_model):
-    cfg = GenerateSettings(
+    cfg = GroupEpisodeSettings(
         dataset="ESConv", num_turns=2, user_response_probability=1.0, max_tokens=40, seed=1, output_dir=tmp_path, model_name=str(embedded_model)
     )
     run_dir, store = asyncio.run(generate_group(cfg, contexts=[es_context], console=Console(quiet=True)))

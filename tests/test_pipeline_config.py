@@ -118,7 +118,7 @@ def test_a_step_holds_its_commands_settings_and_its_command_line_builds_them_aga
 
     plan = Plan(PipelineSettings(output_dir=str(tmp_path), steps={"speaker": {"max_steps": 3, "lora_r": 8}}), None)
     for step in plan.steps[:-1]:
-        assert isinstance(step.settings, command(*step.words).settings_class())
+        assert isinstance(step.settings, command(*step.words, mode=getattr(step.settings, "mode", None)).settings_class())
         assert _plain(_parsed(step.words, command_flags(step.settings, step.given))) == _plain(step.settings), step.name
     assert plan.step("speaker").settings.max_steps == 3 and plan.step("speaker").settings.lora_r == 8
 
@@ -137,12 +137,17 @@ def _parsed(words, flags):
     from mascot.cli.settings_cli import build_settings
     from mascot.commands import command
 
+    from mascot.cli.lazy import build_command, chosen_mode
+    from mascot.commands import modes
+
     click_command = get_command(app)
     for word in words:
         click_command = click_command.get_command(None, word)
+    entry = chosen_mode(modes(*words), list(flags)) if modes(*words) else command(*words)
+    click_command = build_command(entry) if modes(*words) else click_command
     context = click_command.make_context("mascot", list(flags))
     values = {k: v for k, v in context.params.items() if k not in ("config", "quiet", "dry_run") and not k.startswith("deprecated__")}
-    return build_settings(command(*words).settings_class(), values)
+    return build_settings(entry.settings_class(), values)
 
 
 def test_a_misspelt_step_setting_is_refused_when_the_plan_is_made(tmp_path):

@@ -10,7 +10,8 @@ from judge_helpers import agent_turn, episode, numbered_speaker, sample_episode,
 from typer.testing import CliRunner
 
 from mascot.cli import app
-from mascot.commands.generate import GenerateSettings
+from mascot.prefs.settings import CandidateSettings
+from mascot.prefs.settings import CandidateSettings
 from mascot.files import StoreError, read_jsonl
 from mascot.judge.panel import JudgePanel
 from mascot.judge.rubric_judge import RubricJudge
@@ -79,7 +80,7 @@ def test_margin_edge_ties_and_identical_texts():
 async def run_stage1(tmp_path, speaker, judge_client, *, ctxs=None, resume=False, overwrite=False, k=4, margin=0.5):
     store = RunStore(tmp_path / "run", outputs=OUTPUTS, resume=resume, overwrite=overwrite)
     with store:
-        settings = GenerateSettings(mode="individual", num_candidates=k, score_margin=margin, personas=("The Anchor", "The Beacon"))
+        settings = CandidateSettings(num_candidates=k, score_margin=margin, personas=("The Anchor", "The Beacon"))
         stats = await run_individual(ctxs or contexts(), ROSTER, speaker, RubricJudge(judge_client), store, settings)
     return store, stats
 

@@ -14,7 +14,7 @@ from mascot.dialogue.engine import EpisodeEngine
 from mascot.dialogue.run import engine_record, run_dir_for, run_tag
 from mascot.dialogue.settings import EngineSettings
 from mascot.dialogue.tally import Tally
-from mascot.commands.generate import GenerateSettings
+from mascot.dialogue.run_settings import GroupEpisodeSettings
 from mascot.errors import MascotError
 from mascot.eval.plan import Cell, generate_settings, study_points
 from mascot.eval.settings import EvalSettings
@@ -77,7 +77,7 @@ def test_settings_name_a_set_and_a_profile():
 
 def test_big_five_through_the_new_flags_is_recorded_as_it_always_was(es_roster):
     def recorded(**flags):
-        s = GenerateSettings(dataset="ESConv", data_file=ESCONV_SAMPLE, model_name="m", **flags)
+        s = GroupEpisodeSettings(dataset="ESConv", data_file=ESCONV_SAMPLE, model_name="m", **flags)
         return engine_record(s), run_tag(s, es_roster), run_dir_for(s)
 
     old = recorded(user_big_five_profile="High Openness")
@@ -93,8 +93,8 @@ def test_generate_refuses_an_unknown_type_in_one_line(tmp_path):
 
 def test_an_mbti_run_gets_its_own_folder():
     base = dict(dataset="ESConv", data_file=ESCONV_SAMPLE, model_name="m")
-    assert run_dir_for(GenerateSettings(**base, user_profile_set="mbti", user_profile="INTJ")).name.endswith("_mbti-INTJ")
-    assert run_dir_for(GenerateSettings(**base, user_profile_set="mbti")).name.endswith("_mbti")
+    assert run_dir_for(GroupEpisodeSettings(**base, user_profile_set="mbti", user_profile="INTJ")).name.endswith("_mbti-INTJ")
+    assert run_dir_for(GroupEpisodeSettings(**base, user_profile_set="mbti")).name.endswith("_mbti")
 
 
 # --------------------------------------------------------------------------- episodes

@@ -112,13 +112,13 @@ def test_a_directive_copying_the_placeholder_is_not_passed_to_the_speaker(es_ros
 
 
 def test_runs_at_the_first_prompts_keep_their_ids_and_the_new_defaults_get_new_ones(es_roster):
-    from mascot.commands.generate import GenerateSettings
+    from mascot.dialogue.run_settings import GroupEpisodeSettings
     from mascot.dialogue.run import _identity_settings, run_tag
 
     def tag(**flags):
-        return run_tag(GenerateSettings(dataset="ESConv", **flags), es_roster)
+        return run_tag(GroupEpisodeSettings(dataset="ESConv", **flags), es_roster)
 
-    digested = _identity_settings(GenerateSettings(dataset="ESConv", prompt_version="v1", max_consecutive_turns=0))
+    digested = _identity_settings(GroupEpisodeSettings(dataset="ESConv", prompt_version="v1", max_consecutive_turns=0))
     assert "prompt_version" not in digested and "max_consecutive_turns" not in digested  # as before the settings existed
-    assert {"prompt_version", "max_consecutive_turns"} <= set(_identity_settings(GenerateSettings(dataset="ESConv")))
+    assert {"prompt_version", "max_consecutive_turns"} <= set(_identity_settings(GroupEpisodeSettings(dataset="ESConv")))
     assert len({tag(prompt_version="v1", max_consecutive_turns=0), tag(), tag(prompt_version="v1"), tag(max_consecutive_turns=0)}) == 4

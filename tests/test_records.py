@@ -14,7 +14,8 @@ from judge_helpers import numbered_speaker, sample_episode, scoring_judge, write
 from typer.testing import CliRunner
 
 from mascot.cli import app
-from mascot.commands.generate import GenerateSettings
+from mascot.dialogue.run_settings import GroupEpisodeSettings
+from mascot.prefs.settings import CandidateSettings
 from mascot.data import DatasetError, load_contexts
 from mascot.dialogue.run import generate_group, run_dir_for
 from mascot.errors import MascotError
@@ -111,7 +112,7 @@ def test_resume_refuses_other_settings_and_run_folders_name_their_variant(stub, 
     assert json.loads((run / "run_config.json").read_text())["settings"]["engine"]["max_tokens"] == 160  # a setting, not a secret
 
     def named(**endpoints):
-        return run_dir_for(GenerateSettings(dataset="QMSum", generation_mode="independent", model_name="Qwen/Qwen3-8B", **endpoints)).name
+        return run_dir_for(GroupEpisodeSettings(dataset="QMSum", generation_mode="independent", model_name="Qwen/Qwen3-8B", **endpoints)).name
 
     assert named() == "group_QMSum_Qwen3-8B"
     assert named(speaker_adapter="out/llm/grpo_Speaker/") == "group_QMSum_Qwen3-8B_speaker-grpo-Speaker"  # "_" only between parts
@@ -241,7 +242,7 @@ def test_torn_lines_dropped_add_up_over_resumes(tmp_path):
 async def test_stage1_resume_drops_pairs_of_a_candidate_that_was_regenerated(tmp_path):
     contexts = [Context(context_id=f"esconv-test-{i}", dataset="ESConv", situation=f"Situation {i}", emotion="anxiety",
                         opening_turns=[DialogueLine(speaker="user", text=f"I cannot sleep ({i}).")]) for i in range(2)]
-    settings = GenerateSettings(mode="individual", num_candidates=4, score_margin=0.5, personas=("The Anchor",), max_concurrent_episodes=1)
+    settings = CandidateSettings(num_candidates=4, score_margin=0.5, personas=("The Anchor",), max_concurrent_episodes=1)
 
     async def run(speaker, resume=False):
         with RunStore(tmp_path / "run", outputs=OUTPUTS, resume=resume) as store:
@@ -265,7 +266,7 @@ async def test_stage1_resume_drops_pairs_of_a_candidate_that_was_regenerated(tmp
 async def test_usage_reaches_the_summary_while_no_record_completes(tmp_path):
     """Calls made for an episode that never finishes (a kill -9 would lose it) are in the summary."""
     slow_speaker = ScriptedClient(fn=lambda request: "a reply", latency_s=60)
-    cfg = GenerateSettings(dataset="ESConv", output_dir=tmp_path, num_turns=2, enable_user_simulation=False)
+    cfg = GroupEpisodeSettings(dataset="ESConv", output_dir=tmp_path, num_turns=2, enable_user_simulation=False)
     context = Context(context_id="c1", dataset="ESConv", situation="s", opening_turns=[DialogueLine(speaker="user", text="hi")])
     task = asyncio.ensure_future(generate_group(cfg, contexts=[context], clients={"director": group_client(), "speaker": slow_speaker}))
     summary_file = run_dir_for(cfg) / "run_summary.json"

@@ -157,7 +157,7 @@ def test_judge_thinking_on_widens_the_budget(es_roster):
 async def test_stage1_candidates_keep_reasoning_apart_and_pairs_never_hold_it(tmp_path):
     from judge_helpers import scoring_judge
 
-    from mascot.commands.generate import GenerateSettings
+    from mascot.prefs.settings import CandidateSettings
     from mascot.files import read_jsonl
     from mascot.prefs.individual import OUTPUTS, run_individual
     from mascot.rosters import load_roster
@@ -179,7 +179,7 @@ async def test_stage1_candidates_keep_reasoning_apart_and_pairs_never_hold_it(tm
     context = Context(context_id="c1", dataset="ESConv", situation="Work.", emotion="anxiety", opening_turns=[DialogueLine(speaker="user", text="Hi.")])
     store = RunStore(tmp_path / "run", outputs=OUTPUTS)
     with store:
-        settings = GenerateSettings(mode="individual", num_candidates=4, personas=("The Anchor",), speaker_thinking="on", reasoning_allowance=200)
+        settings = CandidateSettings(num_candidates=4, personas=("The Anchor",), speaker_thinking="on", reasoning_allowance=200)
         await run_individual([context], load_roster("emotional_support"), speaker, RubricJudge(scoring_judge(lambda t: int(t.split()[-1]) % 5 + 1)), store, settings)
     assert speaker.calls[0].thinking is True and speaker.calls[0].max_tokens == 360
     assert "<think>" in speaker.calls[0].messages[0]["content"]  # the prompt invites the reasoning
@@ -192,9 +192,9 @@ async def test_stage1_candidates_keep_reasoning_apart_and_pairs_never_hold_it(tm
 
 
 def test_per_role_flags_turn_thinking_on_only_when_asked():
-    from mascot.commands.generate import GenerateSettings
+    from mascot.dialogue.run_settings import GroupEpisodeSettings
 
-    roles = GenerateSettings(director_thinking="on", speaker_thinking="default", user_thinking=False).roles
+    roles = GroupEpisodeSettings(director_thinking="on", speaker_thinking="default", user_thinking=False).roles
     assert roles["director"].thinking is True
     assert roles["speaker"].thinking is None and roles["user"].thinking is False
-    assert roles["judge"].thinking is None  # no flag given
+    assert "judge" not in roles  # a group run has no judge

@@ -246,21 +246,21 @@ def test_real_messages_benchmark_reads_the_hub_exports_and_counts_by_label(tmp_p
 # --------------------------------------------------------------------------- the model stage from the command line
 
 def test_the_safety_endpoint_is_its_own_never_the_shared_one():
-    from mascot.commands.generate import GenerateSettings
+    from mascot.dialogue.run_settings import GroupEpisodeSettings
     from mascot.errors import MascotError
     from mascot.llm.routing import resolve_roles, with_safety
     from mascot.settings import settings_from
 
     base = {"dataset": "ESConv", "vllm_server_url": ["http://127.0.0.1:9/v1"], "model_name": "shared"}
-    plain = settings_from(GenerateSettings, base, "t")
+    plain = settings_from(GroupEpisodeSettings, base, "t")
     assert with_safety(plain, ("speaker",)) == ("speaker",) and "safety" not in resolve_roles(plain, ("speaker", "safety"))
-    given = settings_from(GenerateSettings, {**base, "safety_server_url": ["http://127.0.0.1:8/v1"], "safety_model": "guard"}, "t")
+    given = settings_from(GroupEpisodeSettings, {**base, "safety_server_url": ["http://127.0.0.1:8/v1"], "safety_model": "guard"}, "t")
     endpoint = resolve_roles(given, with_safety(given, ("speaker",)))["safety"]
     assert (endpoint.url, endpoint.model) == ("http://127.0.0.1:8/v1", "guard")
     with pytest.raises(MascotError, match="--safety-model needs --safety-server-url"):
-        settings_from(GenerateSettings, {**base, "safety_model": "guard"}, "t")
+        settings_from(GroupEpisodeSettings, {**base, "safety_model": "guard"}, "t")
     with pytest.raises(MascotError, match="--safety-model-scope"):
-        settings_from(GenerateSettings, {**base, "safety_model_scope": "everything"}, "t")
+        settings_from(GroupEpisodeSettings, {**base, "safety_model_scope": "everything"}, "t")
 
 
 def test_scope_all_asks_the_model_about_every_message_the_rules_do_not_flag():

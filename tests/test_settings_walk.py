@@ -1,7 +1,7 @@
-"""Every setting of `mascot generate` reaches what it names: changed to a valid non-default value,
-each CLI field changes the resolved configuration the run records (run_config.json's settings
-and roles, the run folder, the episode ids' tag), or is listed below with the reason it does not.
-A setting accepted and ignored fails here.
+"""Every setting of `mascot generate`, in both modes, reaches what it names: changed to a valid
+non-default value, each flag of the mode's settings class changes the resolved configuration the
+run records (run_config.json's settings and roles, the run folder, the episode ids' tag). There
+is no list of exceptions: a mode's flags are exactly the settings its run reads.
 
 Stage 1 is also checked by its effects, on scripted clients: the concurrency its queries run at,
 the rubric version its records carry, the scoring mode its judge uses.
@@ -19,7 +19,8 @@ import pytest
 from judge_helpers import judged_block, numbered_speaker, scoring_judge
 from rich.console import Console
 
-from mascot.commands.generate import GROUP_ONLY, STAGE_1_ONLY, GenerateSettings, ignored_by_mode
+from mascot.dialogue.run_settings import GroupEpisodeSettings
+from mascot.prefs.settings import CandidateSettings
 from mascot.files import read_jsonl
 from mascot.schema import Candidate
 from mascot.settings import cli_fields, settings_from
@@ -33,24 +34,13 @@ VALUES = {
     "generation_mode": "independent", "branch_proposals": "roster", "turn_policy": "round-robin", "prompt_family": "zero-shot", "safety": "on",
     "safety_locale": "en-GB", "user_big_five_profile": "High Openness", "user_profile_set": "mbti", "user_profile": "Low Openness", "system": "baseline", "rubric_version": "paper_v1",
     "judge_scoring": "json", "cache_dir": Path("cache"), "output_dir": Path("elsewhere"), "roster": "meetings",
-    "mode": "individual", "user_response_probability": 0.9, "temperature": 0.2, "prompt_version": "v1", "safety_model_scope": "all",
+    "user_response_probability": 0.9, "temperature": 0.2, "prompt_version": "v1", "safety_model_scope": "all",
     # an in-process role's adapter must be a folder holding one
     "director_adapter": str(ESCONV.parent / "lora_adapter"), "speaker_adapter": str(ESCONV.parent / "lora_adapter"),
 }  # fmt: skip
 # Settings that act only together with another (refused alone): changed alongside it and compared
 # with a run given that other setting alone.
 COMPANIONS = {"safety_model": {"safety_server_url": ["http://127.0.0.1:9/v1"]}}
-
-# Settings that shape neither what is generated nor what is recorded, by design.
-PRESENTATION_ONLY = {
-    "resume": "continues a run folder; --resume refuses other settings instead of recording new ones",
-    "overwrite": "deletes a run folder's outputs before it starts; what the run is stays the same",
-}
-# Settings of the other mode (a group run never judges, Stage 1 has no Director, user or turns):
-# each run says, in one warning, which of them it was given and does not read.
-NOT_IN_GROUP = {name: "Stage 1 only: a group run does not judge" for name in STAGE_1_ONLY}
-NOT_IN_INDIVIDUAL = {name: "group mode only: Stage 1 asks the Speaker alone, for one reply per candidate" for name in GROUP_ONLY}
-
 
 def changed_value(f):
     """A valid value for field `f` other than its default."""
@@ -74,7 +64,7 @@ def changed_value(f):
     raise AssertionError(f"no changed value for {name}: add one to VALUES")
 
 
-def resolved_group(s: GenerateSettings) -> str:
+def resolved_group(s: GroupEpisodeSettings) -> str:
     """What a group run records: run_config.json's settings and roles, its folder, its tag."""
     from mascot.dialogue.run import roles_needed, run_dir_for, run_settings, run_tag
     from mascot.llm.routing import resolve_roles
@@ -85,7 +75,7 @@ def resolved_group(s: GenerateSettings) -> str:
     return json.dumps([run_settings(s, roster, 1), roles, str(run_dir_for(s)), run_tag(s, roster)], sort_keys=True, default=str)
 
 
-def resolved_individual(s: GenerateSettings) -> str:
+def resolved_individual(s: CandidateSettings) -> str:
     """What a Stage-1 run records: run_config.json's settings and roles, its folder."""
     from mascot.llm.routing import resolve_roles
     from mascot.prefs.generate import _run_settings, individual_run_dir
@@ -99,25 +89,30 @@ def resolved_individual(s: GenerateSettings) -> str:
     return json.dumps([settings, described, str(individual_run_dir(s))], sort_keys=True, default=str)
 
 
-@pytest.mark.parametrize(("mode", "resolve", "exempt"), [("group", resolved_group, NOT_IN_GROUP), ("individual", resolved_individual, NOT_IN_INDIVIDUAL)])
-def test_every_generate_setting_changes_the_recorded_configuration(mode, resolve, exempt):
-    base = {**BASE, "mode": mode}
-    reference = resolve(settings_from(GenerateSettings, base, "walk"))
+@pytest.mark.parametrize(("settings_class", "resolve"), [(GroupEpisodeSettings, resolved_group), (CandidateSettings, resolved_individual)])
+def test_every_generate_setting_changes_the_recorded_configuration(settings_class, resolve):
+    reference = resolve(settings_from(settings_class, BASE, "walk"))
     ignored = []
-    for f in cli_fields(GenerateSettings):
-        if f.name in PRESENTATION_ONLY or f.name in exempt or f.name == "mode":
-            continue
+    for f in cli_fields(settings_class):
         companion = COMPANIONS.get(f.name, {})
-        before = resolve(settings_from(GenerateSettings, {**base, **companion}, "walk")) if companion else reference
-        changed = settings_from(GenerateSettings, {**base, **companion, f.name: changed_value(f)}, f"walk {f.name}")
+        before = resolve(settings_from(settings_class, {**BASE, **companion}, "walk")) if companion else reference
+        changed = settings_from(settings_class, {**BASE, **companion, f.name: changed_value(f)}, f"walk {f.name}")
         if resolve(changed) == before:
             ignored.append(f.name)
-    assert ignored == [], f"accepted and ignored by generate --mode {mode}: {', '.join(ignored)}"
+    assert ignored == [], f"accepted and ignored by {settings_class.__name__}: {', '.join(ignored)}"
 
 
-def test_the_exemption_lists_name_real_settings():
-    names = {f.name for f in cli_fields(GenerateSettings)}
-    assert set(PRESENTATION_ONLY) | set(NOT_IN_GROUP) | set(NOT_IN_INDIVIDUAL) <= names
+def test_a_flag_of_the_other_mode_is_not_a_flag_of_this_one():
+    from typer.testing import CliRunner
+
+    from mascot.cli import app
+
+    stage_1 = CliRunner().invoke(app, ["generate", "--mode", "individual", "--num-turns", "3", "--dry-run"])
+    assert stage_1.exit_code == 2 and "No such option: --num-turns" in stage_1.output
+    group = CliRunner().invoke(app, ["generate", "--score-margin", "0.9", "--dry-run"])
+    assert group.exit_code == 2 and "No such option: --score-margin" in group.output
+    unknown = CliRunner().invoke(app, ["generate", "--mode", "solo"])
+    assert unknown.exit_code != 0 and "unknown --mode 'solo': choose group or individual" in str(unknown.exception or unknown.output)
 
 
 # --------------------------------------------------------------------------- Stage 1, by its effects
@@ -148,8 +143,8 @@ def run_stage1(tmp_path: Path, **flags):
     scripted clients; returns the Speaker and the candidates written."""
     from mascot.prefs.generate import generate_individual
 
-    values = {**BASE, "mode": "individual", "num_candidates": 2, "limit": 2, "output_dir": tmp_path, "no_cache": True, **flags}
-    s = settings_from(GenerateSettings, values, "stage 1")
+    values = {**BASE, "num_candidates": 2, "limit": 2, "output_dir": tmp_path, "no_cache": True, **flags}
+    s = settings_from(CandidateSettings, values, "stage 1")
     speaker = CountingSpeaker()
     def score(text: str) -> int:
         return int(text.split()[-1]) % 5 + 1
@@ -187,14 +182,6 @@ def test_repetition_penalty_reaches_the_stage1_speaker_requests(tmp_path):
     plain, _ = run_stage1(tmp_path / "plain")
     assert penalised.calls and {c.repetition_penalty for c in penalised.calls} == {1.3}
     assert {c.repetition_penalty for c in plain.calls} == {1.0}
-
-
-def test_a_setting_the_mode_does_not_read_is_named_in_one_warning():
-    group = settings_from(GenerateSettings, {**BASE, "score_margin": 0.9, "judge_scoring": "json"}, "test")
-    assert sorted(ignored_by_mode(group)) == ["--judge-scoring", "--score-margin"]
-    stage_1 = settings_from(GenerateSettings, {**BASE, "mode": "individual", "num_turns": 9}, "test")
-    assert ignored_by_mode(stage_1) == ["--num-turns"]
-    assert ignored_by_mode(settings_from(GenerateSettings, BASE, "test")) == []
 
 
 # ---- every command: each setting is read by the code that runs it

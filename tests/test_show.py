@@ -10,7 +10,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from mascot.cli import app
-from mascot.commands.generate import GenerateSettings
+from mascot.dialogue.run_settings import GroupEpisodeSettings
 from mascot.dialogue.run import generate_group
 from mascot.dialogue.tally import Tally, describe_counters
 from mascot.testing.players import group_client
@@ -40,7 +40,7 @@ def test_a_parse_failure_and_its_fallback_count_as_one_failure_and_show_by_name(
 def test_generation_footer_prints_the_path_whole_and_counters_by_name(tmp_path, es_contexts):
     deep = tmp_path / "a-rather-long-folder-name-for-runs" / "and-another-level-below-it"
     console, out = narrow_console()
-    cfg = GenerateSettings(dataset="ESConv", num_turns=2, seed=1, output_dir=deep)
+    cfg = GroupEpisodeSettings(dataset="ESConv", num_turns=2, seed=1, output_dir=deep)
     _, store = asyncio.run(generate_group(cfg, contexts=es_contexts[:2], clients=scripted_clients(), console=console))
     text = out.getvalue()
     assert any(str(store.path()) in line for line in text.splitlines())

@@ -108,7 +108,8 @@ def overrides_for_test(argv: list[str], url: str) -> list[str]:
         window = ["--token-budget", str(TEST_WINDOW)]
         if "--speaker-adapter" in argv:  # the trained adapters run on the local backend, on the tiny model
             return [*window, "--max-tokens", "16"]
-        return [*window, "--vllm-server-url", url, "--judge-server-url", url]
+        judge = ["--judge-server-url", url] if "individual" in argv else []  # a group run has no judge
+        return [*window, "--vllm-server-url", url, *judge]
     if argv[1] in ("judge", "prefs"):
         return ["--judge-server-url", url]
     if argv[1] == "metrics":

@@ -16,9 +16,15 @@ import types
 import typing
 from dataclasses import field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
 from mascot.errors import MascotError
+
+
+class SettingsObject(Protocol):
+    """Any command's settings: a dataclass instance (what the generic helpers here take)."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
 
 
 def setting(
@@ -49,6 +55,29 @@ def fixed(default: Any) -> Any:
     return field(default=default, metadata={"cli": False})
 
 
+def selector(value: str, flag: str, cli_default: str) -> Any:
+    """The field that says which settings class of a command this is (`mascot generate --mode`):
+    not a flag of the class (the command line picks the class by it), but written where its
+    command line is shown, unless it is the command's default."""
+    return field(default=value, metadata={"cli": False, "selector": flag, "cli_default": cli_default})
+
+
+def selector_field(settings_cls: type) -> dataclasses.Field | None:
+    return next((f for f in fields(settings_cls) if f.metadata.get("selector")), None)
+
+
+def check_selector(settings_cls: type, values: dict[str, Any], where: str) -> None:
+    """A selector value that picks another settings class than `settings_cls` is one line."""
+    chosen = selector_field(settings_cls)
+    if chosen is not None and values.get(chosen.name, chosen.default) != chosen.default:
+        raise MascotError(f"{where}: {chosen.metadata['selector']} {values[chosen.name]} does not run with {settings_cls.__name__}")
+
+
+def check_own_selector(settings: SettingsObject) -> None:
+    """For `__post_init__`: a settings object built in code with another class's selector value."""
+    check_selector(type(settings), {f.name: getattr(settings, f.name) for f in fields(settings) if f.metadata.get("selector")}, "settings")
+
+
 def cli_fields(settings_cls: type) -> list:
     """The fields that become CLI options (all but the `fixed` ones)."""
     return [f for f in fields(settings_cls) if f.metadata.get("cli", True)]
@@ -59,7 +88,7 @@ def flag_name(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def as_dict(settings: Any) -> dict[str, Any]:
+def as_dict(settings: SettingsObject) -> dict[str, Any]:
     """The settings as a plain dict (for run_config.json and artefact metadata); fields derived
     from others (the role mapping folded from the role flags) are left out."""
     return {f.name: getattr(settings, f.name) for f in fields(settings) if not f.metadata.get("derived")}
@@ -87,7 +116,7 @@ def require(condition: bool, message: str) -> None:
         raise MascotError(message)
 
 
-def part(settings: Any, cls: type, **filled: Any) -> Any:
+def part(settings: SettingsObject, cls: type, **filled: Any) -> Any:
     """The `cls` settings inside a command's settings that inherit its flag fields (a plain `cls`,
     so that what it writes into records is the same whichever command built it); `filled`: the
     fields code fills in."""
@@ -104,6 +133,8 @@ def default_of(f: dataclasses.Field) -> Any:
 def aliases(settings_cls: type) -> dict[str, str]:
     """Every spelling a --config key may take (field name or any of its flags) -> field name."""
     names = {}
+    if (chosen := selector_field(settings_cls)) is not None:
+        names[chosen.name] = chosen.name
     for f in cli_fields(settings_cls):
         names[f.name] = f.name
         for flag in (*(f.metadata.get("flags") or ()), *(f.metadata.get("deprecated") or ())):
@@ -122,13 +153,14 @@ def settings_from(settings_cls: type, values: dict[str, Any], where: str) -> Any
     if unknown:
         raise MascotError(f"{where}: unknown setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}")
     resolved = coerced(settings_cls, {names[k]: v for k, v in given.items()})
+    check_selector(settings_cls, resolved, where)
     for f in cli_fields(settings_cls):
         if f.metadata.get("required") and resolved.get(f.name) is None:
             raise MascotError(f"{where}: missing required setting {flag_name(f.name)}")
     return settings_cls(**resolved)
 
 
-def command_line(words: tuple[str, ...] | list[str], settings: Any, shown: frozenset[str] = frozenset()) -> str:
+def command_line(words: tuple[str, ...] | list[str], settings: SettingsObject, shown: frozenset[str] = frozenset()) -> str:
     """`mascot WORDS... FLAGS...` that builds `settings`: every setting that differs from its
     default, and those named in `shown` (the ones a pipeline step sets, even to a default), under
     its main flag; what a pipeline step or an evaluation cell shows it runs."""
@@ -137,9 +169,13 @@ def command_line(words: tuple[str, ...] | list[str], settings: Any, shown: froze
     return "mascot " + shlex.join([*words, *command_flags(settings, shown)])
 
 
-def command_flags(settings: Any, shown: frozenset[str] = frozenset()) -> list[str]:
+def command_flags(settings: SettingsObject, shown: frozenset[str] = frozenset()) -> list[str]:
     options: list[str] = []
     arguments: list[str] = []
+    if (chosen := selector_field(type(settings))) is not None:
+        value = getattr(settings, chosen.name)
+        if value != chosen.metadata["cli_default"] or chosen.name in shown:
+            options += [chosen.metadata["selector"], str(value)]
     for f in cli_fields(type(settings)):
         value = getattr(settings, f.name)
         if value is None or (_same(value, default_of(f)) and (f.name not in shown or value is False)):

@@ -21,7 +21,7 @@ from typing import Any, Optional
 
 from mascot import vocab
 from mascot.errors import MascotError, flag_json_error
-from mascot.settings import fixed, require, setting
+from mascot.settings import SettingsObject, fixed, require, setting
 
 THINKING_HELP = "on | off | default: the role's reasoning mode (sent as chat_template_kwargs.enable_thinking)."
 _SEVERAL = " Repeat (or separate with commas) for several servers sharing the load."
@@ -116,7 +116,7 @@ class RoleSettings:
 _ROLE_FLAGS = ("model", "adapter", "server_url", "extra_body", "thinking")
 
 
-def role_mapping(s: Any) -> dict[str, RoleSettings]:
+def role_mapping(s: SettingsObject) -> dict[str, RoleSettings]:
     """The `--<role>-*` flags a settings class declares, folded into role -> RoleSettings (the one
     place that reads the flat flags; roles without any flag are left out)."""
     shared = parse_extra_body(getattr(s, "extra_body", None))
@@ -176,7 +176,7 @@ class ClientLimits:
         check_limits(self)
 
 
-def check_limits(s: Any) -> None:
+def check_limits(s: ClientLimits) -> None:
     require(
         s.request_timeout > 0 and s.retry_budget >= 0 and s.max_stop_strings >= 0,
         "--request-timeout must be positive; --retry-budget and --max-stop-strings must not be negative",
@@ -209,7 +209,7 @@ class DataSettings(SeedSettings):
         check_data(self)
 
 
-def check_data(s: Any) -> None:
+def check_data(s: DataSettings) -> None:
     from mascot.data.loaders import split_for
     from mascot.data.names import canonical_dataset_name
 
@@ -229,32 +229,22 @@ class ClientSettings(ClientLimits):
         check_client(self)
 
 
-def check_client(s: Any) -> None:
+def check_client(s: ClientSettings) -> None:
     check_limits(s)
     parse_extra_body(s.extra_body)
 
 
 @dataclass
-class GroupEndpointSettings(ClientSettings):
-    """Which server and model the Director and the Speakers call (what a live conversation needs)."""
+class SpeakerEndpointSettings(ClientSettings):
+    """Which server and model the Speakers call (all a Stage-1 run asks), and the shared ones."""
 
     model_name: Optional[str] = setting(None, MODEL_NAME_HELP, flags=("--model",))
     vllm_server_url: Optional[list[str]] = setting(None, SHARED_URL_HELP)
-    director_server_url: Optional[list[str]] = setting(None, "Endpoint for the Director (overrides the shared one)." + _SEVERAL)
     speaker_server_url: Optional[list[str]] = setting(None, "Endpoint for the Speakers (overrides the shared one)." + _SEVERAL)
-    director_model: Optional[str] = setting(None, "Model id the Director calls.", flags=("--directive-model",))
     speaker_model: Optional[str] = setting(None, "Model id the Speakers call.", flags=("--agent-model",))
-    director_adapter: Optional[str] = setting(None, "LoRA adapter folder for the Director (local backend), or a registry version: current, previous, director-v3.")
     speaker_adapter: Optional[str] = setting(None, "LoRA adapter folder for the Speakers (local backend), or a registry version: current, previous, speaker-v3.")
-    share_model: bool = setting(False, "Opt-in: the other roles reuse the Speaker's model and endpoint.")
-    director_extra_body: Optional[str] = setting(None, "JSON object merged into the Director's request bodies (over --extra-body).")
     speaker_extra_body: Optional[str] = setting(None, "JSON object merged into the Speakers' request bodies (over --extra-body).")
-    director_thinking: str = setting("default", "Director: " + THINKING_HELP)
     speaker_thinking: str = setting("default", "Speakers: " + THINKING_HELP)
-    safety_server_url: Optional[list[str]] = setting(
-        None, "Endpoint of the safety screen's model stage: a served model asked, its answer constrained to a label, about user "
-        "messages the rules do not flag (--safety-model-scope); never inherits --vllm-server-url; none: no model stage." + _SEVERAL)
-    safety_model: Optional[str] = setting(None, "Model id the safety screen's model stage calls (with --safety-server-url).")
     roles: dict[str, RoleSettings] = roles_field()
 
     def __post_init__(self) -> None:
@@ -262,20 +252,53 @@ class GroupEndpointSettings(ClientSettings):
 
 
 @dataclass
-class EndpointSettings(GroupEndpointSettings):
-    """Which server and model each role calls: the group, the simulated user and the judge."""
+class GroupEndpointSettings(SpeakerEndpointSettings):
+    """Which server and model the Director and the Speakers call (what a live conversation needs)."""
+
+    director_server_url: Optional[list[str]] = setting(None, "Endpoint for the Director (overrides the shared one)." + _SEVERAL)
+    director_model: Optional[str] = setting(None, "Model id the Director calls.", flags=("--directive-model",))
+    director_adapter: Optional[str] = setting(None, "LoRA adapter folder for the Director (local backend), or a registry version: current, previous, director-v3.")
+    share_model: bool = setting(False, "Opt-in: the other roles reuse the Speaker's model and endpoint.")
+    director_extra_body: Optional[str] = setting(None, "JSON object merged into the Director's request bodies (over --extra-body).")
+    director_thinking: str = setting("default", "Director: " + THINKING_HELP)
+    safety_server_url: Optional[list[str]] = setting(
+        None, "Endpoint of the safety screen's model stage: a served model asked, its answer constrained to a label, about user "
+        "messages the rules do not flag (--safety-model-scope); never inherits --vllm-server-url; none: no model stage." + _SEVERAL)
+    safety_model: Optional[str] = setting(None, "Model id the safety screen's model stage calls (with --safety-server-url).")
+
+
+@dataclass
+class UserEndpointSettings:
+    """Which server and model the simulated user calls."""
 
     user_server_url: Optional[list[str]] = setting(None, "Endpoint for the simulated user (overrides the shared one)." + _SEVERAL)
-    judge_server_url: Optional[list[str]] = setting(None, "Endpoint for the judge; never inherits --vllm-server-url (no URL: local model)." + _SEVERAL)
     user_model: Optional[str] = setting(None, "Model id the simulated user calls.")
-    judge_model: Optional[str] = setting(None, "Model id the judge calls." + vocab.PLUGIN_JUDGE_HELP)
     user_extra_body: Optional[str] = setting(None, "JSON object merged into the simulated user's request bodies (over --extra-body).")
-    judge_extra_body: Optional[str] = setting(None, "JSON object merged into the judge's request bodies (over --extra-body).")
     user_thinking: str = setting("default", "Simulated user: " + THINKING_HELP)
+
+
+@dataclass
+class EndpointSettings(UserEndpointSettings, GroupEndpointSettings):
+    """Which server and model each role of a group episode calls: Director, Speakers, simulated user."""
+
+
+@dataclass
+class JudgeServerSettings:
+    """Where the judges are served and how they reason."""
+
+    judge_server_url: Optional[list[str]] = setting(None, "Endpoint for the judge; never inherits --vllm-server-url (no URL: local model)." + _SEVERAL)
     judge_thinking: str = setting("default", "Judge: " + THINKING_HELP)
 
 
-def check_endpoints(s: Any) -> None:
+@dataclass
+class JudgeEndpointSettings(JudgeServerSettings):
+    """The one judge a run asks: its server, model and request fields."""
+
+    judge_model: Optional[str] = setting(None, "Model id the judge calls." + vocab.PLUGIN_JUDGE_HELP)
+    judge_extra_body: Optional[str] = setting(None, "JSON object merged into the judge's request bodies (over --extra-body).")
+
+
+def check_endpoints(s: SpeakerEndpointSettings) -> None:
     """Checks the endpoint flags and folds them into `s.roles`."""
     check_client(s)
     require(not (getattr(s, "safety_model", None) and not getattr(s, "safety_server_url", None)),
@@ -284,20 +307,35 @@ def check_endpoints(s: Any) -> None:
 
 
 @dataclass
-class OutputSettings:
+class StrictSettings:
+    strict: bool = setting(False, "Stop at the first failure instead of counting and continuing.")
+
+
+@dataclass
+class TraceSettings:
+    trace_role_calls: bool = setting(
+        False, "Write role_call_trace.jsonl (role, model id, endpoint, tokens, latency) beside the run's outputs (a chat: <session>.role_call_trace.jsonl)."
+    )
+
+
+@dataclass
+class RosterSettings:
+    roster: Optional[str] = setting(None, "Roster name (emotional_support, emotional_support_four, meetings) or roster file (default: the dataset's roster).")
+
+
+@dataclass
+class OutputSettings(TraceSettings, StrictSettings):
     """Where a run writes, and what happens to a run already there."""
 
     output_dir: Path = setting(Path("data/rl"), "Parent folder of the run directory.")
     resume: bool = setting(False, "Continue an existing run after its last complete record.")
     overwrite: bool = setting(False, "Delete an existing run's outputs and start over.")
-    strict: bool = setting(False, "Stop at the first failure instead of counting and continuing.")
-    trace_role_calls: bool = setting(False, "Write role_call_trace.jsonl (role, model id, endpoint, tokens, latency).")
 
     def __post_init__(self) -> None:
         check_output(self)
 
 
-def check_output(s: Any) -> None:
+def check_output(s: OutputSettings) -> None:
     require(not (s.resume and s.overwrite), "use either --resume or --overwrite, not both")
 
 
@@ -305,10 +343,28 @@ PROVIDERS = ("openai-compatible", "vllm", "openai", "anthropic", "gemini")
 
 
 @dataclass
-class JudgingSettings:
+class ScoreMarginSettings:
+    score_margin: float = setting(
+        vocab.SCORE_MARGIN, "Minimum judged score gap (1-5 scale) for a preference pair: Stage 1's persona score, a group pair's collective Overall.", panel="Judging"
+    )
+
+    def __post_init__(self) -> None:
+        check_score_margin(self)
+
+
+def check_score_margin(s: ScoreMarginSettings) -> None:
+    require(s.score_margin >= 0, "--score-margin must not be negative")
+
+
+@dataclass
+class RubricSettings:
+    rubric_version: str = setting(vocab.DEFAULT_RUBRIC_VERSION, "Rubric version (built-in name or a rubric YAML file).", panel="Judging")
+
+
+@dataclass
+class JudgingSettings(RubricSettings):
     """How a judge scores: rubric, scoring mode, reply length and cache (Stage 1 and Stage 2 alike)."""
 
-    rubric_version: str = setting(vocab.DEFAULT_RUBRIC_VERSION, "Rubric version (built-in name or a rubric YAML file).", panel="Judging")
     judge_scoring: str = setting("auto", JUDGE_SCORING_HELP, panel="Judging")
     judge_max_tokens: int = setting(vocab.JUDGE_MAX_TOKENS, "Longest judge reply in tokens.", panel="Judging")
     cache_dir: Optional[Path] = setting(
@@ -320,7 +376,7 @@ class JudgingSettings:
         check_judging(self)
 
 
-def check_judging(s: Any) -> None:
+def check_judging(s: JudgingSettings) -> None:
     require(s.judge_max_tokens >= 1, "--judge-max-tokens must be at least 1")
     check_judge_scoring(s.judge_scoring)
 
@@ -332,7 +388,7 @@ def check_judge_scoring(mode: str) -> None:
 
 
 @dataclass
-class JudgePanelSettings(JudgingSettings, ClientSettings):
+class JudgePanelSettings(JudgeServerSettings, StrictSettings, JudgingSettings, ClientSettings):
     """The judges (one or several), their rubric, cache and client."""
 
     judges: Optional[list[str]] = setting(
@@ -340,16 +396,13 @@ class JudgePanelSettings(JudgingSettings, ClientSettings):
     )
     judges_file: Optional[Path] = setting(None, vocab.JUDGES_FILE_HELP)
     provider: str = setting("openai-compatible", "openai-compatible (vllm) | openai | anthropic | gemini, for --judge.")
-    judge_server_url: Optional[list[str]] = setting(None, "Endpoint for the judge; never inherits --vllm-server-url (no URL: local model)." + _SEVERAL)
-    judge_thinking: str = setting("default", "Judge: " + THINKING_HELP)
-    strict: bool = setting(False, "Stop at the first failure instead of counting and continuing.")
     roles: dict[str, RoleSettings] = roles_field()
 
     def __post_init__(self) -> None:
         check_judge_panel(self)
 
 
-def check_judge_panel(s: Any) -> None:
+def check_judge_panel(s: JudgePanelSettings) -> None:
     check_client(s)
     check_judging(s)
     require(not (s.judges_file and s.judges), "use either --judge or --judges-file, not both")

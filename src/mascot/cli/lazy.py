@@ -6,7 +6,7 @@ module, so `--help` stays fast without imports hidden inside functions.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -14,15 +14,18 @@ from mascot.cli.help import MascotCommand, MascotGroup
 from mascot.cli.settings_cli import settings_command
 from mascot.commands import COMMANDS, GROUPS, Command
 
+if TYPE_CHECKING:
+    from mascot.settings import SettingsObject
 
-def _build(entry: Command) -> Any:
+
+def build_command(entry: Command) -> Any:
     """The click command of one registry entry, generated from its settings class; the module that
     runs it loads only when it runs."""
 
-    def run(settings: Any) -> None:
+    def run(settings: SettingsObject) -> None:
         entry.runner()(settings)
 
-    def dry_run(command: str, settings: Any) -> None:
+    def dry_run(command: str, settings: SettingsObject) -> None:
         entry.dry_runner()(command, settings)  # type: ignore[misc]
 
     callback = settings_command(entry.settings_class(), run, dry_run=dry_run if entry.dry_run else None, interrupts=entry.interrupts)
@@ -52,7 +55,50 @@ class LazyGroup(MascotGroup):
         if any(e.words[: len(words)] == words and len(e.words) > len(words) for e in COMMANDS):
             return lazy_group(words)
         entry = next((e for e in COMMANDS if e.words == words), None)
-        return _build(entry) if entry else None
+        return build_command(entry) if entry else None
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        """As click's, except that a command with modes (`mascot generate --mode`) is the one
+        its `--mode` picks: each mode has its own settings class and flags."""
+        name, cmd, rest = super().resolve_command(ctx, args)
+        entries = [e for e in COMMANDS if e.words == (*self.prefix, name) and e.mode is not None]
+        if entries:
+            cmd = build_command(chosen_mode(entries, rest))
+        return name, cmd, rest
+
+
+def chosen_mode(entries: list[Command], args: list[str]) -> Command:
+    """The entry that `--mode X` (or `--mode=X`, or a --config file's `mode:`) picks among a
+    command's modes; the first without one. An unknown mode is a usage error naming the modes."""
+    from mascot.errors import MascotError
+
+    flag = "--mode"
+    value = next((args[i + 1] for i, a in enumerate(args[:-1]) if a == flag), None)
+    value = value or next((a.split("=", 1)[1] for a in args if a.startswith(flag + "=")), None)
+    if value is None:
+        config = next((args[i + 1] for i, a in enumerate(args[:-1]) if a == "--config"), None)
+        config = config or next((a.split("=", 1)[1] for a in args if a.startswith("--config=")), None)
+        value = _config_mode(config)
+    if value is None:
+        return entries[0]
+    chosen = next((e for e in entries if e.mode == value), None)
+    if chosen is None:
+        raise MascotError(f"unknown --mode {value!r}: choose {' or '.join(str(e.mode) for e in entries)}")
+    return chosen
+
+
+def _config_mode(config: str | None) -> str | None:
+    """The `mode` a --config file sets (its other errors are the command's to report)."""
+    if config is None:
+        return None
+    from mascot.errors import MascotError
+    from mascot.settings import read_config_file
+
+    try:
+        value = read_config_file(config).get("mode")
+    except MascotError:
+        return None
+    return None if value is None else str(value)
 
 
 def lazy_group(words: tuple[str, ...]) -> Any:

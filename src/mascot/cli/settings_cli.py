@@ -19,7 +19,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from mascot.errors import MascotError
-from mascot.settings import aliases, cli_fields, coerced, default_of, flag_name, read_config_file
+from mascot.settings import aliases, cli_fields, coerced, default_of, flag_name, read_config_file, selector_field, check_selector
 
 RUN_PANEL = "Run"
 ConfigFile = Annotated[
@@ -39,13 +39,22 @@ DEPRECATED_PREFIX = "deprecated__"
 # in several packages). A command's own settings go to "Options".
 GROUP_PANELS = {
     "DataSettings": "Data",
+    "ClientLimits": "Requests",
     "ClientSettings": "Requests",
+    "SpeakerEndpointSettings": "Models and endpoints",
     "GroupEndpointSettings": "Models and endpoints",
-    "EndpointSettings": "Models and endpoints",
+    "UserEndpointSettings": "Models and endpoints",
+    "JudgeServerSettings": "Models and endpoints",
+    "JudgeEndpointSettings": "Models and endpoints",
     "OutputSettings": "Output",
+    "StrictSettings": "Output",
+    "TraceSettings": "Output",
+    "SamplingSettings": "Generation",
+    "SpeakerSettings": "Generation",
     "EngineSettings": "Generation",
+    "RosterSettings": "Generation",
+    "SafetySettings": "Safety",
     "JudgePanelSettings": "Judging",
-    "EndpointFields": "Models and endpoints",
     "ConversationSettings": "Conversation",
     "MetricsSettings": "Metrics",
     "TrainSettings": "Training",
@@ -131,6 +140,7 @@ def build_settings(settings_cls: type, values: dict[str, Any] | None = None, con
     merged = merge_config(settings_cls, ctx, dict(values or {}), read_config_file(config))
     try:
         typed = coerced(settings_cls, merged)
+        check_selector(settings_cls, typed, "--config")
     except MascotError as exc:  # only a file's values can be of the wrong type: the flags are parsed
         raise MascotError(f"--config {config}: {exc}") from None
     return settings_cls(**typed)
@@ -153,10 +163,32 @@ def rerun_hint(ctx: typer.Context, settings_cls: type) -> str:
     return f"rerun `{line}`" + (" (cached judgments are reused)" if "no_cache" in names and "--no-cache" not in args else "")
 
 
+def _selector_parameter(settings_cls: type) -> list[inspect.Parameter]:
+    """The flag that picked this settings class (`--mode` of `mascot generate`), with the class's
+    value as its default; the command line chose the class by it before parsing."""
+    chosen = selector_field(settings_cls)
+    if chosen is None:
+        return []
+    words = next(e.words for e in _entries() if e.settings_class() is settings_cls)
+    choices = [e.mode for e in _entries() if e.words == words]
+    help_text = (
+        f"{' | '.join(str(c) for c in choices)}: which run (default {chosen.metadata['cli_default']}); each has its own flags, "
+        f"shown by `mascot {' '.join(words)} {chosen.metadata['selector']} MODE --help`."
+    )
+    option = typer.Option(chosen.metadata["selector"], help=help_text, rich_help_panel=RUN_PANEL)
+    return [inspect.Parameter(chosen.name, inspect.Parameter.KEYWORD_ONLY, default=chosen.default, annotation=Annotated[str, option])]
+
+
+def _entries() -> tuple:
+    from mascot.commands import COMMANDS
+
+    return COMMANDS
+
+
 def _signature(settings_cls: type, with_dry_run: bool) -> list[inspect.Parameter]:
     hints = typing.get_type_hints(settings_cls)
     fields = cli_fields(settings_cls)
-    params = [_parameter(settings_cls, f, Optional[hints[f.name]] if f.metadata.get("required") else hints[f.name]) for f in fields]
+    params = _selector_parameter(settings_cls) + [_parameter(settings_cls, f, Optional[hints[f.name]] if f.metadata.get("required") else hints[f.name]) for f in fields]
     params += [p for p in (_deprecated_parameter(f, hints[f.name]) for f in fields) if p is not None]
     params.append(inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=ConfigFile))
     params.append(inspect.Parameter("quiet", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=QuietFlag))

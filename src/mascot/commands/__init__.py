@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from importlib import import_module
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from mascot.settings import SettingsObject
 
 GROUPS = {
     "data": "Inspect datasets: the contexts that seed episodes.",
@@ -32,6 +35,7 @@ class Command:
     dry_run: str | None = None  # "module:function" taking (command name, settings)
     interrupts: bool = True  # Ctrl-C saves and says how to resume (off: the command handles it)
     no_args_is_help: bool = True
+    mode: str | None = None  # the --mode that picks this entry among those with the same words (`mascot generate`)
 
     @property
     def name(self) -> str:
@@ -61,7 +65,8 @@ C = "mascot.commands"  # the modules of most commands
 COMMANDS = (
     Command(("demo",), f"{C}.demo:DemoSettings", f"{C}.demo:demo", no_args_is_help=False),
     Command(("data", "preview"), f"{C}.data:PreviewSettings", f"{C}.data:preview", no_args_is_help=False),
-    Command(("generate",), f"{C}.generate:GenerateSettings", f"{C}.generate:run_generate", f"{C}.generate:dry_run_generate"),
+    Command(("generate",), "mascot.dialogue.run_settings:GroupEpisodeSettings", f"{C}.generate:run_group", f"{C}.generate:dry_run_group", mode="group"),
+    Command(("generate",), "mascot.prefs.settings:CandidateSettings", f"{C}.generate:run_candidates", f"{C}.generate:dry_run_candidates", mode="individual"),
     Command(("judge",), f"{C}.judge:JudgeSettings", f"{C}.judge:run_judge", f"{C}.judge:dry_run_judge"),
     Command(("metrics",), f"{C}.metrics:MetricsCommandSettings", f"{C}.metrics:run_metrics", f"{C}.metrics:dry_run_metrics"),
     Command(("prefs", "group"), f"{C}.prefs:PrefsGroupSettings", f"{C}.prefs:run_prefs_group", f"{C}.prefs:dry_run_prefs_group"),
@@ -93,11 +98,28 @@ COMMANDS = (
 )
 
 
-def command(*words: str) -> Command:
-    """The command `mascot WORDS...`; a one-line error for one that does not exist."""
+def command(*words: str, mode: str | None = None) -> Command:
+    """The command `mascot WORDS...` (with `--mode MODE` where its words have several; none: the
+    first, the command line's default); a one-line error for one that does not exist."""
     from mascot.errors import MascotError
 
-    for entry in COMMANDS:
-        if entry.words == tuple(words):
-            return entry
-    raise MascotError(f"no command `mascot {' '.join(words)}`")
+    entries = [entry for entry in COMMANDS if entry.words == tuple(words)]
+    if not entries:
+        raise MascotError(f"no command `mascot {' '.join(words)}`")
+    if mode is None or entries[0].mode is None:
+        return entries[0]
+    chosen = next((entry for entry in entries if entry.mode == mode), None)
+    if chosen is None:
+        raise MascotError(f"unknown --mode {mode!r} of `mascot {' '.join(words)}`: choose {' or '.join(str(e.mode) for e in entries)}")
+    return chosen
+
+
+def modes(*words: str) -> list[Command]:
+    """The entries of a command whose --mode picks its settings (none for most commands)."""
+    return [entry for entry in COMMANDS if entry.words == tuple(words) and entry.mode is not None]
+
+
+def command_running(words: tuple[str, ...], settings: SettingsObject) -> Command:
+    """The entry of `mascot WORDS...` whose settings class `settings` is."""
+    entries = [entry for entry in COMMANDS if entry.words == tuple(words)]
+    return next((entry for entry in entries if type(settings) is entry.settings_class()), entries[0])

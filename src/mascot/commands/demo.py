@@ -75,7 +75,7 @@ async def run_demo(
     """One run per dataset of the samples, all at once. Without a server every role of every run
     calls one local client, so the episodes of both datasets share each batched `generate`.
     `show`: each episode's transcript is printed as soon as it is written."""
-    from mascot.commands.generate import GenerateSettings
+    from mascot.dialogue.run_settings import GroupEpisodeSettings
     from mascot.dialogue.run import generate_group
     from mascot.schema import Context
     from mascot.store import read_jsonl
@@ -89,7 +89,7 @@ async def run_demo(
         clients = {role: shared for role in vocab.DIALOGUE_ROLES}
 
     async def one(dataset: str, contexts: list[Context]):
-        settings = GenerateSettings(
+        settings = GroupEpisodeSettings(
             dataset=dataset, num_turns=num_turns, seed=seed, user_response_probability=0.5, max_tokens=DEMO_MAX_TOKENS,
             model_name=model_name, vllm_server_url=server_url, output_dir=run_root,
         )  # fmt: skip

@@ -13,6 +13,7 @@ import typer
 from mascot.commands.judge import JudgedFileSettings, check_judged_file
 from mascot.errors import MascotError
 from mascot.settings import require, setting
+from mascot.settings_groups import ScoreMarginSettings, check_score_margin
 
 
 OUTPUT_NAMES = {"episode": "group_pairs", "trajectory": "group_pairs", "directive": "directive_pairs"}
@@ -21,7 +22,7 @@ COMPARED = {"episode": "episodes of a context", "trajectory": "records of a cont
 
 
 @dataclass
-class PrefsGroupSettings(JudgedFileSettings):
+class PrefsGroupSettings(ScoreMarginSettings, JudgedFileSettings):
     """Stage-2 pairs: group reward model (episode, trajectory) or Director DPO (directive) data.
 
     Reads the collective judgments `mascot judge` wrote (--judgments, or judgments_<stem>.jsonl next to the episodes); without them judges the episodes (or branch continuations) with the collective rubric. Writes group_pairs.jsonl / directive_pairs.jsonl, their stats and the judgments used.
@@ -33,12 +34,11 @@ class PrefsGroupSettings(JudgedFileSettings):
         "auto", "episode (independent episodes -> group reward model) | trajectory (every record of a context, branches included, each "
         "judged whole -> group reward model) | directive (branching -> Director DPO) | auto (directive for branching files, else episode).",
     )
-    score_margin: float = setting(0.5, "Minimum collective Overall gap (1-5 scale) for a pair.")
 
     def __post_init__(self) -> None:
         check_judged_file(self)
         require(self.mode in MODES, f"unknown --mode {self.mode!r}: use episode, trajectory, directive or auto")
-        require(self.score_margin >= 0, "--score-margin must not be negative")
+        check_score_margin(self)
 
     @property
     def folder(self) -> Path:

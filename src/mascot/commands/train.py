@@ -15,7 +15,7 @@ import typer
 from mascot.train import config as cfg
 
 
-def dry_run_train(command: str, settings: Any) -> None:
+def dry_run_train(command: str, settings: cfg.TrainSettings | cfg.MergeSettings) -> None:
     from mascot.commands.train_dryrun import dry_run_training
 
     dry_run_training(command or "train", settings)

@@ -30,7 +30,7 @@ _DATA = {
 }
 
 
-def dry_run_training(command: str, settings: Any) -> None:
+def dry_run_training(command: str, settings: cfg.TrainSettings | cfg.MergeSettings) -> None:
     if isinstance(settings, cfg.MergeSettings):
         print_settings("merge-lora", _merge(settings))
         return
@@ -53,7 +53,7 @@ def dry_run_training(command: str, settings: Any) -> None:
     print_settings(f"train {command}", {"resolved": resolved, "settings": as_dict(settings)})
 
 
-def _data_and_output(settings: Any) -> tuple[dict[str, Any], list]:
+def _data_and_output(settings: cfg.TrainSettings) -> tuple[dict[str, Any], list]:
     """The data file, its records and dataset, the base model and the output folder; for the
     pairwise trainers also that a training record is left after the held-out split and --limit."""
 

@@ -21,7 +21,7 @@ from mascot.llm.base import ChatClient, ChatRequest, cut_at_stop, split_reasonin
 from mascot.schema import Context, Directive, Persona, Roster, Turn, UserProfile
 
 if TYPE_CHECKING:
-    from mascot.dialogue.settings import EngineSettings
+    from mascot.dialogue.settings import SpeakerSettings
 
 # Small models run on into an imagined transcript or echo the prompt's own headings: stop there.
 _PROMPT_ECHOES = ("\nConversation so far", "<transcript>", "</transcript>", "\nThe person's situation:", "\nThe person feels:")
@@ -93,13 +93,17 @@ class Speaker:
         self.prompt_version = prompt_version
 
     @classmethod
-    def for_settings(cls, client: ChatClient, roster: Roster, tally: Tally, s: EngineSettings, *, think: bool, prompt_version: str | None = None) -> Speaker:
-        """The Speaker that engine settings describe. Every path that runs a Speaker builds it here
+    def for_settings(
+        cls, client: ChatClient, roster: Roster, tally: Tally, s: SpeakerSettings, *, think: bool, prompt_version: str | None = None,
+        prompt_family: str = "persona", samples: int = 1,
+    ) -> Speaker:
+        """The Speaker that Speaker settings describe. Every path that runs a Speaker builds it here
         (episodes and `mascot eval`, chat, the Director trainer's rollouts, Stage-1 candidates), so
-        a Speaker setting reaches all of them by this one line."""
+        a Speaker setting reaches all of them by this one line. `prompt_family` and `samples`: the
+        prompting baselines of group episodes (Stage 1 asks persona prompts, n replies at once)."""
         return cls(
             client, roster, tally, temperature=s.temperature, max_tokens=s.max_tokens, think=think, reasoning_allowance=s.reasoning_allowance,
-            prompt_family=s.prompt_family, samples=s.self_consistency_samples, prompt_version=prompt_version or s.prompt_version,
+            prompt_family=prompt_family, samples=samples, prompt_version=prompt_version or s.prompt_version,
             repetition_penalty=s.repetition_penalty,  # the Speakers only: the Director's and the user's formats repeat prompt words
         )
 

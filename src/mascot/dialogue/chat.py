@@ -18,13 +18,14 @@ from pathlib import Path
 
 from mascot.data.meeting_file import read_meeting_file
 from mascot.data.registry import canonical_dataset_name
-from mascot.dialogue.chat_settings import CHAT_SYSTEM, DEFAULT_SESSION_DIR, ChatSettings, ConversationSettings, EndpointFields
+from mascot.dialogue.chat_settings import CHAT_SYSTEM, DEFAULT_SESSION_DIR, ChatSettings, ConversationSettings
 from mascot.dialogue.engine import EngineSettings, EpisodeEngine, EpisodeState
 from mascot.dialogue.reply_stream import RoundListener, SilentListener
 from mascot.dialogue.run import role_identities
 from mascot.dialogue.settings import engine_settings_from
 from mascot.dialogue.tally import Tally
 from mascot.errors import MascotError
+from mascot.settings_groups import GroupEndpointSettings
 from mascot.llm.base import ChatClient
 from mascot.dialogue.seeds import derive_seed
 from mascot.dialogue.director import render_directive
@@ -56,7 +57,7 @@ class ChatSessionError(MascotError):
 # --------------------------------------------------------------------------- setting up
 
 
-def runs_smoke_test_model(settings: EndpointFields) -> bool:
+def runs_smoke_test_model(settings: GroupEndpointSettings) -> bool:
     """True when a chat role answers from the embedded smoke-test model, in process: its replies
     show that the program works, not what the companions can do, and the terminal and the web
     pages say so."""
@@ -162,7 +163,7 @@ def roster_for_session(episode: Episode, roster: str | Roster | None, dataset: s
     raise ChatSessionError(f"this session was held with roster {saved!r} from a file: pass --roster FILE to continue it")
 
 
-def chat_backends(settings: EndpointFields, trace: Path | None = None) -> tuple:
+def chat_backends(settings: GroupEndpointSettings, trace: Path | None = None) -> tuple:
     """The Director's and the Speakers' backends (the caller closes them with `aclose()`), and
     who answers for each role."""
 

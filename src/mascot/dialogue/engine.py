@@ -113,7 +113,9 @@ class EpisodeEngine:
             else None
         )
         think = role_thinks(clients["speaker"]) or family_thinks(check_prompt_family(s.prompt_family))
-        self.speaker = Speaker.for_settings(clients["speaker"], roster, self.tally, s, think=think, prompt_version=self.prompt_version)
+        self.speaker = Speaker.for_settings(
+            clients["speaker"], roster, self.tally, s, think=think, prompt_version=self.prompt_version, prompt_family=s.prompt_family, samples=s.self_consistency_samples
+        )
         policy = make_policy(s.turn_policy, roster, self.director, speaker_client=clients["speaker"], settings=s, tally=self.tally)
         self.policy: TurnPolicy = TurnLimit(policy, roster, self.max_consecutive_turns, self.tally) if self.max_consecutive_turns else policy
         # A "safety" client, when given, is the screen's model stage (for the messages its scope names).

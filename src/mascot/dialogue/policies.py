@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from mascot.dialogue.director import Director, DirectorDecision, fallback_directive
 from mascot.dialogue.tally import Tally
 from mascot.errors import MascotError
 from mascot.schema import Context, Directive, Roster, Turn
 from mascot.vocab import TURN_POLICIES
+
+if TYPE_CHECKING:
+    from mascot.dialogue.settings import EngineSettings
 
 
 class TurnPolicy(Protocol):
@@ -107,7 +110,7 @@ class TurnLimit:
         return limit_run(decision, history, self.roster, self.limit, self.tally)
 
 
-def make_policy(name: str, roster: Roster, director: Director | None, *, speaker_client=None, settings=None, tally=None) -> TurnPolicy:
+def make_policy(name: str, roster: Roster, director: Director | None, *, speaker_client=None, settings: EngineSettings | None = None, tally=None) -> TurnPolicy:
     """`multiagentesc` runs its backstage agents on `speaker_client` with the engine `settings`."""
     if name == "director":
         if director is None:

@@ -1,7 +1,7 @@
 """A group-generation run: contexts in, episodes streamed into a run directory, summary out.
 
-The run is described by the command's settings (`mascot.commands.generate.GenerateSettings`, or
-any settings with its data, engine, endpoint and output fields), which reach the engine unchanged.
+The run is described by its settings (`mascot.dialogue.run_settings.GroupEpisodeSettings`: data,
+roster, engine, endpoints, run folder), which reach the engine unchanged.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import fields
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
@@ -22,6 +21,7 @@ from mascot.data import load_contexts
 from mascot.errors import MascotError
 from mascot.dialogue.batch import RunProgress, run_all
 from mascot.dialogue.engine import EngineSettings, EpisodeEngine
+from mascot.dialogue.run_settings import GroupEpisodeSettings
 from mascot.dialogue.tally import Tally, describe_counters
 from mascot.llm.base import ChatClient
 from mascot.llm.providers import Backends
@@ -51,11 +51,11 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9.+-]+", "-", text).strip("-") or "x"
 
 
-def _role(s: Any, role: str) -> RoleSettings:
+def _role(s: GroupEpisodeSettings, role: str) -> RoleSettings:
     return s.roles.get(role) or RoleSettings()
 
 
-def run_variant(s: Any) -> list[str]:
+def run_variant(s: GroupEpisodeSettings) -> list[str]:
     """What sets a run apart from the default MASCOT run, as folder-name parts: turn policy, system
     label, adapters, user profiles. The default run has none (`group_QMSum_Qwen3-8B`)."""
     parts = []
@@ -79,7 +79,7 @@ def run_variant(s: Any) -> list[str]:
     return parts
 
 
-def run_dir_for(s: Any) -> Path:
+def run_dir_for(s: GroupEpisodeSettings) -> Path:
     """`<mode>_<dataset>_<model>` as the research code names it, then the variant parts."""
     prefix = {"independent": "group", "branching": "branching", "directed": "directed", "tree": "tree"}[s.generation_mode]
     model = _role(s, "speaker").model or s.model_name or DEFAULT_LOCAL_MODEL
@@ -103,7 +103,7 @@ _ENGINE_DEFAULTS = {f.name: getattr(EngineSettings(), f.name) for f in fields(En
 _DIGESTED_UNLESS = {"prompt_version": "v1", "max_consecutive_turns": 0}
 
 
-def engine_record(s: Any) -> dict:
+def engine_record(s: GroupEpisodeSettings) -> dict:
     """The engine's resolved configuration (run_config.json's `engine`, the tag's digest): its
     settings, the labels the episodes carry and each role's reasoning mode (under the names runs
     have always recorded them by)."""
@@ -115,7 +115,7 @@ def engine_record(s: Any) -> dict:
     return {**{name: getattr(s, name) for name in _ENGINE_DEFAULTS}, **labels}
 
 
-def _identity_settings(s: Any) -> dict:
+def _identity_settings(s: GroupEpisodeSettings) -> dict:
     return {
         k: v
         for k, v in engine_record(s).items()
@@ -123,7 +123,7 @@ def _identity_settings(s: Any) -> dict:
     }
 
 
-def endpoint_identity(s: Any) -> dict:
+def endpoint_identity(s: GroupEpisodeSettings) -> dict:
     """The models and adapters each role runs (what the tag digests of the endpoints)."""
     models = {f"{role}_model": _role(s, role).model for role in ROLES}
     if _role(s, SAFETY).server_url:  # only then: runs without a model stage keep their tags
@@ -132,7 +132,7 @@ def endpoint_identity(s: Any) -> dict:
     return {"model_name": s.model_name, "share_model": s.share_model, **models, **adapters}
 
 
-def endpoint_record(s: Any) -> dict:
+def endpoint_record(s: GroupEpisodeSettings) -> dict:
     """run_config.json's `endpoints`: models, adapters, extra bodies, reasoning modes and client
     limits (never a URL: the roles' endpoints are recorded, redacted, under `roles`)."""
     per_role = {}
@@ -145,7 +145,7 @@ def endpoint_record(s: Any) -> dict:
     return {**endpoint_identity(s), "extra_body": parse_extra_body(s.extra_body), **per_role, **limits, **registry}
 
 
-def run_tag(s: Any, roster: Roster) -> str:
+def run_tag(s: GroupEpisodeSettings, roster: Roster) -> str:
     """`<system>-<6 hex>`: the system label and a digest of every setting that shapes the episodes
     (policy, models, adapters, seed, turns, users...), so that two systems or runs on the same
     contexts give different episode ids while a resumed run gives the same ones."""
@@ -168,7 +168,7 @@ def saved_run_tag(run_dir: Path, resume: bool) -> str | None:
     return engine.get("run_tag") or ""
 
 
-def run_settings(s: Any, roster: Roster, num_contexts: int) -> dict:
+def run_settings(s: GroupEpisodeSettings, roster: Roster, num_contexts: int) -> dict:
     """The `settings` block of run_config.json; --resume compares it with the saved one."""
     data = {
         "dataset": s.dataset, "data_file": str(s.data_file) if s.data_file else None, "split": s.split, "limit": s.limit,
@@ -178,7 +178,7 @@ def run_settings(s: Any, roster: Roster, num_contexts: int) -> dict:
     return {**data, "engine": engine_record(s), "endpoints": endpoint_record(s), "roster": roster.ident, "num_contexts": num_contexts}
 
 
-def roles_needed(settings: Any) -> tuple[str, ...]:
+def roles_needed(settings: GroupEpisodeSettings) -> tuple[str, ...]:
     roles = ["speaker"]
     if settings.turn_policy == "director" or settings.generation_mode in ("branching", "tree"):
         roles.insert(0, "director")
@@ -202,7 +202,7 @@ def load_spines(path: Path) -> dict[str, Episode]:
     return {e.context_id or "": e for e in read_jsonl(path, Episode, drop_torn_tail=True) if e.episode_id.endswith(":spine")}
 
 
-def require_tree_size(s: Any, roster: Roster) -> None:
+def require_tree_size(s: GroupEpisodeSettings, roster: Roster) -> None:
     """Tree mode makes roster size ** rounds conversations per context: refused past a bound, in
     one line, before anything is generated."""
     size = len(roster.personas) ** s.num_turns
@@ -211,14 +211,14 @@ def require_tree_size(s: Any, roster: Roster) -> None:
                           f"{TREE_MAX_CONVERSATIONS}: lower --num-turns, or use --generation-mode branching --branch-proposals roster")  # fmt: skip
 
 
-def _load_contexts(s: Any) -> list[Context]:
+def _load_contexts(s: GroupEpisodeSettings) -> list[Context]:
     return list(
         load_contexts(s.dataset, split=s.split, data_file=s.data_file, limit=s.limit, seed=s.seed, token_budget=s.token_budget)
     )
 
 
 async def generate_group(
-    s: Any,
+    s: GroupEpisodeSettings,
     *,
     contexts: Iterable[Context] | None = None,
     clients: dict[str, ChatClient] | None = None,
@@ -250,7 +250,7 @@ async def generate_group(
     return run_dir, run.store
 
 
-async def _engine(s: Any, run: OpenRun, roster: Roster) -> EpisodeEngine:
+async def _engine(s: GroupEpisodeSettings, run: OpenRun, roster: Roster) -> EpisodeEngine:
     tally = Tally(run.store.counters, strict=s.strict, drop_sink=run.store.drop)
     backends = run.backends
     identities = await asyncio.to_thread(resolve_served_identities, role_identities(backends), backends.endpoints)  # LoRA aliases -> base + adapter
@@ -258,7 +258,7 @@ async def _engine(s: Any, run: OpenRun, roster: Roster) -> EpisodeEngine:
 
 
 async def _run(
-    s: Any, run: OpenRun, roster: Roster, contexts: list[Context], console: Console, on_episode: Callable[[Episode], None] | None = None
+    s: GroupEpisodeSettings, run: OpenRun, roster: Roster, contexts: list[Context], console: Console, on_episode: Callable[[Episode], None] | None = None
 ) -> None:
 
     store, meter = run.store, run.backends.meter
@@ -329,5 +329,5 @@ def counting_safety_events(store: RunStore, on_episode: Callable[[Episode], None
     return write
 
 
-def run_group_generation(s: Any, **kwargs) -> tuple[Path, RunStore]:
+def run_group_generation(s: GroupEpisodeSettings, **kwargs) -> tuple[Path, RunStore]:
     return asyncio.run(generate_group(s, **kwargs))

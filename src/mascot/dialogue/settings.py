@@ -23,7 +23,41 @@ GenerationMode = Literal["directed", "independent", "branching", "tree"]
 
 
 @dataclass
-class EngineSettings(SeedSettings):
+class SamplingSettings(SeedSettings):
+    """How replies are sampled: seed, temperature, length, repetition penalty (episodes, Stage 1, a chat)."""
+
+    temperature: float = setting(vocab.TEMPERATURE, "Sampling temperature of the Director, Speakers and User.")
+    max_tokens: int = setting(vocab.MAX_TOKENS, "Longest reply in tokens.")
+    repetition_penalty: float = setting(1.0, vocab.REPETITION_PENALTY_HELP)
+
+
+@dataclass
+class SafetySettings:
+    """The crisis-language screen of user messages (mascot.safety)."""
+
+    safety: str = setting(
+        "auto", "Crisis-language screen of user messages (mascot.safety): auto (emotional-support roster only), on or off."
+    )
+    safety_locale: Optional[str] = setting(None, "Locale section of the crisis resources (default: the file's default section).")
+    safety_model_scope: str = setting("unsure", vocab.SAFETY_MODEL_SCOPE_HELP)
+
+
+@dataclass
+class SpeakerSettings(SamplingSettings):
+    """What a Speaker run asks of the model beyond sampling: replies per request, prompts, queries in flight, thinking room."""
+
+    num_candidates: int = setting(vocab.NUM_CANDIDATES, "Directives per decision point (branching) or replies per persona (individual).")
+    max_concurrent_episodes: int = setting(vocab.MAX_CONCURRENT_EPISODES, "Contexts (group) or queries (individual) in flight at once.")
+    reasoning_allowance: int = setting(
+        vocab.REASONING_ALLOWANCE, "Extra tokens a role that thinks (its --thinking flag on) may spend on reasoning before its reply."
+    )
+    prompt_version: str = setting(
+        PROMPT_VERSION, "Director, Speaker and user prompts: " + " | ".join(PROMPT_VERSIONS) + " (v1: the first prompts, kept for earlier runs)."
+    )
+
+
+@dataclass
+class EngineSettings(SafetySettings, SpeakerSettings):
     """How episodes unfold: rounds, generation mode, turn policy, simulated users, sampling."""
 
     num_turns: int = setting(5, "Rounds per episode (one round = Director -> Speaker -> maybe User).")
@@ -32,7 +66,6 @@ class EngineSettings(SeedSettings):
         "by the Director for that companion: roster size ** rounds conversations per context, their shared beginnings generated once).",
     )
     num_episodes: int = setting(vocab.NUM_EPISODES, "Episodes per context (independent mode).")
-    num_candidates: int = setting(vocab.NUM_CANDIDATES, "Directives per decision point (branching) or replies per persona (individual).")
     branch_proposals: str = setting(
         "director", "Branching: what each decision point is continued with - director (--num-candidates directives sampled from the Director) "
         "| roster (one per companion, the Director writing each one's action and tone: every choice tried once).",
@@ -51,9 +84,6 @@ class EngineSettings(SeedSettings):
     prompt_family: str = setting(
         "persona", "Speaker prompts: persona (MASCOT's) | zero-shot | zero-shot-cot | few-shot | few-shot-cot (prompting baselines)."
     )
-    prompt_version: str = setting(
-        PROMPT_VERSION, "Director, Speaker and user prompts: " + " | ".join(PROMPT_VERSIONS) + " (v1: the first prompts, kept for earlier runs)."
-    )
     max_consecutive_turns: int = setting(
         MAX_CONSECUTIVE_TURNS, "Most agent turns one companion may take in a row: a pick past it goes to the companion silent longest (counted); 0: no limit."
     )
@@ -61,24 +91,12 @@ class EngineSettings(SeedSettings):
         1, "Replies sampled per Speaker turn; above 1 the one most consistent with the others is kept (the Self-Consistency baseline)."
     )
     mesc_strategists: int = setting(3, "multiagentesc: agents that each propose a support strategy and vote.")
-    max_concurrent_episodes: int = setting(vocab.MAX_CONCURRENT_EPISODES, "Contexts (group) or queries (individual) in flight at once.")
     system: str = setting("mascot", "System label written to metadata (mascot, mascot-g, mascot-i, a baseline name).")
-    temperature: float = setting(vocab.TEMPERATURE, "Sampling temperature of the Director, Speakers and User.")
-    max_tokens: int = setting(vocab.MAX_TOKENS, "Longest reply in tokens.")
-    repetition_penalty: float = setting(1.0, vocab.REPETITION_PENALTY_HELP)
     director_max_tokens: Optional[int] = setting(
         None, "Longest Director reply in tokens (default: what the longest valid directive needs, about 230 for the shipped rosters)."
     )
     user_max_tokens: int = setting(USER_MAX_TOKENS, "Longest simulated-user reply in tokens.")
-    reasoning_allowance: int = setting(
-        vocab.REASONING_ALLOWANCE, "Extra tokens a role that thinks (its --thinking flag on) may spend on reasoning before its reply."
-    )
-    safety: str = setting(
-        "auto", "Crisis-language screen of user messages (mascot.safety): auto (emotional-support roster only), on or off."
-    )
-    safety_locale: Optional[str] = setting(None, "Locale section of the crisis resources (default: the file's default section).")
     safety_embeddings: bool = setting(False, "Add the embedding-similarity check (MiniLM) to the screen's rules.")
-    safety_model_scope: str = setting("unsure", vocab.SAFETY_MODEL_SCOPE_HELP)
     # Filled in by code, not flags. Each role's reasoning mode is its endpoint's (`--<role>-thinking`,
     # on the clients the engine is given); the dataset and rubric labels come from the command's
     # data and judging settings where it has them.
@@ -106,42 +124,53 @@ def engine_settings_from(source: object, *, prefix: str = "", **overrides: Any) 
     return EngineSettings(**{**taken, **overrides})
 
 
-def check_speaker_and_safety(s: Any) -> None:
-    """The checks of the settings a run's engine and a chat share: the Speakers' repetition penalty
-    and the safety model stage's scope."""
+def check_sampling(s: SamplingSettings) -> None:
+    require(s.temperature >= 0, "--temperature must be 0 or more")
+    require(s.max_tokens >= 1, "--max-tokens must be at least 1")
     check_repetition_penalty(s.repetition_penalty)
+
+
+def check_safety(s: SafetySettings) -> None:
+    require(s.safety in SAFETY_MODES, f"unknown --safety {s.safety!r}: choose auto, on or off")
     require(s.safety_model_scope in SAFETY_MODEL_SCOPES, f"unknown --safety-model-scope {s.safety_model_scope!r}: choose {' or '.join(SAFETY_MODEL_SCOPES)}")
 
 
+def check_speaker(s: SpeakerSettings) -> None:
+    check_sampling(s)
+    require(s.prompt_version in PROMPT_VERSIONS, f"unknown --prompt-version {s.prompt_version!r}: choose one of {', '.join(PROMPT_VERSIONS)}")
+    require(s.num_candidates >= 1, "--num-candidates must be at least 1")
+    require(s.max_concurrent_episodes >= 1, "--max-concurrent-episodes must be at least 1")
+    require(s.reasoning_allowance >= 0, "--reasoning-allowance must not be negative")
+
+
 def check_repetition_penalty(value: float) -> None:
-    """--repetition-penalty, wherever a command takes it (the engine's settings, a chat, `mascot eval`)."""
+    """--repetition-penalty, wherever a command takes it (the sampling settings, `mascot eval`)."""
     require(0 < value <= 2, "--repetition-penalty must be above 0 and at most 2 (1.0: off)")
 
 
-def check_engine(s: Any) -> None:
+def check_engine(s: EngineSettings) -> None:
     """The engine settings' own checks (also run by command settings that inherit the fields)."""
     require(s.generation_mode in GENERATION_MODES, f"unknown --generation-mode {s.generation_mode!r}: choose one of {', '.join(GENERATION_MODES)}")
     require(s.branch_proposals in BRANCH_PROPOSALS, f"unknown --branch-proposals {s.branch_proposals!r}: choose {' or '.join(BRANCH_PROPOSALS)}")
     if s.generation_mode == "tree":
         require(s.turn_policy == "director", "--generation-mode tree: the Director writes every companion's directive (--turn-policy director)")
     require(s.turn_policy in TURN_POLICIES, f"unknown --turn-policy {s.turn_policy!r}: choose one of {', '.join(TURN_POLICIES)}")
-    require(s.safety in SAFETY_MODES, f"unknown --safety {s.safety!r}: choose auto, on or off")
-    check_speaker_and_safety(s)
+    check_safety(s)
+    check_speaker(s)
     from mascot.dialogue.prompt_families import check_prompt_family
 
     check_prompt_family(s.prompt_family)
-    require(s.prompt_version in PROMPT_VERSIONS, f"unknown --prompt-version {s.prompt_version!r}: choose one of {', '.join(PROMPT_VERSIONS)}")
     require(s.max_consecutive_turns >= 0, "--max-consecutive-turns must be 0 (no limit) or more")
     require(s.mesc_strategists >= 1, "--mesc-strategists must be at least 1")
     require(s.self_consistency_samples >= 1, "--self-consistency-samples must be at least 1")
     require(s.self_consistency_samples == 1 or s.turn_policy != "multiagentesc", "--self-consistency-samples: multiagentesc writes its replies itself (no Speaker samples to choose among)")
     require(0.0 <= s.user_response_probability <= 1.0, "--user-response-probability must lie between 0 and 1")
-    require(min(s.num_turns, s.num_candidates, s.num_episodes) >= 1, "--num-turns, --num-candidates and --num-episodes must be at least 1")
-    require(min(s.max_tokens, s.user_max_tokens, s.max_concurrent_episodes) >= 1, "--max-tokens, --user-max-tokens and --max-concurrent-episodes must be at least 1")
+    require(min(s.num_turns, s.num_episodes) >= 1, "--num-turns and --num-episodes must be at least 1")
+    require(s.user_max_tokens >= 1, "--user-max-tokens must be at least 1")
     check_user_profiles(s)
 
 
-def check_user_profiles(s: Any) -> None:
+def check_user_profiles(s: EngineSettings) -> None:
     """Fails early on an unknown set or profile. Big Five users are recorded under the Big Five
     settings whichever flags asked for them, so that their runs keep the ids they always had."""
     from mascot.rosters import profile_set, user_profile
@@ -161,7 +190,7 @@ def check_user_profiles(s: Any) -> None:
         s.enable_big_five = True  # one profile for every user implies Big Five users
 
 
-def user_profile_choice(s: Any) -> tuple[str | None, str | None]:
+def user_profile_choice(s: EngineSettings) -> tuple[str | None, str | None]:
     """(profile set, the one profile every user gets or None for one drawn per episode); no set
     when simulated users have no profile."""
     if s.user_profile_set:

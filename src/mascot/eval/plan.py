@@ -152,7 +152,7 @@ def cell_settings(words: str, cell: Cell, flags: dict[str, Any]) -> Any:
     from mascot.settings import settings_from
 
     given = {k: v for k, v in flags.items() if v is not None}
-    return settings_from(command(*words.split()).settings_class(), given, f"eval {cell.label}: mascot {words}")
+    return settings_from(command(*words.split(), mode=given.get("mode")).settings_class(), given, f"eval {cell.label}: mascot {words}")
 
 
 def generate_settings(cell: Cell, settings: EvalSettings, catalogue: Catalogue, dataset: str) -> Any:

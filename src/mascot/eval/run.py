@@ -93,11 +93,11 @@ def metrics_are_current(run_dir: Path, settings: EvalSettings) -> bool:
 
 
 def run_cell(cell: Cell, settings: EvalSettings, catalogue: Catalogue, dataset: str) -> None:
-    from mascot.commands.generate import run_generate
+    from mascot.commands.generate import run_group
     from mascot.commands.judge import run_judge
     from mascot.commands.metrics import run_metrics
 
-    run_generate(generate_settings(cell, settings, catalogue, dataset))
+    run_group(generate_settings(cell, settings, catalogue, dataset))
     run_dir = find_run_dir(cell.folder)
     run_judge(judge_settings(run_dir / EPISODES, cell, settings, dataset))
     if not metrics_are_current(run_dir, settings):

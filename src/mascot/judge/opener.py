@@ -35,6 +35,7 @@ from mascot.rubrics import load_rubric_set
 from mascot.runs import opened_backends
 from mascot.schema import Counters
 from mascot.settings_groups import ClientLimits
+from mascot.settings_groups import JudgePanelSettings
 
 
 @dataclass(frozen=True)
@@ -141,18 +142,18 @@ async def open_judges(
             cache.close()
 
 
-def panel_config(s: Any) -> JudgeConfig:
+def panel_config(s: JudgePanelSettings) -> JudgeConfig:
     """The JudgeConfig of `JudgePanelSettings` (the judge's thinking: its client's, --judge-thinking)."""
     return JudgeConfig(s.rubric_version, s.judge_scoring, s.judge_max_tokens, s.strict)
 
 
-def panel_specs(s: Any) -> list[JudgeSpec]:
+def panel_specs(s: JudgePanelSettings) -> list[JudgeSpec]:
     """The judges `JudgePanelSettings` name."""
     return judge_specs(s.judges, s.judges_file, s.provider, s.judge_server_url)
 
 
 @asynccontextmanager
-async def open_panel(s: Any, console: Any = None, *, clients: dict[str, ChatClient] | None = None) -> AsyncIterator[JudgePanel]:
+async def open_panel(s: JudgePanelSettings, console: Any = None, *, clients: dict[str, ChatClient] | None = None) -> AsyncIterator[JudgePanel]:
     """A panel for `JudgePanelSettings` (`mascot judge`, `mascot prefs group`)."""
     async with open_judges(
         panel_specs(s), s, s.roles.get("judge"), cache_dir=s.cache_dir, no_cache=s.no_cache, rubric_version=s.rubric_version, console=console, clients=clients

@@ -25,17 +25,16 @@ This module only decides which endpoint each role gets; `mascot.llm.providers` b
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from mascot.errors import MascotError
 from mascot.settings_groups import joined_urls
 from mascot.llm.providers import RoleEndpoint
-from mascot.settings_groups import RoleSettings, merged_extra_body, parse_extra_body
+from mascot.settings_groups import GroupEndpointSettings, RoleSettings, SpeakerEndpointSettings, merged_extra_body, parse_extra_body
 from mascot.vocab import DEFAULT_LOCAL_MODEL, DIALOGUE_ROLES, SAFETY
 
 
-def resolve_roles(settings: Any, roles: tuple[str, ...] = DIALOGUE_ROLES) -> dict[str, RoleEndpoint]:
-    """The endpoint of each role from endpoint settings (`mascot.settings_groups.GroupEndpointSettings`
+def resolve_roles(settings: SpeakerEndpointSettings, roles: tuple[str, ...] = DIALOGUE_ROLES) -> dict[str, RoleEndpoint]:
+    """The endpoint of each role from endpoint settings (`mascot.settings_groups.SpeakerEndpointSettings`
     or a command's settings built on it): its `roles` mapping, the shared model and URL."""
     default_model = settings.model_name or DEFAULT_LOCAL_MODEL
     shared_url = joined_urls(settings.vllm_server_url)
@@ -59,7 +58,7 @@ def resolve_roles(settings: Any, roles: tuple[str, ...] = DIALOGUE_ROLES) -> dic
             resolved[role].follows = own.adapter_version if own.follows_current else None
         elif own.adapter:
             require_adapter_folder(role, own.adapter)
-    if settings.share_model and "speaker" in resolved:
+    if isinstance(settings, GroupEndpointSettings) and settings.share_model and "speaker" in resolved:
         speaker = resolved["speaker"]
         for role in ("director", "user"):
             if role in resolved:
@@ -128,7 +127,7 @@ def _not_served(ep: RoleEndpoint, url: str, url_flag: str, entries: list[dict]) 
             f"or drop {url_flag} to run the {ep.role} in process with it")
 
 
-def with_safety(settings: Any, roles: tuple[str, ...]) -> tuple[str, ...]:
+def with_safety(settings: SpeakerEndpointSettings, roles: tuple[str, ...]) -> tuple[str, ...]:
     """`roles` and the safety screen's model stage, when the settings give it an endpoint."""
-    given = getattr(settings, "roles", {}).get(SAFETY)
+    given = settings.roles.get(SAFETY)
     return (*roles, SAFETY) if given is not None and given.server_url else roles

@@ -292,9 +292,9 @@ def step_inputs(step: Step, settings: PipelineSettings) -> list[str]:
 def own_dry_run(step: Step, resume: bool) -> str | None:
     """The step's command's own --dry-run on its settings (its printout kept off the screen); the
     problem it found, or None."""
-    from mascot.commands import command
+    from mascot.commands import command_running
 
-    dry_run = command(*step.words).dry_runner()
+    dry_run = command_running(step.words, step.settings).dry_runner()
     if dry_run is None:
         return None
     printed = io.StringIO()

@@ -53,9 +53,9 @@ class Step:
 
     def run(self, *, resume: bool = False) -> None:
         """Runs the step's command on its settings, as `mascot WORDS...` does."""
-        from mascot.commands import command
+        from mascot.commands import command_running
 
-        command(*self.words).runner()(self.settings_for(resume=resume))
+        command_running(self.words, self.settings).runner()(self.settings_for(resume=resume))
 
 
 def make_step(
@@ -69,7 +69,7 @@ def make_step(
     given = {k: v for k, v in flags.items() if v is not None}
     where = f"pipeline step {name} (`mascot {' '.join(words)}`)"
     try:
-        cls = command(*words).settings_class()
+        cls = command(*words, mode=given.get("mode")).settings_class()
         settings = settings_from(cls, given, where)
     except MascotError as exc:
         message = str(exc)

@@ -6,7 +6,7 @@ The counterpart of `mascot.dialogue.run` (group episodes): both open their run w
 persona reward model, built by `mascot.prefs.individual` with a rubric judge; the dialogue package
 then needs to know nothing about judges.
 
-The run is described by the command's settings (`mascot.commands.generate.GenerateSettings`: data,
+The run is described by the command's settings (`mascot.prefs.settings.CandidateSettings`: data,
 Speaker and judge endpoints, judging, concurrency, run folder), passed down unchanged.
 """
 
@@ -30,6 +30,7 @@ from mascot.progress import ProgressLine, calls_and_tokens, plural, raise_if_sto
 from mascot.rosters import load_roster, roster_for_dataset
 from mascot.rubrics import rubric_for
 from mascot.runs import GenerationFailed, OpenRun, RunSpec, failure_line, model_basename, open_run, require_contexts
+from mascot.prefs.settings import CandidateSettings
 from mascot.settings_groups import ClientLimits
 from mascot.vocab import DEFAULT_LOCAL_MODEL
 from mascot.store import RunStore
@@ -37,7 +38,7 @@ from mascot.store import RunStore
 COMMAND = "mascot generate --mode individual"
 
 
-def individual_run_dir(s: Any) -> Path:
+def individual_run_dir(s: CandidateSettings) -> Path:
     """`individual_<dataset>_<model>`, plus `_speaker-<adapter>` when the Speaker runs an adapter."""
 
     speaker = resolve_roles(s, ("speaker",))["speaker"]  # a served adapter's name is not the model's
@@ -48,17 +49,17 @@ def individual_run_dir(s: Any) -> Path:
     return Path(s.output_dir) / name
 
 
-def judge_model(s: Any) -> str | None:
+def judge_model(s: CandidateSettings) -> str | None:
     judge = s.roles.get("judge")
     return judge.model if judge is not None else None
 
 
-def client_roles(s: Any) -> tuple[str, ...]:
+def client_roles(s: CandidateSettings) -> tuple[str, ...]:
     """The roles Stage 1 opens a client for: a plug-in judge (`python:...`) needs none."""
     return ("speaker",) if is_plugin(judge_model(s)) else ("speaker", "judge")
 
 
-def _judge_record(s: Any) -> dict:
+def _judge_record(s: CandidateSettings) -> dict:
     """run_config.json's entry of a plug-in judge: its name and declared version (--resume compares them)."""
     name = judge_model(s)
     if not is_plugin(name):
@@ -66,7 +67,7 @@ def _judge_record(s: Any) -> dict:
     return {"judge": {"model": name, "version": declared_version(load_judge_function(name)), "adapter": None, "extra_body": None}}
 
 
-def _run_settings(s: Any, roles: dict, roster_ident: str, num_contexts: int, cache) -> dict:
+def _run_settings(s: CandidateSettings, roles: dict, roster_ident: str, num_contexts: int, cache) -> dict:
     """The `settings` block of run_config.json; --resume compares it with the saved one (under the
     names Stage-1 runs have always recorded them by)."""
     speaker = s.roles.get("speaker")
@@ -75,7 +76,7 @@ def _run_settings(s: Any, roles: dict, roster_ident: str, num_contexts: int, cac
         "transcript_window": s.token_budget, "roster": roster_ident, "rubric_version": s.rubric_version, "judge_scoring": s.judge_scoring,
         "judge_max_tokens": s.judge_max_tokens, "num_contexts": num_contexts, "judge_cache": str(cache.path) if cache else None,
         "models": {**{role: {"model": ep.model, "adapter": ep.adapter, "extra_body": ep.extra_body or None} for role, ep in roles.items()}, **_judge_record(s)},
-        "client_limits": {f.name: getattr(s, f.name) for f in fields(ClientLimits)}, "trace_role_calls": s.trace_role_calls,
+        "client_limits": {f.name: getattr(s, f.name) for f in fields(ClientLimits)}, "trace_role_calls": s.trace_role_calls, "resume": s.resume, "overwrite": s.overwrite,
         "num_candidates": s.num_candidates, "score_margin": s.score_margin, "temperature": s.temperature, "max_tokens": s.max_tokens,
         "repetition_penalty": s.repetition_penalty,
         "seed": s.seed, "personas": s.personas, "max_concurrent_queries": s.max_concurrent_episodes,
@@ -84,7 +85,7 @@ def _run_settings(s: Any, roles: dict, roster_ident: str, num_contexts: int, cac
     }  # fmt: skip
 
 
-async def generate_individual(s: Any, *, clients: dict | None = None, console: Console | None = None) -> Path:
+async def generate_individual(s: CandidateSettings, *, clients: dict | None = None, console: Console | None = None) -> Path:
     """Runs Stage-1 generation and returns the run directory. `clients` injects ready chat clients
     per role ("speaker", "judge"), for tests."""
 
@@ -111,7 +112,7 @@ async def generate_individual(s: Any, *, clients: dict | None = None, console: C
     return spec.run_dir
 
 
-async def _generate(s: Any, run: OpenRun, roster, contexts, cache, report) -> None:
+async def _generate(s: CandidateSettings, run: OpenRun, roster, contexts, cache, report) -> None:
     judge_config = JudgeConfig(s.rubric_version, s.judge_scoring, s.judge_max_tokens, s.strict, reasoning_allowance=s.reasoning_allowance)
     judge = stage_judge(judge_model(s), run.backends.clients.get("judge"), judge_config, cache)
     store = run.store
@@ -196,5 +197,5 @@ def fail_on_cross_judgments(store: RunStore) -> None:
         raise GenerationFailed(f"every cross-persona judgment failed ({cross['num_failed']}; the first is shown above): no cross-persona pair was made")
 
 
-def run_individual_generation(s: Any, **kwargs: Any) -> Path:
+def run_individual_generation(s: CandidateSettings, **kwargs: Any) -> Path:
     return asyncio.run(generate_individual(s, **kwargs))

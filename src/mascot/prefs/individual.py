@@ -48,6 +48,7 @@ from mascot.prefs.candidates import (
 )
 from mascot.prefs.cross_persona import CROSS_FILE, CrossOutcome, is_cross_pair, judge_across_personas, side_key
 from mascot.prefs.pairs import PairStats, preference_index_pairs
+from mascot.prefs.settings import CandidateSettings
 from mascot.progress import cancel_on_interrupt, stop_requested
 from mascot.rubrics import domain_of, rubric_for
 from mascot.schema import Candidate, Context, Judgment, Persona, PreferencePair, Roster
@@ -104,9 +105,9 @@ def pair_record(query: str, prompt: list[Message], chosen: Candidate, rejected: 
 
 class IndividualRun:
     """One Stage-1 run over contexts x personas, writing into an open RunStore, with the command's
-    settings (`mascot.commands.generate.GenerateSettings`)."""
+    settings (`mascot.prefs.settings.CandidateSettings`)."""
 
-    def __init__(self, roster: Roster, speaker: ChatClient, judge: RubricJudge, store: RunStore, settings: Any) -> None:
+    def __init__(self, roster: Roster, speaker: ChatClient, judge: RubricJudge, store: RunStore, settings: CandidateSettings) -> None:
         if settings.num_candidates < 2:
             raise MascotError("--num-candidates must be at least 2 to make preference pairs")
         self.roster = roster
@@ -352,7 +353,7 @@ async def run_individual(
     speaker: ChatClient,
     judge: RubricJudge,
     store: RunStore,
-    settings: Any,
+    settings: CandidateSettings,
     *,
     on_progress: Callable[[int], None] | None = None,
 ) -> PairStats:

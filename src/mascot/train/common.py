@@ -13,7 +13,7 @@ from typing import Any
 from mascot.train import artefact
 from mascot.train.artefact import ArtefactError, TrainingMetadata
 from mascot.settings import as_dict
-from mascot.train.config import MULTI_OBJECTIVE_AGGREGATIONS, REWARD_SCALINGS, TrainSettings
+from mascot.train.config import MULTI_OBJECTIVE_AGGREGATIONS, REWARD_SCALINGS, GRPOSettings, TrainSettings
 from mascot.train.best import Selection, apply_best
 from mascot.train.guard import non_finite_guard, require_measuring, require_schedule, require_steps_taken
 from mascot.train.runtime import BatchPlan, TrainingSetupError, is_main_process, require_gpu_for_vllm, trainer_arguments
@@ -143,7 +143,7 @@ def save_model(trainer, output: Path, *, full_weights: bool = False, base_layers
     return "full"
 
 
-def policy_template_kwargs(settings) -> dict[str, bool]:
+def policy_template_kwargs(settings: TrainSettings) -> dict[str, bool]:
     """What the policy's chat template is rendered with: Qwen3 templates think unless told
     otherwise (templates without the switch ignore it)."""
     return {} if getattr(settings, "thinking", False) else {"enable_thinking": False}
@@ -196,7 +196,7 @@ def _finite(value: Any) -> float | None:
     return round(number, 6) if math.isfinite(number) else None
 
 
-def grpo_config(settings, output: Path, plan: BatchPlan, reward_weights: list[float]):
+def grpo_config(settings: GRPOSettings, output: Path, plan: BatchPlan, reward_weights: list[float]):
     """GRPOConfig shared by the Speaker and Director trainers.
 
     The batch counts completions: one optimizer step sees batch_size completions, i.e.
@@ -221,7 +221,7 @@ def grpo_config(settings, output: Path, plan: BatchPlan, reward_weights: list[fl
     )
 
 
-def vllm_arguments(settings) -> dict:
+def vllm_arguments(settings: GRPOSettings) -> dict:
     """GRPOConfig's vLLM fields: none without --use-vllm; the colocated engine's memory share,
     sleep mode and context length in colocate mode; the `trl vllm-serve` URL in server mode."""
     if not settings.use_vllm:
@@ -237,7 +237,7 @@ def vllm_arguments(settings) -> dict:
     return arguments
 
 
-def grpo_trainer_class(trainer_class: type, settings) -> type:
+def grpo_trainer_class(trainer_class: type, settings: GRPOSettings) -> type:
     """TRL's GRPOTrainer, scoring each group's prompt once unless --no-share-prompts
     (`mascot.train.shared_prompt`)."""
     from mascot.train.shared_prompt import prompt_sharing
@@ -249,7 +249,7 @@ def grpo_trainer_class(trainer_class: type, settings) -> type:
     return shared
 
 
-def generation_record(trainer, settings) -> dict:
+def generation_record(trainer, settings: GRPOSettings) -> dict:
     """How the policy sampled, for the artefact's metadata: merged or not (and how often), compiled."""
     stats = getattr(trainer, "merge_stats", None)
     record = stats.as_record(settings.merged_generation) if stats is not None else {"enabled": settings.merged_generation, "merged_calls": 0}
@@ -257,7 +257,7 @@ def generation_record(trainer, settings) -> dict:
     return {**record, "engine": engine, "compiled_decode": settings.compiled_decode, "steps_per_generation": settings.steps_per_generation}
 
 
-def validate_grpo(settings) -> None:
+def validate_grpo(settings: GRPOSettings) -> None:
     """GRPO settings that cannot train, refused before anything is loaded or written."""
 
     if settings.num_generations < 2:
@@ -284,7 +284,7 @@ def validate_grpo(settings) -> None:
 TRL_VLLM_SUPPORT = {"1.16": ("0.22.0", "0.31.0")}
 
 
-def validate_generation(settings) -> None:
+def validate_generation(settings: GRPOSettings) -> None:
     """Generation settings that TRL would break on, refused in one line before a model loads."""
     from mascot.train.merged_sampling import refuse_unmergeable_launch
 

@@ -25,7 +25,7 @@ def registry_versions_field():
     return field(default_factory=dict, repr=False, compare=False, metadata={"cli": False, "derived": True})
 
 
-def resolve_registry_references(settings, **roles: str) -> None:
+def resolve_registry_references(settings: "TrainSettings", **roles: str) -> None:
     """Each named artefact flag that holds a registry reference (`current`, `v3`, `speaker-v3`)
     becomes that version's folder, and the version is noted in `settings.registry_versions`."""
     from mascot.adapter_registry import resolve_adapter

@@ -21,11 +21,14 @@ from __future__ import annotations
 import logging
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mascot.errors import MascotError
 from mascot.train.data import TrainingDataError
 from mascot.train.runtime import TrainingSetupError, is_main_process
+
+if TYPE_CHECKING:
+    from mascot.train.config import GRPOSettings, TrainSettings
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +95,7 @@ class NothingTrained(MascotError):
     """Training ended without a single optimizer step: there is nothing to save as an artefact."""
 
 
-def require_schedule(settings) -> None:
+def require_schedule(settings: TrainSettings) -> None:
     """--max-steps 0, or epochs of 0 or less, would train zero steps."""
     if settings.max_steps == 0:
         raise TrainingDataError("--max-steps 0 trains zero optimizer steps: give a positive number, or -1 to run --epochs")
@@ -100,19 +103,19 @@ def require_schedule(settings) -> None:
         raise TrainingDataError(f"--epochs {settings.num_train_epochs:g} trains zero optimizer steps: give a positive number of epochs or --max-steps")
 
 
-def require_measuring(settings) -> None:
+def require_measuring(settings: TrainSettings) -> None:
     """A negative --eval-steps or --patience (`train.best`) would measure or stop nonsensically."""
     if (getattr(settings, "eval_steps", None) or 0) < 0 or getattr(settings, "patience", 0) < 0:
         raise TrainingSetupError(f"--eval-steps and --patience must be 0 or more, got {settings.eval_steps} and {settings.patience}")
 
 
-def group_prompts_per_step(settings) -> int:
+def group_prompts_per_step(settings: GRPOSettings) -> int:
     """Distinct prompts one GRPO step samples from: --batch-size completions in groups of
     --num-generations (`validate_grpo` has checked that they divide)."""
     return max(1, settings.batch_size // max(1, settings.num_generations))
 
 
-def require_group_prompts(available: int, settings, *, what: str, counted: str, more: str) -> None:
+def require_group_prompts(available: int, settings: GRPOSettings, *, what: str, counted: str, more: str) -> None:
     """One line when fewer prompts than one GRPO step needs are left: the counts and what to change."""
     needed = group_prompts_per_step(settings)
     if available >= needed:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from mascot.judge.items import opening_lines, render_context, turn_lines
 from mascot.judge.prompt import JudgeItem
@@ -14,6 +14,9 @@ from mascot.llm.base import Message
 from mascot.prefs.group import group_rm_prompt, render_trajectory
 from mascot.schema import Directive, Turn
 from mascot.train.decision_points import DecisionPoint, last_speaker
+
+if TYPE_CHECKING:
+    from mascot.train.config import DirectorGRPOSettings
 from mascot.train.runtime import TrainingSetupError
 
 
@@ -119,7 +122,7 @@ def silent_judge_stop(scorer: JudgeTrajectoryScorer):
     return SilentJudgeStop()
 
 
-def refuse_if_judge_silent(scorer: JudgeTrajectoryScorer, settings, steps: int) -> None:
+def refuse_if_judge_silent(scorer: JudgeTrajectoryScorer, settings: DirectorGRPOSettings, steps: int) -> None:
     if not scorer.silent:
         return
     where = f" at {settings.reward_judge_url}" if settings.reward_judge_url else ""

@@ -7,15 +7,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from mascot.dialogue.chat_settings import DEFAULT_SESSION_DIR, ConversationSettings, EndpointFields, check_conversation
-from mascot.settings_groups import check_endpoints
+from mascot.dialogue.chat_settings import DEFAULT_SESSION_DIR, ConversationSettings, check_conversation
+from mascot.settings_groups import GroupEndpointSettings, check_endpoints
 from mascot.settings import require, setting
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
 @dataclass
-class WebSettings(EndpointFields, ConversationSettings):
+class WebSettings(GroupEndpointSettings, ConversationSettings):
     """Serve the web app: group chat with the companions (and the human-study pages) in a browser."""
 
     host: str = setting("127.0.0.1", "Address to listen on (127.0.0.1: this machine only).")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import TYPE_CHECKING
 
 from fastapi import Depends, FastAPI
 
@@ -16,12 +17,15 @@ from mascot.web.accounts.repository import Accounts, delete_older_than
 from mascot.web.accounts.routes import router as account_router
 from mascot.web.accounts.store import Shared
 
+if TYPE_CHECKING:
+    from mascot.web.settings import WebSettings
+
 log = logging.getLogger(__name__)
 HOUSEKEEPING_S = 3600
 LIMIT_WINDOW_S = 86400  # counted events older than a day are past every limit's window
 
 
-def install_accounts(app: FastAPI, settings, chat_router) -> None:
+def install_accounts(app: FastAPI, settings: WebSettings, chat_router) -> None:
     engine, factory = open_database(settings.database)
     app.state.database = engine
     app.state.accounts = Accounts(factory)
