@@ -16,7 +16,7 @@ from mascot.adapters import compare as compare_module
 from mascot.adapters.compare import CompareRequest, compare_versions
 from mascot.adapters.promotion import promote, rollback
 from mascot.train.registration import register
-from mascot.adapter_registry import Registry, RegistryError, resolve_adapter
+from mascot.adapters.registry import Registry, RegistryError, resolve_adapter
 from mascot.cli import app
 from mascot.testing.players import stub_responder
 from mascot.testing.stub_server import start_stub_server
@@ -212,7 +212,7 @@ def test_registration_can_be_turned_off_and_a_failing_registry_never_costs_the_a
 
 
 def test_serve_takes_a_version_and_serves_it_under_its_id(tmp_path, registry):
-    from mascot.serve import adapter_from_artefact
+    from mascot.adapters.serve import adapter_from_artefact
 
     folder = artefact(tmp_path / "speaker_a")
     (folder / "adapter_config.json").write_text(json.dumps({"r": 8, "base_model_name_or_path": "stub-model"}))

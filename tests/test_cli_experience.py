@@ -24,7 +24,7 @@ from mascot.errors import MascotError
 from mascot.files import StoreError, read_jsonl
 from mascot.schema import Episode
 from mascot.settings import cli_fields, flag_name
-from mascot.store import RunStore
+from mascot.runs.store import RunStore
 from mascot.testing.players import group_client
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -88,7 +88,7 @@ def test_generate_help_groups_options_into_panels_and_shows_defaults():
     director = output[output.index("╭─ Director"):output.index("╭─ Speakers")]
     assert "--director-server-url" in director and "--speaker-model" not in director
     text = " ".join(output.replace("│", " ").split())  # descriptions wrap
-    assert "[default: 1500]" in text and "Also: --transcript-window." in text
+    assert "[default: 1500]" in text and "Also: --token-budget." in text
     assert "Off: --no-user-simulation. [default: on]" in text
 
 

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from mascot.cli import app
 from mascot.dialogue.run_settings import GroupEpisodeSettings
-from mascot.prefs.settings import CandidateSettings
+from mascot.stage1.settings import CandidateSettings
 from mascot.dialogue.settings import EngineSettings
 from mascot.errors import MascotError
 from mascot.settings import cli_fields
@@ -87,7 +87,7 @@ def test_an_unknown_config_key_is_one_clear_error(tmp_path):
         ({"user_response_probability": 1.5}, "--user-response-probability"),
         ({"num_turns": 0}, "--num-turns"),
         ({"mode": "solo"}, "--mode"),
-        ({"token_budget": 0}, "--token-budget"),
+        ({"transcript_window": 0}, "--transcript-window"),
         ({"speaker_extra_body": "[1]"}, "--speaker-extra-body"),
         ({"director_thinking": "maybe"}, "--director-thinking"),
         ({"resume": True, "overwrite": True}, "--resume or --overwrite"),
@@ -122,7 +122,7 @@ def test_the_engine_record_carries_every_engine_flag_and_each_role_s_thinking():
 
 
 def test_the_stage1_run_folder_follows_the_speaker_model():
-    from mascot.prefs.generate import individual_run_dir
+    from mascot.stage1.run import individual_run_dir
 
     s = CandidateSettings(num_candidates=3, score_margin=0.2, judge_max_tokens=64, speaker_model="m", output_dir=Path("o"))
     assert individual_run_dir(s) == Path("o/individual_ESConv_m")
@@ -169,7 +169,7 @@ def test_deprecated_spellings_still_work():
     """The reference's names are kept as extra spellings of the same settings."""
     s = GroupEpisodeSettings()
     names = {flag for f in cli_fields(type(s)) for flag in f.metadata.get("flags", ())}
-    assert {"--model", "--directive-model", "--agent-model", "--transcript-window"} <= names
+    assert {"--model", "--directive-model", "--agent-model", "--token-budget"} <= names
     result = CliRunner().invoke(app, ["generate", "--dataset", "ESConv", "--data-file", str(ESCONV), "--agent-model", "./none", "--dry-run"])
     assert result.exit_code != 0 and "speaker model folder ./none" in str(result.exception)
 

@@ -12,7 +12,7 @@ import pytest
 
 from mascot.data import DatasetError, iter_contexts, load_contexts, split_name
 from mascot.data.empathetic import decode_text
-from mascot.data.qmsum import detokenize, transcript_window
+from mascot.data.qmsum import detokenize, window_of
 from mascot.data.sources import estimate_tokens
 from mascot.schema import Context
 
@@ -153,7 +153,7 @@ def test_qmsum_one_context_per_specific_query():
 
 def test_qmsum_window_fits_token_budget():
     full = load_contexts("qmsum", data_file=FIXTURES / "qmsum_sample.jsonl", limit=1)[0]
-    small = load_contexts("qmsum", data_file=FIXTURES / "qmsum_sample.jsonl", limit=1, token_budget=40)[0]
+    small = load_contexts("qmsum", data_file=FIXTURES / "qmsum_sample.jsonl", limit=1, transcript_window=40)[0]
     assert len(full.transcript) == 5  # everything from turn 2 to the end
     assert 0 < len(small.transcript) < len(full.transcript)
     assert sum(estimate_tokens(t.text) for t in small.transcript) <= 40
@@ -162,7 +162,7 @@ def test_qmsum_window_fits_token_budget():
 
 
 def test_qmsum_first_turn_longer_than_budget_is_cut():
-    window = transcript_window([("Chair", " ".join(["word"] * 100))], 0, 13)
+    window = window_of([("Chair", " ".join(["word"] * 100))], 0, 13)
     assert len(window) == 1 and window[0].text == " ".join(["word"] * 10) + " ..."
 
 

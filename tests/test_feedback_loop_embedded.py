@@ -64,10 +64,10 @@ SPEAKER = dict(batch_size=8, num_generations=4, max_completion_length=16, temper
 
 
 def test_the_loop_on_the_embedded_model(tmp_path, embedded_model):
-    from mascot.adapter_registry import Registry
+    from mascot.adapters.registry import Registry
     from mascot.adapters.compare import CompareRequest, compare_versions
     from mascot.adapters.promotion import promote
-    from mascot.serve_follow import Follower
+    from mascot.adapters.follow import Follower
     from mascot.stats import binomial_p
     from mascot.testing.players import stub_responder
     from mascot.testing.stub_server import start_stub_server

@@ -61,4 +61,4 @@ def test_individual_generation_takes_the_transcript_window(tmp_path):
 
 def test_a_window_below_one_token_is_refused():
     result = CliRunner().invoke(app, ["generate", "--dataset", "QMSum", "--data-file", str(QMSUM_SAMPLE), "--token-budget", "0"])
-    assert result.exit_code != 0 and "--token-budget must be at least 1" in str(result.exception)
+    assert result.exit_code != 0 and "--transcript-window must be at least 1" in str(result.exception)

@@ -366,7 +366,7 @@ def test_local_batch_size_reaches_the_in_process_client_and_is_checked():
 
 def test_a_run_saved_with_another_local_batch_size_still_resumes(tmp_path):
     """Rows decoded together change speed, not what a run is: runs saved with 8 resume under 32."""
-    from mascot.store import check_resume_settings
+    from mascot.runs.store import check_resume_settings
 
     (tmp_path / "run_config.json").write_text(json.dumps({"settings": {"local_batch_size": 8, "seed": 7}}))
     check_resume_settings(tmp_path, {"local_batch_size": 32, "seed": 7})

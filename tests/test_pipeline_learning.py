@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from mascot.eval.stats import paired_test
 from mascot.pipeline import learning
 from mascot.pipeline.learning import (
     collective_scores,
     director_choices,
     learning_figures,
     learning_section,
-    paired_test,
     persona_means,
     speaker_scores,
 )

@@ -21,7 +21,7 @@ from mascot.episodes import episode_domain
 from mascot.judge.items import agent_items, collective_item
 from mascot.judge.prompt import judge_messages
 from mascot.prefs.group import director_prompt, group_rm_prompt
-from mascot.prefs.individual import IndividualRun
+from mascot.stage1.individual import IndividualRun
 from mascot.prompt_text import neutralize
 from mascot.rosters import big_five_profile, roster_for_dataset
 from mascot.rubrics import rubric_for

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from mascot.dialogue.director import Director, directive_schema, directive_token_budget
+from mascot.dialogue.director import Director, directive_schema, directive_max_tokens
 from mascot.dialogue.engine import EpisodeEngine
-from mascot.dialogue.reasoning import role_thinks, split_reasoning, token_budget
+from mascot.dialogue.reasoning import role_thinks, split_reasoning, completion_budget
 from mascot.dialogue.settings import EngineSettings
 from mascot.dialogue.tally import Tally
 from mascot.judge.prompt import JudgeItem
@@ -58,7 +58,7 @@ def test_thinking_flags_and_budgets():
 
     assert [parse_thinking(v) for v in ("on", "off", "default", True, None)] == [True, False, None, True, None]
     assert role_thinks(SimpleNamespace(thinking=True)) and not role_thinks(SimpleNamespace(thinking=None)) and not role_thinks(object())
-    assert token_budget(160, False, 512) == 160 and token_budget(160, True, 512) == 672 and token_budget(160, None, 512) == 672
+    assert completion_budget(160, False, 512) == 160 and completion_budget(160, True, 512) == 672 and completion_budget(160, None, 512) == 672
 
 
 @pytest.mark.parametrize("thinking", [False, True])
@@ -70,7 +70,7 @@ def test_episode_requests_set_thinking_and_transcripts_never_hold_reasoning(es_r
     episode = asyncio.run(engine.run_episode(es_context))
     for request in client.calls:
         assert request.thinking is thinking
-        budget = directive_token_budget(es_roster) if request.role == "director" else 160  # the Director's own, from its schema
+        budget = directive_max_tokens(es_roster) if request.role == "director" else 160  # the Director's own, from its schema
         assert request.max_tokens == (budget + 300 if thinking else budget) or request.role == "user"
         if request.role == "director":
             assert request.json_schema == directive_schema(es_roster)
@@ -157,12 +157,12 @@ def test_judge_thinking_on_widens_the_budget(es_roster):
 async def test_stage1_candidates_keep_reasoning_apart_and_pairs_never_hold_it(tmp_path):
     from judge_helpers import scoring_judge
 
-    from mascot.prefs.settings import CandidateSettings
+    from mascot.stage1.settings import CandidateSettings
     from mascot.files import read_jsonl
-    from mascot.prefs.individual import OUTPUTS, run_individual
+    from mascot.stage1.individual import OUTPUTS, run_individual
     from mascot.rosters import load_roster
     from mascot.schema import Context, DialogueLine, PreferencePair
-    from mascot.store import RunStore
+    from mascot.runs.store import RunStore
 
     counter = {"n": 0}
 

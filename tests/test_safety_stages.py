@@ -283,7 +283,7 @@ def test_generate_runs_the_model_stage_on_a_served_endpoint(tmp_path, stub, scop
 
     from mascot.cli import app
     from mascot.schema import Episode
-    from mascot.store import read_jsonl
+    from mascot.runs.store import read_jsonl
     from mascot.testing.players import stub_responder
 
     group = stub(responder=stub_responder)

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from mascot.cli import app
 from mascot.schema import RoleIdentity
 from mascot.llm.served import ServerListingError, resolve_served_identities, served_identity
-from mascot.serve import (
+from mascot.adapters.serve import (
     ServeError,
     ServePlan,
     adapter_from_artefact,
@@ -236,8 +236,8 @@ def _serve(tmp_path, model: str, monkeypatch, preexec_fn=None):
 
     pids = tmp_path / "pids"
     monkeypatch.setenv("FAKE_VLLM_PIDS", str(pids))
-    monkeypatch.setattr("mascot.serve.STOP_GRACE_S", 1.0)
-    cmd = [sys.executable, "-c", "import mascot.serve as s; s.STOP_GRACE_S = 1.0; from mascot.cli import app; app()",
+    monkeypatch.setattr("mascot.adapters.serve.STOP_GRACE_S", 1.0)
+    cmd = [sys.executable, "-c", "import mascot.adapters.serve as s; s.STOP_GRACE_S = 1.0; from mascot.cli import app; app()",
            "serve", "--model", model, "--port", str(free_port()), "--python", sys.executable,
            "--log-file", str(tmp_path / "vllm.log"), "--timeout", "60"]
     process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ, preexec_fn=preexec_fn)
@@ -310,7 +310,7 @@ def test_a_dead_server_leaves_no_engine_process_behind(tmp_path, fake_vllm, monk
 
 
 def test_cpu_dtype_follows_the_bf16_instructions(tmp_path):
-    from mascot.serve import cpu_dtype
+    from mascot.adapters.serve import cpu_dtype
 
     avx2 = tmp_path / "avx2"
     avx2.write_text("processor : 0\nflags : fpu sse2 avx avx2 fma\n")
@@ -324,7 +324,7 @@ def test_cpu_dtype_follows_the_bf16_instructions(tmp_path):
 def test_serve_cpu_says_which_dtype_and_why(tmp_path, monkeypatch):
     from mascot.commands.serve import ServeSettings, dtype_line, serve_plan
 
-    monkeypatch.setattr("mascot.serve.cpu_dtype", lambda: ("float32", "this CPU has no avx512_bf16 or amx_bf16"))
+    monkeypatch.setattr("mascot.adapters.serve.cpu_dtype", lambda: ("float32", "this CPU has no avx512_bf16 or amx_bf16"))
     chosen = ServeSettings(model="m", cpu=True)
     assert serve_plan(chosen).dtype == "float32" and "float32: this CPU has no avx512_bf16" in dtype_line(chosen)
     given = ServeSettings(model="m", cpu=True, dtype="bfloat16")

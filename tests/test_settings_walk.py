@@ -20,7 +20,7 @@ from judge_helpers import judged_block, numbered_speaker, scoring_judge
 from rich.console import Console
 
 from mascot.dialogue.run_settings import GroupEpisodeSettings
-from mascot.prefs.settings import CandidateSettings
+from mascot.stage1.settings import CandidateSettings
 from mascot.files import read_jsonl
 from mascot.schema import Candidate
 from mascot.settings import cli_fields, settings_from
@@ -78,7 +78,7 @@ def resolved_group(s: GroupEpisodeSettings) -> str:
 def resolved_individual(s: CandidateSettings) -> str:
     """What a Stage-1 run records: run_config.json's settings and roles, its folder."""
     from mascot.llm.routing import resolve_roles
-    from mascot.prefs.generate import _run_settings, individual_run_dir
+    from mascot.stage1.run import _run_settings, individual_run_dir
     from mascot.rosters import load_roster, roster_for_dataset
 
     roster = load_roster(s.roster) if s.roster else roster_for_dataset(s.dataset)
@@ -141,7 +141,7 @@ class CountingSpeaker:
 def run_stage1(tmp_path: Path, **flags):
     """`mascot generate --mode individual` (its settings, as the command line makes them) on
     scripted clients; returns the Speaker and the candidates written."""
-    from mascot.prefs.generate import generate_individual
+    from mascot.stage1.run import generate_individual
 
     values = {**BASE, "num_candidates": 2, "limit": 2, "output_dir": tmp_path, "no_cache": True, **flags}
     s = settings_from(CandidateSettings, values, "stage 1")

@@ -4,7 +4,7 @@ import pytest
 
 from mascot.files import RecordFormatError, StoreError, read_jsonl, redact, repair_torn_tail
 from mascot.schema import Context, RunConfig
-from mascot.store import RunStore
+from mascot.runs.store import RunStore
 
 
 def ctx(i: int) -> Context:

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from mascot.cli import app
-from mascot.dialogue.director import ACTION_MAX_CHARS, TONE_MAX_CHARS, Director, directive_schema, directive_token_budget
+from mascot.dialogue.director import ACTION_MAX_CHARS, TONE_MAX_CHARS, Director, directive_schema, directive_max_tokens
 from mascot.dialogue.emotion import read_user_reply, user_turn_schema
 from mascot.dialogue.engine import EpisodeEngine
 from mascot.dialogue.settings import EngineSettings
@@ -46,7 +46,7 @@ def test_the_budget_holds_the_longest_valid_directive_in_real_tokens():
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir())
     for roster in (load_roster("emotional_support"), load_roster("meetings")):
-        budget = directive_token_budget(roster)
+        budget = directive_max_tokens(roster)
         name = max(roster.names, key=len)
         for filler in ("x", "~", " ", "a!"):  # one token per character is the worst a plain string does
             widest = {"agent": name, "action": (filler * ACTION_MAX_CHARS)[:ACTION_MAX_CHARS], "tone": (filler * TONE_MAX_CHARS)[:TONE_MAX_CHARS]}
@@ -71,7 +71,7 @@ async def test_the_director_budget_is_its_own_not_the_speakers(stub, es_roster, 
     explicit = EpisodeEngine(es_roster, {"director": client, "speaker": client}, EngineSettings(max_tokens=60, director_max_tokens=90))
     await client.aclose()
     director = [b for b, role in zip(server.stats.bodies[1:], server.stats.roles[1:]) if role == "director"]
-    assert [b["max_tokens"] for b in director] == [directive_token_budget(es_roster)]
+    assert [b["max_tokens"] for b in director] == [directive_max_tokens(es_roster)]
     assert explicit.director.token_limit == 90
 
 

@@ -304,7 +304,7 @@ class Candidate(Record):
     roster_version: str | None = None
     rubric_version: str | None = None
     prompt_version: str | None = None
-    # A cross-persona judgment (`mascot.prefs.cross_persona`): the reply was written for this other
+    # A cross-persona judgment (`mascot.stage1.cross_persona`): the reply was written for this other
     # persona and is judged here as `persona`, under `persona`'s prompt.
     written_for: str | None = None
 
@@ -342,7 +342,7 @@ class PreferencePair(Record):
     rejected_score: float | None = None
     kind: Literal["persona", "episode", "directive"] = "persona"
     # Cross-persona pairs: the persona a side's reply was written for, when not the pair's own
-    # (`mascot.prefs.cross_persona`); None on both sides for every other pair.
+    # (`mascot.stage1.cross_persona`); None on both sides for every other pair.
     chosen_written_for: str | None = None
     rejected_written_for: str | None = None
     # Episode-level pairs: the turns both sides open with (a branch and its sibling or spine share

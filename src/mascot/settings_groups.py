@@ -142,7 +142,7 @@ def registry_adapter(value: Optional[str], role: str) -> tuple[Optional[str], Op
     `speaker-v3`) as that version's folder and id; a folder or served name as given."""
     if not value:
         return value, None
-    from mascot.adapter_registry import resolve_adapter
+    from mascot.adapters.registry import resolve_adapter
 
     return resolve_adapter(value, role)
 
@@ -199,10 +199,10 @@ class DataSettings(SeedSettings):
     data_file: Optional[Path] = setting(None, "Read the dataset from a local file in its hub export format instead of the hub.")
     split: Optional[str] = setting(None, SPLIT_HELP)
     limit: Optional[int] = setting(None, "Use at most this many contexts.")
-    token_budget: int = setting(
+    transcript_window: int = setting(
         vocab.TRANSCRIPT_WINDOW,
         "QMSum: size of the meeting-transcript window each context carries, in estimated tokens (smaller: shorter prompts and pairs).",
-        flags=("--transcript-window",),
+        flags=("--token-budget",),
     )
 
     def __post_init__(self) -> None:
@@ -215,7 +215,7 @@ def check_data(s: DataSettings) -> None:
 
     s.dataset = canonical_dataset_name(s.dataset)
     s.split = split_for(s.split, s.data_file)
-    require(s.token_budget >= 1, "--token-budget must be at least 1")
+    require(s.transcript_window >= 1, "--transcript-window must be at least 1")
     require(s.limit is None or s.limit >= 0, "--limit must not be negative")
 
 

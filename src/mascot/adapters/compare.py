@@ -8,7 +8,7 @@
 - A reward model: the pairs of `--pairs` (a file neither version trained on) scored by both; each
   pair is right or wrong for each version, and the versions' accuracies are compared pair by pair.
 
-Either way the test is paired (`mascot.pipeline.learning.paired_test`: bootstrap interval, sign-flip
+Either way the test is paired (`mascot.eval.stats.paired_test`: bootstrap interval, sign-flip
 permutation p-values, one per tail). The verdict is "better" when the candidate's mean is higher at one-sided
 p < 0.05, "worse" when it is lower at one-sided p < 0.05, else "no clear difference". The outcome
 is written to `comparison.json` in the folder and recorded in the registry, where `promote` reads it.
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mascot.adapter_registry import ROLE_WORDS, Comparison, Event, Registry, RegistryError, Version, check_unchanged, find_version
+from mascot.adapters.registry import ROLE_WORDS, Comparison, Event, Registry, RegistryError, Version, check_unchanged, find_version
 from mascot.errors import MascotError
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ def versions_to_compare(registry: Registry, candidate: str, reference: str) -> t
 def paired(reference: dict[str, float], candidate: dict[str, float], seed: int) -> dict[str, Any]:
     """The paired test from the candidate's side, with both one-sided p-values (each tail's own
     sign-flip test, so that the observed pattern counts in each)."""
-    from mascot.pipeline.learning import paired_test
+    from mascot.eval.stats import paired_test
 
     result = paired_test(reference, candidate, seed=seed)
     result["p_worse"] = paired_test(candidate, reference, seed=seed)["p_one_sided"]

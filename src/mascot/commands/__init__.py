@@ -66,7 +66,7 @@ COMMANDS = (
     Command(("demo",), f"{C}.demo:DemoSettings", f"{C}.demo:demo", no_args_is_help=False),
     Command(("data", "preview"), f"{C}.data:PreviewSettings", f"{C}.data:preview", no_args_is_help=False),
     Command(("generate",), "mascot.dialogue.run_settings:GroupEpisodeSettings", f"{C}.generate:run_group", f"{C}.generate:dry_run_group", mode="group"),
-    Command(("generate",), "mascot.prefs.settings:CandidateSettings", f"{C}.generate:run_candidates", f"{C}.generate:dry_run_candidates", mode="individual"),
+    Command(("generate",), "mascot.stage1.settings:CandidateSettings", f"{C}.generate:run_candidates", f"{C}.generate:dry_run_candidates", mode="individual"),
     Command(("judge",), f"{C}.judge:JudgeSettings", f"{C}.judge:run_judge", f"{C}.judge:dry_run_judge"),
     Command(("metrics",), f"{C}.metrics:MetricsCommandSettings", f"{C}.metrics:run_metrics", f"{C}.metrics:dry_run_metrics"),
     Command(("prefs", "group"), f"{C}.prefs:PrefsGroupSettings", f"{C}.prefs:run_prefs_group", f"{C}.prefs:dry_run_prefs_group"),

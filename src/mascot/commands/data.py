@@ -29,7 +29,7 @@ def preview(s: PreviewSettings) -> None:
     from mascot.data import load_contexts
 
     contexts = load_contexts(
-        s.dataset, split=s.split, data_file=s.data_file, limit=s.limit, seed=s.seed, shuffle=s.shuffle, token_budget=s.token_budget
+        s.dataset, split=s.split, data_file=s.data_file, limit=s.limit, seed=s.seed, shuffle=s.shuffle, transcript_window=s.transcript_window
     )
     if s.jsonl:
         for context in contexts:

@@ -148,7 +148,7 @@ def check_new_output(path: Path, *, resume: bool, overwrite: bool, label: str = 
 def check_run_folder(run_dir: Path, outputs: tuple[str, ...], *, resume: bool, overwrite: bool) -> str:
     """What a generation run would do with its run folder: the run store's own rule (records there
     need --resume or --overwrite; a folder a failed start left without records does not)."""
-    from mascot.run_folder import existing_outputs, existing_run_refusal
+    from mascot.runs.folder import existing_outputs, existing_run_refusal
 
     if not (resume or overwrite):
         refusal = existing_run_refusal(run_dir, outputs)

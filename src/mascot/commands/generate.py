@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from mascot.dialogue.run_settings import GroupEpisodeSettings
-from mascot.prefs.settings import CandidateSettings
+from mascot.stage1.settings import CandidateSettings
 
 
 def run_group(s: GroupEpisodeSettings) -> None:
@@ -20,7 +20,7 @@ def run_group(s: GroupEpisodeSettings) -> None:
 
 
 def run_candidates(s: CandidateSettings) -> None:
-    from mascot.prefs.generate import run_individual_generation
+    from mascot.stage1.run import run_individual_generation
 
     run_individual_generation(s)
 
@@ -37,8 +37,8 @@ def dry_run_group(_command: str, s: GroupEpisodeSettings) -> None:
 
 def dry_run_candidates(_command: str, s: CandidateSettings) -> None:
     from mascot.commands.dryrun import dry_run_generation
-    from mascot.prefs.generate import client_roles, individual_run_dir, judge_model
-    from mascot.prefs.individual import OUTPUTS
+    from mascot.stage1.run import client_roles, individual_run_dir, judge_model
+    from mascot.stage1.individual import OUTPUTS
 
     roles = client_roles(s)
     if "judge" not in roles:  # a plug-in judge: its function must load

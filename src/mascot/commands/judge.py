@@ -135,7 +135,7 @@ def dry_run_judge(command: str, s: JudgeSettings) -> None:
 
 def fail_if_nothing_judged(num_judgments: int, num_failed: int, report_path: Path) -> None:
     """Every judgment failed: the report says `failed` and the command exits non-zero."""
-    from mascot.store import mark_failed
+    from mascot.runs.store import mark_failed
 
     if num_judgments and num_failed >= num_judgments:
         message = f"every judgment failed ({num_failed} of {num_judgments}; the first failure of each kind is shown above)"

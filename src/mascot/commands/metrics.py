@@ -27,7 +27,7 @@ class MetricsCommandSettings(MetricsSettings):
 
     def writable_output(self) -> Path:
         """The report path, checked writable before any model loads."""
-        from mascot.store import ensure_writable_file
+        from mascot.runs.store import ensure_writable_file
 
         return ensure_writable_file(self.output_file or Path(self.input_file).parent / "metrics_auto.json", "--output-file")
 
@@ -71,7 +71,7 @@ def run_metrics(s: MetricsCommandSettings) -> None:
         nli = CountingNLI(NLIScorer.load(s.nli_model, batch_size=s.batch_size))
     report = run_metrics_file(s.input_file, part(s, MetricsSettings), output_file=output_file, dataset=s.dataset, nli=nli)
     if not report["num_episodes"]:
-        from mascot.store import mark_failed
+        from mascot.runs.store import mark_failed
 
         mark_failed(output_file, f"{s.input_file} has no episode")
         raise MascotError(f"{s.input_file} has no episode: no metric computed (the report at {output_file} says failed)")

@@ -49,7 +49,7 @@ def _prepare(s: PrefsGroupSettings):
     """The episodes and the resolved mode, checked before any model call."""
     from mascot.episodes import load_episode_file
     from mascot.prefs.group import resolve_mode
-    from mascot.store import ensure_writable_dir
+    from mascot.runs.store import ensure_writable_dir
 
     loaded = load_episode_file(s.episodes, dataset=s.dataset)
     resolved = resolve_mode(loaded.episodes, s.mode)
@@ -153,7 +153,7 @@ def run_prefs_group(s: PrefsGroupSettings) -> None:
 
     from mascot.commands.judge import fail_if_nothing_judged, load_context_index
     from mascot.prefs.group import items_for_mode
-    from mascot.store import write_json_atomic, write_jsonl
+    from mascot.runs.store import write_json_atomic, write_jsonl
 
     loaded, resolved = _prepare(s)
     contexts = load_context_index(s)
@@ -178,7 +178,7 @@ def run_prefs_group(s: PrefsGroupSettings) -> None:
     _closing_line(console, result, resolved, s.score_margin, counters, folder / f"{name}.jsonl", loaded.skipped_note())
     fail_if_nothing_judged(len(result.judgments), sum(1 for j in result.judgments if j.failed), folder / f"{name}_stats.json")
     if not result.pairs:  # nothing to train on: the next step would stop; say what to change here
-        from mascot.store import mark_failed
+        from mascot.runs.store import mark_failed
 
         reason = no_pairs_reason(result.stats, resolved, s.score_margin)
         mark_failed(folder / f"{name}_stats.json", reason)

@@ -53,14 +53,14 @@ class ServeSettings:
 
 def serve_plan(s: ServeSettings):
     """The vLLM command these settings describe (artefacts read, aliases made unique)."""
-    from mascot.serve import ServePlan, adapter_from_artefact, base_of, cpu_dtype, unique_aliases
+    from mascot.adapters.serve import ServePlan, adapter_from_artefact, base_of, cpu_dtype, unique_aliases
 
     aliases = list(s.alias or [])
     found = [adapter_from_artefact(p, aliases[i] if i < len(aliases) else None) for i, p in enumerate(s.artefacts or [])]
     if s.follow_registry:
         found += followed_versions(s, found)
         if not found and not s.model:
-            from mascot.serve import ServeError
+            from mascot.adapters.serve import ServeError
 
             raise ServeError("nothing to serve: the registry has no current Speaker or Director yet (promote one, or pass --model to start with the base)")
     base = base_of(found, s.model)
@@ -87,9 +87,9 @@ def serve_plan(s: ServeSettings):
 def followed_versions(s: ServeSettings, found: list) -> list:
     """The current Speaker and Director versions a following server serves from the start (under
     their ids), those already given as artefacts left out."""
-    from mascot.adapter_registry import Registry
-    from mascot.serve import adapter_from_artefact, base_of
-    from mascot.serve_follow import current_versions
+    from mascot.adapters.registry import Registry
+    from mascot.adapters.serve import adapter_from_artefact, base_of
+    from mascot.adapters.follow import current_versions
 
     registry = Registry.open(s.registry)
     given = {adapter.path for adapter, _ in found}
@@ -101,8 +101,8 @@ def followed_versions(s: ServeSettings, found: list) -> list:
 def registry_lora_rank(s: ServeSettings) -> int | None:
     """The largest LoRA rank of the registry's Speaker and Director versions: a version promoted
     later must fit the rank the server reserved at start."""
-    from mascot.adapter_registry import Registry
-    from mascot.serve import lora_rank
+    from mascot.adapters.registry import Registry
+    from mascot.adapters.serve import lora_rank
 
     versions = [v for v in Registry.open(s.registry).state().versions.values() if v.role in ("speaker", "director")]
     ranks = [r for v in versions if (r := lora_rank(Path(v.folder)))]
@@ -111,7 +111,7 @@ def registry_lora_rank(s: ServeSettings) -> int | None:
 
 def dtype_line(s: ServeSettings) -> str | None:
     """What the screen says about the dtype: given, or chosen for this CPU and why."""
-    from mascot.serve import cpu_dtype
+    from mascot.adapters.serve import cpu_dtype
 
     if s.dtype:
         return f"dtype {s.dtype} (--dtype)"
@@ -127,15 +127,15 @@ def run_serve(s: ServeSettings) -> None:
     plan = serve_plan(s)
     follower = None
     if s.follow_registry:
-        from mascot.adapter_registry import Registry
-        from mascot.serve_follow import Follower
+        from mascot.adapters.registry import Registry
+        from mascot.adapters.follow import Follower
 
         follower = Follower(Registry.open(s.registry), plan.url, plan.base_model, served={a.alias: a.path for a in plan.adapters})
     _run(plan, s.log_file or Path("outputs/serve") / f"vllm_{s.port}.log", s.timeout, s.served_adapters, follower, s.registry_poll)
 
 
 def dry_run_serve(_command: str, s: ServeSettings) -> None:
-    from mascot.serve import alias_map, role_flags, shell_line
+    from mascot.adapters.serve import alias_map, role_flags, shell_line
 
     plan = serve_plan(s)
     check_model(plan.base_model, "base model")
@@ -146,7 +146,7 @@ def dry_run_serve(_command: str, s: ServeSettings) -> None:
 
 
 def _run(plan, log_path: Path, timeout: float, served_adapters: Path | None, follower=None, poll_s: float = 2.0) -> None:
-    from mascot.serve import ServeError, alias_map, last_lines, role_flags, shell_line, start_server, start_watchdog, stop_server, wait_until_ready
+    from mascot.adapters.serve import ServeError, alias_map, last_lines, role_flags, shell_line, start_server, start_watchdog, stop_server, wait_until_ready
 
     typer.echo(f"starting: {shell_line(plan)}\nlog: {log_path}", err=True)
     process = start_server(plan, log_path)

@@ -32,7 +32,7 @@ def iter_contexts(
     *,
     split: str = "test",
     data_file: Path | str | None = None,
-    token_budget: int = qmsum.DEFAULT_TOKEN_BUDGET,
+    transcript_window: int = qmsum.DEFAULT_TRANSCRIPT_WINDOW,
 ) -> Iterator[Context]:
     """Contexts in file order, read as they are needed (a QMSum meeting at a time). `split` may be
     an evaluation subset (`mascot.data.subsets`): its base split, filtered."""
@@ -40,16 +40,16 @@ def iter_contexts(
     reader = entry.loader()
     base, subset = parse_split(entry.name, split)
     name = entry.split_name(base)
-    if token_budget < 1:
-        raise DatasetError(f"token budget must be positive (got {token_budget})")
+    if transcript_window < 1:
+        raise DatasetError(f"token budget must be positive (got {transcript_window})")
     hooks = loader_hooks(entry, subset)
     if data_file is None:
-        return filter_contexts(reader.iter_hub(name, token_budget=token_budget, **hooks), entry, split, subset)
+        return filter_contexts(reader.iter_hub(name, transcript_window=transcript_window, **hooks), entry, split, subset)
     given = Path(data_file).expanduser()
     path = resolve_split_file(given, reader.file_candidates(name))
     if not given.is_dir():
         check_split_matches_file(path, base)
-    return filter_contexts(reader.iter_file(path, name, token_budget=token_budget, **hooks), entry, split, subset)
+    return filter_contexts(reader.iter_file(path, name, transcript_window=transcript_window, **hooks), entry, split, subset)
 
 
 def split_named_by(path: Path) -> str | None:
@@ -84,14 +84,14 @@ def load_contexts(
     data_file: Path | str | None = None,
     limit: int | None = None,
     seed: int = 0,
-    token_budget: int = qmsum.DEFAULT_TOKEN_BUDGET,
+    transcript_window: int = qmsum.DEFAULT_TRANSCRIPT_WINDOW,
     shuffle: bool = False,
 ) -> list[Context]:
     """Contexts of one split. In file order, stopping after `limit`; with `shuffle`, the whole split
     is shuffled with `seed` first, so that the same seed picks the same contexts."""
     if limit is not None and limit < 1:
         raise DatasetError(f"--limit must be at least 1 (got {limit})")
-    contexts = iter_contexts(dataset, split=split, data_file=data_file, token_budget=token_budget)
+    contexts = iter_contexts(dataset, split=split, data_file=data_file, transcript_window=transcript_window)
     if shuffle:
         picked = list(contexts)
         random.Random(seed).shuffle(picked)

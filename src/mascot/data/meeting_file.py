@@ -14,7 +14,7 @@ from mascot.schema import DialogueLine
 _MAX_SPEAKER_LENGTH = 40  # a longer text before ':' is a sentence, not a speaker's name
 
 
-def read_meeting_file(path: Path, token_budget: int | None = None) -> list[DialogueLine]:
+def read_meeting_file(path: Path, transcript_window: int | None = None) -> list[DialogueLine]:
     """The transcript lines of a meeting file; DatasetError with one line when it has none."""
     path = Path(path)
     if not path.is_file():
@@ -26,7 +26,7 @@ def read_meeting_file(path: Path, token_budget: int | None = None) -> list[Dialo
     turns = json_transcript(path) if raw.lstrip().startswith("{") else text_transcript(raw)
     if not turns:
         raise DatasetError(f"{path}: no transcript lines found (expected 'Speaker: text' lines or JSONL)")
-    return qmsum.transcript_window(turns, 0, token_budget or qmsum.DEFAULT_TOKEN_BUDGET)
+    return qmsum.window_of(turns, 0, transcript_window or qmsum.DEFAULT_TRANSCRIPT_WINDOW)
 
 
 def text_transcript(raw: str) -> list[tuple[str, str]]:

@@ -33,7 +33,7 @@ NAME = "QMSum"
 # No re-upload on the hub keeps the original layout, so the default source is the QMSum
 # repository's own JSONL files, read with the `json` builder of `datasets`.
 SOURCE_URL = "https://raw.githubusercontent.com/Yale-LILY/QMSum/main/data/ALL/jsonl/{split}.jsonl"
-DEFAULT_TOKEN_BUDGET = TRANSCRIPT_WINDOW
+DEFAULT_TRANSCRIPT_WINDOW = TRANSCRIPT_WINDOW
 RecordFilter = Callable[[dict[str, Any]], bool]
 
 _MARKER = re.compile(r"\{(?:disfmarker|vocalsound|nonvocalsound|pause|gap|comment)\}", re.IGNORECASE)
@@ -72,7 +72,7 @@ def _truncate_to_budget(text: str, budget: int) -> str:
     return text if len(words) <= keep else " ".join(words[:keep]) + " ..."
 
 
-def transcript_window(turns: list[tuple[str, str]], start: int, token_budget: int) -> list[DialogueLine]:
+def window_of(turns: list[tuple[str, str]], start: int, size: int) -> list[DialogueLine]:
     """Consecutive turns from `start` while they fit the budget; turns that are only markers are
     skipped. A first turn longer than the whole budget is cut rather than dropped."""
     window: list[DialogueLine] = []
@@ -82,9 +82,9 @@ def transcript_window(turns: list[tuple[str, str]], start: int, token_budget: in
         if not text:
             continue
         cost = estimate_tokens(text)
-        if used + cost > token_budget:
+        if used + cost > size:
             if not window:
-                window.append(DialogueLine(speaker=speaker, text=_truncate_to_budget(text, token_budget)))
+                window.append(DialogueLine(speaker=speaker, text=_truncate_to_budget(text, size)))
             break
         window.append(DialogueLine(speaker=speaker, text=text))
         used += cost
@@ -127,7 +127,7 @@ def _queries(record: dict[str, Any], where: str, num_turns: int) -> list[tuple[s
 
 
 def meeting_contexts(
-    record: dict[str, Any], *, split: str, number: int, where: str, token_budget: int = DEFAULT_TOKEN_BUDGET
+    record: dict[str, Any], *, split: str, number: int, where: str, transcript_window: int = DEFAULT_TRANSCRIPT_WINDOW
 ) -> Iterator[Context]:
     meeting = f"qmsum-{split}-{number}"
     turns = _transcript(record, where)
@@ -141,26 +141,26 @@ def meeting_contexts(
             meeting=meeting,
             start_idx=start,
             query=" ".join(text.split()),
-            transcript=transcript_window(turns, start, token_budget),
+            transcript=window_of(turns, start, transcript_window),
             answer=answer if isinstance(answer, str) else None,
         )
 
 
-def iter_file(path: Path, split: str, *, token_budget: int = DEFAULT_TOKEN_BUDGET, keep_record: RecordFilter | None = None, **_: Any) -> Iterator[Context]:
+def iter_file(path: Path, split: str, *, transcript_window: int = DEFAULT_TRANSCRIPT_WINDOW, keep_record: RecordFilter | None = None, **_: Any) -> Iterator[Context]:
     """`keep_record`: a filter on whole meeting records (the evaluation splits by domain)."""
     count = skipped = 0
     for number, record in iter_json_lines(path):
         if keep_record is not None and not keep_record(record):
             skipped += 1
             continue
-        for context in meeting_contexts(record, split=split, number=number, where=f"{path}:{number}", token_budget=token_budget):
+        for context in meeting_contexts(record, split=split, number=number, where=f"{path}:{number}", transcript_window=transcript_window):
             count += 1
             yield context
     if not count and not skipped:
         raise no_contexts_error(NAME, str(path), split)
 
 
-def iter_hub(split: str, *, token_budget: int = DEFAULT_TOKEN_BUDGET, keep_record: RecordFilter | None = None, **_: Any) -> Iterator[Context]:
+def iter_hub(split: str, *, transcript_window: int = DEFAULT_TRANSCRIPT_WINDOW, keep_record: RecordFilter | None = None, **_: Any) -> Iterator[Context]:
     url = SOURCE_URL.format(split=split)
     rows = load_hub_split(NAME, "json", "train", source=url, shown_split=split, data_files=url)  # one file per split: datasets calls it "train"
     count = skipped = 0
@@ -169,7 +169,7 @@ def iter_hub(split: str, *, token_budget: int = DEFAULT_TOKEN_BUDGET, keep_recor
             skipped += 1
             continue
         where = f"{url} line {number}"
-        for context in meeting_contexts(dict(row), split=split, number=number, where=where, token_budget=token_budget):
+        for context in meeting_contexts(dict(row), split=split, number=number, where=where, transcript_window=transcript_window):
             count += 1
             yield context
     if not count and not skipped:

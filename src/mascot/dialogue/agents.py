@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from mascot.dialogue.consistency import CONSISTENCY_RULE, consistency_scores, most_consistent
 from mascot.dialogue.emotion import UserReply, read_user_reply, user_turn_schema
 from mascot.dialogue.prompts import PROMPT_VERSION, speaker_messages, user_label, user_messages
-from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE, response_parts, token_budget
+from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE, response_parts, completion_budget
 from mascot.vocab import USER_MAX_TOKENS
 from mascot.dialogue.reply_stream import ReplyStream, RoundListener, clean_reply, first_paragraph
 from mascot.dialogue.seeds import derive_seed
@@ -135,7 +135,7 @@ class Speaker:
             messages=messages,
             n=n,
             temperature=self.temperature,
-            max_tokens=token_budget(self.max_tokens, self.think, self.reasoning_allowance),
+            max_tokens=completion_budget(self.max_tokens, self.think, self.reasoning_allowance),
             seed=seed,
             stop=stop_strings(self.roster, context),
             role="speaker",
@@ -216,7 +216,7 @@ class SimulatedUser:
         request = ChatRequest(
             messages=messages,
             temperature=self.temperature,
-            max_tokens=token_budget(self.max_tokens, self.thinking, self.reasoning_allowance),
+            max_tokens=completion_budget(self.max_tokens, self.thinking, self.reasoning_allowance),
             seed=seed,
             stop=stop_strings(self.roster, context)[: len(self.roster.names)] + _PROMPT_ECHOES,
             role="user",

@@ -37,7 +37,7 @@ from mascot.rosters import BUILTIN_ROSTERS, load_roster, roster_for_dataset
 from mascot.rubrics import DOMAINS
 from mascot.safety.screen import SAFETY_ACTION
 from mascot.schema import Context, Counters, Episode, RoleIdentity, Roster, Turn, utc_now
-from mascot.store import read_jsonl, write_jsonl
+from mascot.runs.store import read_jsonl, write_jsonl
 from mascot.vocab import SAFETY
 
 __all__ = ["CHAT_SYSTEM", "DEFAULT_SESSION_DIR", "ChatSettings", "ChatSession", "ChatSessionError", "open_session"]

@@ -18,7 +18,7 @@ names, so a small model never leaves the roster or the format). Reasoning mode (
 the slot: the reply must be free to reason before its directive.
 
 The schema bounds action and tone and asks for compact JSON (`mascot.dialogue.structured`); the
-Director's token budget is derived from that bound (`directive_token_budget`: the longest valid
+Director's token budget is derived from that bound (`directive_max_tokens`: the longest valid
 directive, as JSON or as the block, fits, with room left for the whitespace a grammar may still
 allow), not from the Speakers' `max_tokens`. A reply that still reaches its limit is counted
 (`num_director_truncations`), whether or not it could be parsed.
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from mascot.dialogue.examples import copies_example
 from mascot.dialogue.prompts import PROMPT_VERSION, director_correction, director_messages
-from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE, OutputPaths, response_parts, token_budget
+from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE, OutputPaths, response_parts, completion_budget
 from mascot.dialogue.structured import bounded_text, compact_object, widest_json
 from mascot.dialogue.tally import Tally
 from mascot.llm.base import ChatClient, ChatRequest, ChatResponse, ChoiceSlot, strip_think
@@ -185,7 +185,7 @@ def render_directive(directive: Directive) -> str:
     return f"<directive>\nagent: {directive.agent_name}\naction: {directive.action}\ntone: {directive.tone}\n</directive>"
 
 
-def directive_token_budget(roster: Roster) -> int:
+def directive_max_tokens(roster: Roster) -> int:
     """Completion tokens that hold the longest valid directive of this roster, written as the
     schema's compact JSON or as the block, plus a margin (a token is at least one character)."""
     name = max(roster.names, key=len)
@@ -246,7 +246,7 @@ class Answer:
 class Director:
     """`thinking` is sent on every request (off by default: a directive cut inside <think> is a
     parse failure); when on, `max_tokens` grows by `reasoning_allowance`. `max_tokens` defaults to
-    what the longest valid directive needs (`directive_token_budget`). Every request carries the
+    what the longest valid directive needs (`directive_max_tokens`). Every request carries the
     roster's directive schema; `output_paths` counts which replies a server constrained."""
 
     def __init__(
@@ -267,7 +267,7 @@ class Director:
         self.roster = roster
         self.tally = tally
         self.temperature = temperature
-        self.max_tokens = max_tokens or directive_token_budget(roster)
+        self.max_tokens = max_tokens or directive_max_tokens(roster)
         self.thinking = thinking
         self.reasoning_allowance = reasoning_allowance
         self.output_paths = output_paths if output_paths is not None else OutputPaths()
@@ -277,7 +277,7 @@ class Director:
     @property
     def token_limit(self) -> int:
         """The `max_tokens` every Director request carries."""
-        return token_budget(self.max_tokens, self.thinking, self.reasoning_allowance)
+        return completion_budget(self.max_tokens, self.thinking, self.reasoning_allowance)
 
     def _request(self, messages, seed: int, n: int = 1, only: str | None = None) -> ChatRequest:
         """The Director's request; `only`: the one companion it may name (its slot and schema allow

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Protocol
 from mascot.dialogue.director import Director, DirectorDecision, fallback_directive
 from mascot.dialogue.tally import Tally
 from mascot.errors import MascotError
+from mascot.dialogue.turn_taking import trailing_run
 from mascot.schema import Context, Directive, Roster, Turn
 from mascot.vocab import TURN_POLICIES
 
@@ -62,14 +63,7 @@ class RandomPolicy:
 def run_length(history: list[Turn], name: str) -> int:
     """How many agent turns in a row `name` has taken at the end of `history` (the person's
     messages in between do not break a run: the same companion answered each time)."""
-    count = 0
-    for turn in reversed(history):
-        if turn.is_user:
-            continue
-        if turn.agent_name != name:
-            break
-        count += 1
-    return count
+    return trailing_run([turn.agent_name for turn in history if not turn.is_user], name)
 
 
 def longest_silent(history: list[Turn], names: list[str]) -> str:

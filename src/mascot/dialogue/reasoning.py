@@ -31,7 +31,7 @@ def role_thinks(client: object) -> bool:
     return getattr(client, "thinking", None) is True
 
 
-def token_budget(max_tokens: int, thinking: bool | None, allowance: int = DEFAULT_REASONING_ALLOWANCE) -> int:
+def completion_budget(max_tokens: int, thinking: bool | None, allowance: int = DEFAULT_REASONING_ALLOWANCE) -> int:
     """max_tokens for a request: the answer's budget, plus the allowance when the role thinks
     (None: the server decides, and Qwen3 servers think by default, so the allowance applies)."""
     return max_tokens + (allowance if thinking is not False else 0)

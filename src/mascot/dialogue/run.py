@@ -29,7 +29,7 @@ from mascot.llm.routing import resolve_roles, with_safety
 from mascot.llm.served import resolve_served_identities
 from mascot.progress import ProgressLine, calls_and_tokens, plural, raise_if_stopped
 from mascot.rosters import load_roster, roster_for_dataset
-from mascot.runs import (  # noqa: F401  (re-exported)
+from mascot.runs.open import (  # noqa: F401  (re-exported)
     GenerationFailed,
     OpenRun,
     RunSpec,
@@ -43,7 +43,7 @@ from mascot.runs import (  # noqa: F401  (re-exported)
 from mascot.safety.screen import screen_applies
 from mascot.schema import Context, Episode, RoleIdentity, Roster
 from mascot.settings_groups import ClientLimits, RoleSettings, parse_extra_body
-from mascot.store import RunStore, read_jsonl
+from mascot.runs.store import RunStore, read_jsonl
 from mascot.vocab import DEFAULT_LOCAL_MODEL, ROLES, SAFETY, TREE_MAX_CONVERSATIONS
 
 
@@ -172,7 +172,7 @@ def run_settings(s: GroupEpisodeSettings, roster: Roster, num_contexts: int) -> 
     """The `settings` block of run_config.json; --resume compares it with the saved one."""
     data = {
         "dataset": s.dataset, "data_file": str(s.data_file) if s.data_file else None, "split": s.split, "limit": s.limit,
-        "transcript_window": s.token_budget, "output_dir": str(s.output_dir), "resume": s.resume, "overwrite": s.overwrite,
+        "transcript_window": s.transcript_window, "output_dir": str(s.output_dir), "resume": s.resume, "overwrite": s.overwrite,
         "strict": s.strict, "trace_role_calls": s.trace_role_calls,
     }  # fmt: skip
     return {**data, "engine": engine_record(s), "endpoints": endpoint_record(s), "roster": roster.ident, "num_contexts": num_contexts}
@@ -213,7 +213,7 @@ def require_tree_size(s: GroupEpisodeSettings, roster: Roster) -> None:
 
 def _load_contexts(s: GroupEpisodeSettings) -> list[Context]:
     return list(
-        load_contexts(s.dataset, split=s.split, data_file=s.data_file, limit=s.limit, seed=s.seed, token_budget=s.token_budget)
+        load_contexts(s.dataset, split=s.split, data_file=s.data_file, limit=s.limit, seed=s.seed, transcript_window=s.transcript_window)
     )
 
 

@@ -130,7 +130,7 @@ def role_flags(cell: Cell, settings: EvalSettings, catalogue: Catalogue, dataset
 def registry_reference(catalogue: Catalogue, name: str, role: str) -> str | None:
     """An adapter named as a registry version (`current`, `speaker-v3`, directly or through the
     systems file's `adapters:` / `--adapter NAME=current`), checked now; None for a folder."""
-    from mascot.adapter_registry import is_reference, resolve_adapter
+    from mascot.adapters.registry import is_reference, resolve_adapter
 
     value = catalogue.adapters.get(name, name)
     if not is_reference(value) or Path(value).exists():

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable
+from typing import Any
 
 from mascot.stats import by_context, cluster_mean_interval, length_controlled_difference, paired_difference, unpaired_difference
 
@@ -68,3 +69,16 @@ def _row(result: dict, n_system: int, n_reference: int) -> dict:
     return {"delta": _round(result["difference"], 2), "ci_low": _round(result["ci_low"], 2), "ci_high": _round(result["ci_high"], 2),
             "p_value": None if p is None else round(p, 4), "test": result["test"] if p is not None else "",
             "n_contexts": n_system, "n_reference_contexts": n_reference}
+
+
+def paired_test(base: dict, trained: dict, *, resamples: int = 10000, seed: int = 0) -> dict[str, Any]:
+    """Paired comparison over the keys both have (`mascot.stats.paired_difference`): n, both means,
+    the mean difference (trained - base), its 95% bootstrap interval and the sign-flip permutation
+    p-values (one-sided for trained > base, and two-sided; exact while every sign pattern fits in
+    `resamples`). Fewer than two pairs give None where a test would be."""
+    result = paired_difference(trained, base, samples=min(resamples, 4000), seed=seed, permutations=resamples)
+    testable = result["n"] >= 2
+    return {"n": result["n"], "base_mean": result["reference_mean"], "trained_mean": result["system_mean"], "difference": result["difference"],
+            "ci_low": result["ci_low"], "ci_high": result["ci_high"], "p_one_sided": result["p_greater"], "p_two_sided": result["p_value"],
+            "method": result["method"], "resamples": None if result["method"] != "sampled" else resamples, "testable": testable,
+            **({} if testable else {"note": "fewer than 2 pairs: nothing to test"})}  # fmt: skip

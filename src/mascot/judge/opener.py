@@ -32,7 +32,7 @@ from mascot.judge.rubric_judge import RubricJudge
 from mascot.llm.base import DEFAULT_LOCAL_MODEL, ChatClient
 from mascot.llm.providers import Backends
 from mascot.rubrics import load_rubric_set
-from mascot.runs import opened_backends
+from mascot.runs.open import opened_backends
 from mascot.schema import Counters
 from mascot.settings_groups import ClientLimits
 from mascot.settings_groups import JudgePanelSettings
@@ -124,7 +124,7 @@ async def open_judges(
     specs: list[JudgeSpec], limits: ClientLimits, role: Any = None, *, cache_dir: Path | str | None = None, no_cache: bool = False,
     rubric_version: str | None = None, console: Any = None, clients: dict[str, ChatClient] | None = None,
 ) -> AsyncIterator[OpenJudges]:
-    """The judges of `specs`, asked before anything is judged (`mascot.runs.opened_backends`);
+    """The judges of `specs`, asked before anything is judged (`mascot.runs.open.opened_backends`);
     `limits`: the client limits (a command's settings hold them); `role`: the judge role's settings
     (extra body, thinking); `clients` (label -> ChatClient) replaces their endpoints (tests,
     embedded judges)."""

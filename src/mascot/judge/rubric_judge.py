@@ -20,7 +20,7 @@ import logging
 from dataclasses import dataclass, field
 
 from mascot.errors import MascotError
-from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE, response_parts, token_budget
+from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE, response_parts, completion_budget
 from mascot.judge.cache import JudgmentCache, cache_key
 from mascot.judge.logprob import score_by_logprobs, wants_logprobs
 from mascot.judge.patterns import PatternTally
@@ -124,7 +124,7 @@ class RubricJudge:
         request = ChatRequest(
             messages=messages,
             temperature=0.0,
-            max_tokens=token_budget(self.max_tokens, self.thinking, self.reasoning_allowance),
+            max_tokens=completion_budget(self.max_tokens, self.thinking, self.reasoning_allowance),
             role="judge",
             thinking=self.thinking,
             json_schema=rubric_schema(rubric),

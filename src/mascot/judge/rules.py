@@ -20,6 +20,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from mascot.dialogue.turn_taking import repeats
+
 VERSION = "2"
 
 # Persona -> (what the marker is, a pattern that finds it). Personas not listed have no marker.
@@ -56,8 +58,8 @@ def collective_score(turns: list[tuple[str, str]], roster: list[str]) -> tuple[f
     companions = [(speaker, text) for speaker, text in turns if speaker in roster]
     if not companions:
         return 1.0, "no companion spoke"
-    pairs = list(zip(companions, companions[1:]))
-    alternation = sum(a[0] != b[0] for a, b in pairs) / len(pairs) if pairs else 0.0
+    repeated = repeats([speaker for speaker, _ in companions])
+    alternation = sum(not r for r in repeated) / len(repeated) if repeated else 0.0
     coverage = len({s for s, _ in companions}) / len(roster)
     markers = sum(shows_marker(s, t) for s, t in companions) / len(companions)
     score = 1.0 + 2.0 * alternation + coverage + markers

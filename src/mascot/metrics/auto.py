@@ -25,7 +25,7 @@ from mascot.metrics.nli import NLI_LABELS
 from mascot.metrics.pairing import PAIRING_MODES, response_pairs, unordered_pairs
 from mascot.metrics.settings import MetricsSettings  # noqa: F401  (re-exported)
 from mascot.schema import Episode
-from mascot.store import write_json_atomic
+from mascot.runs.store import write_json_atomic
 
 log = logging.getLogger(__name__)
 

@@ -33,6 +33,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from mascot.dialogue.examples import copies_example, example_directives, ngrams, words
+from mascot.dialogue.turn_taking import repeats, runs
 from mascot.schema import Episode, Roster, Turn
 
 CHECKS = (
@@ -181,12 +182,9 @@ class EpisodeChecks:
 
 def speaker_balance(agents: list[Turn], checks: EpisodeChecks) -> None:
     names = [t.agent_name for t in agents]
-    longest = run = 0
-    for i, name in enumerate(names):
-        run = run + 1 if i and names[i - 1] == name else 1
-        longest = max(longest, run)
-        if i:
-            checks.add("same_speaker_repeats", names[i - 1] == name, f"{name} after {names[i - 1]}")
+    longest = max(runs(names), default=0)
+    for before, name, repeated in zip(names, names[1:], repeats(names)):
+        checks.add("same_speaker_repeats", repeated, f"{name} after {before}")
     top = Counter(names).most_common(1)
     checks.balance = {
         "top_speaker_share": round(top[0][1] / len(names), 4) if top else None,

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from mascot.errors import MascotError
+from mascot.dialogue.turn_taking import runs as speaker_runs
+from mascot.eval.stats import paired_test
 from mascot.pipeline import figures as fig
 
 log = logging.getLogger(__name__)
@@ -35,24 +37,6 @@ SUBJECTS = {
 }
 SYSTEM_WORDS = {"trained": "trained Speaker and Director", "speaker_only": "trained Speaker, base Director", "director_only": "base Speaker, trained Director"}
 ALPHA = 0.05
-
-
-# --------------------------------------------------------------------------- the paired test
-
-
-def paired_test(base: dict, trained: dict, *, resamples: int = 10000, seed: int = 0) -> dict[str, Any]:
-    """Paired comparison over the keys both have (`mascot.stats.paired_difference`): n, both means,
-    the mean difference (trained - base), its 95% bootstrap interval and the sign-flip permutation
-    p-values (one-sided for trained > base, and two-sided; exact while every sign pattern fits in
-    `resamples`). Fewer than two pairs give None where a test would be."""
-    from mascot.stats import paired_difference
-
-    result = paired_difference(trained, base, samples=min(resamples, 4000), seed=seed, permutations=resamples)
-    testable = result["n"] >= 2
-    return {"n": result["n"], "base_mean": result["reference_mean"], "trained_mean": result["system_mean"], "difference": result["difference"],
-            "ci_low": result["ci_low"], "ci_high": result["ci_high"], "p_one_sided": result["p_greater"], "p_two_sided": result["p_value"],
-            "method": result["method"], "resamples": None if result["method"] != "sampled" else resamples, "testable": testable,
-            **({} if testable else {"note": "fewer than 2 pairs: nothing to test"})}  # fmt: skip
 
 
 # --------------------------------------------------------------------------- score readers
@@ -137,16 +121,6 @@ def persona_means(judgments_file: Path) -> dict[str, dict[str, Any]]:
 # --------------------------------------------------------------------------- the Director's choices
 
 
-def _runs(names: list[str]) -> list[int]:
-    runs: list[int] = []
-    for i, name in enumerate(names):
-        if i and name == names[i - 1]:
-            runs[-1] += 1
-        else:
-            runs.append(1)
-    return runs
-
-
 def director_choices(episodes_file: Path) -> dict[str, Any]:
     """Whom the Director picks, over a file's episodes: agent turns, each persona's share, the repeat
     rate (consecutive agent turns of one episode, user turns skipped, by the same persona), the
@@ -161,7 +135,7 @@ def director_choices(episodes_file: Path) -> dict[str, Any]:
         names = [t.agent_name for t in episode.agent_turns]
         for name in names:
             counts[name] = counts.get(name, 0) + 1
-        runs += _runs(names)
+        runs += speaker_runs(names)
         fallbacks += sum(1 for t in episode.agent_turns if t.director_fallback)
     turns = sum(counts.values())
     followers = turns - sum(1 for e in episodes if e.agent_turns)  # agent turns with another before them in their episode

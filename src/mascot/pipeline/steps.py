@@ -231,7 +231,7 @@ _SPEAKER = {"user": "usr", "supporter": "sys"}
 def write_esconv_samples(folder: Path) -> Path:
     """The shipped ESConv contexts in ESConv's export format (situation, emotion_type, problem_type, dialog)."""
     from mascot.schema import Context
-    from mascot.store import read_jsonl
+    from mascot.runs.store import read_jsonl
 
     lines = []
     for context in read_jsonl(SAMPLES, Context):

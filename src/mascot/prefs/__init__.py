@@ -1,2 +1,3 @@
-"""Preference data: pair rules (`pairs`), Stage-1 candidates and pairs (`individual`), Stage-2
-episode- and directive-level pairs (`group`). Everything is written as `schema.PreferencePair`."""
+"""Preference pairs for training: the pair rules (`pairs`), Stage-2 episode- and directive-level
+pairs (`group`) and pairs from people's ratings and choices (`feedback`). Everything is written as
+`schema.PreferencePair`; Stage 1's own pairs are made in `mascot.stage1`."""

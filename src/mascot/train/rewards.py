@@ -17,6 +17,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from mascot.dialogue.turn_taking import all_the_same
 from mascot.llm.base import strip_think
 
 _FORMAT = re.compile(r"^\s*<think>(?P<reasoning>.*?)</think>(?P<reply>.*)$", re.DOTALL | re.IGNORECASE)
@@ -65,7 +66,7 @@ def conciseness_reward(completions: Sequence[Any], budget: int = 80, **_: Any) -
 
 
 def diversity_score(agent_names: Sequence[str]) -> float:
-    return 1.0 if len(set(agent_names)) > 1 else -1.0
+    return -1.0 if all_the_same(agent_names) else 1.0
 
 
 class PersonaRewardModel:

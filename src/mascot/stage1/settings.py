@@ -2,7 +2,7 @@
 sampling and endpoint, the judge's endpoint and judging, the pair margin and the run folder.
 
 Its fields are exactly the flags `mascot generate --mode individual` takes; the run reads this
-object (`mascot.prefs.generate`). Imports nothing heavy: `mascot --help` reads it.
+object (`mascot.stage1.run`). Imports nothing heavy: `mascot --help` reads it.
 """
 
 from __future__ import annotations

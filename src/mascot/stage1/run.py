@@ -2,11 +2,11 @@
 streamed into `individual_<dataset>_<model>/`, summary out.
 
 The counterpart of `mascot.dialogue.run` (group episodes): both open their run with
-`mascot.runs.open_run`. It lives in `prefs` because what it writes is preference data for the
-persona reward model, built by `mascot.prefs.individual` with a rubric judge; the dialogue package
+`mascot.runs.open.open_run`. It lives in `prefs` because what it writes is preference data for the
+persona reward model, built by `mascot.stage1.individual` with a rubric judge; the dialogue package
 then needs to know nothing about judges.
 
-The run is described by the command's settings (`mascot.prefs.settings.CandidateSettings`: data,
+The run is described by the command's settings (`mascot.stage1.settings.CandidateSettings`: data,
 Speaker and judge endpoints, judging, concurrency, run folder), passed down unchanged.
 """
 
@@ -25,15 +25,15 @@ from mascot.judge.cache import JudgmentCache
 from mascot.judge.opener import JudgeConfig, stage_judge
 from mascot.judge.plugin import is_plugin, declared_version, load_judge_function
 from mascot.llm.routing import resolve_roles
-from mascot.prefs.individual import OUTPUTS, candidate_key, run_individual
+from mascot.stage1.individual import OUTPUTS, candidate_key, run_individual
 from mascot.progress import ProgressLine, calls_and_tokens, plural, raise_if_stopped
 from mascot.rosters import load_roster, roster_for_dataset
 from mascot.rubrics import rubric_for
-from mascot.runs import GenerationFailed, OpenRun, RunSpec, failure_line, model_basename, open_run, require_contexts
-from mascot.prefs.settings import CandidateSettings
+from mascot.runs.open import GenerationFailed, OpenRun, RunSpec, failure_line, model_basename, open_run, require_contexts
+from mascot.stage1.settings import CandidateSettings
 from mascot.settings_groups import ClientLimits
 from mascot.vocab import DEFAULT_LOCAL_MODEL
-from mascot.store import RunStore
+from mascot.runs.store import RunStore
 
 COMMAND = "mascot generate --mode individual"
 
@@ -73,7 +73,7 @@ def _run_settings(s: CandidateSettings, roles: dict, roster_ident: str, num_cont
     speaker = s.roles.get("speaker")
     return {
         "dataset": s.dataset, "split": s.split, "data_file": str(s.data_file) if s.data_file else None, "limit": s.limit,
-        "transcript_window": s.token_budget, "roster": roster_ident, "rubric_version": s.rubric_version, "judge_scoring": s.judge_scoring,
+        "transcript_window": s.transcript_window, "roster": roster_ident, "rubric_version": s.rubric_version, "judge_scoring": s.judge_scoring,
         "judge_max_tokens": s.judge_max_tokens, "num_contexts": num_contexts, "judge_cache": str(cache.path) if cache else None,
         "models": {**{role: {"model": ep.model, "adapter": ep.adapter, "extra_body": ep.extra_body or None} for role, ep in roles.items()}, **_judge_record(s)},
         "client_limits": {f.name: getattr(s, f.name) for f in fields(ClientLimits)}, "trace_role_calls": s.trace_role_calls, "resume": s.resume, "overwrite": s.overwrite,
@@ -92,7 +92,7 @@ async def generate_individual(s: CandidateSettings, *, clients: dict | None = No
     console = console or Console(stderr=True)
     roster = load_roster(s.roster) if s.roster else roster_for_dataset(s.dataset)
     rubric_for(s.dataset, "agent", s.rubric_version)  # fail early on an unknown version
-    contexts = load_contexts(s.dataset, split=s.split, data_file=s.data_file, limit=s.limit, seed=s.seed, token_budget=s.token_budget)
+    contexts = load_contexts(s.dataset, split=s.split, data_file=s.data_file, limit=s.limit, seed=s.seed, transcript_window=s.transcript_window)
     require_contexts(contexts, s.dataset, s.split)
     roles = resolve_roles(s, client_roles(s))
     cache = None if s.no_cache else JudgmentCache(s.cache_dir)

@@ -86,7 +86,7 @@ def adapter_from_artefact(folder: str | Path, alias: str | None = None) -> tuple
 
 
 def registry_version_folder(given: str | Path, alias: str | None) -> tuple[Path, str | None]:
-    from mascot.adapter_registry import VERSION_ID, Registry, check_unchanged, find_version
+    from mascot.adapters.registry import VERSION_ID, Registry, check_unchanged, find_version
 
     if Path(given).exists() or not VERSION_ID.match(str(given)):
         return Path(given), alias
@@ -253,7 +253,7 @@ def start_watchdog(process: subprocess.Popen, grace_s: float | None = None) -> s
     with SIGKILL, which no handler sees). It sits outside the group it guards."""
 
     grace_s = STOP_GRACE_S if grace_s is None else grace_s
-    cmd = [sys.executable, "-m", "mascot.serve_watchdog", str(os.getpid()), str(process.pid), str(grace_s)]
+    cmd = [sys.executable, "-m", "mascot.adapters.watchdog", str(os.getpid()), str(process.pid), str(grace_s)]
     return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 

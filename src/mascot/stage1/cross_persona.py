@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from mascot.dialogue.seeds import derived_rng
 from mascot.judge.prompt import JudgeItem
 from mascot.judge.rubric_judge import failure_kind
-from mascot.prefs.candidates import apply_judgment
+from mascot.stage1.candidates import apply_judgment
 from mascot.prefs.pairs import IndexPair, preference_index_pairs
 from mascot.schema import Candidate, Context, Persona, PreferencePair
 

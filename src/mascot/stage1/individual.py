@@ -13,7 +13,7 @@ Outputs in the run directory (a RunStore, so --resume and --overwrite work):
 
 Resume: a query whose K candidates are all written is not generated again; a query cut short gets
 only its missing candidates; a candidate whose judgment failed (the judge was down, or its answer
-never parsed) keeps its text and is judged again (`mascot.prefs.candidates`); pairs that a crash
+never parsed) keeps its text and is judged again (`mascot.stage1.candidates`); pairs that a crash
 kept from being written are added from the stored candidates (pairs are a deterministic function
 of them).
 """
@@ -37,7 +37,7 @@ from mascot.judge.items import opening_lines, render_context
 from mascot.judge.prompt import JudgeItem
 from mascot.judge.rubric_judge import RubricJudge
 from mascot.llm.base import ChatClient, LLMError, Message, route_together
-from mascot.prefs.candidates import (
+from mascot.stage1.candidates import (
     apply_judgment,
     compact_candidates,
     judging_summary,
@@ -46,14 +46,14 @@ from mascot.prefs.candidates import (
     rejudged,
     unjudged_failures,
 )
-from mascot.prefs.cross_persona import CROSS_FILE, CrossOutcome, is_cross_pair, judge_across_personas, side_key
+from mascot.stage1.cross_persona import CROSS_FILE, CrossOutcome, is_cross_pair, judge_across_personas, side_key
 from mascot.prefs.pairs import PairStats, preference_index_pairs
-from mascot.prefs.settings import CandidateSettings
+from mascot.stage1.settings import CandidateSettings
 from mascot.progress import cancel_on_interrupt, stop_requested
 from mascot.rubrics import domain_of, rubric_for
 from mascot.schema import Candidate, Context, Judgment, Persona, PreferencePair, Roster
 from mascot.files import write_jsonl
-from mascot.store import RunStore, write_json_atomic
+from mascot.runs.store import RunStore, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def candidate_key(record: dict) -> str:
 
 def pair_record(query: str, prompt: list[Message], chosen: Candidate, rejected: Candidate, margin: float) -> PreferencePair:
     """A pair of two replies under the query's prompt; a reply borrowed from another persona
-    (`mascot.prefs.cross_persona`) says whom it was written for."""
+    (`mascot.stage1.cross_persona`) says whom it was written for."""
     return PreferencePair(
         prompt=prompt,
         chosen=[{"role": "assistant", "content": chosen.response}],
@@ -105,7 +105,7 @@ def pair_record(query: str, prompt: list[Message], chosen: Candidate, rejected: 
 
 class IndividualRun:
     """One Stage-1 run over contexts x personas, writing into an open RunStore, with the command's
-    settings (`mascot.prefs.settings.CandidateSettings`)."""
+    settings (`mascot.stage1.settings.CandidateSettings`)."""
 
     def __init__(self, roster: Roster, speaker: ChatClient, judge: RubricJudge, store: RunStore, settings: CandidateSettings) -> None:
         if settings.num_candidates < 2:
@@ -323,7 +323,7 @@ class IndividualRun:
 
     async def _pair_across_personas(self, contexts: list[Context], personas: list[Persona]) -> None:
         """--cross-persona-pairs: every complete context's replies judged as each other persona, and
-        the pairs that only the persona decides (`mascot.prefs.cross_persona`)."""
+        the pairs that only the persona decides (`mascot.stage1.cross_persona`)."""
         s = self.settings
         self.cross = await judge_across_personas(
             contexts, personas, self.written, query_of=query_id, judge_item=self._judge_item, judge=self.judge,

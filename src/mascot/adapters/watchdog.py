@@ -1,6 +1,6 @@
 """Ends a vLLM server's process group once the `mascot serve` that started it has died.
 
-    python -m mascot.serve_watchdog PARENT_PID SERVER_PGID GRACE_S
+    python -m mascot.adapters.watchdog PARENT_PID SERVER_PGID GRACE_S
 
 `mascot serve` stops its server itself on every exit it sees (the server dying, SIGTERM, Ctrl-C);
 this process covers the one it cannot see, SIGKILL. It polls its parent and, when the parent is
@@ -16,7 +16,7 @@ import signal
 import sys
 import time
 
-from mascot.serve import end_process_group, group_alive
+from mascot.adapters.serve import end_process_group, group_alive
 
 POLL_S = 0.5
 

@@ -40,7 +40,7 @@ from mascot.files import (  # noqa: F401 - the file helpers are imported from he
 )
 from mascot.errors import failure_cause
 from mascot.progress import forget_exit_hook, on_exit_at_once
-from mascot.run_folder import existing_run_refusal
+from mascot.runs.folder import existing_run_refusal
 from mascot.schema import Counters, RoleUsage, RunConfig, RunSummary, utc_now
 
 log = logging.getLogger("mascot.run")

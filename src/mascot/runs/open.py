@@ -23,7 +23,7 @@ from mascot.errors import MascotError
 from mascot.llm.metered import CallTracer
 from mascot.llm.providers import build_backends
 from mascot.schema import RoleUsage, RunConfig
-from mascot.store import RunStore, check_resume_settings, flush_summary_periodically, log_meter_usage
+from mascot.runs.store import RunStore, check_resume_settings, flush_summary_periodically, log_meter_usage
 
 
 class GenerationFailed(MascotError):
