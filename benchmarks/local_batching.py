@@ -56,7 +56,8 @@ async def timed(run) -> tuple[float, int]:
 
 
 async def measure(args: argparse.Namespace) -> dict:
-    from mascot.llm.local import LocalClient, embedded_model_dir
+    from mascot.llm.local import LocalClient
+    from mascot.llm.models import embedded_model_dir
 
     client = LocalClient(args.model or str(embedded_model_dir()), max_batch_size=args.requests)
     client.ignore_eos = True  # equal work on both sides

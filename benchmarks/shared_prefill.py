@@ -68,7 +68,8 @@ async def run_side(client, requests, *, shared: bool) -> dict:
 
 
 async def measure(args: argparse.Namespace) -> dict:
-    from mascot.llm.local import LocalClient, embedded_model_dir
+    from mascot.llm.local import LocalClient
+    from mascot.llm.models import embedded_model_dir
 
     client = LocalClient(str(embedded_model_dir()), max_batch_size=args.batch_size)
     client.load()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import typer
 from typer.main import get_command
 
-from mascot.cli import app
+from mascot.cli.app import app
 from mascot.errors import MascotError
 
 

@@ -80,7 +80,7 @@ def offline(monkeypatch):
 def embedded_model():
     """The embedded SmolLM2-135M-Instruct as a checkpoint folder (converted from its GGUF once).
     Tests that run the real small model name this folder, never the hub id."""
-    from mascot.llm.local import embedded_model_dir
+    from mascot.llm.models import embedded_model_dir
 
     return embedded_model_dir()
 

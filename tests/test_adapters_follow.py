@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mascot.adapters.registry import Registry
+from mascot.adapter_registry import Registry
 from mascot.adapters.promotion import promote
 from mascot.llm import following
 from mascot.llm.base import ChatRequest
@@ -45,7 +45,7 @@ def new_current(registry: Registry, folder: Path) -> str:
 
 
 def test_serve_follow_starts_with_the_current_versions_and_runtime_loading(tmp_path, registry):
-    from mascot.commands.serve import ServeSettings, serve_plan
+    from mascot.adapters.serve_command import ServeSettings, serve_plan
     from mascot.adapters.serve import server_env, vllm_command
 
     first = new_current(registry, artefact(tmp_path / "a", b"a"))

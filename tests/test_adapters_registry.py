@@ -16,8 +16,8 @@ from mascot.adapters import compare as compare_module
 from mascot.adapters.compare import CompareRequest, compare_versions
 from mascot.adapters.promotion import promote, rollback
 from mascot.train.registration import register
-from mascot.adapters.registry import Registry, RegistryError, resolve_adapter
-from mascot.cli import app
+from mascot.adapter_registry import Registry, RegistryError, resolve_adapter
+from mascot.cli.app import app
 from mascot.testing.players import stub_responder
 from mascot.testing.stub_server import start_stub_server
 from mascot.train.artefact import TrainingMetadata, read_metadata, write_metadata

@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from mascot.cli import app
+from mascot.cli.app import app
 from mascot.commands.chat import run_chat
 from mascot.data.meeting_file import read_meeting_file
 from mascot.dialogue.agents import stop_strings

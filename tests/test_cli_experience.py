@@ -17,7 +17,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from mascot import progress
-from mascot.cli import app
+from mascot.cli.app import app
 from mascot.dialogue.run_settings import GroupEpisodeSettings
 from mascot.dialogue.run import generate_group
 from mascot.errors import MascotError

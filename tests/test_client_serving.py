@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from mascot.cli import app
+from mascot.cli.app import app
 from mascot.errors import MascotError
 from mascot.llm.base import ChatRequest
 from mascot.llm.http import HTTPClient

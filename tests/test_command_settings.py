@@ -8,7 +8,7 @@ import pytest
 from typer.main import get_command
 from typer.testing import CliRunner
 
-from mascot.cli import app
+from mascot.cli.app import app
 from mascot.dialogue.run_settings import GroupEpisodeSettings
 from mascot.stage1.settings import CandidateSettings
 from mascot.dialogue.settings import EngineSettings
@@ -39,7 +39,7 @@ def test_every_setting_of_the_shared_groups_has_help():
     from mascot.commands.judge import JudgeSettings
     from mascot.commands.metrics import MetricsCommandSettings
     from mascot.commands.prefs import PrefsGroupSettings
-    from mascot.commands.serve import ServeSettings
+    from mascot.adapters.serve_command import ServeSettings
 
     for cls in (GroupEpisodeSettings, JudgeSettings, PrefsGroupSettings, MetricsCommandSettings, ServeSettings):
         assert all(f.metadata.get("help") for f in cli_fields(cls)), cls.__name__

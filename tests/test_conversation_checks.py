@@ -9,7 +9,7 @@ import pytest
 from judge_helpers import episode, user_turn, write_episodes
 from typer.testing import CliRunner
 
-from mascot.cli import app
+from mascot.cli.app import app
 from mascot.metrics.auto import compute_metrics
 from mascot.metrics.conversation import CHECKS, check_episode, conversation_report, copies_example, example_directives
 from mascot.metrics.settings import MetricsSettings

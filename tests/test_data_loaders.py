@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from mascot.data import DatasetError, iter_contexts, load_contexts, split_name
+from mascot.data.registry import DatasetError
+from mascot.data.loaders import iter_contexts, load_contexts, split_name
 from mascot.data.empathetic import decode_text
 from mascot.data.qmsum import detokenize, window_of
 from mascot.data.sources import estimate_tokens
@@ -319,7 +320,7 @@ def test_hub_without_datasets_package(monkeypatch):
 def test_cli_preview_jsonl_and_rich():
     from typer.testing import CliRunner
 
-    from mascot.cli import app
+    from mascot.cli.app import app
 
     runner = CliRunner()
     result = runner.invoke(

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from mascot.cli import app
+from mascot.cli.app import app
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -78,7 +78,7 @@ def write_run_config(folder: Path, dataset: str) -> None:
 
 
 def fixture_contexts(dataset: str):
-    from mascot.data import load_contexts
+    from mascot.data.loaders import load_contexts
 
     source = {"QMSum": "qmsum_sample.jsonl", "ESConv": "esconv_sample.jsonl", "EmpatheticDialogues": "ed_sample.csv"}[dataset]
     return list(load_contexts(dataset, split="test", data_file=FIXTURES / source, limit=2))
@@ -229,7 +229,7 @@ def prepare(argv: list[str], workdir: Path) -> list[str]:
         (workdir / out[out.index("--session-dir") + 1]).mkdir(parents=True, exist_ok=True)
     default = DEFAULT_INPUTS.get(tuple(out[:2]))
     if default and default[0] not in out:
-        from mascot.data import canonical_dataset_name
+        from mascot.data.registry import canonical_dataset_name
 
         dataset = canonical_dataset_name(out[out.index("--dataset") + 1]) if "--dataset" in out else "ESConv"
         materialise(default[0], default[1].format(dataset=dataset), workdir)
@@ -249,7 +249,7 @@ def workdir(tmp_path, monkeypatch):
     monkeypatch.setattr("mascot.hub.hub_online", lambda: True)  # a stand-in hub that knows every id
     monkeypatch.setattr(dryrun, "_check_on_hub", lambda model, label: "hub")
     monkeypatch.setattr(serve, "list_served_models", lambda url, **kw: [])  # endpoints answer, list nothing
-    import mascot.commands.serve as serve_cmd
+    import mascot.adapters.serve_command as serve_cmd
 
     monkeypatch.setattr(serve_cmd, "check_python_module", lambda python, module: None)  # vLLM lives elsewhere
     return work

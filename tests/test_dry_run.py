@@ -9,7 +9,7 @@ import pytest
 from test_docs_commands import artefact, fixture_episodes, fixture_pairs, write_jsonl, write_run_config
 from typer.testing import CliRunner
 
-from mascot.cli import app
+from mascot.cli.app import app
 from mascot.commands.dryrun import DryRunError
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

@@ -242,7 +242,7 @@ def test_the_loop_from_ratings_to_a_promoted_and_served_speaker(tmp_path):
     """Ratings -> pairs -> reward model -> Speaker GRPO against it -> compared with the current
     Speaker under the people's own preference as judge -> promoted -> loaded by a following server.
     About 8 minutes on 2 cores (`make test-slow`)."""
-    from mascot.adapters.registry import Registry
+    from mascot.adapter_registry import Registry
     from mascot.adapters.compare import CompareRequest, compare_versions
     from mascot.adapters.promotion import promote
     from mascot.adapters.follow import Follower

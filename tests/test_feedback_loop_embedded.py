@@ -64,7 +64,7 @@ SPEAKER = dict(batch_size=8, num_generations=4, max_completion_length=16, temper
 
 
 def test_the_loop_on_the_embedded_model(tmp_path, embedded_model):
-    from mascot.adapters.registry import Registry
+    from mascot.adapter_registry import Registry
     from mascot.adapters.compare import CompareRequest, compare_versions
     from mascot.adapters.promotion import promote
     from mascot.adapters.follow import Follower

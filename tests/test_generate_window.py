@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from mascot.cli import app
+from mascot.cli.app import app
 from mascot.files import read_jsonl
 from mascot.schema import Candidate, Episode
 from mascot.testing.players import stub_judge_responder, stub_responder

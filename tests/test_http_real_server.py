@@ -56,7 +56,7 @@ def _wait_until_healthy(process: subprocess.Popen, url: str, log_path: Path) -> 
 def server(tmp_path_factory):
     pytest.importorskip("fastapi")
     pytest.importorskip("uvicorn")
-    from mascot.llm.local import embedded_model_dir
+    from mascot.llm.models import embedded_model_dir
 
     model_dir = str(embedded_model_dir())
     port = _free_port()
@@ -128,7 +128,7 @@ def test_group_run_with_thinking_off_and_stop_strings_trimmed(server, tmp_path):
 
     from typer.testing import CliRunner
 
-    from mascot.cli import app
+    from mascot.cli.app import app
 
     base_url, model_dir = server
     out = tmp_path / "out"

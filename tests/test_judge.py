@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from judge_helpers import ES_KEYS, episode, agent_turn, reply_json, sample_episode, write_episodes
-from mascot.cli import app
+from mascot.cli.app import app
 from mascot.errors import MascotError
 from mascot.judge.agreement import agreement, average_ranks, spearman
 from mascot.judge.cache import JudgmentCache

@@ -183,7 +183,7 @@ async def test_many_items_score_concurrently_without_failures():
 def test_every_judging_command_takes_the_scoring_mode(command):
     from typer.testing import CliRunner
 
-    from mascot.cli import app
+    from mascot.cli.app import app
 
     result = CliRunner().invoke(app, [*command, "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0 and "--judge-scoring" in result.output

@@ -15,7 +15,9 @@ from mascot.errors import MascotError
 from mascot import hub
 from mascot.llm import models
 from mascot.llm.base import ChatRequest, LLMError
-from mascot.llm.local import LocalClient, PerRowSampling, StreamTrimmer, embedded_model_dir, resolve_local_model
+from mascot.llm.local import LocalClient
+from mascot.llm.local_decoding import PerRowSampling, StreamTrimmer
+from mascot.llm.models import embedded_model_dir, resolve_local_model
 from mascot.vocab import DEFAULT_LOCAL_MODEL
 
 QUESTIONS = [

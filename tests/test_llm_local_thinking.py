@@ -9,7 +9,8 @@ import types
 import pytest
 
 from mascot.llm.base import ChatRequest
-from mascot.llm.local import LocalClient, _Job, RowOutput
+from mascot.llm.local import LocalClient, _Job
+from mascot.llm.local_decoding import RowOutput
 
 # What Qwen3's template does with the switch: thinking off pre-fills an empty reasoning block.
 QWEN3_STYLE_TEMPLATE = (

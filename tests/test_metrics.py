@@ -10,7 +10,7 @@ import pytest
 from judge_helpers import agent_turn, episode, user_turn, write_episodes
 from typer.testing import CliRunner
 
-from mascot.cli import app
+from mascot.cli.app import app
 from mascot.errors import MascotError
 from mascot.metrics.auto import compute_metrics, on_current_scale
 from mascot.metrics.lexical import distinct_n, self_bleu

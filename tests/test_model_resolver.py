@@ -84,7 +84,7 @@ def test_reward_model_trains_offline_from_the_embedded_id_and_records_it(tmp_pat
     from train_helpers import keyword_pairs, write_jsonl, write_run_config
     from typer.testing import CliRunner
 
-    from mascot.cli import app
+    from mascot.cli.app import app
     from mascot.train.artefact import read_metadata
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

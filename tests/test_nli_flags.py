@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
-from mascot.cli import app
+from mascot.cli.app import app
 from mascot.errors import MascotError
 from mascot.metrics.nli import NLIUnavailable
 

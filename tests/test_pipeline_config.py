@@ -10,7 +10,7 @@ import yaml
 from test_docs_commands import fixture_pairs, write_jsonl, write_run_config
 from typer.testing import CliRunner
 
-from mascot.cli import app
+from mascot.cli.app import app
 from mascot.errors import MascotError
 from mascot.pipeline.settings import ABLATIONS, PRESETS, STEP_NAMES, PipelineSettings, preset_path, preset_values
 from mascot.pipeline.steps import Plan

@@ -9,7 +9,7 @@ import pytest
 from judge_helpers import agent_turn, episode, numbered_speaker, sample_episode, scoring_judge, user_turn, write_episodes
 from typer.testing import CliRunner
 
-from mascot.cli import app
+from mascot.cli.app import app
 from mascot.stage1.settings import CandidateSettings
 from mascot.stage1.settings import CandidateSettings
 from mascot.files import StoreError, read_jsonl

@@ -10,7 +10,7 @@ import pytest
 from judge_helpers import agent_turn, episode, scoring_judge, user_turn, write_episodes
 from typer.testing import CliRunner
 
-from mascot.cli import app
+from mascot.cli.app import app
 from mascot.files import read_jsonl
 from mascot.judge import opener
 from mascot.judge.panel import JudgePanel

@@ -15,7 +15,7 @@ import re
 
 import pytest
 
-from mascot.data import load_contexts
+from mascot.data.loaders import load_contexts
 from mascot.dialogue.prompts import director_correction, director_messages, speaker_messages, user_messages
 from mascot.episodes import episode_domain
 from mascot.judge.items import agent_items, collective_item

@@ -13,10 +13,11 @@ import pytest
 from judge_helpers import numbered_speaker, sample_episode, scoring_judge, write_episodes
 from typer.testing import CliRunner
 
-from mascot.cli import app
+from mascot.cli.app import app
 from mascot.dialogue.run_settings import GroupEpisodeSettings
 from mascot.stage1.settings import CandidateSettings
-from mascot.data import DatasetError, load_contexts
+from mascot.data.registry import DatasetError
+from mascot.data.loaders import load_contexts
 from mascot.dialogue.run import generate_group, run_dir_for
 from mascot.errors import MascotError
 from mascot.files import StoreError, read_jsonl, redact, write_jsonl

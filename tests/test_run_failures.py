@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from mascot.cli import app
+from mascot.cli.app import app
 from mascot.testing.players import stub_responder
 from mascot.testing.stub_server import start_stub_server
 

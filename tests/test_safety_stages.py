@@ -281,9 +281,9 @@ def test_generate_runs_the_model_stage_on_a_served_endpoint(tmp_path, stub, scop
     "unsure" a message without rule evidence is not asked."""
     from typer.testing import CliRunner
 
-    from mascot.cli import app
+    from mascot.cli.app import app
     from mascot.schema import Episode
-    from mascot.runs.store import read_jsonl
+    from mascot.files import read_jsonl
     from mascot.testing.players import stub_responder
 
     group = stub(responder=stub_responder)
@@ -320,7 +320,7 @@ def test_model_stage_fallbacks_are_counted_in_the_run():
 def test_a_safety_endpoint_the_roster_does_not_screen_is_named_unused(tmp_path, stub):
     from typer.testing import CliRunner
 
-    from mascot.cli import app
+    from mascot.cli.app import app
     from mascot.testing.players import stub_responder
 
     group, guard = stub(responder=stub_responder), stub(responder=lambda messages, request: '{"label": "none"}')

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from mascot.cli import app
+from mascot.cli.app import app
 from mascot.schema import RoleIdentity
 from mascot.llm.served import ServerListingError, resolve_served_identities, served_identity
 from mascot.adapters.serve import (
@@ -322,7 +322,7 @@ def test_cpu_dtype_follows_the_bf16_instructions(tmp_path):
 
 
 def test_serve_cpu_says_which_dtype_and_why(tmp_path, monkeypatch):
-    from mascot.commands.serve import ServeSettings, dtype_line, serve_plan
+    from mascot.adapters.serve_command import ServeSettings, dtype_line, serve_plan
 
     monkeypatch.setattr("mascot.adapters.serve.cpu_dtype", lambda: ("float32", "this CPU has no avx512_bf16 or amx_bf16"))
     chosen = ServeSettings(model="m", cpu=True)

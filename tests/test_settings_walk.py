@@ -105,7 +105,7 @@ def test_every_generate_setting_changes_the_recorded_configuration(settings_clas
 def test_a_flag_of_the_other_mode_is_not_a_flag_of_this_one():
     from typer.testing import CliRunner
 
-    from mascot.cli import app
+    from mascot.cli.app import app
 
     stage_1 = CliRunner().invoke(app, ["generate", "--mode", "individual", "--num-turns", "3", "--dry-run"])
     assert stage_1.exit_code == 2 and "No such option: --num-turns" in stage_1.output

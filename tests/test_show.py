@@ -9,7 +9,7 @@ import io
 from rich.console import Console
 from typer.testing import CliRunner
 
-from mascot.cli import app
+from mascot.cli.app import app
 from mascot.dialogue.run_settings import GroupEpisodeSettings
 from mascot.dialogue.run import generate_group
 from mascot.dialogue.tally import Tally, describe_counters

@@ -9,7 +9,7 @@ import pytest
 from judge_helpers import agent_turn, episode, user_turn, write_episodes
 from typer.testing import CliRunner
 
-from mascot.cli import app
+from mascot.cli.app import app
 from mascot.errors import MascotError
 from mascot.metrics import static_embedding
 from mascot.metrics.settings import MetricsSettings

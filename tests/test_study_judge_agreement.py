@@ -9,7 +9,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from mascot.cli import app
+from mascot.cli.app import app
 from mascot.judge.human_agreement import JudgeOpinion, agreement_with_scores, format_agreement, judge_agreement, kappa_band
 from mascot.schema import Judgment
 from mascot.stats import krippendorff_alpha

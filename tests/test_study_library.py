@@ -10,7 +10,7 @@ import sqlite3
 import pytest
 from typer.testing import CliRunner
 
-from mascot.cli import app
+from mascot.cli.app import app
 from mascot.study.create import create_study
 from mascot.study.db import StudyError, opened, rater_item
 from mascot.study.rating import RatingError, submit

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from judge_helpers import COLLECTIVE_KEYS, sample_episode
-from mascot.cli import app
+from mascot.cli.app import app
 from mascot.errors import MascotError
 from mascot.judge.compare import load_matchups, run_compare
 from mascot.judge.compare_settings import CompareSettings

@@ -9,7 +9,7 @@ from test_train_director import episode
 from train_helpers import keyword_pairs, write_jsonl, write_run_config
 from typer.testing import CliRunner
 
-from mascot.cli import app
+from mascot.cli.app import app
 from mascot.errors import MascotError
 from mascot.schema import PreferencePair
 from mascot.settings import cli_fields

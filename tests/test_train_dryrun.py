@@ -32,7 +32,7 @@ def artefact(folder: Path, role: str, *, weights: bool = True, kind: str = "lora
 def dry_run(*argv: str):
     from typer.testing import CliRunner
 
-    from mascot.cli import app
+    from mascot.cli.app import app
 
     return CliRunner().invoke(app, [*argv, "--dry-run"])
 

@@ -8,7 +8,7 @@ import pytest
 from train_helpers import one_thread_per_module, single_thread, tiny_model  # noqa: F401 - fixtures
 from typer.testing import CliRunner
 
-from mascot.cli import app
+from mascot.cli.app import app
 from mascot.errors import MascotError
 from mascot.llm.base import ChatRequest
 from mascot.train.artefact import TrainingMetadata, read_metadata, write_metadata

@@ -33,7 +33,7 @@ def one_line(exc: BaseException) -> str:
 def cli(*argv: str):
     from typer.testing import CliRunner
 
-    from mascot.cli import app
+    from mascot.cli.app import app
 
     return CliRunner().invoke(app, list(argv))
 

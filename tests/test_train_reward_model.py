@@ -109,7 +109,7 @@ def test_resume_from_the_final_checkpoint_takes_no_step_past_max_steps(base, sta
 def test_cli_trains_and_reports_held_out_accuracy(base, stage1_run, tmp_path):
     from typer.testing import CliRunner
 
-    from mascot.cli import app
+    from mascot.cli.app import app
 
     out = tmp_path / "cli_rm"
     args = ["train", "reward-model", "--data-path", str(stage1_run), "--model", str(base), "--output-dir", str(out), "--max-steps", "2", "--batch-size", "8"]

@@ -47,7 +47,7 @@ def workdir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def base_model() -> Path:
-    from mascot.llm.local import embedded_model_dir
+    from mascot.llm.models import embedded_model_dir
 
     return embedded_model_dir()
 

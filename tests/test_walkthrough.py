@@ -22,7 +22,7 @@ import pytest
 from train_helpers import single_thread, tiny_model
 from typer.testing import CliRunner
 
-from mascot.cli import app
+from mascot.cli.app import app
 from mascot.testing.players import as_structured, group_reply, judge_reply
 from mascot.testing.stub_server import start_stub_server
 

@@ -35,7 +35,7 @@ def tokenizer_dir(vocab_size: int | None = None) -> Path:
         return cache
     from transformers import AutoTokenizer
 
-    from mascot.llm.local import EMBEDDED_DIRNAME, cache_root
+    from mascot.llm.models import EMBEDDED_DIRNAME, cache_root
 
     converted = cache_root() / "models" / EMBEDDED_DIRNAME
     if (converted / "tokenizer_config.json").exists():  # the embedded model, already converted

@@ -142,7 +142,7 @@ def registry_adapter(value: Optional[str], role: str) -> tuple[Optional[str], Op
     `speaker-v3`) as that version's folder and id; a folder or served name as given."""
     if not value:
         return value, None
-    from mascot.adapters.registry import resolve_adapter
+    from mascot.adapter_registry import resolve_adapter
 
     return resolve_adapter(value, role)
 
@@ -339,7 +339,6 @@ def check_output(s: OutputSettings) -> None:
     require(not (s.resume and s.overwrite), "use either --resume or --overwrite, not both")
 
 
-PROVIDERS = ("openai-compatible", "vllm", "openai", "anthropic", "gemini")
 
 
 @dataclass
@@ -395,16 +394,22 @@ class JudgePanelSettings(JudgeServerSettings, StrictSettings, JudgingSettings, C
         None, "Judge model id; repeat for several judges (all on --judge-server-url, or the local model)." + vocab.PLUGIN_JUDGE_HELP, flags=("--judge", "--judge-model")
     )
     judges_file: Optional[Path] = setting(None, vocab.JUDGES_FILE_HELP)
-    provider: str = setting("openai-compatible", "openai-compatible (vllm) | openai | anthropic | gemini, for --judge.")
+    provider: str = setting("openai-compatible", vocab.PROVIDER_HELP)
     roles: dict[str, RoleSettings] = roles_field()
 
     def __post_init__(self) -> None:
         check_judge_panel(self)
 
 
+def check_provider(provider: str) -> None:
+    """--provider, wherever a command takes it (the judge panel, `mascot eval compare`)."""
+    providers = vocab.JUDGE_PROVIDERS
+    require(provider in providers, f"unknown --provider {provider!r}: use {', '.join(providers[:-1])} or {providers[-1]}")
+
+
 def check_judge_panel(s: JudgePanelSettings) -> None:
     check_client(s)
     check_judging(s)
     require(not (s.judges_file and s.judges), "use either --judge or --judges-file, not both")
-    require(s.provider in PROVIDERS, f"unknown --provider {s.provider!r}: use openai-compatible, vllm, openai, anthropic or gemini")
+    check_provider(s.provider)
     s.roles = role_mapping(s)

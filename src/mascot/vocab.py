@@ -46,6 +46,9 @@ DEFAULT_USER_PROFILE_SET = "big_five"
 
 # ---- judging
 JUDGE_SCORING_MODES = ("auto", "logprobs", "json")
+# Who serves a --judge model: an OpenAI-compatible server (vllm is the same), or a hosted API.
+JUDGE_PROVIDERS = ("openai-compatible", "vllm", "openai", "anthropic", "gemini")
+PROVIDER_HELP = "openai-compatible (vllm) | openai | anthropic | gemini, for --judge."
 DEFAULT_RUBRIC_VERSION = "paper_v2"  # paper_v1's prompts, reported under the names the paper uses
 THINKING_CHOICES = ("on", "off", "default")  # a role's reasoning mode; default: the server's
 PLUGIN_JUDGE_HELP = " A judge named python:PATH_OR_MODULE:FUNCTION is a Python function (e.g. python:mascot.judge.rules:persona_rules)."

@@ -1,6 +1,6 @@
 """`mascot adapters list | show | compare | promote | rollback | register`: trained artefacts as versions.
 
-Every trainer registers what it writes (`mascot.adapters.registry`); these commands read the
+Every trainer registers what it writes (`mascot.adapter_registry`); these commands read the
 registry, compare two versions on the same held-out data, and say which version of each role is
 current. Runs, chat and web take `--speaker-adapter current` (or `speaker-v3`, `v3`, `previous`).
 """
@@ -93,7 +93,7 @@ class CompareSettings(RegistrySettings):
 
 
 def _registry(settings: RegistrySettings):
-    from mascot.adapters.registry import Registry
+    from mascot.adapter_registry import Registry
 
     return Registry.open(settings.registry)
 
@@ -117,7 +117,7 @@ def run_list(settings: ListSettings) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from mascot.adapters.registry import ROLE_WORDS
+    from mascot.adapter_registry import ROLE_WORDS
 
     require(settings.role is None or settings.role in ROLE_WORDS, f"--role must be one of {', '.join(ROLE_WORDS)}")
     registry = _registry(settings)
@@ -142,7 +142,7 @@ def run_list(settings: ListSettings) -> None:
 
 
 def run_show(settings: ShowSettings) -> None:
-    from mascot.adapters.registry import find_version
+    from mascot.adapter_registry import find_version
 
     state = _registry(settings).state()
     role, _, name = settings.version.partition(":")

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mascot.adapters.registry import ROLE_WORDS, Comparison, Event, Registry, RegistryError, Version, check_unchanged, find_version
+from mascot.adapter_registry import ROLE_WORDS, Comparison, Event, Registry, RegistryError, Version, check_unchanged, find_version
 from mascot.errors import MascotError
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mascot.adapters.registry import ROLE_WORDS, Registry, State, Version, check_unchanged
+from mascot.adapter_registry import ROLE_WORDS, Registry, State, Version, check_unchanged
 from mascot.errors import MascotError
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mascot.adapters.registry import ROLE_WORDS, Comparison, Event, Registry, RegistryError, State, check_unchanged, find_version
+from mascot.adapter_registry import ROLE_WORDS, Comparison, Event, Registry, RegistryError, State, check_unchanged, find_version
 
 
 @dataclass

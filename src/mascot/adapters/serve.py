@@ -86,7 +86,7 @@ def adapter_from_artefact(folder: str | Path, alias: str | None = None) -> tuple
 
 
 def registry_version_folder(given: str | Path, alias: str | None) -> tuple[Path, str | None]:
-    from mascot.adapters.registry import VERSION_ID, Registry, check_unchanged, find_version
+    from mascot.adapter_registry import VERSION_ID, Registry, check_unchanged, find_version
 
     if Path(given).exists() or not VERSION_ID.match(str(given)):
         return Path(given), alias

@@ -11,7 +11,7 @@ import sys
 
 import typer
 
-from mascot.cli.app import app  # noqa: F401  (re-exported: `from mascot.cli import app`)
+from mascot.cli.app import app
 from mascot.errors import MascotError
 
 

@@ -85,7 +85,7 @@ COMMANDS = (
     Command(("eval",), "mascot.eval.settings:EvalSettings", "mascot.eval.run:run_eval_command", "mascot.eval.run:dry_run_eval"),
     Command(("eval", "compare"), "mascot.judge.compare_settings:CompareSettings", f"{C}.compare:run_compare_command", f"{C}.compare:dry_run_compare"),
     Command(("pipeline",), "mascot.pipeline.settings:PipelineSettings", "mascot.pipeline.runner:run_pipeline_command", "mascot.pipeline.dryrun:dry_run_pipeline_command", no_args_is_help=False),
-    Command(("serve",), f"{C}.serve:ServeSettings", f"{C}.serve:run_serve", f"{C}.serve:dry_run_serve", interrupts=False, no_args_is_help=False),
+    Command(("serve",), "mascot.adapters.serve_command:ServeSettings", "mascot.adapters.serve_command:run_serve", "mascot.adapters.serve_command:dry_run_serve", interrupts=False, no_args_is_help=False),
     Command(("chat",), "mascot.dialogue.chat_settings:ChatSettings", f"{C}.chat:run_chat_command", interrupts=False, no_args_is_help=False),
     Command(("web",), "mascot.web.settings:WebSettings", f"{C}.web:run_web", f"{C}.web:dry_run_web", interrupts=False, no_args_is_help=False),
     *(Command(("web", "users", word), f"mascot.commands.web_accounts:{cls}", f"mascot.commands.web_accounts:run_{word}",

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Callable
 from mascot.dialogue.chat import answers_from_smoke_test_model, chat_backends, local_model_loaders, new_session_path, open_session
 from mascot.dialogue.chat import preload_local_models as preload
 from mascot.dialogue.chat_settings import ChatSettings
-from mascot.dialogue.run import announce_local_roles
+from mascot.runs.open import announce_local_roles
 from mascot.dialogue.show import colour_for, show_directive, show_episode, show_fallback
 from mascot.dialogue.stream_wrap import StreamWrapper
 from rich.cells import cell_len

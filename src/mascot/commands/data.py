@@ -26,7 +26,7 @@ class PreviewSettings(DataSettings):
 
 
 def preview(s: PreviewSettings) -> None:
-    from mascot.data import load_contexts
+    from mascot.data.loaders import load_contexts
 
     contexts = load_contexts(
         s.dataset, split=s.split, data_file=s.data_file, limit=s.limit, seed=s.seed, shuffle=s.shuffle, transcript_window=s.transcript_window

@@ -78,7 +78,7 @@ async def run_demo(
     from mascot.dialogue.run_settings import GroupEpisodeSettings
     from mascot.dialogue.run import generate_group
     from mascot.schema import Context
-    from mascot.runs.store import read_jsonl
+    from mascot.files import read_jsonl
 
     by_dataset: dict[str, list[Context]] = {}
     for context in read_jsonl(SAMPLES, Context):

@@ -45,7 +45,7 @@ def check_model(model: str | None, label: str = "model") -> str:
         return "default"
     from mascot import hub
     from mascot.llm.models import in_hf_cache
-    from mascot.llm.base import DEFAULT_LOCAL_MODEL
+    from mascot.vocab import DEFAULT_LOCAL_MODEL
 
     path = Path(model).expanduser()
     if path.exists():
@@ -196,7 +196,7 @@ def dry_run_generation(
     team = load_roster(roster) if roster else roster_for_dataset(dataset)
     resolved: dict[str, Any] = {"dataset": dataset, "roster": team.ident}
     if data_file is not None:
-        from mascot.data import load_contexts
+        from mascot.data.loaders import load_contexts
 
         check_path(data_file, "--data-file")  # a file, or a folder of split files
         contexts = load_contexts(dataset, split=split, data_file=data_file, limit=limit, seed=settings.get("seed", 42))

@@ -59,7 +59,7 @@ class JudgeSettings(JudgedFileSettings):
 def load_context_index(s: JudgedFileSettings) -> dict | None:
     if s.data_file is None:
         return None
-    from mascot.data import load_contexts
+    from mascot.data.loaders import load_contexts
 
     return {c.context_id: c for c in load_contexts(s.dataset, split=s.split, data_file=s.data_file)}
 

@@ -27,7 +27,7 @@ class MetricsCommandSettings(MetricsSettings):
 
     def writable_output(self) -> Path:
         """The report path, checked writable before any model loads."""
-        from mascot.runs.store import ensure_writable_file
+        from mascot.files import ensure_writable_file
 
         return ensure_writable_file(self.output_file or Path(self.input_file).parent / "metrics_auto.json", "--output-file")
 

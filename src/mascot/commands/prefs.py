@@ -49,7 +49,7 @@ def _prepare(s: PrefsGroupSettings):
     """The episodes and the resolved mode, checked before any model call."""
     from mascot.episodes import load_episode_file
     from mascot.prefs.group import resolve_mode
-    from mascot.runs.store import ensure_writable_dir
+    from mascot.files import ensure_writable_dir
 
     loaded = load_episode_file(s.episodes, dataset=s.dataset)
     resolved = resolve_mode(loaded.episodes, s.mode)
@@ -153,7 +153,7 @@ def run_prefs_group(s: PrefsGroupSettings) -> None:
 
     from mascot.commands.judge import fail_if_nothing_judged, load_context_index
     from mascot.prefs.group import items_for_mode
-    from mascot.runs.store import write_json_atomic, write_jsonl
+    from mascot.files import write_json_atomic, write_jsonl
 
     loaded, resolved = _prepare(s)
     contexts = load_context_index(s)

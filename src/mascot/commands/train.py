@@ -29,7 +29,7 @@ def _report(title: str, line: str, outcome: Any = None) -> None:
     typer.secho(f"{title}: {line}", fg="green")
     version = getattr(getattr(outcome, "metadata", None), "registered_as", None)
     if version:
-        from mascot.adapters.registry import registry_folder
+        from mascot.adapter_registry import registry_folder
 
         typer.secho(f"registered as {version} in {registry_folder()} (`mascot adapters compare {version}` against the current one, then promote)", fg="green")
 

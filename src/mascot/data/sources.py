@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from mascot.data.registry import DatasetError
-from mascot.runs.store import iter_json_objects
+from mascot.files import iter_json_objects
 
 # Splits users may type, mapped to one canonical name per split; each dataset then maps the
 # canonical name to its own file and hub naming (ESConv `valid`, QMSum `val`, hub `validation`).

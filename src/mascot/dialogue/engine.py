@@ -27,7 +27,7 @@ from mascot.vocab import MAX_CONSECUTIVE_TURNS
 from mascot.dialogue.reasoning import OutputPaths, role_thinks
 from mascot.dialogue.reply_stream import RoundListener
 from mascot.dialogue.seeds import derive_seed, derived_rng
-from mascot.dialogue.settings import EngineSettings, GenerationMode, user_profile_choice  # noqa: F401  (re-exported)
+from mascot.dialogue.settings import EngineSettings, user_profile_choice
 from mascot.dialogue.tally import Tally
 from mascot.llm.base import ChatClient, route_together
 from mascot.rosters import load_profiles, profile_set, user_profile

@@ -17,10 +17,11 @@ from pathlib import Path
 
 from rich.console import Console
 
-from mascot.data import load_contexts
+from mascot.data.loaders import load_contexts
 from mascot.errors import MascotError
 from mascot.dialogue.batch import RunProgress, run_all
-from mascot.dialogue.engine import EngineSettings, EpisodeEngine
+from mascot.dialogue.engine import EpisodeEngine
+from mascot.dialogue.settings import EngineSettings
 from mascot.dialogue.run_settings import GroupEpisodeSettings
 from mascot.dialogue.tally import Tally, describe_counters
 from mascot.llm.base import ChatClient
@@ -29,13 +30,11 @@ from mascot.llm.routing import resolve_roles, with_safety
 from mascot.llm.served import resolve_served_identities
 from mascot.progress import ProgressLine, calls_and_tokens, plural, raise_if_stopped
 from mascot.rosters import load_roster, roster_for_dataset
-from mascot.runs.open import (  # noqa: F401  (re-exported)
+from mascot.runs.open import (
     GenerationFailed,
     OpenRun,
     RunSpec,
-    announce_local_roles,
     failure_line,
-    merged_usage,
     model_basename,
     open_run,
     require_contexts,
@@ -43,7 +42,8 @@ from mascot.runs.open import (  # noqa: F401  (re-exported)
 from mascot.safety.screen import screen_applies
 from mascot.schema import Context, Episode, RoleIdentity, Roster
 from mascot.settings_groups import ClientLimits, RoleSettings, parse_extra_body
-from mascot.runs.store import RunStore, read_jsonl
+from mascot.runs.store import RunStore
+from mascot.files import read_jsonl
 from mascot.vocab import DEFAULT_LOCAL_MODEL, ROLES, SAFETY, TREE_MAX_CONVERSATIONS
 
 

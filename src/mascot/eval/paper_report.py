@@ -11,7 +11,7 @@ from mascot.eval.collect import CellResult
 from mascot.eval.paper import OVERALL, layout, measured_scores, paper_columns, profile_persona_scores, table_csv_rows, table_markdown, table_rows
 from mascot.eval.reference import comparison_markdown, comparison_rows, load_reference
 from mascot.eval.report import write_csv
-from mascot.runs.store import write_json_atomic
+from mascot.files import write_json_atomic
 
 TABLES = (
     ("agent", "paper_agent", "Agent-specific (0-100, mean ± std over judged Speaker turns; Overall = mean of the five columns)"),

@@ -92,7 +92,7 @@ def check_supported(cell: Cell) -> None:
     """Settings that this installation's `mascot generate` cannot run are one clear error up front."""
     from dataclasses import fields
 
-    from mascot.dialogue.engine import EngineSettings
+    from mascot.dialogue.settings import EngineSettings
     from mascot.dialogue.policies import TURN_POLICIES
 
     spec = cell.spec
@@ -130,7 +130,7 @@ def role_flags(cell: Cell, settings: EvalSettings, catalogue: Catalogue, dataset
 def registry_reference(catalogue: Catalogue, name: str, role: str) -> str | None:
     """An adapter named as a registry version (`current`, `speaker-v3`, directly or through the
     systems file's `adapters:` / `--adapter NAME=current`), checked now; None for a folder."""
-    from mascot.adapters.registry import is_reference, resolve_adapter
+    from mascot.adapter_registry import is_reference, resolve_adapter
 
     value = catalogue.adapters.get(name, name)
     if not is_reference(value) or Path(value).exists():
@@ -140,7 +140,7 @@ def registry_reference(catalogue: Catalogue, name: str, role: str) -> str | None
 
 
 def default_model() -> str:
-    from mascot.llm.base import DEFAULT_LOCAL_MODEL
+    from mascot.vocab import DEFAULT_LOCAL_MODEL
 
     return DEFAULT_LOCAL_MODEL
 

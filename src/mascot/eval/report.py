@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from mascot.runs.store import write_json_atomic
+from mascot.files import write_json_atomic
 
 TITLES = {
     "agent_criteria": "Per-agent criteria (0-100, judged per Speaker turn)",

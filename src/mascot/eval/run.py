@@ -195,7 +195,7 @@ def dry_run_eval(command: str, settings: EvalSettings) -> None:
     if functions := plugin_judges(settings):
         resolved["plug-in judges"] = functions
     if settings.data_file:  # each split's contexts are there (and the split is not empty)
-        from mascot.data import load_contexts
+        from mascot.data.loaders import load_contexts
 
         resolved["contexts"] = {s: len(load_contexts(dataset, split=s, data_file=settings.data_file, limit=settings.limit)) for s in settings.split_names}
     print_settings("eval", {"resolved": resolved, "settings": asdict(settings)})

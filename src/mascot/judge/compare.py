@@ -44,7 +44,7 @@ from mascot.prompt_text import prompt_environment
 from mascot.rubrics import rubric_for
 from mascot.schema import Episode, Judgment
 from mascot.settings_groups import ClientLimits
-from mascot.runs.store import ensure_writable_dir
+from mascot.files import ensure_writable_dir
 from mascot.system_labels import describe_system, distinct_labels, system_traits
 
 log = logging.getLogger(__name__)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from mascot.judge.compare_checks import TIE, counted_verdicts, judge_checks, length_line, position_line
 from mascot.stats import binomial_p as stats_binomial_p, proportion_interval
-from mascot.runs.store import write_json_atomic
+from mascot.files import write_json_atomic
 
 
 

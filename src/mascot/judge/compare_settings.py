@@ -7,6 +7,7 @@ from typing import Optional
 
 from mascot import vocab
 from mascot.settings import require, setting
+from mascot.settings_groups import check_provider
 
 DEFAULT_COMPARE_ROOT = "outputs/mascot_eval/compare"
 
@@ -21,7 +22,7 @@ class CompareSettings:
     labels: Optional[str] = setting(None, "Comma-separated system names, in the order of the files (default: each file's metadata.system).")
     judge: Optional[list[str]] = setting(None, "Judge model id; repeat for several judges (all on --judge-server-url, or the local model)." + vocab.PLUGIN_JUDGE_HELP, flags=("--judge-model", "--judge"))
     judges_file: Optional[str] = setting(None, vocab.JUDGES_FILE_HELP)
-    provider: str = setting("openai-compatible", "openai-compatible (vllm) | openai | anthropic | gemini, for --judge.")
+    provider: str = setting("openai-compatible", vocab.PROVIDER_HELP)
     judge_server_url: Optional[list[str]] = setting(None, "Endpoint of the judge (no URL: local model); repeat or comma-separate to spread the load.")
     rubric_version: str = setting(vocab.DEFAULT_RUBRIC_VERSION, "Rubric version whose collective criteria are compared (plus overall).")
     orders: str = setting("all", "Presentation orders: all (every permutation: 2 for two systems, 6 for three) | rotations (3 for three systems).")
@@ -44,6 +45,7 @@ class CompareSettings:
         require(self.judge_max_tokens >= 16, "--judge-max-tokens must be at least 16")
         require(self.max_in_flight >= 1 and self.request_timeout > 0, "--max-in-flight must be at least 1 and --request-timeout positive")
         require(not (self.judge and self.judges_file), "use either --judge or --judges-file, not both")
+        check_provider(self.provider)
         if self.labels is not None:
             require(len(self.label_list) == len(self.systems), f"--labels names {len(self.label_list)} systems for {len(self.systems)} files")
 

@@ -29,7 +29,8 @@ from mascot.judge.panel import JudgePanel, JudgeSpec, build_judge_backends, load
 from mascot.judge.plugin import PluginJudge, is_plugin, load_judge_function
 from mascot.judge.prompt import DEFAULT_TEMPLATE_VERSION
 from mascot.judge.rubric_judge import RubricJudge
-from mascot.llm.base import DEFAULT_LOCAL_MODEL, ChatClient
+from mascot.llm.base import ChatClient
+from mascot.vocab import DEFAULT_LOCAL_MODEL
 from mascot.llm.providers import Backends
 from mascot.rubrics import load_rubric_set
 from mascot.runs.open import opened_backends

@@ -20,7 +20,7 @@ from mascot.judge.prompt import JudgeItem
 from mascot.judge.report import build_report
 from mascot.rubrics import load_rubric_set
 from mascot.schema import Context, Counters
-from mascot.runs.store import ensure_writable_dir, ensure_writable_file, write_json_atomic, write_jsonl
+from mascot.files import ensure_writable_dir, ensure_writable_file, write_json_atomic, write_jsonl
 
 log = logging.getLogger(__name__)
 

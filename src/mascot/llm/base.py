@@ -16,7 +16,6 @@ from urllib.parse import urlsplit, urlunsplit
 
 from mascot.errors import MascotError
 from mascot.settings_groups import split_urls
-from mascot.vocab import DEFAULT_LOCAL_MODEL  # noqa: F401  (the model a role without server or model runs on)
 
 Message = dict[str, str]
 

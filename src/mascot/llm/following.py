@@ -18,7 +18,7 @@ import time
 from contextvars import ContextVar
 from typing import AsyncIterator
 
-from mascot.adapters.registry import ROLE_WORDS, Registry
+from mascot.adapter_registry import ROLE_WORDS, Registry
 from mascot.llm.base import AnswerDistribution, BaseClient, ChatClient, ChatRequest, ChatResponse
 
 log = logging.getLogger(__name__)

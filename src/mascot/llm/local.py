@@ -28,18 +28,15 @@ from typing import Any
 import torch
 
 from mascot.errors import MascotError
-from mascot.llm.base import DEFAULT_LOCAL_MODEL, AnswerDistribution, BaseClient, ChatRequest, ChatResponse, LLMError, Message, normalised_choices, split_reasoning
+from mascot.llm.base import AnswerDistribution, BaseClient, ChatRequest, ChatResponse, LLMError, Message, normalised_choices, split_reasoning
+from mascot.vocab import DEFAULT_LOCAL_MODEL
 from mascot.llm.local_decoding import (
-    PerRowSampling, QueueStreamer, RowOutput, StreamTrimmer, choice_token_ids, generate, next_token_probs, row_output,
+    QueueStreamer, RowOutput, StreamTrimmer, choice_token_ids, generate, next_token_probs, row_output,
 )
 from mascot.llm.local_loading import LoadedModel, end_token_ids, load_local_model
-from mascot.llm.models import EMBEDDED_DIRNAME, cache_root, embedded_model_dir, first_line, resolve_local_model
+from mascot.llm.models import first_line
 from mascot.vocab import LOCAL_BATCH_SIZE
 
-__all__ = [  # also re-exported for callers of the former single module
-    "EMBEDDED_DIRNAME", "LocalClient", "PerRowSampling", "RowOutput", "StreamTrimmer", "cache_root",
-    "embedded_model_dir", "load_local_model", "resolve_local_model",
-]
 
 
 # Scoring prompts taken from the queue at once, in multiples of max_batch_size (see _run_scoring).

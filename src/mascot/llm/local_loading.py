@@ -19,7 +19,7 @@ import torch
 from mascot.errors import MascotError
 from mascot import hub
 from mascot.llm.models import first_line, resolve_model
-from mascot.llm.base import DEFAULT_LOCAL_MODEL
+from mascot.vocab import DEFAULT_LOCAL_MODEL
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from mascot.errors import MascotError
 from mascot.files import cache_root
 from mascot import hub
-from mascot.llm.base import DEFAULT_LOCAL_MODEL
+from mascot.vocab import DEFAULT_LOCAL_MODEL
 
 log = logging.getLogger(__name__)
 

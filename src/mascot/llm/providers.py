@@ -278,7 +278,7 @@ def _sharing_key(ep: RoleEndpoint) -> tuple:
 
 
 def following_client(inner: ChatClient, ep: RoleEndpoint) -> ChatClient:
-    from mascot.adapters.registry import Registry
+    from mascot.adapter_registry import Registry
     from mascot.llm.following import FollowCurrent
 
     return FollowCurrent(inner, ep.role, ep.follows, Registry.open(), ep.urls)

@@ -22,10 +22,11 @@ from mascot.errors import MascotError
 from mascot.metrics.conversation import conversation_report
 from mascot.metrics.lexical import DISTINCT_SETTINGS, SELF_BLEU_SCALE, SELF_BLEU_SETTINGS, distinct_n, self_bleu
 from mascot.metrics.nli import NLI_LABELS
-from mascot.metrics.pairing import PAIRING_MODES, response_pairs, unordered_pairs
-from mascot.metrics.settings import MetricsSettings  # noqa: F401  (re-exported)
+from mascot.metrics.pairing import response_pairs, unordered_pairs
+from mascot.metrics.settings import PAIRING_MODES
+from mascot.metrics.settings import MetricsSettings
 from mascot.schema import Episode
-from mascot.runs.store import write_json_atomic
+from mascot.files import write_json_atomic
 
 log = logging.getLogger(__name__)
 

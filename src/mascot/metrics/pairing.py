@@ -26,7 +26,7 @@ from itertools import combinations
 from mascot.errors import MascotError
 from mascot.schema import Episode, Turn
 
-from mascot.metrics.settings import DIRECTIONS, PAIRING_MODES  # noqa: F401  (re-exported)
+from mascot.metrics.settings import DIRECTIONS, PAIRING_MODES
 
 
 @dataclass(frozen=True)

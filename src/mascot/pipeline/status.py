@@ -14,7 +14,7 @@ from typing import Any
 
 from mascot.pipeline.steps import Step, find_run_dir
 from mascot.schema import utc_now
-from mascot.runs.store import write_json_atomic
+from mascot.files import write_json_atomic
 
 
 COMPLETE, PARTIAL, ABSENT = "complete", "partial", "absent"

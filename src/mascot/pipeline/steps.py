@@ -231,7 +231,7 @@ _SPEAKER = {"user": "usr", "supporter": "sys"}
 def write_esconv_samples(folder: Path) -> Path:
     """The shipped ESConv contexts in ESConv's export format (situation, emotion_type, problem_type, dialog)."""
     from mascot.schema import Context
-    from mascot.runs.store import read_jsonl
+    from mascot.files import read_jsonl
 
     lines = []
     for context in read_jsonl(SAMPLES, Context):
@@ -272,7 +272,7 @@ def pipeline_data_file(dataset: str, data_file: str | None, folder: Path) -> Pat
         return shipped_data(data_file[len(SHIPPED) :])
     if data_file:
         return Path(data_file)
-    from mascot.data import canonical_dataset_name
+    from mascot.data.registry import canonical_dataset_name
 
     if canonical_dataset_name(dataset) != "ESConv":
         raise MascotError(f"--data-file is needed for {dataset}: mascot ships sample contexts for ESConv only")

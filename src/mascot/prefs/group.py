@@ -39,7 +39,7 @@ from mascot.prefs.pairs import PairStats, max_pairs, preference_index_pairs
 from mascot.prompt_text import Trusted, render_prompt, transcript_text
 from mascot.rosters import roster_for_dataset
 from mascot.schema import Context, Directive, Episode, Judgment, PreferencePair, Turn
-from mascot.runs.store import read_jsonl
+from mascot.files import read_jsonl
 
 log = logging.getLogger(__name__)
 

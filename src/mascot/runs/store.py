@@ -22,21 +22,15 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from mascot.files import (  # noqa: F401 - the file helpers are imported from here across the project
+from mascot.files import (
     JsonlAppender,
-    RecordFormatError,
     StoreError,
     describe_os_error,
     ensure_writable_dir,
-    ensure_writable_file,
-    is_secret_key,
-    iter_json_objects,
     line_json_problem,
-    read_jsonl,
     redact,
     repair_torn_tail,
     write_json_atomic,
-    write_jsonl,
 )
 from mascot.errors import failure_cause
 from mascot.progress import forget_exit_hook, on_exit_at_once

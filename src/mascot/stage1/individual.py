@@ -53,7 +53,8 @@ from mascot.progress import cancel_on_interrupt, stop_requested
 from mascot.rubrics import domain_of, rubric_for
 from mascot.schema import Candidate, Context, Judgment, Persona, PreferencePair, Roster
 from mascot.files import write_jsonl
-from mascot.runs.store import RunStore, write_json_atomic
+from mascot.runs.store import RunStore
+from mascot.files import write_json_atomic
 
 log = logging.getLogger(__name__)
 

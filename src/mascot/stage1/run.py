@@ -20,7 +20,7 @@ from typing import Any
 
 from rich.console import Console
 
-from mascot.data import load_contexts
+from mascot.data.loaders import load_contexts
 from mascot.judge.cache import JudgmentCache
 from mascot.judge.opener import JudgeConfig, stage_judge
 from mascot.judge.plugin import is_plugin, declared_version, load_judge_function

@@ -20,7 +20,7 @@ from pydantic import Field, ValidationError
 
 from mascot.errors import MascotError
 from mascot.schema import SCHEMA_VERSION, Record, utc_now
-from mascot.runs.store import StoreError, ensure_writable_dir, write_json_atomic
+from mascot.files import StoreError, ensure_writable_dir, write_json_atomic
 from mascot.train.config import DEFAULT_OUTPUT_ROOT
 from mascot.train.runtime import is_main_process, world_size
 

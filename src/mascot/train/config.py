@@ -28,7 +28,7 @@ def registry_versions_field():
 def resolve_registry_references(settings: "TrainSettings", **roles: str) -> None:
     """Each named artefact flag that holds a registry reference (`current`, `v3`, `speaker-v3`)
     becomes that version's folder, and the version is noted in `settings.registry_versions`."""
-    from mascot.adapters.registry import resolve_adapter
+    from mascot.adapter_registry import resolve_adapter
 
     for name, role in roles.items():
         value = getattr(settings, name)

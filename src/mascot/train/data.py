@@ -22,7 +22,7 @@ from mascot.llm.context_fit import (
     CUT_MARK,  # one mark for a cut prompt, in training and at the server
 )
 from mascot.schema import Episode, PreferencePair
-from mascot.runs.store import read_jsonl
+from mascot.files import read_jsonl
 from mascot.train.scoring import chat_ids, encode_fitted
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from mascot.data import load_contexts
+from mascot.data.loaders import load_contexts
 from mascot.dialogue.prompts import PROMPT_VERSION, director_messages
 from mascot.episodes import episode_context, episode_domain, episode_roster
 from mascot.errors import MascotError

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mascot.dialogue.director import DIRECTIVE_OPENING, parse_directive
-from mascot.dialogue.engine import EngineSettings, EpisodeEngine
+from mascot.dialogue.engine import EpisodeEngine
+from mascot.dialogue.settings import EngineSettings
 from mascot.dialogue.prompts import PROMPT_VERSION
 from mascot.dialogue.settings import engine_settings_from
 from mascot.dialogue.tally import Tally

@@ -1,6 +1,6 @@
 """Registering trained artefacts: a version made from an artefact folder's metadata.
 
-Kept apart from `mascot.adapters.registry` (which the settings read to resolve `current`) because
+Kept apart from `mascot.adapter_registry` (which the settings read to resolve `current`) because
 it reads the training metadata, and the trainers' settings must not import the trainers' modules.
 """
 
@@ -11,7 +11,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from mascot.adapters.registry import Event, Registry, RegistryError, Version, registry_folder, weights_digest
+from mascot.adapter_registry import Event, Registry, RegistryError, Version, registry_folder, weights_digest
 from mascot.errors import MascotError
 
 log = logging.getLogger(__name__)

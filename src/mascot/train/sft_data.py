@@ -18,7 +18,7 @@ from pathlib import Path
 from mascot.data.registry import dataset as registered
 from mascot.dialogue.prompts import speaker_messages
 from mascot.schema import Candidate, Roster
-from mascot.runs.store import read_jsonl
+from mascot.files import read_jsonl
 from mascot.train.data import TrainingDataError, resolve_data_file, shorten_prompt
 
 SFT_SOURCES = ("candidates", "dataset")

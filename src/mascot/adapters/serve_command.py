@@ -87,7 +87,7 @@ def serve_plan(s: ServeSettings):
 def followed_versions(s: ServeSettings, found: list) -> list:
     """The current Speaker and Director versions a following server serves from the start (under
     their ids), those already given as artefacts left out."""
-    from mascot.adapters.registry import Registry
+    from mascot.adapter_registry import Registry
     from mascot.adapters.serve import adapter_from_artefact, base_of
     from mascot.adapters.follow import current_versions
 
@@ -101,7 +101,7 @@ def followed_versions(s: ServeSettings, found: list) -> list:
 def registry_lora_rank(s: ServeSettings) -> int | None:
     """The largest LoRA rank of the registry's Speaker and Director versions: a version promoted
     later must fit the rank the server reserved at start."""
-    from mascot.adapters.registry import Registry
+    from mascot.adapter_registry import Registry
     from mascot.adapters.serve import lora_rank
 
     versions = [v for v in Registry.open(s.registry).state().versions.values() if v.role in ("speaker", "director")]
@@ -127,7 +127,7 @@ def run_serve(s: ServeSettings) -> None:
     plan = serve_plan(s)
     follower = None
     if s.follow_registry:
-        from mascot.adapters.registry import Registry
+        from mascot.adapter_registry import Registry
         from mascot.adapters.follow import Follower
 
         follower = Follower(Registry.open(s.registry), plan.url, plan.base_model, served={a.alias: a.path for a in plan.adapters})
