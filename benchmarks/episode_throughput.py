@@ -22,13 +22,12 @@ from pathlib import Path
 
 
 def worker(url: str, episodes: int, rounds: int, concurrency: int) -> dict:
+    import aiohttp  # noqa: F401 - imported before the clock starts: throughput, not start-up, is measured
     from rich.console import Console
 
-    from mascot.dialogue.run_settings import GroupEpisodeSettings
     from mascot.dialogue.run import generate_group
+    from mascot.dialogue.run_settings import GroupEpisodeSettings
     from mascot.schema import Context, DialogueLine
-
-    import aiohttp  # noqa: F401 - imported before the clock starts: throughput, not start-up, is measured
 
     contexts = (
         Context(context_id=f"bench-{i}", dataset="ESConv", situation=f"I have been struggling at work ({i}).", emotion="anxiety",

@@ -101,7 +101,7 @@ def random_model(cls, shape: str | dict, vocab_size: int, device: str, dtype, **
 def random_weights(policy_shape: str, reward_shape: str, vocab_size: int, device: str):
     """Replaces MASCOT's weight loading with a random init of the given shapes on `device`."""
     import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3ForSequenceClassification
+    from transformers import Qwen3ForCausalLM, Qwen3ForSequenceClassification
 
     import mascot.train.director_dpo as dpo
     import mascot.train.director_grpo as dgrpo
@@ -358,7 +358,8 @@ def gpu_busy_time(enabled: bool):
     if not enabled:
         yield found
         return
-    from torch.profiler import ProfilerActivity, profile as torch_profile
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
 
     with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
         yield found

@@ -21,8 +21,8 @@ from mascot.judge.cache import JudgmentCache
 from mascot.judge.prompt import JudgeItem
 from mascot.judge.rubric_judge import RubricJudge
 from mascot.llm.http import HTTPClient
-from mascot.testing.stub_server import start_stub_server_process
 from mascot.rosters import load_roster
+from mascot.testing.stub_server import start_stub_server_process
 
 RESPONDER = "mascot.testing.players:stub_judge_responder"
 

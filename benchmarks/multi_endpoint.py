@@ -31,8 +31,8 @@ def contexts(count: int):
 def episodes_per_s(urls: list[str], episodes: int, rounds: int, concurrency: int) -> tuple[float, dict]:
     from rich.console import Console
 
-    from mascot.dialogue.run_settings import GroupEpisodeSettings
     from mascot.dialogue.run import generate_group
+    from mascot.dialogue.run_settings import GroupEpisodeSettings
 
     with tempfile.TemporaryDirectory() as out:
         cfg = GroupEpisodeSettings(

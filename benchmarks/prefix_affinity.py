@@ -56,8 +56,8 @@ def run(urls: list[str], model: str, episodes: int, rounds: int, concurrency: in
     from rich.console import Console
 
     import mascot.dialogue.engine as engine
-    from mascot.dialogue.run_settings import GroupEpisodeSettings
     from mascot.dialogue.run import generate_group
+    from mascot.dialogue.run_settings import GroupEpisodeSettings
     from mascot.llm.base import route_together
 
     engine.route_together = route_together if affinity else (lambda key: None)

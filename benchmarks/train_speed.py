@@ -102,8 +102,8 @@ def director_dpo(folder: Path, base: Path, steps: int):
 def director_grpo(folder: Path, base: Path, steps: int):
     from train_helpers import write_jsonl, write_run_config
 
-    from mascot.testing.players import group_client
     from mascot.schema import Context, Directive, Episode, EpisodeMetadata, Turn
+    from mascot.testing.players import group_client
     from mascot.train.config import DirectorGRPOSettings
     from mascot.train.director_grpo import train_director_grpo
 

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from mascot.adapter_registry import Registry
+from mascot.adapters.follow import Follower
 from mascot.adapters.promotion import promote
 from mascot.llm import following
 from mascot.llm.base import ChatRequest
 from mascot.llm.providers import build_backends
 from mascot.llm.routing import resolve_roles
-from mascot.adapters.follow import Follower
 from mascot.settings_groups import GroupEndpointSettings
 from mascot.testing.players import stub_responder
 from mascot.testing.stub_server import start_stub_server
@@ -45,8 +45,8 @@ def new_current(registry: Registry, folder: Path) -> str:
 
 
 def test_serve_follow_starts_with_the_current_versions_and_runtime_loading(tmp_path, registry):
-    from mascot.adapters.serve_command import ServeSettings, serve_plan
     from mascot.adapters.serve import server_env, vllm_command
+    from mascot.adapters.serve_command import ServeSettings, serve_plan
 
     first = new_current(registry, artefact(tmp_path / "a", b"a"))
     register(registry, artefact(tmp_path / "big", b"b", rank=32))  # registered, not current: its rank is reserved

@@ -5,22 +5,21 @@ the same held-out data, promoted only on evidence, rolled back, and resolved by 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 from train_helpers import base, keyword_pairs, one_thread_per_module, write_jsonl  # noqa: F401 - fixtures
 from typer.testing import CliRunner
 
+from mascot.adapter_registry import Registry, RegistryError, resolve_adapter
 from mascot.adapters import compare as compare_module
 from mascot.adapters.compare import CompareRequest, compare_versions
 from mascot.adapters.promotion import promote, rollback
-from mascot.train.registration import register
-from mascot.adapter_registry import Registry, RegistryError, resolve_adapter
 from mascot.cli.app import app
 from mascot.testing.players import stub_responder
 from mascot.testing.stub_server import start_stub_server
 from mascot.train.artefact import TrainingMetadata, read_metadata, write_metadata
+from mascot.train.registration import register
 
 ESCONV_SAMPLE = Path(__file__).parent / "fixtures" / "esconv_sample.jsonl"
 

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_mascot
 
 from mascot.dialogue.consistency import consistency_scores, most_consistent, similarity
 from mascot.dialogue.engine import EpisodeEngine
@@ -20,8 +21,6 @@ from mascot.eval.systems import Catalogue
 from mascot.llm.metered import MeteredClient, UsageMeter
 from mascot.testing.players import group_client, stub_responder
 from mascot.testing.scripted import ScriptedClient
-
-from cli_helpers import run_mascot
 
 ESCONV_SAMPLE = Path(__file__).parent / "fixtures" / "esconv_sample.jsonl"
 PAPER_BASELINES = ["zero-shot", "zero-shot-cot", "few-shot", "few-shot-cot", "sft", "self-consistency", "multiagentesc"]

@@ -18,13 +18,13 @@ from typer.testing import CliRunner
 
 from mascot import progress
 from mascot.cli.app import app
-from mascot.dialogue.run_settings import GroupEpisodeSettings
 from mascot.dialogue.run import generate_group
+from mascot.dialogue.run_settings import GroupEpisodeSettings
 from mascot.errors import MascotError
 from mascot.files import StoreError, read_jsonl
+from mascot.runs.store import RunStore
 from mascot.schema import Episode
 from mascot.settings import cli_fields, flag_name
-from mascot.runs.store import RunStore
 from mascot.testing.players import group_client
 
 FIXTURES = Path(__file__).parent / "fixtures"

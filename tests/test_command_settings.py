@@ -10,10 +10,10 @@ from typer.testing import CliRunner
 
 from mascot.cli.app import app
 from mascot.dialogue.run_settings import GroupEpisodeSettings
-from mascot.stage1.settings import CandidateSettings
 from mascot.dialogue.settings import EngineSettings
 from mascot.errors import MascotError
 from mascot.settings import cli_fields
+from mascot.stage1.settings import CandidateSettings
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ESCONV = FIXTURES / "esconv_sample.jsonl"
@@ -36,10 +36,10 @@ def test_every_command_accepts_a_config_file():
 
 
 def test_every_setting_of_the_shared_groups_has_help():
+    from mascot.adapters.serve_command import ServeSettings
     from mascot.commands.judge import JudgeSettings
     from mascot.commands.metrics import MetricsCommandSettings
     from mascot.commands.prefs import PrefsGroupSettings
-    from mascot.adapters.serve_command import ServeSettings
 
     for cls in (GroupEpisodeSettings, JudgeSettings, PrefsGroupSettings, MetricsCommandSettings, ServeSettings):
         assert all(f.metadata.get("help") for f in cli_fields(cls)), cls.__name__

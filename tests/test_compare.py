@@ -7,14 +7,13 @@ import re
 from collections import Counter
 
 import pytest
-
 from judge_helpers import agent_turn, episode, user_turn, write_episodes
+
 from mascot.errors import MascotError
-from mascot.judge.compare import parse_verdict, VerdictParseError
-from mascot.judge.compare import run_compare
+from mascot.judge.compare import VerdictParseError, parse_verdict, run_compare
 from mascot.judge.compare_settings import CompareSettings
-from mascot.testing.scripted import ScriptedClient
 from mascot.rubrics import rubric_for
+from mascot.testing.scripted import ScriptedClient
 
 KEYS = [*rubric_for("ESConv", "collective").keys, "overall"]
 QUALITY = {"A": [5, 4, 2, 3, 1, 3], "B": [1, 1, 2, 2, 5, 3]}

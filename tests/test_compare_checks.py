@@ -7,14 +7,14 @@ import re
 from collections import Counter
 
 import pytest
-
 from judge_helpers import agent_turn, episode, user_turn, write_episodes
+from test_compare import KEYS, biased_judge, conversations, settings
+
 from mascot.errors import MascotError
 from mascot.judge.compare import run_compare
 from mascot.judge.compare_checks import battles_from, counted_verdicts
 from mascot.judge.compare_settings import CompareSettings
 from mascot.testing.scripted import ScriptedClient
-from test_compare import KEYS, biased_judge, conversations, settings
 
 CONTEXTS = 40
 

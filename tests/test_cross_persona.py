@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from cli_helpers import run_mascot
+
 from mascot.errors import MascotError
 from mascot.judge.rules import agent_score
 from mascot.rosters import load_roster

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from mascot.data.registry import DatasetError
-from mascot.data.loaders import iter_contexts, load_contexts, split_name
 from mascot.data.empathetic import decode_text
+from mascot.data.loaders import iter_contexts, load_contexts, split_name
 from mascot.data.qmsum import detokenize, window_of
+from mascot.data.registry import DatasetError
 from mascot.data.sources import estimate_tokens
 from mascot.schema import Context
 

@@ -7,9 +7,8 @@ import types
 import pytest
 
 from mascot.data import registry
-from mascot.data.registry import DatasetError
 from mascot.data.loaders import load_contexts, split_name
-from mascot.data.registry import Dataset, canonical_dataset_name, dataset, dataset_domain, guess_dataset
+from mascot.data.registry import Dataset, DatasetError, canonical_dataset_name, dataset, dataset_domain, guess_dataset
 from mascot.rosters import roster_for_dataset
 from mascot.rubrics import domain_of
 from mascot.schema import Context

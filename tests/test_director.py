@@ -4,8 +4,8 @@ import pytest
 
 from mascot.dialogue.director import Director, match_roster_name, parse_directive
 from mascot.dialogue.tally import StrictModeStop, Tally
-from mascot.testing.scripted import ScriptedClient
 from mascot.schema import Turn
+from mascot.testing.scripted import ScriptedClient
 
 
 @pytest.mark.parametrize(

@@ -29,8 +29,8 @@ def meeting() -> Context:
 
 
 def test_the_trie_allows_only_roster_name_prefixes_then_ends_the_line():
-    from transformers import AutoTokenizer
     from train_helpers import tokenizer_dir
+    from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir())
     ids = lambda text: tuple(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731

@@ -201,7 +201,7 @@ def judge_file_on_study(option: str, path: Path, study: Path) -> None:
 def prepare(argv: list[str], workdir: Path) -> list[str]:
     out = list(argv)
     if out[:1] == ["serve"]:  # positional artefact folders
-        for i, token in enumerate(out[1:], start=1):
+        for token in out[1:]:
             if token.startswith("-"):
                 break
             if not (workdir / token).exists():

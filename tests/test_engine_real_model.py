@@ -5,8 +5,8 @@ import json
 
 from rich.console import Console
 
-from mascot.dialogue.run_settings import GroupEpisodeSettings
 from mascot.dialogue.run import generate_group
+from mascot.dialogue.run_settings import GroupEpisodeSettings
 from mascot.files import read_jsonl
 from mascot.schema import Episode
 

@@ -5,8 +5,8 @@ file without a valid episode is one line; the cut-short last line of a stopped r
 import logging
 
 import pytest
-
 from judge_helpers import sample_episode
+
 from mascot.episodes import episode_file_path, load_episode_file
 from mascot.errors import MascotError
 from mascot.train.data import load_episodes

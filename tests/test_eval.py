@@ -12,10 +12,10 @@ import statistics
 from pathlib import Path
 
 import pytest
-
 from cli_helpers import run_mascot as run_command
-from mascot.testing.players import stub_responder
+
 from mascot.errors import MascotError
+from mascot.testing.players import stub_responder
 
 ED_ROWS = [
     ("hit:1_conv:1", "proud", "I got the job I wanted after months of trying."),

@@ -12,14 +12,14 @@ import statistics
 from pathlib import Path
 
 import pytest
-
 from cli_helpers import run_mascot as run_command
+from test_eval import Judge, run_dir_of, write_ed
+
 from mascot.errors import MascotError
 from mascot.eval.collect import CellResult, Item
 from mascot.eval.plan import Cell
 from mascot.eval.reference import NO_STD, OUTSIDE, WITHIN, Reference, comparison_rows, load_reference
 from mascot.eval.systems import SystemSpec
-from test_eval import Judge, run_dir_of, write_ed
 
 # The paper's numbers, copied as listed (agent-specific then collective tables, Empathetic Dialogues; then its other figures).
 PAPER_AGENT = """

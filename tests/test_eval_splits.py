@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from mascot.data.registry import DatasetError
 from mascot.data.loaders import load_contexts
+from mascot.data.registry import DatasetError
 from mascot.data.subsets import ed_valence, meeting_domain, parse_split
 
 FIXTURES = Path(__file__).parent / "fixtures"

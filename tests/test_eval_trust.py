@@ -12,12 +12,12 @@ import json
 from pathlib import Path
 
 import pytest
-
 from cli_helpers import run_mascot as run_command
+from test_eval import Judge, run_dir_of
+
 from mascot.study.create import create_study
 from mascot.study.db import opened, rater_item
 from mascot.study.rating import submit
-from test_eval import Judge, run_dir_of
 
 NEGATIVE = ("sad", "lonely", "furious", "afraid", "anxious", "disappointed", "ashamed", "guilty", "devastated", "terrified")
 SYSTEMS_YAML = """\

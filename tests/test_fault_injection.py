@@ -20,8 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from mascot.testing.players import stub_responder
-from mascot.testing.players import stub_judge_responder
+from mascot.testing.players import stub_judge_responder, stub_responder
 from mascot.testing.stub_server import start_stub_server
 
 ESCONV_SAMPLE = Path(__file__).parent / "fixtures" / "esconv_sample.jsonl"

@@ -137,7 +137,7 @@ def test_the_study_s_blinded_choices_become_episode_pairs_for_the_group_reward_m
     create_study(*write_sample_systems(tmp_path / "eps", num_contexts=3), study, raters=2)
     with opened(study) as conn:
         items = conn.execute("SELECT item_id, rater_id, pair_id FROM items ORDER BY item_id").fetchall()
-        for n, (item_id, rater_id, pair_id) in enumerate(items):
+        for n, (item_id, _rater_id, _pair_id) in enumerate(items):
             save_rating(conn, item_id, "tie" if n == 0 else "a", {}, "2026-12-06T12:00:00+00:00")  # the people prefer system a
     (tmp_path / "chat").mkdir()
     run_prefs_feedback(PrefsFeedbackSettings(session_dir=tmp_path / "chat", output_dir=tmp_path / "pairs", study=study))
@@ -170,7 +170,7 @@ def test_another_reply_is_offered_beside_the_first_and_the_chosen_one_stays(tmp_
     assert client.post(f"{api}/choice", json={"turn_idx": first["turn_idx"], "chosen": "alternative"}, headers=csrf).status_code == 422  # nothing offered yet
     offered = client.post(f"{api}/alternative", json={"turn_idx": first["turn_idx"]}, headers=csrf).json()
     assert offered["text"].startswith("Reply number") and offered["text"] != first["response"]
-    assert f'class="another"' in client.get(f"/sessions/{session_id}").text
+    assert 'class="another"' in client.get(f"/sessions/{session_id}").text
     kept = client.post(f"{api}/choice", json={"turn_idx": first["turn_idx"], "chosen": "alternative"}, headers=csrf).json()
     assert kept["response"] == offered["text"]
     assert load_session_episode(tmp_path / "chat" / f"{session_id}.jsonl").turns[-1].response == offered["text"]  # the conversation goes on with it
@@ -242,16 +242,17 @@ def test_the_loop_from_ratings_to_a_promoted_and_served_speaker(tmp_path):
     """Ratings -> pairs -> reward model -> Speaker GRPO against it -> compared with the current
     Speaker under the people's own preference as judge -> promoted -> loaded by a following server.
     About 8 minutes on 2 cores (`make test-slow`)."""
+    from train_helpers import sft_warm_start, single_thread, tiny_model
+
     from mascot.adapter_registry import Registry
     from mascot.adapters.compare import CompareRequest, compare_versions
-    from mascot.adapters.promotion import promote
     from mascot.adapters.follow import Follower
+    from mascot.adapters.promotion import promote
     from mascot.testing.players import stub_responder
     from mascot.testing.stub_server import start_stub_server
     from mascot.train.config import RewardModelSettings, SpeakerGRPOSettings
     from mascot.train.reward_model import train_reward_model
     from mascot.train.speaker_grpo import train_speaker
-    from train_helpers import sft_warm_start, single_thread, tiny_model
 
     registry = Registry.open()
     (tmp_path / "short_judge.py").write_text(SHORT_JUDGE)

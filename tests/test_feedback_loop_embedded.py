@@ -13,12 +13,12 @@ from __future__ import annotations
 import random
 
 import pytest
+from test_feedback_loop import converse as converse_and_rate
 
 from mascot.commands.prefs import PrefsFeedbackSettings, run_prefs_feedback
 from mascot.files import read_jsonl
 from mascot.schema import PreferencePair
 from mascot.testing.scripted import ScriptedClient
-from test_feedback_loop import converse as converse_and_rate
 
 pytestmark = pytest.mark.slow
 
@@ -66,8 +66,8 @@ SPEAKER = dict(batch_size=8, num_generations=4, max_completion_length=16, temper
 def test_the_loop_on_the_embedded_model(tmp_path, embedded_model):
     from mascot.adapter_registry import Registry
     from mascot.adapters.compare import CompareRequest, compare_versions
-    from mascot.adapters.promotion import promote
     from mascot.adapters.follow import Follower
+    from mascot.adapters.promotion import promote
     from mascot.stats import binomial_p
     from mascot.testing.players import stub_responder
     from mascot.testing.stub_server import start_stub_server

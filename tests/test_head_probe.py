@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from train_helpers import one_thread_per_module, base, keyword_pairs, single_thread, write_jsonl, write_run_config  # noqa: F401 - fixtures
+from train_helpers import base, keyword_pairs, one_thread_per_module, single_thread, write_jsonl, write_run_config  # noqa: F401 - fixtures
 
 from mascot.train.config import RewardModelSettings
 from mascot.train.reward_model import train_reward_model

@@ -149,10 +149,10 @@ async def test_judge_call_with_thinking_off(server):
     """One judge request through the real server with the judge's thinking off; the reply of a
     135M model may not parse, but the request itself must go through."""
     from mascot.judge.panel import JudgeSpec, build_judge_backends
-    from mascot.judge.rubric_judge import RubricJudge
-    from mascot.settings_groups import JudgePanelSettings
     from mascot.judge.prompt import JudgeItem
+    from mascot.judge.rubric_judge import RubricJudge
     from mascot.schema import Persona
+    from mascot.settings_groups import JudgePanelSettings
 
     base_url, model_dir = server
     opts = JudgePanelSettings(judge_thinking=False, request_timeout=300, max_stop_strings=4)

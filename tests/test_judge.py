@@ -7,25 +7,25 @@ import json
 import sys
 
 import pytest
+from judge_helpers import ES_KEYS, agent_turn, episode, reply_json, sample_episode, write_episodes
 from typer.testing import CliRunner
 
-from judge_helpers import ES_KEYS, episode, agent_turn, reply_json, sample_episode, write_episodes
 from mascot.cli.app import app
+from mascot.episodes import load_episode_file
 from mascot.errors import MascotError
 from mascot.judge.agreement import agreement, average_ranks, spearman
 from mascot.judge.cache import JudgmentCache
-from mascot.episodes import load_episode_file
 from mascot.judge.items import agent_items, collective_item
 from mascot.judge.panel import JudgePanel, load_judges_file, mean_scores
 from mascot.judge.parse import JudgeParseError, parse_judgment
 from mascot.judge.prompt import JudgeItem, judge_messages, nonce_for
 from mascot.judge.rubric_judge import AnnotationFailure, RubricJudge
 from mascot.judge.run import judge_episode_file
-from mascot.testing.players import judge_client
 from mascot.llm.base import BaseClient, ChatResponse, LLMError
-from mascot.testing.scripted import ScriptedClient
 from mascot.rosters import load_roster
 from mascot.rubrics import rubric_for
+from mascot.testing.players import judge_client
+from mascot.testing.scripted import ScriptedClient
 
 RUBRIC = rubric_for("ESConv", "agent")
 ANCHOR = load_roster("emotional_support").personas[0]

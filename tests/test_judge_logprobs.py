@@ -6,20 +6,19 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from judge_helpers import ES_KEYS, reply_json
+
 from mascot.errors import MascotError
 from mascot.judge.cache import JudgmentCache, cache_key
 from mascot.judge.prompt import JudgeItem, criterion_messages
 from mascot.judge.rubric_judge import RubricJudge
 from mascot.llm.base import ChatRequest, LLMError
-from mascot.llm.http import HTTPClient
-from mascot.llm.http import answer_from_completion
+from mascot.llm.http import HTTPClient, answer_from_completion
 from mascot.llm.metered import MeteredClient, UsageMeter
-from mascot.testing.scripted import ScriptedClient
 from mascot.rosters import load_roster
 from mascot.rubrics import rubric_for
 from mascot.schema import Judgment
+from mascot.testing.scripted import ScriptedClient
 
 RUBRIC = rubric_for("ESConv", "agent")
 ANCHOR = load_roster("emotional_support").personas[0]

@@ -14,9 +14,9 @@ import threading
 from pathlib import Path
 
 import pytest
-
 from cli_helpers import run_mascot
 from judge_helpers import agent_turn, episode, keys_of, reply_json, user_turn, write_episodes
+
 from mascot.episodes import persona_of
 from mascot.errors import MascotError
 from mascot.judge import opener, rules

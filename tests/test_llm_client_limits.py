@@ -9,11 +9,11 @@ import socket
 
 import pytest
 
-from mascot.settings_groups import EndpointSettings, parse_extra_body, parse_thinking
 from mascot.errors import MascotError
 from mascot.llm.base import ChatRequest, LLMError, StopCutter, cut_at_stop, split_reasoning
 from mascot.llm.http import HTTPClient
 from mascot.llm.metered import MeteredClient, UsageMeter
+from mascot.settings_groups import EndpointSettings, parse_extra_body, parse_thinking
 
 NINE_STOPS = tuple(f"\nName{i}:" for i in range(9))
 ASK = [{"role": "user", "content": "say something"}]
@@ -154,8 +154,7 @@ async def test_no_switch_is_sent_to_a_hosted_api_that_refuses_unknown_fields(stu
 
 def test_openai_judges_never_get_the_template_switch():
     from mascot.judge.panel import JudgeSpec, build_judge_backends
-    from mascot.settings_groups import ClientLimits
-    from mascot.settings_groups import RoleSettings
+    from mascot.settings_groups import ClientLimits, RoleSettings
 
     specs = [JudgeSpec(name="gpt", model="gpt-4o", provider="openai"), JudgeSpec(name="qwen", model="q", url="http://127.0.0.1:9/v1")]
     backends = build_judge_backends(specs, ClientLimits(), RoleSettings(thinking=False))

@@ -11,8 +11,8 @@ import pytest
 import torch
 from train_helpers import one_thread_per_module  # noqa: F401 - fixture
 
-from mascot.errors import MascotError
 from mascot import hub
+from mascot.errors import MascotError
 from mascot.llm import models
 from mascot.llm.base import ChatRequest, LLMError
 from mascot.llm.local import LocalClient

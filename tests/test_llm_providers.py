@@ -12,8 +12,8 @@ from mascot.errors import MascotError
 from mascot.llm import providers
 from mascot.llm.base import BACKEND_KINDS, ChatRequest
 from mascot.llm.http import HTTPClient
-from mascot.settings_groups import ClientLimits
 from mascot.llm.providers import RoleEndpoint, build_backends, build_client
+from mascot.settings_groups import ClientLimits
 from mascot.testing.players import stub_responder
 from mascot.testing.scripted import ScriptedClient
 

@@ -7,8 +7,8 @@ import os
 import socket
 
 import pytest
-
 from conftest import OFFLINE_VARIABLES, NetworkRefused
+
 from mascot.llm.base import ChatRequest, LLMError
 from mascot.llm.http import HTTPClient
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from cli_helpers import run_mascot as run_command
-from mascot.errors import MascotError
-from mascot.testing.stub_server import start_stub_server
 from pipeline_helpers import scripted_config, scripted_responder
 from train_helpers import base, one_thread_per_module  # noqa: F401  (fixtures)
+
+from mascot.errors import MascotError
+from mascot.testing.stub_server import start_stub_server
 
 
 @pytest.fixture(scope="module")

@@ -134,11 +134,9 @@ def _parsed(words, flags):
     """The settings the command line builds (parsed by the real command, nothing run)."""
     from typer.main import get_command
 
-    from mascot.cli.settings_cli import build_settings
-    from mascot.commands import command
-
     from mascot.cli.lazy import build_command, chosen_mode
-    from mascot.commands import modes
+    from mascot.cli.settings_cli import build_settings
+    from mascot.commands import command, modes
 
     click_command = get_command(app)
     for word in words:

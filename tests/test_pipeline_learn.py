@@ -19,7 +19,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from cli_helpers import run_mascot as run_command
 
 pytestmark = pytest.mark.learn

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from cli_helpers import run_mascot as run_command
+
 from mascot.pipeline.figures import reward_curve
 
 pytestmark = pytest.mark.pipeline

@@ -10,18 +10,17 @@ from judge_helpers import agent_turn, episode, numbered_speaker, sample_episode,
 from typer.testing import CliRunner
 
 from mascot.cli.app import app
-from mascot.stage1.settings import CandidateSettings
-from mascot.stage1.settings import CandidateSettings
 from mascot.files import StoreError, read_jsonl
 from mascot.judge.panel import JudgePanel
 from mascot.judge.rubric_judge import RubricJudge
 from mascot.llm.base import LLMError
 from mascot.prefs.group import episode_pairs, group_preferences, render_trajectory
-from mascot.stage1.individual import OUTPUTS, run_individual
 from mascot.prefs.pairs import max_pairs, preference_index_pairs
 from mascot.rosters import load_roster
-from mascot.schema import BranchInfo, Candidate, Context, DialogueLine, PreferencePair
 from mascot.runs.store import RunStore
+from mascot.schema import BranchInfo, Candidate, Context, DialogueLine, PreferencePair
+from mascot.stage1.individual import OUTPUTS, run_individual
+from mascot.stage1.settings import CandidateSettings
 from mascot.testing.scripted import ScriptedClient
 
 ROSTER = load_roster("emotional_support")

@@ -2,19 +2,19 @@
 --user-profile-set / --user-profile in generate and eval; and the four-persona roster."""
 
 import asyncio
-import json
 import itertools
+import json
 from pathlib import Path
 
 import pytest
-
 from cli_helpers import run_mascot
+
 from mascot import vocab
 from mascot.dialogue.engine import EpisodeEngine
 from mascot.dialogue.run import engine_record, run_dir_for, run_tag
+from mascot.dialogue.run_settings import GroupEpisodeSettings
 from mascot.dialogue.settings import EngineSettings
 from mascot.dialogue.tally import Tally
-from mascot.dialogue.run_settings import GroupEpisodeSettings
 from mascot.errors import MascotError
 from mascot.eval.plan import Cell, generate_settings, study_points
 from mascot.eval.settings import EvalSettings

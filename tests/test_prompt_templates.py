@@ -2,6 +2,7 @@
 the judge, the group reward model, head-to-head comparison and the agents show them alike."""
 
 from judge_helpers import agent_turn, user_turn
+
 from mascot.dialogue.prompts import render_transcript
 from mascot.judge.items import opening_lines, render_context
 from mascot.judge.prompt import render_lines

@@ -112,8 +112,8 @@ def test_a_directive_copying_the_placeholder_is_not_passed_to_the_speaker(es_ros
 
 
 def test_runs_at_the_first_prompts_keep_their_ids_and_the_new_defaults_get_new_ones(es_roster):
-    from mascot.dialogue.run_settings import GroupEpisodeSettings
     from mascot.dialogue.run import _identity_settings, run_tag
+    from mascot.dialogue.run_settings import GroupEpisodeSettings
 
     def tag(**flags):
         return run_tag(GroupEpisodeSettings(dataset="ESConv", **flags), es_roster)

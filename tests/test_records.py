@@ -14,18 +14,18 @@ from judge_helpers import numbered_speaker, sample_episode, scoring_judge, write
 from typer.testing import CliRunner
 
 from mascot.cli.app import app
-from mascot.dialogue.run_settings import GroupEpisodeSettings
-from mascot.stage1.settings import CandidateSettings
-from mascot.data.registry import DatasetError
 from mascot.data.loaders import load_contexts
+from mascot.data.registry import DatasetError
 from mascot.dialogue.run import generate_group, run_dir_for
+from mascot.dialogue.run_settings import GroupEpisodeSettings
 from mascot.errors import MascotError
 from mascot.files import StoreError, read_jsonl, redact, write_jsonl
 from mascot.judge.rubric_judge import RubricJudge
-from mascot.stage1.individual import OUTPUTS, run_individual
 from mascot.rosters import load_roster
-from mascot.schema import Candidate, Context, DialogueLine, Episode, PreferencePair
 from mascot.runs.store import RunStore
+from mascot.schema import Candidate, Context, DialogueLine, Episode, PreferencePair
+from mascot.stage1.individual import OUTPUTS, run_individual
+from mascot.stage1.settings import CandidateSettings
 from mascot.testing.players import group_client, stub_judge_responder, stub_responder
 from mascot.testing.scripted import ScriptedClient
 from mascot.testing.stub_server import start_stub_server

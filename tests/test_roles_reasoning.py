@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from mascot.dialogue.director import Director, directive_schema, directive_max_tokens
+from mascot.dialogue.director import Director, directive_max_tokens, directive_schema
 from mascot.dialogue.engine import EpisodeEngine
-from mascot.dialogue.reasoning import role_thinks, split_reasoning, completion_budget
+from mascot.dialogue.reasoning import completion_budget, role_thinks, split_reasoning
 from mascot.dialogue.settings import EngineSettings
 from mascot.dialogue.tally import Tally
 from mascot.judge.prompt import JudgeItem
@@ -157,12 +157,12 @@ def test_judge_thinking_on_widens_the_budget(es_roster):
 async def test_stage1_candidates_keep_reasoning_apart_and_pairs_never_hold_it(tmp_path):
     from judge_helpers import scoring_judge
 
-    from mascot.stage1.settings import CandidateSettings
     from mascot.files import read_jsonl
-    from mascot.stage1.individual import OUTPUTS, run_individual
     from mascot.rosters import load_roster
-    from mascot.schema import Context, DialogueLine, PreferencePair
     from mascot.runs.store import RunStore
+    from mascot.schema import Context, DialogueLine, PreferencePair
+    from mascot.stage1.individual import OUTPUTS, run_individual
+    from mascot.stage1.settings import CandidateSettings
 
     counter = {"n": 0}
 

@@ -282,8 +282,8 @@ def test_generate_runs_the_model_stage_on_a_served_endpoint(tmp_path, stub, scop
     from typer.testing import CliRunner
 
     from mascot.cli.app import app
-    from mascot.schema import Episode
     from mascot.files import read_jsonl
+    from mascot.schema import Episode
     from mascot.testing.players import stub_responder
 
     group = stub(responder=stub_responder)

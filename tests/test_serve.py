@@ -13,9 +13,6 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from mascot.cli.app import app
-from mascot.schema import RoleIdentity
-from mascot.llm.served import ServerListingError, resolve_served_identities, served_identity
 from mascot.adapters.serve import (
     ServeError,
     ServePlan,
@@ -26,6 +23,9 @@ from mascot.adapters.serve import (
     vllm_command,
     wait_until_ready,
 )
+from mascot.cli.app import app
+from mascot.llm.served import ServerListingError, resolve_served_identities, served_identity
+from mascot.schema import RoleIdentity
 from mascot.train.artefact import METADATA_FILE, TrainingMetadata
 
 FAKE_SERVER = textwrap.dedent(

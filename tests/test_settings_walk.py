@@ -20,10 +20,10 @@ from judge_helpers import judged_block, numbered_speaker, scoring_judge
 from rich.console import Console
 
 from mascot.dialogue.run_settings import GroupEpisodeSettings
-from mascot.stage1.settings import CandidateSettings
 from mascot.files import read_jsonl
 from mascot.schema import Candidate
 from mascot.settings import cli_fields, settings_from
+from mascot.stage1.settings import CandidateSettings
 
 ESCONV = Path(__file__).parent / "fixtures" / "esconv_sample.jsonl"
 BASE = {"dataset": "ESConv", "data_file": ESCONV, "output_dir": Path("runs")}
@@ -78,8 +78,8 @@ def resolved_group(s: GroupEpisodeSettings) -> str:
 def resolved_individual(s: CandidateSettings) -> str:
     """What a Stage-1 run records: run_config.json's settings and roles, its folder."""
     from mascot.llm.routing import resolve_roles
-    from mascot.stage1.run import _run_settings, individual_run_dir
     from mascot.rosters import load_roster, roster_for_dataset
+    from mascot.stage1.run import _run_settings, individual_run_dir
 
     roster = load_roster(s.roster) if s.roster else roster_for_dataset(s.dataset)
     roles = resolve_roles(s, ("speaker", "judge"))

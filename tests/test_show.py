@@ -10,11 +10,11 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from mascot.cli.app import app
-from mascot.dialogue.run_settings import GroupEpisodeSettings
 from mascot.dialogue.run import generate_group
+from mascot.dialogue.run_settings import GroupEpisodeSettings
 from mascot.dialogue.tally import Tally, describe_counters
-from mascot.testing.players import group_client
 from mascot.schema import Counters
+from mascot.testing.players import group_client
 
 NARROW = 40  # columns: far fewer than the paths below
 

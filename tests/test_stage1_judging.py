@@ -11,9 +11,9 @@ import logging
 from pathlib import Path
 
 import pytest
+from judge_helpers import sample_episode, write_episodes
 from typer.testing import CliRunner
 
-from judge_helpers import sample_episode, write_episodes
 from mascot.cli.app import app
 from mascot.judge.patterns import PatternTally, pattern_warning, score_pattern
 from mascot.testing.players import stub_fixed_pattern_judge_responder, stub_judge_responder

@@ -3,8 +3,8 @@ import json
 import pytest
 
 from mascot.files import RecordFormatError, StoreError, read_jsonl, redact, repair_torn_tail
-from mascot.schema import Context, RunConfig
 from mascot.runs.store import RunStore
+from mascot.schema import Context, RunConfig
 
 
 def ctx(i: int) -> Context:

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from mascot.cli.app import app
-from mascot.dialogue.director import ACTION_MAX_CHARS, TONE_MAX_CHARS, Director, directive_schema, directive_max_tokens
+from mascot.dialogue.director import ACTION_MAX_CHARS, TONE_MAX_CHARS, Director, directive_max_tokens, directive_schema
 from mascot.dialogue.emotion import read_user_reply, user_turn_schema
 from mascot.dialogue.engine import EpisodeEngine
 from mascot.dialogue.settings import EngineSettings

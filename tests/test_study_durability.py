@@ -19,6 +19,7 @@ from mascot.study.create import create_study
 from mascot.study.db import opened
 from mascot.study.samples import write_sample_systems
 
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -11,12 +11,12 @@ import pytest
 from typer.testing import CliRunner
 
 from mascot.cli.app import app
+from mascot.stats import binomial_p, cohens_kappa, krippendorff_alpha, proportion_interval
 from mascot.study.create import create_study
 from mascot.study.db import StudyError, opened, rater_item
 from mascot.study.rating import RatingError, submit
 from mascot.study.results import compute_results, format_results, ratings_csv
 from mascot.study.samples import write_sample_systems
-from mascot.stats import binomial_p, cohens_kappa, krippendorff_alpha, proportion_interval
 
 
 @pytest.fixture

@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from judge_helpers import COLLECTIVE_KEYS, sample_episode
 from typer.testing import CliRunner
 
-from judge_helpers import COLLECTIVE_KEYS, sample_episode
 from mascot.cli.app import app
 from mascot.errors import MascotError
 from mascot.judge.compare import load_matchups, run_compare

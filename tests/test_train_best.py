@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from train_helpers import one_thread_per_module, base, keyword_pairs_run  # noqa: F401 - fixtures
+from train_helpers import base, keyword_pairs_run, one_thread_per_module  # noqa: F401 - fixtures
 
 from mascot.train import reward_model
 from mascot.train.artefact import read_metadata

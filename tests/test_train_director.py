@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import asyncio
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -22,14 +21,14 @@ from train_helpers import (  # noqa: F401 - fixtures
 
 from mascot.dialogue.director import parse_directive
 from mascot.dialogue.prompts import director_messages
-from mascot.testing.players import group_client
 from mascot.llm.base import ChatRequest
 from mascot.rosters import load_roster
 from mascot.schema import Context, Directive, Episode, EpisodeMetadata, PreferencePair, Turn
+from mascot.testing.players import group_client
 from mascot.train.artefact import read_metadata
 from mascot.train.config import DirectorDPOSettings, DirectorGRPOSettings
-from mascot.train.director_dpo import train_director_dpo
 from mascot.train.decision_points import sample_decision_points
+from mascot.train.director_dpo import train_director_dpo
 from mascot.train.director_grpo import NoDirectiveParsed, train_director_grpo
 
 ROSTER = load_roster("emotional_support")
@@ -296,13 +295,12 @@ def test_the_aggregation_and_the_reward_weights_reach_grpo_config(monkeypatch, t
 
 
 def test_the_directive_opening_is_written_into_the_prompt_and_read_back_with_the_answer(tmp_path):
-    from mascot.dialogue.director import DIRECTIVE_OPENING
-    from mascot.train.director_grpo import directive_prompt
-
+    from train_helpers import tokenizer_dir
     from transformers import AutoTokenizer
     from trl.data_utils import is_conversational
 
-    from train_helpers import tokenizer_dir
+    from mascot.dialogue.director import DIRECTIVE_OPENING
+    from mascot.train.director_grpo import directive_prompt
 
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir()))
     episodes = [episode(i) for i in range(2)]

@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
-from train_helpers import keyword_pairs, write_jsonl, write_run_config
 from test_train_director import episode
+from train_helpers import keyword_pairs, write_jsonl, write_run_config
 
 from mascot.train.artefact import METADATA_FILE, ArtefactError, TrainingMetadata
 from mascot.train.config import SpeakerGRPOSettings

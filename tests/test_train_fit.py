@@ -4,15 +4,15 @@ nothing left to train on is one line with the counts and the flag to change."""
 from __future__ import annotations
 
 import pytest
-from train_helpers import one_thread_per_module, base, single_thread, tiny_model, write_jsonl, write_run_config  # noqa: F401 - fixtures
+from train_helpers import base, one_thread_per_module, single_thread, tiny_model, write_jsonl, write_run_config  # noqa: F401 - fixtures
 
 from mascot.schema import PreferencePair
 from mascot.train import data
 from mascot.train.config import DirectorDPOSettings, GroupRewardModelSettings, RewardModelSettings, SpeakerGRPOSettings
 from mascot.train.reward_model import per_device_cap, train_reward_model
-from mascot.train.screen import checkpointing_argument
 from mascot.train.runtime import derive_batch, trainer_arguments
 from mascot.train.scoring import RewardModelScorer, encode_fitted, fit_ids
+from mascot.train.screen import checkpointing_argument
 
 
 def meeting_pairs(n: int, words: int = 150, kind: str = "persona") -> list[PreferencePair]:
@@ -70,8 +70,8 @@ def test_pairs_longer_than_max_length_train_instead_of_being_dropped(base, tmp_p
 
 
 def test_nothing_left_to_train_on_is_one_line_with_counts_and_flag(base, tmp_path):
-    from mascot.train.director_dpo import train_director_dpo
     from mascot.train.data import TrainingDataError
+    from mascot.train.director_dpo import train_director_dpo
 
     run = tmp_path / "branching_QMSum_tiny"
     write_jsonl(run / "directive_pairs.jsonl", meeting_pairs(4, words=400, kind="directive"))

@@ -8,9 +8,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from train_helpers import one_thread_per_module, base, keyword_pairs, write_jsonl, write_run_config  # noqa: F401 - fixtures
 from test_train_director import directive_pairs, episode
 from test_train_sft import candidates
+from train_helpers import base, keyword_pairs, one_thread_per_module, write_jsonl, write_run_config  # noqa: F401 - fixtures
 
 from mascot.errors import MascotError
 from mascot.train import config as cfg

@@ -29,9 +29,9 @@ import time
 from pathlib import Path
 
 import pytest
-from train_helpers import keyword_pairs, sft_warm_start, tiny_model, write_jsonl, write_run_config
 from test_train_director import directive, directive_pairs, episode
 from test_train_sft import candidates
+from train_helpers import keyword_pairs, sft_warm_start, tiny_model, write_jsonl, write_run_config
 
 pytestmark = pytest.mark.multiprocess
 

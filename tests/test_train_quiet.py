@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from train_helpers import one_thread_per_module, base, keyword_pairs, write_jsonl, write_run_config  # noqa: F401 - fixtures
+from train_helpers import base, keyword_pairs, one_thread_per_module, write_jsonl, write_run_config  # noqa: F401 - fixtures
 
 from mascot.train.screen import report_loading
 

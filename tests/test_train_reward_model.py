@@ -5,12 +5,21 @@ from __future__ import annotations
 import json
 
 import pytest
-from train_helpers import one_thread_per_module, base, KEYWORD, keyword_pairs, keyword_pairs_run, single_thread, tiny_model, write_jsonl, write_run_config  # noqa: F401 - fixtures
+from train_helpers import (  # noqa: F401 - fixtures
+    KEYWORD,
+    base,
+    keyword_pairs,
+    keyword_pairs_run,
+    one_thread_per_module,
+    single_thread,
+    tiny_model,
+    write_jsonl,
+    write_run_config,
+)
 
 from mascot.train.artefact import read_metadata
 from mascot.train.config import GroupRewardModelSettings, RewardModelSettings
-from mascot.train.reward_model import train_group_reward_model
-from mascot.train.reward_model import train_reward_model
+from mascot.train.reward_model import train_group_reward_model, train_reward_model
 from mascot.train.scoring import RewardModelScorer
 
 

@@ -7,16 +7,16 @@ from types import SimpleNamespace
 
 import pytest
 
-from mascot.testing.players import group_client
 from mascot.llm.base import LLMError
-from mascot.testing.scripted import ScriptedClient
 from mascot.rosters import load_roster
 from mascot.schema import Context, Directive, Turn
+from mascot.testing.players import group_client
+from mascot.testing.scripted import ScriptedClient
 from mascot.train.config import DirectorGRPOSettings
 from mascot.train.decision_points import DecisionPoint
 from mascot.train.director_rollouts import director_rewards
-from mascot.train.trajectory_scores import Rollout, block_speakers
 from mascot.train.rewards import PersonaRewardModel, completion_text, conciseness_reward, diversity_score, format_reward
+from mascot.train.trajectory_scores import Rollout, block_speakers
 
 
 def as_message(text: str) -> list[dict]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from train_helpers import one_thread_per_module, base, tiny_model, write_jsonl, write_run_config  # noqa: F401 - fixtures
+from train_helpers import base, one_thread_per_module, tiny_model, write_jsonl, write_run_config  # noqa: F401 - fixtures
 
 from mascot.errors import MascotError
 from mascot.rosters import load_roster

@@ -91,8 +91,8 @@ def test_serve_prints_the_role_flags(server):
 def test_served_aliases_resolve_to_base_model_and_adapter(server, base_model, speaker_adapter):
     """What runs record for a role pointed at the alias, read from the real server's /v1/models."""
     from mascot.llm.providers import RoleEndpoint
-    from mascot.schema import RoleIdentity
     from mascot.llm.served import resolve_served_identities
+    from mascot.schema import RoleIdentity
 
     endpoints = {"speaker": RoleEndpoint("speaker", "mascot-speaker", server["url"]), "director": RoleEndpoint("director", SERVED_BASE, server["url"])}
     identities = {role: RoleIdentity(base_model=ep.model, served_model=ep.model, backend="http") for role, ep in endpoints.items()}
@@ -316,8 +316,8 @@ def test_real_server_directive_pairs_use_parsed_directives_only(base_server, wor
 def _ask(url: str, messages: list[dict], count: int = 1, timeout_s: float = 120.0, max_tokens: int = 24):
     """Replies and the role's usage, from one backend whose preflight read the server's models."""
     from mascot.llm.base import ChatRequest
-    from mascot.settings_groups import ClientLimits
     from mascot.llm.providers import RoleEndpoint, build_backends
+    from mascot.settings_groups import ClientLimits
 
     async def run():
         backends = build_backends({"speaker": RoleEndpoint("speaker", SERVED_BASE, url)}, ClientLimits(request_timeout=timeout_s))

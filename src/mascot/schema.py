@@ -8,7 +8,7 @@ already know (`conv_id`, `turns`, `round_id`, `directive_output`, `agents_spoken
 from __future__ import annotations
 
 import math
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -17,7 +17,7 @@ SCHEMA_VERSION = "1.0"
 
 
 def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def _first_non_finite(value: Any, where: str) -> str | None:

@@ -113,6 +113,7 @@ def run_case(case: str, workdir: Path) -> dict[str, str]:
     import os
 
     from cli_helpers import run_mascot as run_command
+
     from mascot.testing.stub_server import start_stub_server
 
     folder, responder, extra = CASES[case]

@@ -11,8 +11,8 @@ Screenshots go to outputs/test-web/test_browser_chat/ (MASCOT_WEB_TEST_OUTPUT ov
 from __future__ import annotations
 
 import asyncio
-import json
 import itertools
+import json
 import os
 import shutil
 import socket
@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
+from mascot.rosters import load_roster
 from mascot.testing.players import group_reply
 from mascot.testing.scripted import ScriptedClient
-from mascot.rosters import load_roster
 from mascot.web.app import create_app
 from mascot.web.settings import WebSettings
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import signal
 import sys
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -88,8 +88,8 @@ def followed_versions(s: ServeSettings, found: list) -> list:
     """The current Speaker and Director versions a following server serves from the start (under
     their ids), those already given as artefacts left out."""
     from mascot.adapter_registry import Registry
-    from mascot.adapters.serve import adapter_from_artefact, base_of
     from mascot.adapters.follow import current_versions
+    from mascot.adapters.serve import adapter_from_artefact, base_of
 
     registry = Registry.open(s.registry)
     given = {adapter.path for adapter, _ in found}
@@ -146,7 +146,17 @@ def dry_run_serve(_command: str, s: ServeSettings) -> None:
 
 
 def _run(plan, log_path: Path, timeout: float, served_adapters: Path | None, follower=None, poll_s: float = 2.0) -> None:
-    from mascot.adapters.serve import ServeError, alias_map, last_lines, role_flags, shell_line, start_server, start_watchdog, stop_server, wait_until_ready
+    from mascot.adapters.serve import (
+        ServeError,
+        alias_map,
+        last_lines,
+        role_flags,
+        shell_line,
+        start_server,
+        start_watchdog,
+        stop_server,
+        wait_until_ready,
+    )
 
     typer.echo(f"starting: {shell_line(plan)}\nlog: {log_path}", err=True)
     process = start_server(plan, log_path)

@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from contextlib import nullcontext
 import typing
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 
 from mascot.errors import MascotError
-from mascot.settings import aliases, cli_fields, coerced, default_of, flag_name, read_config_file, selector_field, check_selector
+from mascot.settings import aliases, check_selector, cli_fields, coerced, default_of, flag_name, read_config_file, selector_field
 
 RUN_PANEL = "Run"
 ConfigFile = Annotated[

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from rich.cells import cell_len
 
 from mascot.dialogue.chat import answers_from_smoke_test_model, chat_backends, local_model_loaders, new_session_path, open_session
 from mascot.dialogue.chat import preload_local_models as preload
 from mascot.dialogue.chat_settings import ChatSettings
-from mascot.runs.open import announce_local_roles
 from mascot.dialogue.show import colour_for, show_directive, show_episode, show_fallback
 from mascot.dialogue.stream_wrap import StreamWrapper
-from rich.cells import cell_len
 from mascot.errors import MascotError
+from mascot.runs.open import announce_local_roles
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -10,7 +10,6 @@ from mascot.data.registry import DATASET_CHOICES
 from mascot.settings import setting
 from mascot.settings_groups import DataSettings
 
-
 TRANSCRIPT_PREVIEW_TURNS = 6
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from dataclasses import dataclass
 from typing import Optional
 
 from mascot import vocab
@@ -75,10 +75,10 @@ async def run_demo(
     """One run per dataset of the samples, all at once. Without a server every role of every run
     calls one local client, so the episodes of both datasets share each batched `generate`.
     `show`: each episode's transcript is printed as soon as it is written."""
-    from mascot.dialogue.run_settings import GroupEpisodeSettings
     from mascot.dialogue.run import generate_group
-    from mascot.schema import Context
+    from mascot.dialogue.run_settings import GroupEpisodeSettings
     from mascot.files import read_jsonl
+    from mascot.schema import Context
 
     by_dataset: dict[str, list[Context]] = {}
     for context in read_jsonl(SAMPLES, Context):

@@ -79,8 +79,8 @@ def check_hub_data(dataset_name: str, splits: list[str]) -> str:
     (HF_HUB_OFFLINE, or its one quick probe), as for a model."""
     from importlib.util import find_spec
 
-    from mascot.data.registry import dataset
     from mascot import hub
+    from mascot.data.registry import dataset
 
     entry = dataset(dataset_name)
     reader = entry.loader()

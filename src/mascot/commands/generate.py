@@ -37,8 +37,8 @@ def dry_run_group(_command: str, s: GroupEpisodeSettings) -> None:
 
 def dry_run_candidates(_command: str, s: CandidateSettings) -> None:
     from mascot.commands.dryrun import dry_run_generation
-    from mascot.stage1.run import client_roles, individual_run_dir, judge_model
     from mascot.stage1.individual import OUTPUTS
+    from mascot.stage1.run import client_roles, individual_run_dir, judge_model
 
     roles = client_roles(s)
     if "judge" not in roles:  # a plug-in judge: its function must load

@@ -15,7 +15,6 @@ from mascot.errors import MascotError
 from mascot.settings import require, setting
 from mascot.settings_groups import ScoreMarginSettings, check_score_margin
 
-
 OUTPUT_NAMES = {"episode": "group_pairs", "trajectory": "group_pairs", "directive": "directive_pairs"}
 MODES = ("auto", "episode", "trajectory", "directive")
 COMPARED = {"episode": "episodes of a context", "trajectory": "records of a context", "directive": "branches of a decision point"}
@@ -48,8 +47,8 @@ class PrefsGroupSettings(ScoreMarginSettings, JudgedFileSettings):
 def _prepare(s: PrefsGroupSettings):
     """The episodes and the resolved mode, checked before any model call."""
     from mascot.episodes import load_episode_file
-    from mascot.prefs.group import resolve_mode
     from mascot.files import ensure_writable_dir
+    from mascot.prefs.group import resolve_mode
 
     loaded = load_episode_file(s.episodes, dataset=s.dataset)
     resolved = resolve_mode(loaded.episodes, s.mode)
@@ -152,8 +151,8 @@ def run_prefs_group(s: PrefsGroupSettings) -> None:
     from rich.console import Console
 
     from mascot.commands.judge import fail_if_nothing_judged, load_context_index
-    from mascot.prefs.group import items_for_mode
     from mascot.files import write_json_atomic, write_jsonl
+    from mascot.prefs.group import items_for_mode
 
     loaded, resolved = _prepare(s)
     contexts = load_context_index(s)

@@ -14,7 +14,8 @@ from itertools import islice
 from pathlib import Path
 
 from mascot.data import qmsum  # a submodule: no package import cycle
-from mascot.data.registry import DatasetError, dataset as registered
+from mascot.data.registry import DatasetError
+from mascot.data.registry import dataset as registered
 from mascot.data.sources import SPLIT_ALIASES, resolve_split_file
 from mascot.data.subsets import filter_contexts, loader_hooks, parse_split
 from mascot.schema import Context

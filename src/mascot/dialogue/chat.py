@@ -19,17 +19,16 @@ from pathlib import Path
 from mascot.data.meeting_file import read_meeting_file
 from mascot.data.registry import canonical_dataset_name
 from mascot.dialogue.chat_settings import CHAT_SYSTEM, DEFAULT_SESSION_DIR, ChatSettings, ConversationSettings
+from mascot.dialogue.director import render_directive
 from mascot.dialogue.engine import EpisodeEngine, EpisodeState
-from mascot.dialogue.settings import EngineSettings
 from mascot.dialogue.reply_stream import RoundListener, SilentListener
 from mascot.dialogue.run import role_identities
-from mascot.dialogue.settings import engine_settings_from
+from mascot.dialogue.seeds import derive_seed
+from mascot.dialogue.settings import EngineSettings, engine_settings_from
 from mascot.dialogue.tally import Tally
 from mascot.errors import MascotError
-from mascot.settings_groups import GroupEndpointSettings
+from mascot.files import read_jsonl, write_jsonl
 from mascot.llm.base import ChatClient
-from mascot.dialogue.seeds import derive_seed
-from mascot.dialogue.director import render_directive
 from mascot.llm.following import VERSION_IN_USE
 from mascot.llm.providers import build_backends
 from mascot.llm.routing import resolve_roles, with_safety
@@ -38,7 +37,7 @@ from mascot.rosters import BUILTIN_ROSTERS, load_roster, roster_for_dataset
 from mascot.rubrics import DOMAINS
 from mascot.safety.screen import SAFETY_ACTION
 from mascot.schema import Context, Counters, Episode, RoleIdentity, Roster, Turn, utc_now
-from mascot.files import read_jsonl, write_jsonl
+from mascot.settings_groups import GroupEndpointSettings
 from mascot.vocab import SAFETY
 
 __all__ = ["CHAT_SYSTEM", "DEFAULT_SESSION_DIR", "ChatSettings", "ChatSession", "ChatSessionError", "open_session"]

@@ -23,7 +23,6 @@ from mascot.dialogue.emotion import EmotionReports
 from mascot.dialogue.policies import TurnLimit, TurnPolicy, make_policy
 from mascot.dialogue.prompt_families import check_prompt_family, family_prompt_version, family_thinks
 from mascot.dialogue.prompts import PROMPT_VERSION
-from mascot.vocab import MAX_CONSECUTIVE_TURNS
 from mascot.dialogue.reasoning import OutputPaths, role_thinks
 from mascot.dialogue.reply_stream import RoundListener
 from mascot.dialogue.seeds import derive_seed, derived_rng
@@ -33,7 +32,6 @@ from mascot.llm.base import ChatClient, route_together
 from mascot.rosters import load_profiles, profile_set, user_profile
 from mascot.safety import SAFETY_ACTION, Finding, SafetyScreen, screen_applies
 from mascot.safety.model_check import ModelCheck
-from mascot.vocab import DEFAULT_RUBRIC_VERSION
 from mascot.schema import (
     BranchInfo,
     Context,
@@ -47,6 +45,8 @@ from mascot.schema import (
     UserProfile,
     utc_now,
 )
+from mascot.vocab import DEFAULT_RUBRIC_VERSION, MAX_CONSECUTIVE_TURNS
+
 
 @dataclass
 class EpisodeState:

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from mascot.dialogue.director import Director, DirectorDecision, fallback_directive
 from mascot.dialogue.tally import Tally
-from mascot.errors import MascotError
 from mascot.dialogue.turn_taking import trailing_run
+from mascot.errors import MascotError
 from mascot.schema import Context, Directive, Roster, Turn
 from mascot.vocab import TURN_POLICIES
 

@@ -18,12 +18,13 @@ from pathlib import Path
 from rich.console import Console
 
 from mascot.data.loaders import load_contexts
-from mascot.errors import MascotError
 from mascot.dialogue.batch import RunProgress, run_all
 from mascot.dialogue.engine import EpisodeEngine
-from mascot.dialogue.settings import EngineSettings
 from mascot.dialogue.run_settings import GroupEpisodeSettings
+from mascot.dialogue.settings import EngineSettings
 from mascot.dialogue.tally import Tally, describe_counters
+from mascot.errors import MascotError
+from mascot.files import read_jsonl
 from mascot.llm.base import ChatClient
 from mascot.llm.providers import Backends
 from mascot.llm.routing import resolve_roles, with_safety
@@ -39,11 +40,10 @@ from mascot.runs.open import (
     open_run,
     require_contexts,
 )
+from mascot.runs.store import RunStore
 from mascot.safety.screen import screen_applies
 from mascot.schema import Context, Episode, RoleIdentity, Roster
 from mascot.settings_groups import ClientLimits, RoleSettings, parse_extra_body
-from mascot.runs.store import RunStore
-from mascot.files import read_jsonl
 from mascot.vocab import DEFAULT_LOCAL_MODEL, ROLES, SAFETY, TREE_MAX_CONVERSATIONS
 
 

@@ -11,7 +11,16 @@ from dataclasses import dataclass
 
 from mascot.dialogue.settings import EngineSettings, check_engine
 from mascot.settings import check_own_selector, selector
-from mascot.settings_groups import DataSettings, EndpointSettings, OutputSettings, RosterSettings, RubricSettings, check_data, check_endpoints, check_output
+from mascot.settings_groups import (
+    DataSettings,
+    EndpointSettings,
+    OutputSettings,
+    RosterSettings,
+    RubricSettings,
+    check_data,
+    check_endpoints,
+    check_output,
+)
 
 MODE_FLAG = "--mode"
 DEFAULT_MODE = "group"

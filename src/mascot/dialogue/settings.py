@@ -16,7 +16,15 @@ from mascot import vocab
 from mascot.settings import fixed, require, setting
 from mascot.settings_groups import SeedSettings
 from mascot.vocab import (
-    BRANCH_PROPOSALS, GENERATION_MODES, MAX_CONSECUTIVE_TURNS, PROMPT_VERSION, PROMPT_VERSIONS, SAFETY_MODEL_SCOPES, SAFETY_MODES, TURN_POLICIES, USER_MAX_TOKENS,
+    BRANCH_PROPOSALS,
+    GENERATION_MODES,
+    MAX_CONSECUTIVE_TURNS,
+    PROMPT_VERSION,
+    PROMPT_VERSIONS,
+    SAFETY_MODEL_SCOPES,
+    SAFETY_MODES,
+    TURN_POLICIES,
+    USER_MAX_TOKENS,
 )
 
 GenerationMode = Literal["directed", "independent", "branching", "tree"]

@@ -51,7 +51,7 @@ class CellResult:
 
 def find_run_dir(folder: Path) -> Path:
     """The run `mascot generate` wrote under a cell's folder (the latest, if settings changed)."""
-    configs = sorted(Path(folder).glob(f"*/run_config.json"), key=lambda p: p.stat().st_mtime)
+    configs = sorted(Path(folder).glob("*/run_config.json"), key=lambda p: p.stat().st_mtime)
     if not configs:
         raise MascotError(f"{folder}: no generated run here (run without --report-only first)")
     return configs[-1].parent

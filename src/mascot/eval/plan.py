@@ -92,8 +92,8 @@ def check_supported(cell: Cell) -> None:
     """Settings that this installation's `mascot generate` cannot run are one clear error up front."""
     from dataclasses import fields
 
-    from mascot.dialogue.settings import EngineSettings
     from mascot.dialogue.policies import TURN_POLICIES
+    from mascot.dialogue.settings import EngineSettings
 
     spec = cell.spec
     if spec.turn_policy not in TURN_POLICIES:

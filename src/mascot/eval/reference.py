@@ -14,8 +14,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from mascot.errors import MascotError
-from mascot.files import read_yaml_mapping, shipped_or_path
 from mascot.eval.paper import POOLED, block_label, block_of, model_size, row_label
+from mascot.files import read_yaml_mapping, shipped_or_path
 
 REFERENCE_DIR = Path(__file__).with_name("references")
 NO_REFERENCE = "none"

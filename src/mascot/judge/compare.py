@@ -30,6 +30,7 @@ from pathlib import Path
 
 from mascot.episodes import episode_context, episode_domain, episode_file_path, load_episode_file
 from mascot.errors import MascotError
+from mascot.files import ensure_writable_dir
 from mascot.judge.cache import JudgmentCache, cache_key
 from mascot.judge.compare_checks import TIE, ranking_report
 from mascot.judge.compare_report import summarize, write_outputs
@@ -37,14 +38,14 @@ from mascot.judge.compare_settings import DEFAULT_COMPARE_ROOT, CompareSettings
 from mascot.judge.items import collective_item, opening_lines, render_context, turn_lines
 from mascot.judge.opener import JudgeConfig, OpenJudges, judge_specs, open_judges, plugin_judge
 from mascot.judge.parse import _load_object, json_object_spans, normalize_key
-from mascot.judge.plugin import SCORING as PLUGIN_SCORING, PluginJudge
+from mascot.judge.plugin import SCORING as PLUGIN_SCORING
+from mascot.judge.plugin import PluginJudge
 from mascot.judge.prompt import defuse, render_lines
 from mascot.llm.base import ChatClient, ChatRequest, LLMError, Message, strip_think
 from mascot.prompt_text import prompt_environment
 from mascot.rubrics import rubric_for
 from mascot.schema import Episode, Judgment
 from mascot.settings_groups import ClientLimits
-from mascot.files import ensure_writable_dir
 from mascot.system_labels import describe_system, distinct_labels, system_traits
 
 log = logging.getLogger(__name__)

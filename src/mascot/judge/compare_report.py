@@ -27,10 +27,10 @@ from collections import Counter, defaultdict
 from itertools import combinations
 from pathlib import Path
 
-from mascot.judge.compare_checks import TIE, counted_verdicts, judge_checks, length_line, position_line
-from mascot.stats import binomial_p as stats_binomial_p, proportion_interval
 from mascot.files import write_json_atomic
-
+from mascot.judge.compare_checks import TIE, counted_verdicts, judge_checks, length_line, position_line
+from mascot.stats import binomial_p as stats_binomial_p
+from mascot.stats import proportion_interval
 
 
 def wilson_interval(successes: int, n: int) -> tuple[float | None, float | None]:

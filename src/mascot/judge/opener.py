@@ -30,13 +30,12 @@ from mascot.judge.plugin import PluginJudge, is_plugin, load_judge_function
 from mascot.judge.prompt import DEFAULT_TEMPLATE_VERSION
 from mascot.judge.rubric_judge import RubricJudge
 from mascot.llm.base import ChatClient
-from mascot.vocab import DEFAULT_LOCAL_MODEL
 from mascot.llm.providers import Backends
 from mascot.rubrics import load_rubric_set
 from mascot.runs.open import opened_backends
 from mascot.schema import Counters
-from mascot.settings_groups import ClientLimits
-from mascot.settings_groups import JudgePanelSettings
+from mascot.settings_groups import ClientLimits, JudgePanelSettings
+from mascot.vocab import DEFAULT_LOCAL_MODEL
 
 
 @dataclass(frozen=True)

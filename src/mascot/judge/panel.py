@@ -24,8 +24,8 @@ from mascot.judge.prompt import JudgeItem
 from mascot.judge.rubric_judge import RubricJudge
 from mascot.llm.base import ChatClient
 from mascot.llm.providers import Backends, RoleEndpoint, build_backends
-from mascot.settings_groups import ClientLimits
 from mascot.schema import Judgment
+from mascot.settings_groups import ClientLimits
 
 OPENAI_URL = "https://api.openai.com/v1"
 API_URLS = {"anthropic": "https://api.anthropic.com", "gemini": "https://generativelanguage.googleapis.com"}
@@ -40,7 +40,7 @@ class JudgeSpec(BaseModel):
     api_key_env: str | None = None
 
     @model_validator(mode="after")
-    def _python_functions(self) -> "JudgeSpec":
+    def _python_functions(self) -> JudgeSpec:
         if is_plugin(self.model):
             self.provider = "python"
         elif self.provider == "python":

@@ -19,12 +19,12 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
+from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE, completion_budget, response_parts
 from mascot.errors import MascotError
-from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE, response_parts, completion_budget
 from mascot.judge.cache import JudgmentCache, cache_key
 from mascot.judge.logprob import score_by_logprobs, wants_logprobs
-from mascot.judge.patterns import PatternTally
 from mascot.judge.parse import JudgeParseError, parse_judgment
+from mascot.judge.patterns import PatternTally
 from mascot.judge.prompt import DEFAULT_TEMPLATE_VERSION, JudgeItem, corrective_message, judge_messages
 from mascot.llm.base import ChatClient, ChatRequest, LLMError, LogprobsUnavailable, Message
 from mascot.rubrics import DEFAULT_RUBRIC_VERSION, Rubric, rubric_for

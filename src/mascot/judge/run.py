@@ -11,8 +11,9 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from mascot.judge.agreement import agreement
 from mascot.episodes import EpisodeFile, load_episode_file
+from mascot.files import ensure_writable_dir, ensure_writable_file, write_json_atomic, write_jsonl
+from mascot.judge.agreement import agreement
 from mascot.judge.items import agent_items, collective_item
 from mascot.judge.panel import JudgePanel
 from mascot.judge.patterns import pattern_warning
@@ -20,7 +21,6 @@ from mascot.judge.prompt import JudgeItem
 from mascot.judge.report import build_report
 from mascot.rubrics import load_rubric_set
 from mascot.schema import Context, Counters
-from mascot.files import ensure_writable_dir, ensure_writable_file, write_json_atomic, write_jsonl
 
 log = logging.getLogger(__name__)
 

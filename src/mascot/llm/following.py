@@ -15,8 +15,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator
 from contextvars import ContextVar
-from typing import AsyncIterator
 
 from mascot.adapter_registry import ROLE_WORDS, Registry
 from mascot.llm.base import AnswerDistribution, BaseClient, ChatClient, ChatRequest, ChatResponse

@@ -470,7 +470,7 @@ class HTTPClient(ServerQuestions, BaseClient):
                     break
             if tail := cutter.finish():
                 yield tail
-        except (OSError, ValueError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, OSError, ValueError) as exc:
             raise self._error(f"stream interrupted: {type(exc).__name__}: {one_line(exc)}", "connection") from exc
         except Exception as exc:  # aiohttp's own errors: a cut stream is a backend failure
             if type(exc).__module__.startswith("aiohttp"):

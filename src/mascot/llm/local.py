@@ -29,15 +29,18 @@ import torch
 
 from mascot.errors import MascotError
 from mascot.llm.base import AnswerDistribution, BaseClient, ChatRequest, ChatResponse, LLMError, Message, normalised_choices, split_reasoning
-from mascot.vocab import DEFAULT_LOCAL_MODEL
 from mascot.llm.local_decoding import (
-    QueueStreamer, RowOutput, StreamTrimmer, choice_token_ids, generate, next_token_probs, row_output,
+    QueueStreamer,
+    RowOutput,
+    StreamTrimmer,
+    choice_token_ids,
+    generate,
+    next_token_probs,
+    row_output,
 )
 from mascot.llm.local_loading import LoadedModel, end_token_ids, load_local_model
 from mascot.llm.models import first_line
-from mascot.vocab import LOCAL_BATCH_SIZE
-
-
+from mascot.vocab import DEFAULT_LOCAL_MODEL, LOCAL_BATCH_SIZE
 
 # Scoring prompts taken from the queue at once, in multiples of max_batch_size (see _run_scoring).
 SCORING_WINDOW = 8

@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from mascot.errors import MascotError
 from mascot import hub
+from mascot.errors import MascotError
 from mascot.llm.models import first_line, resolve_model
 from mascot.vocab import DEFAULT_LOCAL_MODEL
 

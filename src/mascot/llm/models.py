@@ -26,9 +26,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from mascot import hub
 from mascot.errors import MascotError
 from mascot.files import cache_root
-from mascot import hub
 from mascot.vocab import DEFAULT_LOCAL_MODEL
 
 log = logging.getLogger(__name__)

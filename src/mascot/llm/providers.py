@@ -29,10 +29,9 @@ from pathlib import Path
 
 from mascot.errors import MascotError
 from mascot.llm.base import BACKEND_KINDS, ChatClient, LLMError, redact_url
-from mascot.settings_groups import split_urls
 from mascot.llm.endpoints import EndpointRegistry
-from mascot.settings_groups import ClientLimits
 from mascot.llm.metered import CallTracer, MeteredClient, UsageMeter
+from mascot.settings_groups import ClientLimits, split_urls
 
 log = logging.getLogger("mascot.llm")
 

@@ -27,9 +27,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from mascot.errors import MascotError
-from mascot.settings_groups import joined_urls
 from mascot.llm.providers import RoleEndpoint
-from mascot.settings_groups import GroupEndpointSettings, RoleSettings, SpeakerEndpointSettings, merged_extra_body, parse_extra_body
+from mascot.settings_groups import GroupEndpointSettings, RoleSettings, SpeakerEndpointSettings, joined_urls, merged_extra_body, parse_extra_body
 from mascot.vocab import DEFAULT_LOCAL_MODEL, DIALOGUE_ROLES, SAFETY
 
 

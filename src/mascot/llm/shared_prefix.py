@@ -82,7 +82,7 @@ def forward_cache_keyword(net) -> str:
     return _cache_keyword_of(type(getattr(net, "get_base_model", lambda: net)()))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cache_keyword_of(model_class: type) -> str:  # read once per class, not on every scoring pass
 
     return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"

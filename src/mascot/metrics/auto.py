@@ -19,14 +19,13 @@ from pathlib import Path
 
 from mascot.episodes import load_episode_file
 from mascot.errors import MascotError
+from mascot.files import write_json_atomic
 from mascot.metrics.conversation import conversation_report
 from mascot.metrics.lexical import DISTINCT_SETTINGS, SELF_BLEU_SCALE, SELF_BLEU_SETTINGS, distinct_n, self_bleu
 from mascot.metrics.nli import NLI_LABELS
 from mascot.metrics.pairing import response_pairs, unordered_pairs
-from mascot.metrics.settings import PAIRING_MODES
-from mascot.metrics.settings import MetricsSettings
+from mascot.metrics.settings import PAIRING_MODES, MetricsSettings
 from mascot.schema import Episode
-from mascot.files import write_json_atomic
 
 log = logging.getLogger(__name__)
 

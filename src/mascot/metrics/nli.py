@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from mascot.errors import MascotError
 from mascot import hub
+from mascot.errors import MascotError
 
 DEFAULT_NLI_MODEL = "FacebookAI/roberta-large-mnli"
 NLI_LABELS = ("contradiction", "entailment", "neutral")

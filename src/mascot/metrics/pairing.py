@@ -24,9 +24,8 @@ from dataclasses import dataclass
 from itertools import combinations
 
 from mascot.errors import MascotError
-from mascot.schema import Episode, Turn
-
 from mascot.metrics.settings import DIRECTIONS, PAIRING_MODES
+from mascot.schema import Episode, Turn
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mascot.errors import MascotError
 from mascot.dialogue.turn_taking import runs as speaker_runs
+from mascot.errors import MascotError
 from mascot.eval.stats import paired_test
 from mascot.pipeline import figures as fig
 

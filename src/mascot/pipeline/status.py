@@ -12,10 +12,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from mascot.files import write_json_atomic
 from mascot.pipeline.steps import Step, find_run_dir
 from mascot.schema import utc_now
-from mascot.files import write_json_atomic
-
 
 COMPLETE, PARTIAL, ABSENT = "complete", "partial", "absent"
 # judging step -> the report file whose presence (without status failed) means it finished

@@ -230,8 +230,8 @@ _SPEAKER = {"user": "usr", "supporter": "sys"}
 
 def write_esconv_samples(folder: Path) -> Path:
     """The shipped ESConv contexts in ESConv's export format (situation, emotion_type, problem_type, dialog)."""
-    from mascot.schema import Context
     from mascot.files import read_jsonl
+    from mascot.schema import Context
 
     lines = []
     for context in read_jsonl(SAMPLES, Context):

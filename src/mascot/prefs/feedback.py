@@ -23,9 +23,9 @@ import logging
 import random
 import re
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 from mascot.schema import Episode, PreferencePair, Roster
 

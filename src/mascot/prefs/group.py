@@ -31,6 +31,7 @@ from mascot.dialogue.director import NEUTRAL_ACTION, NEUTRAL_TONE, render_direct
 from mascot.dialogue.examples import copies_example
 from mascot.dialogue.prompts import PROMPT_VERSION, director_messages
 from mascot.episodes import episode_context, episode_domain, episode_roster
+from mascot.files import read_jsonl
 from mascot.judge.items import collective_item, opening_lines, render_context, user_label
 from mascot.judge.panel import JudgePanel, mean_scores
 from mascot.judge.prompt import JudgeItem
@@ -39,7 +40,6 @@ from mascot.prefs.pairs import PairStats, max_pairs, preference_index_pairs
 from mascot.prompt_text import Trusted, render_prompt, transcript_text
 from mascot.rosters import roster_for_dataset
 from mascot.schema import Context, Directive, Episode, Judgment, PreferencePair, Turn
-from mascot.files import read_jsonl
 
 log = logging.getLogger(__name__)
 

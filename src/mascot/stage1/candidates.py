@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+from mascot.files import read_jsonl, write_jsonl
 from mascot.judge.patterns import PatternTally, pattern_warning
 from mascot.judge.plugin import is_plugin
 from mascot.judge.rubric_judge import failure_kind
 from mascot.schema import Candidate, Judgment
-from mascot.files import read_jsonl, write_jsonl
 
 EMPTY_REPLY = "empty reply: not judged"
 

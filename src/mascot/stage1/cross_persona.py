@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 from mascot.dialogue.seeds import derived_rng
 from mascot.judge.prompt import JudgeItem
 from mascot.judge.rubric_judge import failure_kind
-from mascot.stage1.candidates import apply_judgment
 from mascot.prefs.pairs import IndexPair, preference_index_pairs
 from mascot.schema import Candidate, Context, Persona, PreferencePair
+from mascot.stage1.candidates import apply_judgment
 
 log = logging.getLogger(__name__)
 

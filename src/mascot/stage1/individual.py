@@ -24,7 +24,6 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from mascot.dialogue.agents import Speaker
 from mascot.dialogue.prompts import PROMPT_VERSION, speaker_messages
@@ -33,10 +32,16 @@ from mascot.dialogue.reply_stream import clean_reply
 from mascot.dialogue.seeds import derive_seed
 from mascot.dialogue.tally import Tally
 from mascot.errors import MascotError
+from mascot.files import write_json_atomic, write_jsonl
 from mascot.judge.items import opening_lines, render_context
 from mascot.judge.prompt import JudgeItem
 from mascot.judge.rubric_judge import RubricJudge
 from mascot.llm.base import ChatClient, LLMError, Message, route_together
+from mascot.prefs.pairs import PairStats, preference_index_pairs
+from mascot.progress import cancel_on_interrupt, stop_requested
+from mascot.rubrics import domain_of, rubric_for
+from mascot.runs.store import RunStore
+from mascot.schema import Candidate, Context, Judgment, Persona, PreferencePair, Roster
 from mascot.stage1.candidates import (
     apply_judgment,
     compact_candidates,
@@ -47,14 +52,7 @@ from mascot.stage1.candidates import (
     unjudged_failures,
 )
 from mascot.stage1.cross_persona import CROSS_FILE, CrossOutcome, is_cross_pair, judge_across_personas, side_key
-from mascot.prefs.pairs import PairStats, preference_index_pairs
 from mascot.stage1.settings import CandidateSettings
-from mascot.progress import cancel_on_interrupt, stop_requested
-from mascot.rubrics import domain_of, rubric_for
-from mascot.schema import Candidate, Context, Judgment, Persona, PreferencePair, Roster
-from mascot.files import write_jsonl
-from mascot.runs.store import RunStore
-from mascot.files import write_json_atomic
 
 log = logging.getLogger(__name__)
 

@@ -23,17 +23,17 @@ from rich.console import Console
 from mascot.data.loaders import load_contexts
 from mascot.judge.cache import JudgmentCache
 from mascot.judge.opener import JudgeConfig, stage_judge
-from mascot.judge.plugin import is_plugin, declared_version, load_judge_function
+from mascot.judge.plugin import declared_version, is_plugin, load_judge_function
 from mascot.llm.routing import resolve_roles
-from mascot.stage1.individual import OUTPUTS, candidate_key, run_individual
 from mascot.progress import ProgressLine, calls_and_tokens, plural, raise_if_stopped
 from mascot.rosters import load_roster, roster_for_dataset
 from mascot.rubrics import rubric_for
 from mascot.runs.open import GenerationFailed, OpenRun, RunSpec, failure_line, model_basename, open_run, require_contexts
-from mascot.stage1.settings import CandidateSettings
-from mascot.settings_groups import ClientLimits
-from mascot.vocab import DEFAULT_LOCAL_MODEL
 from mascot.runs.store import RunStore
+from mascot.settings_groups import ClientLimits
+from mascot.stage1.individual import OUTPUTS, candidate_key, run_individual
+from mascot.stage1.settings import CandidateSettings
+from mascot.vocab import DEFAULT_LOCAL_MODEL
 
 COMMAND = "mascot generate --mode individual"
 

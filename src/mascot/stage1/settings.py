@@ -14,8 +14,18 @@ from mascot.dialogue.run_settings import DEFAULT_MODE, MODE_FLAG
 from mascot.dialogue.settings import SpeakerSettings, check_speaker
 from mascot.settings import check_own_selector, fixed, require, selector, setting
 from mascot.settings_groups import (
-    DataSettings, JudgeEndpointSettings, JudgingSettings, OutputSettings, RosterSettings, ScoreMarginSettings, SpeakerEndpointSettings,
-    check_data, check_endpoints, check_judging, check_output, check_score_margin,
+    DataSettings,
+    JudgeEndpointSettings,
+    JudgingSettings,
+    OutputSettings,
+    RosterSettings,
+    ScoreMarginSettings,
+    SpeakerEndpointSettings,
+    check_data,
+    check_endpoints,
+    check_judging,
+    check_output,
+    check_score_margin,
 )  # fmt: skip
 
 

@@ -15,9 +15,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from mascot.stats import binomial_p, cohens_kappa, krippendorff_alpha, proportion_interval, wilcoxon_p
 from mascot.study import METRICS
 from mascot.study.db import all_ratings, meta, opened
-from mascot.stats import binomial_p, cohens_kappa, krippendorff_alpha, proportion_interval, wilcoxon_p
 
 INTERVAL_METHOD = "Wilson score, 95%"
 TEST_METHOD = "exact two-sided binomial test vs 0.5, ties excluded"

@@ -17,7 +17,14 @@ from typing import Any
 from mascot.llm.base import ROLE_HEADER
 from mascot.testing.stub_engine import PrefixCache, context_refusal, prefill_seconds, prompt_pieces
 from mascot.testing.stub_shapes import (
-    REASONS, Responder, completion, count_words, echo_responder, error_body, refusal, shape,
+    REASONS,
+    Responder,
+    completion,
+    count_words,
+    echo_responder,
+    error_body,
+    refusal,
+    shape,
 )
 
 Action = int | str  # an HTTP status, "ok", "hang", "drop" or "die"

@@ -19,8 +19,8 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError
 
 from mascot.errors import MascotError
-from mascot.schema import SCHEMA_VERSION, Record, utc_now
 from mascot.files import StoreError, ensure_writable_dir, write_json_atomic
+from mascot.schema import SCHEMA_VERSION, Record, utc_now
 from mascot.train.config import DEFAULT_OUTPUT_ROOT
 from mascot.train.runtime import is_main_process, world_size
 

@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mascot.settings import as_dict
 from mascot.train import artefact
 from mascot.train.artefact import ArtefactError, TrainingMetadata
-from mascot.settings import as_dict
-from mascot.train.config import MULTI_OBJECTIVE_AGGREGATIONS, REWARD_SCALINGS, GRPOSettings, TrainSettings
 from mascot.train.best import Selection, apply_best
+from mascot.train.config import MULTI_OBJECTIVE_AGGREGATIONS, REWARD_SCALINGS, GRPOSettings, TrainSettings
 from mascot.train.guard import non_finite_guard, require_measuring, require_schedule, require_steps_taken
 from mascot.train.runtime import BatchPlan, TrainingSetupError, is_main_process, require_gpu_for_vllm, trainer_arguments
 from mascot.train.screen import replace_default_progress

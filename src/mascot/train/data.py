@@ -18,11 +18,11 @@ from typing import Any
 from mascot.data.registry import canonical_dataset_name
 from mascot.episodes import load_episode_file
 from mascot.errors import MascotError
+from mascot.files import read_jsonl
 from mascot.llm.context_fit import (
     CUT_MARK,  # one mark for a cut prompt, in training and at the server
 )
 from mascot.schema import Episode, PreferencePair
-from mascot.files import read_jsonl
 from mascot.train.scoring import chat_ids, encode_fitted
 
 log = logging.getLogger(__name__)

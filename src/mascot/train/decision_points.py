@@ -18,9 +18,9 @@ from mascot.rosters import load_roster, roster_for_dataset
 from mascot.schema import Context, Episode, Roster, Turn
 from mascot.train import data
 from mascot.train.common import validate_grpo
-from mascot.train.runtime import TrainingSetupError
 from mascot.train.config import DirectorGRPOSettings
 from mascot.train.guard import require_group_prompts
+from mascot.train.runtime import TrainingSetupError
 
 log = logging.getLogger(__name__)
 

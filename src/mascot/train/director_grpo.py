@@ -30,6 +30,7 @@ from mascot.llm.providers import Backends, RoleEndpoint, build_backends
 from mascot.settings_groups import ClientLimits, split_urls
 from mascot.train import artefact, data
 from mascot.train.artefact import TrainingMetadata
+from mascot.train.best import keep_best, kept_step
 from mascot.train.common import (
     TrainOutcome,
     finish,
@@ -43,7 +44,6 @@ from mascot.train.common import (
     run_training,
     save_model,
 )
-from mascot.train.best import keep_best, kept_step
 from mascot.train.config import DEFAULT_REWARD_BASE_MODEL, DirectorGRPOSettings
 from mascot.train.decision_points import DecisionInputs, DecisionPoint, load_decision_inputs
 from mascot.train.director_rollouts import (

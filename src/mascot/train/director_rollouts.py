@@ -15,9 +15,8 @@ from typing import Any
 
 from mascot.dialogue.director import DIRECTIVE_OPENING, parse_directive
 from mascot.dialogue.engine import EpisodeEngine
-from mascot.dialogue.settings import EngineSettings
 from mascot.dialogue.prompts import PROMPT_VERSION
-from mascot.dialogue.settings import engine_settings_from
+from mascot.dialogue.settings import EngineSettings, engine_settings_from
 from mascot.dialogue.tally import Tally
 from mascot.llm.base import ChatClient, LLMError, strip_think
 from mascot.schema import Directive, Roster, Turn

@@ -153,7 +153,6 @@ def load_reward_model(path: str, device=None):
     """A trained reward model for scoring: merged LoRA artefact or full weights, in eval mode."""
     from transformers import AutoModelForSequenceClassification
 
-
     from mascot.train.artefact import read_metadata
     from mascot.train.score_window import install_score_window
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from mascot.data.registry import dataset as registered
 from mascot.dialogue.prompts import speaker_messages
-from mascot.schema import Candidate, Roster
 from mascot.files import read_jsonl
+from mascot.schema import Candidate, Roster
 from mascot.train.data import TrainingDataError, resolve_data_file, shorten_prompt
 
 SFT_SOURCES = ("candidates", "dataset")

@@ -16,8 +16,10 @@ from __future__ import annotations
 import functools
 import logging
 
+from mascot.dialogue.prompts import with_think_instruction
 from mascot.train import artefact, data
 from mascot.train.artefact import TrainingMetadata
+from mascot.train.best import keep_best, kept_step
 from mascot.train.common import (
     TrainOutcome,
     finish,
@@ -31,8 +33,6 @@ from mascot.train.common import (
     save_model,
     validate_grpo,
 )
-from mascot.dialogue.prompts import with_think_instruction
-from mascot.train.best import keep_best, kept_step
 from mascot.train.config import DEFAULT_REWARD_BASE_MODEL, SpeakerGRPOSettings
 from mascot.train.guard import require_group_prompts
 from mascot.train.models import base_model_id, count_parameters, load_causal_lm, load_tokenizer, lora_config, model_ref

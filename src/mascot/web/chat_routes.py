@@ -180,7 +180,6 @@ async def send_message(request: Request, session_id: str, message: MessageIn) ->
 @router.post("/api/sessions/{session_id}/feedback", dependencies=[Depends(require_csrf)])
 async def rate_reply(request: Request, session_id: str, rating: RatingIn) -> dict:
     """A person's rating of one companion's reply: helpful or not (the newest rating of a reply counts)."""
-    settings = request.app.state.settings
     session = feedback_session(request, session_id)
     if rating.rating not in RATINGS:
         raise HTTPException(status_code=422, detail=f"A rating is {' or '.join(RATINGS)}.")

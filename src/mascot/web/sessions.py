@@ -14,7 +14,7 @@ import hashlib
 import logging
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from mascot.dialogue.chat import ChatSession, load_session_episode, open_session
@@ -75,7 +75,7 @@ def readable_time(stamp: str) -> str:
     except ValueError:
         return stamp
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
+        moment = moment.replace(tzinfo=UTC)
     local = moment.astimezone()
     return f"{local.day} {local.strftime('%b %Y, %H:%M')}"
 

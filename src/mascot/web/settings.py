@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Optional
 
 from mascot.dialogue.chat_settings import DEFAULT_SESSION_DIR, ConversationSettings, check_conversation
-from mascot.settings_groups import GroupEndpointSettings, check_endpoints
 from mascot.settings import require, setting
+from mascot.settings_groups import GroupEndpointSettings, check_endpoints
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 

@@ -14,7 +14,7 @@ from urllib.parse import quote
 from fastapi import HTTPException, Request
 from fastapi.responses import RedirectResponse, Response
 
-from mascot.web.accounts.repository import Accounts, LOGIN_DAYS
+from mascot.web.accounts.repository import LOGIN_DAYS, Accounts
 from mascot.web.accounts.store import PersonSessions
 from mascot.web.accounts.tables import Person
 

@@ -8,7 +8,7 @@ PostgreSQL through psycopg), and the Alembic migrations run at start.
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event, inspect, text
@@ -26,7 +26,7 @@ _MIGRATION_LOCK = 7264001  # PostgreSQL advisory lock id: one process migrates a
 
 def utcnow() -> datetime:
     """Now, as the database keeps times: naive UTC."""
-    return datetime.now(timezone.utc).replace(tzinfo=None)
+    return datetime.now(UTC).replace(tzinfo=None)
 
 
 def default_url(session_dir: Path) -> str:

@@ -26,8 +26,16 @@ from mascot.errors import MascotError
 from mascot.schema import Episode, SafetyEvent, Turn
 from mascot.web.accounts.database import utcnow
 from mascot.web.accounts.passwords import DUMMY_HASH, hash_password, needs_rehash, password_problem, verify_password
-from mascot.web.accounts.tables import (Conversation, Invitation, LoginSession, Person, RatingRow, SafetyEventRow, TurnRow,
-                                        UploadedRoster)  # fmt: skip
+from mascot.web.accounts.tables import (
+    Conversation,
+    Invitation,
+    LoginSession,
+    Person,
+    RatingRow,
+    SafetyEventRow,
+    TurnRow,
+    UploadedRoster,  # fmt: skip
+)
 
 USERNAME = re.compile(r"^[a-z0-9][a-z0-9._-]{1,62}$")
 ROLES = ("person", "admin")

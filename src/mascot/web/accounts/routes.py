@@ -13,8 +13,15 @@ from fastapi import APIRouter, Depends, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from mascot.web.accounts import limits
-from mascot.web.accounts.auth import (accounts_of, clear_login_cookie, require_admin, require_person, safe_next,
-                                      set_login_cookie, LOGIN_COOKIE)  # fmt: skip
+from mascot.web.accounts.auth import (
+    LOGIN_COOKIE,
+    accounts_of,
+    clear_login_cookie,
+    require_admin,
+    require_person,
+    safe_next,
+    set_login_cookie,  # fmt: skip
+)
 from mascot.web.accounts.repository import AccountError, PersonData, digest
 from mascot.web.accounts.tables import Person
 from mascot.web.security import require_csrf

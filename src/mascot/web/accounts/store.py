@@ -21,7 +21,6 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from mascot.dialogue.chat import ChatSession, chat_context, dataset_label, saved_context
 from mascot.dialogue.chat_settings import ConversationSettings
-from mascot.errors import MascotError
 from mascot.llm.base import ChatClient
 from mascot.rosters import BUILTIN_ROSTERS, RosterError, load_roster
 from mascot.schema import RoleIdentity, Roster, Turn
