@@ -49,10 +49,7 @@ def main() -> None:
         print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
         serial_rps, serial_cpu, _ = asyncio.run(run_phase(server.url, args.requests, 1))
         serial_peak = server.stats()["max_in_flight"]
-        print(
-            f"  1 in flight:  {serial_rps:8.1f} requests/s  client CPU {serial_cpu:.2f} ms/request  "
-            f"(server saw at most {serial_peak} in flight)"
-        )
+        print(f"  1 in flight:  {serial_rps:8.1f} requests/s  client CPU {serial_cpu:.2f} ms/request  (server saw at most {serial_peak} in flight)")
         concurrent_rps, concurrent_cpu, tokens = asyncio.run(run_phase(server.url, args.requests, args.concurrency))
         stats = server.stats()
         print(

@@ -30,14 +30,25 @@ def worker(url: str, episodes: int, rounds: int, concurrency: int) -> dict:
     from mascot.schema import Context, DialogueLine
 
     contexts = (
-        Context(context_id=f"bench-{i}", dataset="ESConv", situation=f"I have been struggling at work ({i}).", emotion="anxiety",
-                opening_turns=[DialogueLine(speaker="user", text="I can't keep up and I feel like I'm failing.")])
+        Context(
+            context_id=f"bench-{i}",
+            dataset="ESConv",
+            situation=f"I have been struggling at work ({i}).",
+            emotion="anxiety",
+            opening_turns=[DialogueLine(speaker="user", text="I can't keep up and I feel like I'm failing.")],
+        )
         for i in range(episodes)
     )
     with tempfile.TemporaryDirectory() as out:
         cfg = GroupEpisodeSettings(
-            dataset="ESConv", num_turns=rounds, max_concurrent_episodes=concurrency, user_response_probability=0.5,
-            model_name="stub-model", vllm_server_url=[url], max_in_flight=max(64, concurrency), output_dir=Path(out),
+            dataset="ESConv",
+            num_turns=rounds,
+            max_concurrent_episodes=concurrency,
+            user_response_probability=0.5,
+            model_name="stub-model",
+            vllm_server_url=[url],
+            max_in_flight=max(64, concurrency),
+            output_dir=Path(out),
         )
         started = time.perf_counter()
         _, store = asyncio.run(generate_group(cfg, contexts=contexts, console=Console(quiet=True)))
@@ -52,7 +63,19 @@ def worker(url: str, episodes: int, rounds: int, concurrency: int) -> dict:
 
 
 def measure(url: str, episodes: int, rounds: int, concurrency: int) -> dict:
-    cmd = [sys.executable, __file__, "--worker", "--url", url, "--episodes", str(episodes), "--rounds", str(rounds), "--concurrency", str(concurrency)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--worker",
+        "--url",
+        url,
+        "--episodes",
+        str(episodes),
+        "--rounds",
+        str(rounds),
+        "--concurrency",
+        str(concurrency),
+    ]
     result = subprocess.run(cmd, check=True, capture_output=True, text=True)
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -101,8 +124,10 @@ def main() -> None:
     print(f"episodes of {args.rounds} rounds against a {args.latency_ms:.0f} ms stub server")
     print(f"  1 in flight:  {figures['sequential_episodes_per_s']:8.2f} episodes/s")
     print(f"  {args.concurrency} in flight: {figures['concurrent_episodes_per_s']:8.2f} episodes/s   speedup {figures['speedup']}x (target >= 30x)")
-    print(f"  peak memory: {figures['peak_rss_mib_small']} MiB for {args.episodes} episodes, "
-          f"{figures['peak_rss_mib_large']} MiB for {large['episodes']} ({figures['memory_growth_pct']:+}%, target within 10%)")
+    print(
+        f"  peak memory: {figures['peak_rss_mib_small']} MiB for {args.episodes} episodes, "
+        f"{figures['peak_rss_mib_large']} MiB for {large['episodes']} ({figures['memory_growth_pct']:+}%, target within 10%)"
+    )
 
 
 if __name__ == "__main__":

@@ -158,7 +158,9 @@ def main() -> int:
     parser.add_argument("--bucket", type=int, default=64, help="prompts padded to a multiple of this (the compiled path's bucket)")
     parser.add_argument("--repeats", type=int, default=2, help="timed calls per path (the fastest is reported)")
     parser.add_argument("--paths", default=",".join(PATHS), help="comma-separated subset of " + ", ".join(PATHS))
-    parser.add_argument("--no-check-weights", dest="check_weights", action="store_false", help="skip the bit-identity check (saves a copy of the weights)")
+    parser.add_argument(
+        "--no-check-weights", dest="check_weights", action="store_false", help="skip the bit-identity check (saves a copy of the weights)"
+    )
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
     args = parser.parse_args()
 

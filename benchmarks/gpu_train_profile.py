@@ -47,11 +47,43 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 SHAPES = {
-    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=True),
+    "tiny": dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        tie_word_embeddings=True,
+    ),
     # the embedded model's shape (SmolLM2-135M, Llama-like, as a Qwen3 here): what the learning preset trains on a CPU
-    "smollm2-135m": dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3, head_dim=64, tie_word_embeddings=True),
-    "qwen3-0.6b": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True),
-    "qwen3-8b": dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8, head_dim=128, tie_word_embeddings=False),
+    "smollm2-135m": dict(
+        hidden_size=576,
+        intermediate_size=1536,
+        num_hidden_layers=30,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        head_dim=64,
+        tie_word_embeddings=True,
+    ),
+    "qwen3-0.6b": dict(
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        tie_word_embeddings=True,
+    ),
+    "qwen3-8b": dict(
+        hidden_size=4096,
+        intermediate_size=12288,
+        num_hidden_layers=36,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        tie_word_embeddings=False,
+    ),
 }
 TRAINERS = ("reward-model", "speaker-grpo", "director-dpo", "director-grpo", "director-grpo-live")
 PAPER_TRAINABLE_SHARE = 0.00187  # "0.187% trainable policy parameters (LoRA, r=16)"
@@ -170,7 +202,10 @@ def persona_pairs(n: int, prompt_words: int, reply_words: int):
 
     return [
         PreferencePair(
-            prompt=[{"role": "system", "content": "You are The Anchor, an emotional validator."}, {"role": "user", "content": long_text(prompt_words, i)}],
+            prompt=[
+                {"role": "system", "content": "You are The Anchor, an emotional validator."},
+                {"role": "user", "content": long_text(prompt_words, i)},
+            ],
             chosen=[{"role": "assistant", "content": "breathe " + long_text(reply_words, i + 1)}],
             rejected=[{"role": "assistant", "content": long_text(reply_words, i + 2)}],
             margin=1.0,
@@ -230,8 +265,13 @@ def run_speaker(args, folder: Path):
     from mascot.train.speaker_grpo import train_speaker
 
     settings = SpeakerGRPOSettings(
-        data_path=str(folder / "stage1"), reward_model_path=str(folder / "rm"), batch_size=args.grpo_batch_size, num_generations=8,
-        max_completion_length=args.completion_tokens, **sampling(args), **common(args, folder, "speaker"),
+        data_path=str(folder / "stage1"),
+        reward_model_path=str(folder / "rm"),
+        batch_size=args.grpo_batch_size,
+        num_generations=8,
+        max_completion_length=args.completion_tokens,
+        **sampling(args),
+        **common(args, folder, "speaker"),
     )
     return train_speaker(settings), args.grpo_batch_size, "completions"
 
@@ -246,7 +286,9 @@ def run_dpo(args, folder: Path):
     roster = load_roster("emotional_support")
     pairs = [
         PreferencePair(
-            prompt=director_messages(roster, Context(context_id=f"c{i}", dataset="EmpatheticDialogues", situation=long_text(args.prompt_words, i)), []),
+            prompt=director_messages(
+                roster, Context(context_id=f"c{i}", dataset="EmpatheticDialogues", situation=long_text(args.prompt_words, i)), []
+            ),
             chosen=[{"role": "assistant", "content": "<directive>\nagent: The Catalyst\naction: ask one question\ntone: warm\n</directive>"}],
             rejected=[{"role": "assistant", "content": "<directive>\nagent: The Anchor\naction: agree\ntone: warm\n</directive>"}],
             margin=1.0,
@@ -270,8 +312,12 @@ def run_director_grpo(args, folder: Path):
 
     run = write_run(folder / "directed", "episodes.jsonl", episodes(max(16, args.grpo_batch_size // 8 * args.steps), args.reply_words))
     settings = DirectorGRPOSettings(
-        data_path=str(run), batch_size=args.grpo_batch_size, num_generations=8, max_completion_length=min(128, args.completion_tokens),
-        **sampling(args), **common(args, folder, "director"),
+        data_path=str(run),
+        batch_size=args.grpo_batch_size,
+        num_generations=8,
+        max_completion_length=min(128, args.completion_tokens),
+        **sampling(args),
+        **common(args, folder, "director"),
     )
     clients = {role: group_client() for role in ("director", "speaker", "user")}
     return train_director_grpo(settings, rollout_clients=clients, trajectory_scorer=RandomScores()), args.grpo_batch_size, "completions"
@@ -409,7 +455,12 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=3, help="optimizer steps per trainer")
     parser.add_argument("--grpo-batch-size", type=int, default=16, help="completions per GRPO step (8 per prompt): 16 = 2 prompts, 64 = 8 prompts")
     parser.add_argument("--rollout-tokens", type=int, default=None, help="longest rollout reply of director-grpo-live (default 48, 12 with --tiny)")
-    parser.add_argument("--no-merged-generation", dest="merged_generation", action="store_false", help="GRPO samples with the adapter beside the base (the path before merging)")
+    parser.add_argument(
+        "--no-merged-generation",
+        dest="merged_generation",
+        action="store_false",
+        help="GRPO samples with the adapter beside the base (the path before merging)",
+    )
     parser.add_argument("--compiled-decode", action="store_true", help="GRPO samples with a static cache and a compiled forward")
     parser.add_argument("--gpu-busy", action="store_true", help="also measure the GPU kernels' busy time (torch.profiler: slower, more memory)")
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
@@ -443,8 +494,16 @@ def main() -> int:
         for name in wanted:
             rows.append(profile(name, args, Path(tmp)))
             print(json.dumps(rows[-1]), flush=True)
-    report = {"device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu", "policy_shape": policy, "reward_shape": reward, "vocab": vocab,
-              "grpo_batch_size": args.grpo_batch_size, "merged_generation": args.merged_generation, "compiled_decode": args.compiled_decode, "results": rows}
+    report = {
+        "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
+        "policy_shape": policy,
+        "reward_shape": reward,
+        "vocab": vocab,
+        "grpo_batch_size": args.grpo_batch_size,
+        "merged_generation": args.merged_generation,
+        "compiled_decode": args.compiled_decode,
+        "results": rows,
+    }
     print(json.dumps(report, indent=2))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

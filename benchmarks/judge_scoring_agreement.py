@@ -31,8 +31,11 @@ SITUATIONS = [
     ("My father is in hospital and I cannot visit often.", "I feel guilty all the time."),
 ]
 REPLIES = [  # (intended quality 3 > 2 > 1, text with {feeling} filled per situation)
-    (3, "That sounds really painful, and feeling {feeling} after that makes sense. You are not useless for struggling. "
-        "What part of it weighs on you most right now?"),
+    (
+        3,
+        "That sounds really painful, and feeling {feeling} after that makes sense. You are not useless for struggling. "
+        "What part of it weighs on you most right now?",
+    ),
     (2, "I am sorry to hear that. Things will get better with time, try to stay positive."),
     (1, "Honestly that is not a big deal, lots of people have it worse. Did you watch the game last night?"),
 ]
@@ -44,8 +47,15 @@ def shared_items(num_situations: int = len(SITUATIONS)) -> list[tuple[JudgeItem,
     items = []
     for s, ((situation, opening), feeling) in enumerate(zip(SITUATIONS[:num_situations], FEELINGS)):
         for quality, text in REPLIES:
-            item = JudgeItem(f"s{s}-q{quality}", "agent", "emotional_support", context=situation,
-                             history=[("Person", opening)], response=text.format(feeling=feeling), persona=anchor)
+            item = JudgeItem(
+                f"s{s}-q{quality}",
+                "agent",
+                "emotional_support",
+                context=situation,
+                history=[("Person", opening)],
+                response=text.format(feeling=feeling),
+                persona=anchor,
+            )
             items.append((item, quality))
     return items
 
@@ -88,14 +98,18 @@ async def main(args) -> None:
         overall = [None if j.failed else j.overall for j in judgments]
         rho, n = rank_agreement(overall, list(quality))
         used = {j.scoring for j in judgments}
-        print(f"{mode:8s} scored as {'/'.join(sorted(used))}: {sum(j.failed for j in judgments)} of {len(items)} failed; "
-              f"{per_item:.1f} s per item; Spearman vs intended quality {fmt(rho)} (n={n}); fallbacks {judge.stats.logprob_fallbacks}")
+        print(
+            f"{mode:8s} scored as {'/'.join(sorted(used))}: {sum(j.failed for j in judgments)} of {len(items)} failed; "
+            f"{per_item:.1f} s per item; Spearman vs intended quality {fmt(rho)} (n={n}); fallbacks {judge.stats.logprob_fallbacks}"
+        )
         results[mode] = overall
     rho, n = rank_agreement(results["logprobs"], results["json"])
     print(f"Spearman logprobs vs json Overall: {fmt(rho)} on {n} items both scored")
     if n < len(items) / 2:
-        print(f"the judge ({client.model}) is not capable enough for JSON mode: only {n} of {len(items)} JSON verdicts parsed, "
-              "so this agreement figure means little; run with --judge-server-url and a capable --judge-model")
+        print(
+            f"the judge ({client.model}) is not capable enough for JSON mode: only {n} of {len(items)} JSON verdicts parsed, "
+            "so this agreement figure means little; run with --judge-server-url and a capable --judge-model"
+        )
     await client.aclose()
 
 

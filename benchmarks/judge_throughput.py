@@ -52,7 +52,9 @@ async def timed(label: str, judge: RubricJudge, items: list[JudgeItem], *, seque
     elapsed = time.perf_counter() - started
     failed = sum(j.failed for j in judgments)
     rate = len(items) / elapsed
-    print(f"{label:<11} {len(items):>5} items  {elapsed:8.3f} s  {rate:10.1f} items/s  model calls {judge.stats.calls:>5}  cached {judge.stats.cached:>5}  failed {failed}")
+    print(
+        f"{label:<11} {len(items):>5} items  {elapsed:8.3f} s  {rate:10.1f} items/s  model calls {judge.stats.calls:>5}  cached {judge.stats.cached:>5}  failed {failed}"
+    )
     return rate
 
 
@@ -62,15 +64,21 @@ async def main(args: argparse.Namespace) -> None:
         client = HTTPClient(server.url, "stub-model", max_in_flight=args.max_in_flight)
         try:
             with tempfile.TemporaryDirectory() as seq_dir, tempfile.TemporaryDirectory() as cache_dir:
-                sequential = await timed("sequential", RubricJudge(client, cache=JudgmentCache(seq_dir)), items[: args.sequential_items], sequential=True)
+                sequential = await timed(
+                    "sequential", RubricJudge(client, cache=JudgmentCache(seq_dir)), items[: args.sequential_items], sequential=True
+                )
                 concurrent = await timed("concurrent", RubricJudge(client, cache=JudgmentCache(cache_dir)), items, sequential=False)
                 before = server.stats()["chat_requests"]
                 cached = await timed("cached", RubricJudge(client, cache=JudgmentCache(cache_dir)), items, sequential=False)
                 reached = server.stats()["chat_requests"] - before
         finally:
             await client.aclose()
-    print(f"concurrent / sequential: {concurrent / sequential:6.1f}x  (target >= 30x; max in flight {args.max_in_flight}, latency {args.latency_ms:.0f} ms)")
-    print(f"cached / first (concurrent) run: {cached / concurrent:6.1f}x  (target >= 100x); cached / first (sequential) run: {cached / sequential:6.0f}x")
+    print(
+        f"concurrent / sequential: {concurrent / sequential:6.1f}x  (target >= 30x; max in flight {args.max_in_flight}, latency {args.latency_ms:.0f} ms)"
+    )
+    print(
+        f"cached / first (concurrent) run: {cached / concurrent:6.1f}x  (target >= 100x); cached / first (sequential) run: {cached / sequential:6.0f}x"
+    )
     print(f"requests reaching the server on the cached run: {reached}")
 
 

@@ -51,7 +51,9 @@ def synthetic_episodes(n: int, rounds: int, seed: int = 0) -> list[Episode]:
                 text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(12, 28))).capitalize() + "."
                 turns.append(Turn(turn_idx=len(turns), round_id=r, agent_name=agent, response=text, directive=Directive(agent_name=agent)))
             turns.append(Turn(turn_idx=len(turns), round_id=r, agent_name="user", response="Thanks, go on.", turn_type="user"))
-        episodes.append(Episode(episode_id=f"synthetic-{e}", context_id=f"ctx-{e}", turns=turns, metadata=EpisodeMetadata(dataset="ESConv", system="bench")))
+        episodes.append(
+            Episode(episode_id=f"synthetic-{e}", context_id=f"ctx-{e}", turns=turns, metadata=EpisodeMetadata(dataset="ESConv", system="bench"))
+        )
     return episodes
 
 
@@ -154,8 +156,10 @@ def main(args: argparse.Namespace) -> None:
     episodes = esconv_episodes(args.real_data, args.episodes, args.rounds) if args.real_data else synthetic_episodes(args.episodes, args.rounds)
     responses = sum(len(e.agent_turns) for e in episodes)
     source = f"ESConv dialogues from {args.real_data}" if args.real_data else "synthetic"
-    print(f"{len(episodes)} episodes ({source}) x {args.rounds} rounds x {len(AGENTS)} agents = {responses} responses; torch threads {args.threads}; "
-          f"load average {load_average()}")
+    print(
+        f"{len(episodes)} episodes ({source}) x {args.rounds} rounds x {len(AGENTS)} agents = {responses} responses; torch threads {args.threads}; "
+        f"load average {load_average()}"
+    )
     lexical, lexical_s = timed(lambda: compute_metrics(episodes, MetricsSettings(skip_nli=True, skip_embeddings=True)))
     print(f"Self-BLEU + distinct-1/2 only:           {lexical_s:7.2f} s   (Self-BLEU mean {lexical['overall']['self_bleu']['mean']})")
     full = minilm_figures(episodes, responses, lexical_s, args) if args.embedding in ("minilm", "both") else None
@@ -174,13 +178,19 @@ def minilm_figures(episodes: list[Episode], responses: int, lexical_s: float, ar
     embedder, load_s = timed(lambda: Embedder(batch_size=args.batch_size, precision=args.precision, max_seq_length=args.max_seq_length))
     full, full_s = timed(lambda: compute_metrics(episodes, settings, embedder=embedder))
     print(f"embedding model load ({embedder.precision}):            {load_s:7.2f} s")
-    print(f"Self-BLEU + distinct + redundancy:       {full_s:7.2f} s   (redundancy mean {full['overall']['redundancy']['mean']}, {full['num_response_pairs']} pairs)")
-    print(f"embedding throughput:                    {responses / max(full_s - lexical_s, 1e-9):7.1f} responses/s (MiniLM-L6, {embedder.precision}, max {embedder.model.max_seq_length} pieces)")
+    print(
+        f"Self-BLEU + distinct + redundancy:       {full_s:7.2f} s   (redundancy mean {full['overall']['redundancy']['mean']}, {full['num_response_pairs']} pairs)"
+    )
+    print(
+        f"embedding throughput:                    {responses / max(full_s - lexical_s, 1e-9):7.1f} responses/s (MiniLM-L6, {embedder.precision}, max {embedder.model.max_seq_length} pieces)"
+    )
     print(f"total, --embedding minilm (load + all metrics): {load_s + full_s:7.2f} s   (target < 30 s on 2 cores; load average now {load_average()})")
     rate = gemm_rate(args.threads)
     pieces, floor_s = embedding_floor(embedder, list(dict.fromkeys(t.response for e in episodes for t in e.agent_turns)), rate)
-    print(f"machine: fp32 GEMM {rate:.0f} GFLOP/s at MiniLM's shapes; {pieces} word pieces to encode, whose matrix work alone "
-          f"takes {floor_s:.1f} s at that rate")
+    print(
+        f"machine: fp32 GEMM {rate:.0f} GFLOP/s at MiniLM's shapes; {pieces} word pieces to encode, whose matrix work alone "
+        f"takes {floor_s:.1f} s at that rate"
+    )
     return full
 
 
@@ -197,8 +207,10 @@ def static_figures(episodes: list[Episode], responses: int) -> dict:
     full, full_s = timed(lambda: compute_metrics(episodes, settings, embedder=embedder))
     _, encode_s = timed(lambda: embedder.encode([t.response for e in episodes for t in e.agent_turns]))
     print(f"static table load (cached, {embedder.meta.get('dims')} dims):     {load_s:7.2f} s")
-    print(f"Self-BLEU + distinct + static redundancy: {full_s:6.2f} s   (redundancy mean {full['overall']['redundancy']['mean']}; "
-          f"encoding alone {encode_s:.2f} s, {responses / max(encode_s, 1e-9):.0f} responses/s)")
+    print(
+        f"Self-BLEU + distinct + static redundancy: {full_s:6.2f} s   (redundancy mean {full['overall']['redundancy']['mean']}; "
+        f"encoding alone {encode_s:.2f} s, {responses / max(encode_s, 1e-9):.0f} responses/s)"
+    )
     print(f"total, --embedding static (load + all metrics): {load_s + full_s:7.2f} s   (load average now {load_average()})")
     return full
 
@@ -212,8 +224,10 @@ def rank_agreement_line(static: list, minilm: list) -> str:
     a, b = np.asarray([static[i] for i in kept]), np.asarray([minilm[i] for i in kept])
     rho = float(spearmanr(a, b).statistic)
     verdict = "high enough to switch the default (>= 0.9)" if rho >= 0.9 else "below 0.9: MiniLM stays the default"
-    return (f"static vs MiniLM redundancy over {len(kept)} episodes: Spearman {rho:.4f}, Pearson {float(np.corrcoef(a, b)[0, 1]):.4f}; "
-            f"means {a.mean():.4f} vs {b.mean():.4f}: {verdict}")
+    return (
+        f"static vs MiniLM redundancy over {len(kept)} episodes: Spearman {rho:.4f}, Pearson {float(np.corrcoef(a, b)[0, 1]):.4f}; "
+        f"means {a.mean():.4f} vs {b.mean():.4f}: {verdict}"
+    )
 
 
 def compare_with_unoptimised(episodes: list[Episode], fast: dict, args: argparse.Namespace) -> None:
@@ -237,6 +251,8 @@ if __name__ == "__main__":
     parser.add_argument("--precision", choices=("fp32", "int8"), default="fp32")
     parser.add_argument("--max-seq-length", type=int, default=None, help="Word pieces per text (default: the model's own limit).")
     parser.add_argument("--real-data", default=None, help="Folder holding esconv/*.jsonl: real episodes instead of synthetic ones.")
-    parser.add_argument("--embedding", choices=("minilm", "static", "both"), default="minilm", help="Redundancy embeddings to time (both: and their rank agreement).")
+    parser.add_argument(
+        "--embedding", choices=("minilm", "static", "both"), default="minilm", help="Redundancy embeddings to time (both: and their rank agreement)."
+    )
     parser.add_argument("--agreement", action="store_true", help="Also run the unoptimised path and print the agreement.")
     main(parser.parse_args())

@@ -22,8 +22,13 @@ def contexts(count: int):
     from mascot.schema import Context, DialogueLine
 
     return [
-        Context(context_id=f"bench-{i}", dataset="ESConv", situation=f"I have been struggling at work ({i}).", emotion="anxiety",
-                opening_turns=[DialogueLine(speaker="user", text="I can't keep up and I feel like I'm failing.")])
+        Context(
+            context_id=f"bench-{i}",
+            dataset="ESConv",
+            situation=f"I have been struggling at work ({i}).",
+            emotion="anxiety",
+            opening_turns=[DialogueLine(speaker="user", text="I can't keep up and I feel like I'm failing.")],
+        )
         for i in range(count)
     ]
 
@@ -36,8 +41,14 @@ def episodes_per_s(urls: list[str], episodes: int, rounds: int, concurrency: int
 
     with tempfile.TemporaryDirectory() as out:
         cfg = GroupEpisodeSettings(
-            dataset="ESConv", num_turns=rounds, max_concurrent_episodes=concurrency, user_response_probability=0.5,
-            model_name="stub-model", vllm_server_url=list(urls), max_in_flight=concurrency, output_dir=Path(out),
+            dataset="ESConv",
+            num_turns=rounds,
+            max_concurrent_episodes=concurrency,
+            user_response_probability=0.5,
+            model_name="stub-model",
+            vllm_server_url=list(urls),
+            max_in_flight=concurrency,
+            output_dir=Path(out),
         )
         started = time.perf_counter()
         _, store = asyncio.run(generate_group(cfg, contexts=contexts(episodes), console=Console(quiet=True)))
@@ -57,13 +68,16 @@ def main() -> None:
     args = parser.parse_args()
 
     servers = [
-        start_stub_server_process(latency_ms=args.latency_ms, responder="mascot.testing.players:stub_responder",
-                                  vllm_limits=True, max_in_flight=args.server_concurrency)
+        start_stub_server_process(
+            latency_ms=args.latency_ms, responder="mascot.testing.players:stub_responder", vllm_limits=True, max_in_flight=args.server_concurrency
+        )
         for _ in range(2)
     ]
     try:
-        print(f"{args.episodes} episodes of {args.rounds} rounds; each server: {args.server_concurrency} requests at once, "
-              f"{args.latency_ms:.0f} ms each")
+        print(
+            f"{args.episodes} episodes of {args.rounds} rounds; each server: {args.server_concurrency} requests at once, "
+            f"{args.latency_ms:.0f} ms each"
+        )
         episodes_per_s([servers[0].url], 8, 1, args.concurrency)  # warm-up: imports and prompt caches off the clock
         one, _ = episodes_per_s([servers[0].url], args.episodes, args.rounds, args.concurrency)
         print(f"  one server:  {one:7.2f} episodes/s")

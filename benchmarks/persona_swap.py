@@ -109,7 +109,9 @@ def main() -> None:
         return
     print(f"held-out pairs that differ only in the persona's marker ({run}):")
     for key, f in figures.items():
-        print(f"  {key:12} n={f['n']:3}  prefers the marker reply: own prompt {f['own_prompt']:.2f}, another persona's prompt {f['other_persona_prompt']:.2f} (persona-aware: about 0.5)")
+        print(
+            f"  {key:12} n={f['n']:3}  prefers the marker reply: own prompt {f['own_prompt']:.2f}, another persona's prompt {f['other_persona_prompt']:.2f} (persona-aware: about 0.5)"
+        )
 
 
 if __name__ == "__main__":

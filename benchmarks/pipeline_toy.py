@@ -51,8 +51,10 @@ def print_learning(folder: Path) -> None:
         if not c.get("testable"):
             print(f"  {c['system']} vs base, {c['score']} score: cannot test (n = {c.get('n')})")
             continue
-        print(f"  {c['system']} vs base, {c['score']} score: {c['base_mean']:.3f} -> {c['trained_mean']:.3f} "
-              f"({c['difference']:+.3f}, 95% CI {c['ci_low']:+.3f} to {c['ci_high']:+.3f}, one-sided p = {c['p_one_sided']:.4f}, n = {c['n']})")
+        print(
+            f"  {c['system']} vs base, {c['score']} score: {c['base_mean']:.3f} -> {c['trained_mean']:.3f} "
+            f"({c['difference']:+.3f}, 95% CI {c['ci_low']:+.3f} to {c['ci_high']:+.3f}, one-sided p = {c['p_one_sided']:.4f}, n = {c['n']})"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--read", type=Path, help="A finished pipeline folder to read instead of running one.")
     parser.add_argument("--preset", default="toy", help="The shipped preset to run: toy (default) or learn.")
     parser.add_argument("--output-dir", type=Path, help="Where to run the pipeline (default: a temporary folder).")
-    parser.add_argument("--steps", type=json.loads, help='Extra settings per step, as `mascot pipeline --steps` (JSON).')
+    parser.add_argument("--steps", type=json.loads, help="Extra settings per step, as `mascot pipeline --steps` (JSON).")
     args = parser.parse_args(argv)
     if args.read:
         print_shares(args.read)

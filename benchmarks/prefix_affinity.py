@@ -35,9 +35,13 @@ def contexts(count: int, tag: str):
     from mascot.schema import Context, DialogueLine
 
     return [
-        Context(context_id=f"bench-{tag}-{i}", dataset="ESConv", emotion="anxiety",
-                situation=f"({tag} {i}) I have been struggling at work for months; my manager keeps adding deadlines and I sleep badly.",
-                opening_turns=[DialogueLine(speaker="user", text="I can't keep up and I feel like I'm failing everyone around me.")])
+        Context(
+            context_id=f"bench-{tag}-{i}",
+            dataset="ESConv",
+            emotion="anxiety",
+            situation=f"({tag} {i}) I have been struggling at work for months; my manager keeps adding deadlines and I sleep badly.",
+            opening_turns=[DialogueLine(speaker="user", text="I can't keep up and I feel like I'm failing everyone around me.")],
+        )
         for i in range(count)
     ]
 
@@ -64,27 +68,48 @@ def run(urls: list[str], model: str, episodes: int, rounds: int, concurrency: in
     before = [cache_counters(u) for u in urls]
     with tempfile.TemporaryDirectory() as out:
         cfg = GroupEpisodeSettings(
-            dataset="ESConv", num_turns=rounds, max_concurrent_episodes=concurrency, user_response_probability=1.0,
-            max_tokens=max_tokens, user_max_tokens=max_tokens, model_name=model, vllm_server_url=list(urls),
-            max_in_flight=concurrency, output_dir=Path(out),
+            dataset="ESConv",
+            num_turns=rounds,
+            max_concurrent_episodes=concurrency,
+            user_response_probability=1.0,
+            max_tokens=max_tokens,
+            user_max_tokens=max_tokens,
+            model_name=model,
+            vllm_server_url=list(urls),
+            max_in_flight=concurrency,
+            output_dir=Path(out),
         )
         started = time.perf_counter()
-        _, store = asyncio.run(generate_group(cfg, contexts=contexts(episodes, 'affinity' if affinity else 'least-outstanding'), console=Console(quiet=True)))
+        _, store = asyncio.run(
+            generate_group(cfg, contexts=contexts(episodes, "affinity" if affinity else "least-outstanding"), console=Console(quiet=True))
+        )
         elapsed = time.perf_counter() - started
     after = [cache_counters(u) for u in urls]
     queried = sum(a[0] - b[0] for a, b in zip(after, before))
     hits = sum(a[1] - b[1] for a, b in zip(after, before))
-    return {"episodes_per_s": store.summary.num_records / elapsed, "queried": queried, "recomputed": queried - hits,
-            "requests": [u["requests"] for u in store.summary.endpoints.values()], "elapsed_s": elapsed}
+    return {
+        "episodes_per_s": store.summary.num_records / elapsed,
+        "queried": queried,
+        "recomputed": queried - hits,
+        "requests": [u["requests"] for u in store.summary.endpoints.values()],
+        "elapsed_s": elapsed,
+    }
 
 
 def stub_servers(args) -> list:
     from mascot.testing.stub_server import start_stub_server_process
 
-    return [start_stub_server_process(latency_ms=args.latency_ms, responder="mascot.testing.players:stub_responder", vllm_limits=True,
-                                      max_in_flight=args.server_concurrency, prefill_ms_per_token=args.prefill_ms_per_token,
-                                      prefix_cache_blocks=args.cache_blocks)
-            for _ in range(args.servers)]
+    return [
+        start_stub_server_process(
+            latency_ms=args.latency_ms,
+            responder="mascot.testing.players:stub_responder",
+            vllm_limits=True,
+            max_in_flight=args.server_concurrency,
+            prefill_ms_per_token=args.prefill_ms_per_token,
+            prefix_cache_blocks=args.cache_blocks,
+        )
+        for _ in range(args.servers)
+    ]
 
 
 def main() -> None:
@@ -101,9 +126,11 @@ def main() -> None:
     parser.add_argument("--model", default="stub-model", help="served model id (with --urls)")
     parser.add_argument("--max-tokens", type=int, default=40, help="Speaker and user reply budget (real servers: keep it short)")
     args = parser.parse_args()
-    print(f"host: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; "
-          f"{args.episodes} episodes x {args.rounds} rounds, {args.concurrency} in flight"
-          + ("" if args.urls else f"; {args.servers} stubs, {args.prefill_ms_per_token} ms per uncached token, caches of {args.cache_blocks} blocks"))
+    print(
+        f"host: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; "
+        f"{args.episodes} episodes x {args.rounds} rounds, {args.concurrency} in flight"
+        + ("" if args.urls else f"; {args.servers} stubs, {args.prefill_ms_per_token} ms per uncached token, caches of {args.cache_blocks} blocks")
+    )
     results = {}
     for name, affinity in (("least-outstanding", False), ("affinity", True)):
         servers = [] if args.urls else stub_servers(args)  # fresh stubs: each routing starts with empty caches
@@ -114,11 +141,15 @@ def main() -> None:
             for server in servers:
                 server.stop()
         r = results[name]
-        print(f"  {name:17s} {r['episodes_per_s']:7.2f} episodes/s; prompt tokens {r['queried']:,.0f}, recomputed {r['recomputed']:,.0f} "
-              f"({r['recomputed'] / max(1.0, r['queried']):.1%}); requests per server {r['requests']}")
+        print(
+            f"  {name:17s} {r['episodes_per_s']:7.2f} episodes/s; prompt tokens {r['queried']:,.0f}, recomputed {r['recomputed']:,.0f} "
+            f"({r['recomputed'] / max(1.0, r['queried']):.1%}); requests per server {r['requests']}"
+        )
     lo, af = results["least-outstanding"], results["affinity"]
-    print(f"affinity: {lo['recomputed'] / max(1.0, af['recomputed']):.2f}x fewer tokens recomputed, "
-          f"{af['episodes_per_s'] / lo['episodes_per_s']:.2f}x the episodes/s")
+    print(
+        f"affinity: {lo['recomputed'] / max(1.0, af['recomputed']):.2f}x fewer tokens recomputed, "
+        f"{af['episodes_per_s'] / lo['episodes_per_s']:.2f}x the episodes/s"
+    )
 
 
 if __name__ == "__main__":

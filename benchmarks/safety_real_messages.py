@@ -48,8 +48,11 @@ def esconv_messages(folder: Path) -> list[tuple[str, str]]:
 
 
 def ed_messages(folder: Path) -> list[tuple[str, str]]:
-    return [(f"ed/{split}/{row['conv_id']}/{row['utterance_idx']}", decode_text(row["utterance"]))
-            for split in ("valid", "test") for _, row in csv_rows(folder / f"{split}.csv")]
+    return [
+        (f"ed/{split}/{row['conv_id']}/{row['utterance_idx']}", decode_text(row["utterance"]))
+        for split in ("valid", "test")
+        for _, row in csv_rows(folder / f"{split}.csv")
+    ]
 
 
 def part_of(ref: str) -> str:
@@ -64,8 +67,9 @@ def measure(screen: SafetyScreen, messages: list[tuple[str, str]], labels: dict[
     screenings = screen.assess_many([text for _, text in messages])
     parts: dict[str, dict] = {}
     for (ref, text), screening in zip(messages, screenings):
-        part = parts.setdefault(part_of(ref), {"messages": 0, "flagged": Counter(), "unsure": 0, "crisis": 0, "caught": 0,
-                                               "false_alarms": [], "misses": []})
+        part = parts.setdefault(
+            part_of(ref), {"messages": 0, "flagged": Counter(), "unsure": 0, "crisis": 0, "caught": 0, "false_alarms": [], "misses": []}
+        )
         part["messages"] += 1
         label = labels.get(ref)
         crisis = label in CRISIS
@@ -91,11 +95,14 @@ def report(name: str, parts: dict[str, dict], show: bool) -> None:
             continue
         flagged = sum(p["flagged"].values())
         alarms = p["flagged"]["false alarm"] + p["flagged"]["not reviewed"]
-        print(f"  {part}: {p['messages']} messages, flagged {flagged} ({flagged / p['messages']:.2%}): "
-              + ", ".join(f"{kind} {p['flagged'][kind]}" for kind in ("crisis", "false alarm", "unclear", "not reviewed"))
-              + f"; one false alarm per {p['messages'] // alarms if alarms else p['messages']}+ messages; "
-              f"recall {p['caught']}/{p['crisis']}" + (f" ({p['caught'] / p['crisis']:.3f})" if p["crisis"] else "")
-              + f"; left unsure {p['unsure']} ({p['unsure'] / p['messages']:.2%})")
+        print(
+            f"  {part}: {p['messages']} messages, flagged {flagged} ({flagged / p['messages']:.2%}): "
+            + ", ".join(f"{kind} {p['flagged'][kind]}" for kind in ("crisis", "false alarm", "unclear", "not reviewed"))
+            + f"; one false alarm per {p['messages'] // alarms if alarms else p['messages']}+ messages; "
+            f"recall {p['caught']}/{p['crisis']}"
+            + (f" ({p['caught'] / p['crisis']:.3f})" if p["crisis"] else "")
+            + f"; left unsure {p['unsure']} ({p['unsure'] / p['messages']:.2%})"
+        )
         if show:
             for ref, kind, method, text in p["false_alarms"]:
                 print(f"    {kind} [{method}] {ref}: {text[:140]!r}")
@@ -105,8 +112,12 @@ def report(name: str, parts: dict[str, dict], show: bool) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-dir", type=Path, default=None,
-                        help="the folder holding esconv/ and ed/ in their hub export formats (default: ../shared/data, skipped when absent)")
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="the folder holding esconv/ and ed/ in their hub export formats (default: ../shared/data, skipped when absent)",
+    )
     parser.add_argument("--labels", type=Path, default=LABELS)
     parser.add_argument("--no-embeddings", action="store_true")
     parser.add_argument("--show", action="store_true", help="print each false alarm and each missed crisis message")
@@ -130,10 +141,15 @@ def main() -> None:
         raise SystemExit(f"error: cannot read the labels {args.labels}: {exc}") from None
     counts = Counter(part_of(ref) for ref, _ in messages)
     crisis = Counter(part_of(ref) for ref, label in labels.items() if label in CRISIS)
-    print(f"{len(messages)} real messages (dev {counts['dev']}, test {counts['test']}); {len(labels)} reviewed by hand, "
-          f"{sum(crisis.values())} of them crisis messages (dev {crisis['dev']}, test {crisis['test']})")
-    screens = [("rules v1", SafetyScreen(rules_file="rules_v1.yaml")), ("rules v2", SafetyScreen(rules_file="rules_v2.yaml")),
-               (f"rules {SafetyScreen().rules.version.removeprefix('rules_')} (default)", SafetyScreen())]
+    print(
+        f"{len(messages)} real messages (dev {counts['dev']}, test {counts['test']}); {len(labels)} reviewed by hand, "
+        f"{sum(crisis.values())} of them crisis messages (dev {crisis['dev']}, test {crisis['test']})"
+    )
+    screens = [
+        ("rules v1", SafetyScreen(rules_file="rules_v1.yaml")),
+        ("rules v2", SafetyScreen(rules_file="rules_v2.yaml")),
+        (f"rules {SafetyScreen().rules.version.removeprefix('rules_')} (default)", SafetyScreen()),
+    ]
     if not args.no_embeddings:
         screens.append(("default rules + embeddings", SafetyScreen(embeddings=True)))
     for name, screen in screens:

@@ -58,11 +58,17 @@ def evaluate(items: list[dict], predicted: list[tuple[str, str]]) -> dict:
         by_category[category] = (len(true & said), len(said), len(true))
     kinds = Counter(item["kind"] for item in items)
     flagged_kinds = Counter(items[i]["kind"] for i in flagged)
-    return {"caught": len(caught), "flagged": len(flagged), "crisis": len(crisis), "benign": len(items) - len(crisis),
-            "false_alarms": [items[i]["text"] for i in flagged if items[i]["label"] == "none"],
-            "misses": [items[i]["text"] for i in crisis if predicted[i][0] == "none"], "by_category": by_category,
-            "kinds": [(k, items[[j["kind"] for j in items].index(k)]["label"] != "none", flagged_kinds[k], n) for k, n in kinds.items()],
-            "stages": Counter(predicted[i][1] for i in caught)}
+    return {
+        "caught": len(caught),
+        "flagged": len(flagged),
+        "crisis": len(crisis),
+        "benign": len(items) - len(crisis),
+        "false_alarms": [items[i]["text"] for i in flagged if items[i]["label"] == "none"],
+        "misses": [items[i]["text"] for i in crisis if predicted[i][0] == "none"],
+        "by_category": by_category,
+        "kinds": [(k, items[[j["kind"] for j in items].index(k)]["label"] != "none", flagged_kinds[k], n) for k, n in kinds.items()],
+        "stages": Counter(predicted[i][1] for i in caught),
+    }
 
 
 def model_stage_reach(screen: SafetyScreen, items: list[dict]) -> str:
@@ -71,18 +77,24 @@ def model_stage_reach(screen: SafetyScreen, items: list[dict]) -> str:
     screenings = screen.assess_many([item["text"] for item in items])
     unflagged = [(item["label"] != "none", s.unsure is not None) for item, s in zip(items, screenings) if s.finding is None]
     missed, benign = [u for crisis, u in unflagged if crisis], [u for crisis, u in unflagged if not crisis]
-    return (f"  a model stage would be asked about: scope unsure {sum(missed)} of the {len(missed)} crisis messages missed "
-            f"and {sum(benign)} of {len(benign)} benign ones; scope all every one of them")
+    return (
+        f"  a model stage would be asked about: scope unsure {sum(missed)} of the {len(missed)} crisis messages missed "
+        f"and {sum(benign)} of {len(benign)} benign ones; scope all every one of them"
+    )
 
 
 def report(name: str, result: dict, show_misses: bool) -> None:
     print(f"== {name}")
-    print(f"  crisis messages: precision {ratio(result['caught'], result['flagged'])}, recall {ratio(result['caught'], result['crisis'])}; "
-          f"look-alikes and benign flagged {ratio(len(result['false_alarms']), result['benign'])}")
+    print(
+        f"  crisis messages: precision {ratio(result['caught'], result['flagged'])}, recall {ratio(result['caught'], result['crisis'])}; "
+        f"look-alikes and benign flagged {ratio(len(result['false_alarms']), result['benign'])}"
+    )
     for category, (hit, said, true) in result["by_category"].items():
         print(f"  {category}: precision {ratio(hit, said)}, recall {ratio(hit, true)}")
-    print("  per source kind (crisis: share caught; benign: share flagged): "
-          + ", ".join(f"{kind} {flagged}/{n}" + ("" if crisis else " benign") for kind, crisis, flagged, n in result["kinds"]))
+    print(
+        "  per source kind (crisis: share caught; benign: share flagged): "
+        + ", ".join(f"{kind} {flagged}/{n}" + ("" if crisis else " benign") for kind, crisis, flagged, n in result["kinds"])
+    )
     print(f"  caught by stage: {dict(result['stages'])}")
     if show_misses:
         print(f"  missed: {result['misses']}")
@@ -92,8 +104,11 @@ def report(name: str, result: dict, show_misses: bool) -> None:
 def screens(args, backends) -> list[tuple[str, SafetyScreen]]:
     default = SafetyScreen()
     version = default.rules.version.removeprefix("rules_")
-    out = [("rules v1 (before)", SafetyScreen(rules_file="rules_v1.yaml")), ("rules v2", SafetyScreen(rules_file="rules_v2.yaml")),
-           (f"rules {version} (default)", default)]
+    out = [
+        ("rules v1 (before)", SafetyScreen(rules_file="rules_v1.yaml")),
+        ("rules v2", SafetyScreen(rules_file="rules_v2.yaml")),
+        (f"rules {version} (default)", default),
+    ]
     if not args.no_embeddings:
         with_embeddings = SafetyScreen(embeddings=True)
         rules = with_embeddings.rules
@@ -102,8 +117,12 @@ def screens(args, backends) -> list[tuple[str, SafetyScreen]]:
         from mascot.safety.model_check import ModelCheck
 
         for scope, what in (("unsure", "unsure messages"), ("all", "every message the first stages do not flag")):
-            out.append((f"rules {version}{'' if args.no_embeddings else ' + embeddings'} + model {args.model} on {what}",
-                        SafetyScreen(embeddings=not args.no_embeddings, model_check=ModelCheck(backends["safety"]), model_scope=scope)))
+            out.append(
+                (
+                    f"rules {version}{'' if args.no_embeddings else ' + embeddings'} + model {args.model} on {what}",
+                    SafetyScreen(embeddings=not args.no_embeddings, model_check=ModelCheck(backends["safety"]), model_scope=scope),
+                )
+            )
     return out
 
 
@@ -137,8 +156,10 @@ async def measure(args) -> None:
         for path in args.data:
             items = read_items(path)
             sources = Counter(item.get("source", "") for item in items if item.get("source"))
-            print(f"\n#### {len(items)} items from {path.name}: {sum(i['label'] != 'none' for i in items)} crisis, "
-                  f"{sum(i['label'] == 'none' for i in items)} benign" + (f"; {len(sources)} sources" if sources else ""))
+            print(
+                f"\n#### {len(items)} items from {path.name}: {sum(i['label'] != 'none' for i in items)} crisis, "
+                f"{sum(i['label'] == 'none' for i in items)} benign" + (f"; {len(sources)} sources" if sources else "")
+            )
             for name, screen in built:
                 report(name, evaluate(items, await predict(screen, items)), args.show_misses)
                 if screen.model_check is None and screen.similarity is not None:

@@ -91,11 +91,15 @@ async def measure(args: argparse.Namespace) -> dict:
 
 def print_report(result: dict) -> None:
     print(f"model: {result['model']}")
-    print(f"{result['requests']} Speaker prompts (mean {result['mean_prompt_tokens']} tokens) x {result['samples_per_request']} sampled replies, {result['rows_per_batch']} rows a batch")
+    print(
+        f"{result['requests']} Speaker prompts (mean {result['mean_prompt_tokens']} tokens) x {result['samples_per_request']} sampled replies, {result['rows_per_batch']} rows a batch"
+    )
     for side in ("own_prefill", "shared_prefill"):
         f = result[side]
         label = side.replace("_", " ")
-        print(f"  {label:<15} {f['replies']:>4} replies, {f['completion_tokens']:>5} tokens in {f['seconds']:7.2f} s ({f['generate_calls']} generate calls)")
+        print(
+            f"  {label:<15} {f['replies']:>4} replies, {f['completion_tokens']:>5} tokens in {f['seconds']:7.2f} s ({f['generate_calls']} generate calls)"
+        )
     print(f"  speedup         {result['speedup']:.2f}x")
 
 

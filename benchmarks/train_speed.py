@@ -35,7 +35,9 @@ def reward_model(folder: Path, base: Path, steps: int):
     run = folder / "run_rm"
     write_jsonl(run / "pairs.jsonl", keyword_pairs(n_prompts=steps * 16, per_prompt=1))
     write_run_config(run, dataset="EmpatheticDialogues")
-    settings = RewardModelSettings(data_path=str(run), model_name=str(base), output_dir=str(folder / "rm"), batch_size=16, max_steps=steps, eval_fraction=0.0)
+    settings = RewardModelSettings(
+        data_path=str(run), model_name=str(base), output_dir=str(folder / "rm"), batch_size=16, max_steps=steps, eval_fraction=0.0
+    )
     return train_reward_model(settings), 16
 
 
@@ -52,7 +54,9 @@ def group_reward_model(folder: Path, base: Path, steps: int):
         pair.chosen = [{"role": "assistant", "content": "\n".join(f"The Anchor: {text}" for _ in range(6))}]
     write_jsonl(run / "group_pairs.jsonl", pairs)
     write_run_config(run, dataset="EmpatheticDialogues")
-    settings = GroupRewardModelSettings(data_path=str(run), model_name=str(base), output_dir=str(folder / "grm"), batch_size=16, max_steps=steps, eval_fraction=0.0)
+    settings = GroupRewardModelSettings(
+        data_path=str(run), model_name=str(base), output_dir=str(folder / "grm"), batch_size=16, max_steps=steps, eval_fraction=0.0
+    )
     return train_group_reward_model(settings), 16
 
 
@@ -66,8 +70,15 @@ def speaker_grpo(folder: Path, base: Path, steps: int):
     write_jsonl(run / "pairs.jsonl", keyword_pairs(n_prompts=16, per_prompt=1))
     write_run_config(run, dataset="EmpatheticDialogues")
     settings = SpeakerGRPOSettings(
-        data_path=str(run), model_name=str(base), output_dir=str(folder / "speaker"), reward_model_path=str(folder / "rm"),
-        batch_size=16, num_generations=8, max_steps=steps, max_completion_length=32, logging_steps=1,
+        data_path=str(run),
+        model_name=str(base),
+        output_dir=str(folder / "speaker"),
+        reward_model_path=str(folder / "rm"),
+        batch_size=16,
+        num_generations=8,
+        max_steps=steps,
+        max_completion_length=32,
+        logging_steps=1,
     )
     return train_speaker(settings), 16
 
@@ -95,7 +106,9 @@ def director_dpo(folder: Path, base: Path, steps: int):
     run = folder / "run_dpo"
     write_jsonl(run / "directive_pairs.jsonl", pairs)
     write_run_config(run, dataset="EmpatheticDialogues")
-    settings = DirectorDPOSettings(data_path=str(run), model_name=str(base), output_dir=str(folder / "dpo"), batch_size=8, max_steps=steps, eval_fraction=0.0)
+    settings = DirectorDPOSettings(
+        data_path=str(run), model_name=str(base), output_dir=str(folder / "dpo"), batch_size=8, max_steps=steps, eval_fraction=0.0
+    )
     return train_director_dpo(settings), 8
 
 
@@ -109,7 +122,10 @@ def director_grpo(folder: Path, base: Path, steps: int):
 
     episodes = []
     for i in range(8):
-        turns = [Turn(turn_idx=r, round_id=r, agent_name=n, response="I hear you.", directive=Directive(agent_name=n)) for r, n in enumerate(["The Anchor", "The Beacon"])]
+        turns = [
+            Turn(turn_idx=r, round_id=r, agent_name=n, response="I hear you.", directive=Directive(agent_name=n))
+            for r, n in enumerate(["The Anchor", "The Beacon"])
+        ]
         ctx = Context(context_id=f"c{i}", dataset="EmpatheticDialogues", situation=f"I lost my job ({i})")
         metadata = EpisodeMetadata(dataset="EmpatheticDialogues", roster="emotional_support")
         episodes.append(Episode(episode_id=f"c{i}:e0", context_id=f"c{i}", context=ctx, turns=turns, metadata=metadata))
@@ -131,8 +147,15 @@ def director_grpo(folder: Path, base: Path, steps: int):
     names = ["The Anchor", "The Catalyst", "The Beacon"]
     sft_warm_start(director, prompts, [f"agent: {names[i % 3]}" for i in range(len(prompts))], steps=120)
     settings = DirectorGRPOSettings(
-        data_path=str(run), model_name=str(director), output_dir=str(folder / "director"), batch_size=16, num_generations=8,
-        max_steps=steps, max_completion_length=24, suffix_rounds=2, logging_steps=1,
+        data_path=str(run),
+        model_name=str(director),
+        output_dir=str(folder / "director"),
+        batch_size=16,
+        num_generations=8,
+        max_steps=steps,
+        max_completion_length=24,
+        suffix_rounds=2,
+        logging_steps=1,
     )
     clients = {role: group_client() for role in ("director", "speaker", "user")}
     return train_director_grpo(settings, rollout_clients=clients, trajectory_scorer=Favour()), 16
@@ -145,7 +168,13 @@ RUNNERS = {
     "director-dpo": director_dpo,
     "director-grpo": director_grpo,
 }
-UNITS = {"reward-model": "pairs", "group-reward-model": "pairs", "speaker-grpo": "completions", "director-dpo": "pairs", "director-grpo": "completions"}
+UNITS = {
+    "reward-model": "pairs",
+    "group-reward-model": "pairs",
+    "speaker-grpo": "completions",
+    "director-dpo": "pairs",
+    "director-grpo": "completions",
+}
 
 
 def measure(name: str, folder: Path, base: Path, steps: int) -> dict:

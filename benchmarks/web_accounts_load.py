@@ -239,7 +239,11 @@ def main() -> None:
     args = parser.parse_args()
     with ExitStack() as stack, tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
-        url = create_database(stack.enter_context(throwaway_cluster(max_connections=300)), "load") if args.postgres else f"sqlite:///{folder / 'mascot.db'}"
+        url = (
+            create_database(stack.enter_context(throwaway_cluster(max_connections=300)), "load")
+            if args.postgres
+            else f"sqlite:///{folder / 'mascot.db'}"
+        )
         stub = stack.enter_context(start_stub_server_process(latency_ms=args.latency_ms, responder="mascot.testing.players:stub_responder"))
         names = create_accounts(url, args.accounts + 1)
         server, base = start_web(url, stub.url, folder, args)
@@ -247,7 +251,12 @@ def main() -> None:
         print(f"{args.accounts} accounts x {args.messages} messages, {args.workers} processes, {'PostgreSQL' if args.postgres else 'SQLite'}, "
               f"stub latency {args.latency_ms:g} ms, {args.rounds} replies per message, arriving over {args.arrival_s:g} s")  # fmt: skip
         results = asyncio.run(load(base, names[:-1], args))
-        figures = {"database": "postgresql" if args.postgres else "sqlite", "workers": args.workers, "arrival_s": args.arrival_s, **summary(results, stored_turns(url, results["sessions"]), args)}
+        figures = {
+            "database": "postgresql" if args.postgres else "sqlite",
+            "workers": args.workers,
+            "arrival_s": args.arrival_s,
+            **summary(results, stored_turns(url, results["sessions"]), args),
+        }
         if not args.no_kill:
             figures["kill_mid_reply"] = asyncio.run(kill_mid_reply(base, server, url, names[-1], args))
     print(json.dumps(figures, indent=2))

@@ -44,7 +44,9 @@ def person(app, username: str) -> TestClient:
 
 
 def start_session(client: TestClient, situation: str = "") -> str:
-    response = client.post("/sessions", data={"roster": "emotional_support", "situation": situation, "csrf_token": csrf(client)}, follow_redirects=False)
+    response = client.post(
+        "/sessions", data={"roster": "emotional_support", "situation": situation, "csrf_token": csrf(client)}, follow_redirects=False
+    )
     assert response.status_code == 303, response.text
     return response.headers["location"].rsplit("/", 1)[1]
 

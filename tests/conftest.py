@@ -109,8 +109,13 @@ def es_context():
 @pytest.fixture
 def es_contexts():
     return [
-        Context(context_id=f"ctx-{i}", dataset="ESConv", situation=f"situation {i}", emotion="sadness",
-                opening_turns=[DialogueLine(speaker="user", text=f"opening {i}")])
+        Context(
+            context_id=f"ctx-{i}",
+            dataset="ESConv",
+            situation=f"situation {i}",
+            emotion="sadness",
+            opening_turns=[DialogueLine(speaker="user", text=f"opening {i}")],
+        )
         for i in range(6)
     ]
 

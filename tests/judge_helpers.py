@@ -19,19 +19,37 @@ def reply_json(keys: list[str], scores: list[int] | int, **overrides) -> str:
 
 
 def agent_turn(idx: int, round_id: int, name: str, text: str, action: str = "respond", output: str | None = None) -> Turn:
-    return Turn(turn_idx=idx, round_id=round_id, agent_name=name, response=text, directive=Directive(agent_name=name, action=action, tone="warm"), directive_output=output)
+    return Turn(
+        turn_idx=idx,
+        round_id=round_id,
+        agent_name=name,
+        response=text,
+        directive=Directive(agent_name=name, action=action, tone="warm"),
+        directive_output=output,
+    )
 
 
 def user_turn(idx: int, round_id: int, text: str) -> Turn:
     return Turn(turn_idx=idx, round_id=round_id, agent_name="user", response=text, turn_type="user")
 
 
-def episode(episode_id: str, turns: list[Turn], *, dataset: str = "ESConv", system: str = "mascot", context_id: str = "ctx-1", episode_idx: int = 0, branch: BranchInfo | None = None) -> Episode:
+def episode(
+    episode_id: str,
+    turns: list[Turn],
+    *,
+    dataset: str = "ESConv",
+    system: str = "mascot",
+    context_id: str = "ctx-1",
+    episode_idx: int = 0,
+    branch: BranchInfo | None = None,
+) -> Episode:
     return Episode(
         episode_id=episode_id,
         context_id=context_id,
         turns=turns,
-        metadata=EpisodeMetadata(dataset=dataset, system=system, roster="emotional_support" if dataset != "QMSum" else "meetings", episode_idx=episode_idx, branch=branch),
+        metadata=EpisodeMetadata(
+            dataset=dataset, system=system, roster="emotional_support" if dataset != "QMSum" else "meetings", episode_idx=episode_idx, branch=branch
+        ),
     )
 
 

@@ -61,7 +61,9 @@ def test_serve_follow_starts_with_the_current_versions_and_runtime_loading(tmp_p
 
 def test_a_promoted_version_is_loaded_under_its_id_once_and_a_refusal_is_said(tmp_path, registry):
     first = new_current(registry, artefact(tmp_path / "a", b"a"))
-    with start_stub_server(latency_s=0.001, responder=stub_responder, served_models=["stub-model"], lora_modules={first: str(tmp_path / "a")}) as server:
+    with start_stub_server(
+        latency_s=0.001, responder=stub_responder, served_models=["stub-model"], lora_modules={first: str(tmp_path / "a")}
+    ) as server:
         follower = Follower(registry, server.url, "stub-model", served={first: str(tmp_path / "a")})
         assert follower.poll() == []
         second = new_current(registry, artefact(tmp_path / "b", b"b"))
@@ -114,7 +116,9 @@ def test_a_served_role_given_current_moves_to_a_promoted_version_on_its_next_req
 
 def test_a_role_given_a_fixed_version_does_not_follow(tmp_path, registry):
     first = new_current(registry, artefact(tmp_path / "a", b"a"))
-    with start_stub_server(latency_s=0.001, responder=stub_responder, served_models=["stub-model"], lora_modules={first: str(tmp_path / "a")}) as server:
+    with start_stub_server(
+        latency_s=0.001, responder=stub_responder, served_models=["stub-model"], lora_modules={first: str(tmp_path / "a")}
+    ) as server:
         fixed = GroupEndpointSettings(model_name="stub-model", vllm_server_url=[server.url], speaker_adapter=first)
         current = GroupEndpointSettings(model_name="stub-model", vllm_server_url=[server.url], speaker_adapter="current")
         assert resolve_roles(fixed, ("speaker",))["speaker"].follows is None
@@ -131,7 +135,9 @@ def test_chat_and_web_backends_follow_current(tmp_path, registry):
     from mascot.web.settings import WebSettings
 
     first = new_current(registry, artefact(tmp_path / "a", b"a"))
-    with start_stub_server(latency_s=0.001, responder=stub_responder, served_models=["stub-model"], lora_modules={first: str(tmp_path / "a")}) as server:
+    with start_stub_server(
+        latency_s=0.001, responder=stub_responder, served_models=["stub-model"], lora_modules={first: str(tmp_path / "a")}
+    ) as server:
         settings = WebSettings(model_name="stub-model", vllm_server_url=[server.url], speaker_adapter="current", session_dir=tmp_path / "sessions")
         backends, _ = chat_backends(settings)
         assert isinstance(backends["speaker"].inner, following.FollowCurrent) and backends["speaker"].inner.version == first
@@ -150,13 +156,17 @@ def test_a_web_session_records_which_version_wrote_each_reply_and_ratings_carry_
 
     monkeypatch.setattr(following, "CHECK_S", 0.0)
     first = new_current(registry, artefact(tmp_path / "a", b"a"))
-    with start_stub_server(latency_s=0.001, responder=stub_responder, served_models=["stub-model"], lora_modules={first: str(tmp_path / "a")}) as server:
+    with start_stub_server(
+        latency_s=0.001, responder=stub_responder, served_models=["stub-model"], lora_modules={first: str(tmp_path / "a")}
+    ) as server:
         settings = WebSettings(model_name="stub-model", vllm_server_url=[server.url], speaker_adapter="current", session_dir=tmp_path / "chat",
                                feedback_consent=True)  # fmt: skip
         with TestClient(create_app(settings), base_url="http://127.0.0.1") as client:
             client.get("/")
             csrf = {"x-csrf-token": client.cookies[CSRF_COOKIE]}
-            started = client.post("/sessions", data={"roster": "emotional_support", "csrf_token": client.cookies[CSRF_COOKIE]}, follow_redirects=False)
+            started = client.post(
+                "/sessions", data={"roster": "emotional_support", "csrf_token": client.cookies[CSRF_COOKIE]}, follow_redirects=False
+            )
             session_id = started.headers["location"].rsplit("/", 1)[1]
 
             def reply_to(text: str) -> int:

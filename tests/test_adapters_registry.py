@@ -57,6 +57,7 @@ def two_speakers(tmp_path: Path, registry: Registry) -> tuple[str, str]:
 
 def fake_scores(monkeypatch, by_version: dict[str, list[float]]) -> None:
     """Each version's per-episode scores, as if its episodes had been generated and judged."""
+
     def scores(version, request, folder, data_file):
         return {f"ctx-{i}#e0": s for i, s in enumerate(by_version[version.id])}
 
@@ -161,8 +162,25 @@ def test_a_run_pointed_at_current_uses_that_version_and_records_it(tmp_path, reg
 
     lora = {"mascot-director": str(folder.resolve())}
     with start_stub_server(latency_s=0.001, responder=responder, served_models=["stub-model"], lora_modules=lora) as server:
-        result = cli("generate", "--mode", "group", "--dataset", "ESConv", "--data-file", str(contexts), "--model-name", "stub-model",
-                     "--output-dir", str(tmp_path / "out"), "--num-turns", "1", "--vllm-server-url", server.url, "--director-adapter", "current")
+        result = cli(
+            "generate",
+            "--mode",
+            "group",
+            "--dataset",
+            "ESConv",
+            "--data-file",
+            str(contexts),
+            "--model-name",
+            "stub-model",
+            "--output-dir",
+            str(tmp_path / "out"),
+            "--num-turns",
+            "1",
+            "--vllm-server-url",
+            server.url,
+            "--director-adapter",
+            "current",
+        )
     assert result.exit_code == 0, result.output
     assert {model for role, model in asked if role == "director"} == {"mascot-director"}
     (run_dir,) = (tmp_path / "out").iterdir()

@@ -47,7 +47,14 @@ def test_cot_family_reasons_and_records_its_version(es_roster, es_context):
         return "<think>They feel anxious; name it.</think>That sounds frightening."
 
     speaker_client = ScriptedClient(fn=speaker)
-    episode, _ = run_episode(es_roster, es_context, {"director": client, "speaker": speaker_client, "user": client}, num_turns=2, prompt_family="zero-shot-cot", turn_policy="round-robin")
+    episode, _ = run_episode(
+        es_roster,
+        es_context,
+        {"director": client, "speaker": speaker_client, "user": client},
+        num_turns=2,
+        prompt_family="zero-shot-cot",
+        turn_policy="round-robin",
+    )
     assert [t.response for t in episode.agent_turns] == ["That sounds frightening."] * 2
     assert all(t.reasoning == "They feel anxious; name it." for t in episode.agent_turns)
     assert all(r.thinking is True for r in seen)
@@ -91,7 +98,9 @@ def mesc_client(strategies, votes):
 def test_multiagentesc_deliberates_votes_and_records_backstage(es_roster, es_context):
     client = mesc_client(["Question", "Reflection of Feelings", "Reflection of Feelings"], ["2", "1", "2"])
     user = group_client()
-    episode, engine = run_episode(es_roster, es_context, {"speaker": client, "user": user}, num_turns=1, turn_policy="multiagentesc", enable_user_simulation=False)
+    episode, engine = run_episode(
+        es_roster, es_context, {"speaker": client, "user": user}, num_turns=1, turn_policy="multiagentesc", enable_user_simulation=False
+    )
     turn = episode.agent_turns[0]
     backstage = turn.backstage
     assert turn.agent_name == "Supporter" and turn.directive.agent_name == "Supporter"
@@ -111,7 +120,9 @@ def test_multiagentesc_deliberates_votes_and_records_backstage(es_roster, es_con
 def test_multiagentesc_counts_unparseable_strategies_and_votes(es_roster, es_context):
     client = mesc_client(["something vague", "Information", "Question"], ["none", "none", "none"])
     tally = Tally()
-    engine = EpisodeEngine(es_roster, {"speaker": client}, EngineSettings(num_turns=1, turn_policy="multiagentesc", enable_user_simulation=False), tally)
+    engine = EpisodeEngine(
+        es_roster, {"speaker": client}, EngineSettings(num_turns=1, turn_policy="multiagentesc", enable_user_simulation=False), tally
+    )
     episode = asyncio.run(engine.run_episode(es_context))
     assert tally.counters.num_directive_parse_failures == 1 + 3
     assert episode.agent_turns[0].backstage["retained"] == ["Information", "Question"]

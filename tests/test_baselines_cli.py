@@ -22,8 +22,26 @@ def stub():
 
 
 def generate(stub, out, *extra):
-    args = ["generate", "--mode", "group", "--dataset", "ESConv", "--data-file", str(ESCONV_SAMPLE), "--limit", "2", "--model-name", "stub-model",
-            "--vllm-server-url", stub.url, "--output-dir", str(out), "--num-turns", "2", *extra]
+    args = [
+        "generate",
+        "--mode",
+        "group",
+        "--dataset",
+        "ESConv",
+        "--data-file",
+        str(ESCONV_SAMPLE),
+        "--limit",
+        "2",
+        "--model-name",
+        "stub-model",
+        "--vllm-server-url",
+        stub.url,
+        "--output-dir",
+        str(out),
+        "--num-turns",
+        "2",
+        *extra,
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     run_dir = next(p for p in Path(out).iterdir() if (p / "episodes.jsonl").exists())
@@ -31,7 +49,9 @@ def generate(stub, out, *extra):
 
 
 def test_prompt_family_runs_get_their_own_folder_and_metadata(stub, tmp_path):
-    run_dir, episodes = generate(stub, tmp_path / "out", "--turn-policy", "round-robin", "--prompt-family", "zero-shot-cot", "--system", "zero-shot-cot")
+    run_dir, episodes = generate(
+        stub, tmp_path / "out", "--turn-policy", "round-robin", "--prompt-family", "zero-shot-cot", "--system", "zero-shot-cot"
+    )
     assert "zero-shot-cot" in run_dir.name and len(episodes) == 2
     assert all(e.metadata.prompt_family == "zero-shot-cot" and e.metadata.prompt_version == "baseline_v1/zero-shot-cot" for e in episodes)
 
@@ -44,6 +64,24 @@ def test_multiagentesc_runs_with_a_supporter_and_backstage_records(stub, tmp_pat
 
 
 def test_unknown_prompt_family_is_refused(stub, tmp_path):
-    result = CliRunner().invoke(app, ["generate", "--mode", "group", "--dataset", "ESConv", "--data-file", str(ESCONV_SAMPLE), "--model-name", "m",
-                                      "--vllm-server-url", stub.url, "--output-dir", str(tmp_path), "--prompt-family", "many-shot"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "generate",
+            "--mode",
+            "group",
+            "--dataset",
+            "ESConv",
+            "--data-file",
+            str(ESCONV_SAMPLE),
+            "--model-name",
+            "m",
+            "--vllm-server-url",
+            stub.url,
+            "--output-dir",
+            str(tmp_path),
+            "--prompt-family",
+            "many-shot",
+        ],
+    )
     assert result.exit_code != 0 and "--prompt-family" in str(result.exception or result.output)

@@ -113,8 +113,15 @@ def sampling_speaker():
 def test_a_self_consistency_episode_makes_n_speaker_calls_per_turn_and_meters_them(es_roster, es_context):
     meter, client = UsageMeter(), group_client()
     speaker = MeteredClient(sampling_speaker(), "speaker", meter)
-    episode = run_episode(es_roster, es_context, {"director": client, "speaker": speaker, "user": client}, num_turns=3,
-                          self_consistency_samples=3, turn_policy="round-robin", user_response_probability=0.0)
+    episode = run_episode(
+        es_roster,
+        es_context,
+        {"director": client, "speaker": speaker, "user": client},
+        num_turns=3,
+        self_consistency_samples=3,
+        turn_policy="round-robin",
+        user_response_probability=0.0,
+    )
     turns = episode.agent_turns
     assert len(turns) == 3 and meter.by_role["speaker"].requests == 9 == len(speaker.inner.calls)
     assert meter.by_role["speaker"].completion_tokens == sum(len(t.split()) for turn in turns for t in turn.backstage["samples"])
@@ -144,9 +151,32 @@ def test_the_run_usage_counts_every_sample(stub, tmp_path):
     summaries = {}
     for samples in (1, 3):
         out = tmp_path / f"sc{samples}"
-        run_mascot(["generate", "--mode", "group", "--dataset", "ESConv", "--data-file", ESCONV_SAMPLE, "--limit", "2", "--model-name", "stub-model",
-                    "--vllm-server-url", server.url, "--output-dir", out, "--num-turns", "2", "--turn-policy", "round-robin",
-                    "--no-user-simulation", "--self-consistency-samples", samples])
+        run_mascot(
+            [
+                "generate",
+                "--mode",
+                "group",
+                "--dataset",
+                "ESConv",
+                "--data-file",
+                ESCONV_SAMPLE,
+                "--limit",
+                "2",
+                "--model-name",
+                "stub-model",
+                "--vllm-server-url",
+                server.url,
+                "--output-dir",
+                out,
+                "--num-turns",
+                "2",
+                "--turn-policy",
+                "round-robin",
+                "--no-user-simulation",
+                "--self-consistency-samples",
+                samples,
+            ]
+        )
         (run_dir,) = [p for p in out.iterdir() if (p / "run_summary.json").exists()]
         summaries[samples] = json.loads((run_dir / "run_summary.json").read_text())["usage"]["speaker"]
         assert ("sc3" in run_dir.name) == (samples == 3)

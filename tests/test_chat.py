@@ -451,7 +451,11 @@ def test_cli_rejects_bad_flags(tmp_path):
 
 def test_cli_chats_with_the_embedded_local_model(tmp_path, embedded_model):
     path = tmp_path / "local.jsonl"
-    result = CliRunner().invoke(app, ["chat", "--session", str(path), "--model-name", str(embedded_model), "--max-tokens", "32", "--situation", "I failed an exam"], input="I feel awful\nwhat should I do?\n")
+    result = CliRunner().invoke(
+        app,
+        ["chat", "--session", str(path), "--model-name", str(embedded_model), "--max-tokens", "32", "--situation", "I failed an exam"],
+        input="I feel awful\nwhat should I do?\n",
+    )
     assert result.exit_code == 0, result.output + repr(result.exception)
     episode = saved(path)
     assert [t.round_id for t in episode.turns] == [0, 0, 1, 1]

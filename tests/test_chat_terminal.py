@@ -97,7 +97,9 @@ def test_the_terminal_chat_says_who_was_picked_and_wraps_the_reply(tmp_path: Pat
     session = tmp_path / "s.jsonl"
     with start_stub_server(responder=long_responder, latency_s=0.4, chunk_delay_s=0.01) as server:
         args = ["-m", "mascot", "chat", "--vllm-server-url", server.url, "--model-name", "stub-model", "--session", str(session)]
-        child = pexpect.spawn(sys.executable, args, dimensions=(40, 80), encoding="utf-8", timeout=60, env={"TERM": "xterm", "PATH": "/usr/bin:/bin", "NO_COLOR": "1"})
+        child = pexpect.spawn(
+            sys.executable, args, dimensions=(40, 80), encoding="utf-8", timeout=60, env={"TERM": "xterm", "PATH": "/usr/bin:/bin", "NO_COLOR": "1"}
+        )
         log = io.StringIO()
         child.logfile_read = log
         child.expect("You:")
@@ -170,7 +172,9 @@ def test_a_dead_endpoint_is_one_line_naming_role_url_and_cause(command, tmp_path
         "chat": ["chat", "--session", str(tmp_path / "s.jsonl")],
         "web": ["web", "--port", str(free_port()), "--session-dir", str(tmp_path / "sessions")],
     }[command]
-    done = subprocess.run([sys.executable, "-m", "mascot", *args, *endpoint], input="hello\n", capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "mascot", *args, *endpoint], input="hello\n", capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert done.returncode == 2, done.stderr
     assert len(lines) == 1, done.stderr

@@ -84,8 +84,10 @@ def test_generate_help_groups_options_into_panels_and_shows_defaults():
     assert "Judge" not in titles  # a group run judges nothing: its judge flags belong to --mode individual
     stage_1 = CliRunner().invoke(app, ["generate", "--mode", "individual", "--help"], env={"COLUMNS": "80"}).output
     stage_1_titles = re.findall(r"╭─ ([A-Za-z ]+?) ─", stage_1)
-    assert {"Speakers", "Judge", "Judging"} <= set(stage_1_titles) and not {"Director", "Simulated user", "Safety"} & set(stage_1_titles), stage_1_titles
-    director = output[output.index("╭─ Director"):output.index("╭─ Speakers")]
+    assert {"Speakers", "Judge", "Judging"} <= set(stage_1_titles) and not {"Director", "Simulated user", "Safety"} & set(stage_1_titles), (
+        stage_1_titles
+    )
+    director = output[output.index("╭─ Director") : output.index("╭─ Speakers")]
     assert "--director-server-url" in director and "--speaker-model" not in director
     text = " ".join(output.replace("│", " ").split())  # descriptions wrap
     assert "[default: 1500]" in text and "Also: --token-budget." in text
@@ -264,7 +266,9 @@ def test_missing_emotions_are_named_as_warnings_not_counted_as_failures(tmp_path
     asyncio.run(generate_group(cfg, contexts=es_contexts[:2], clients={**scripted_clients(), "user": prose_user}, console=again))
     assert re.search(r"episodes: 0/0 in \d+ s; no model call answered yet, failures 0$", capsys.readouterr().err, re.MULTILINE)
     closing = out_again.getvalue()
-    assert "0 new episodes" in closing and f"this session: no failures; the whole run: no failures; warnings: user emotions missing {missing}" in closing
+    assert (
+        "0 new episodes" in closing and f"this session: no failures; the whole run: no failures; warnings: user emotions missing {missing}" in closing
+    )
 
 
 def test_a_directive_example_copy_is_a_failure_and_truncations_are_warnings():
@@ -429,8 +433,28 @@ def _generate_process(server_url: str, data: Path, out: Path, *extra: str):
     import subprocess
     import sys
 
-    args = ["generate", "--mode", "group", "--dataset", "ESConv", "--data-file", str(data), "--model-name", "stub-model",
-            "--vllm-server-url", server_url, "--output-dir", str(out), "--num-turns", "2", "--seed", "7", "--max-concurrent-episodes", "2", *extra]
+    args = [
+        "generate",
+        "--mode",
+        "group",
+        "--dataset",
+        "ESConv",
+        "--data-file",
+        str(data),
+        "--model-name",
+        "stub-model",
+        "--vllm-server-url",
+        server_url,
+        "--output-dir",
+        str(out),
+        "--num-turns",
+        "2",
+        "--seed",
+        "7",
+        "--max-concurrent-episodes",
+        "2",
+        *extra,
+    ]
     env = {**__import__("os").environ, progress.INTERVAL_ENV: "0.2"}
     return subprocess.Popen([sys.executable, "-m", "mascot", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
 
@@ -481,7 +505,9 @@ def test_ctrl_c_in_a_real_process_says_at_once_what_was_saved_and_resume_finishe
         reader.join(timeout=5)
         answer = next((t, line) for t, line in lines if line.startswith("stopping: the requests in flight are cancelled"))
         assert answer[0] - pressed < 2.0  # answered at once, not when the run ends
-        assert "episodes saved; resume with `mascot generate --mode group" in answer[1] and answer[1].rstrip().endswith("--resume` (Ctrl-C again stops at once)")
+        assert "episodes saved; resume with `mascot generate --mode group" in answer[1] and answer[1].rstrip().endswith(
+            "--resume` (Ctrl-C again stops at once)"
+        )
         assert any(line.startswith("episodes: ") for _, line in lines)  # progress lines: stderr is a pipe
         summary = json.loads((episodes.parent / "run_summary.json").read_text())
         assert summary["status"] == "interrupted" and 2 <= summary["num_records"] < 40
@@ -494,7 +520,9 @@ def test_a_second_ctrl_c_marks_the_open_run_interrupted_before_exiting_at_once(t
     """The process ends at once (os._exit): the run folder still says interrupted, never running.
     (tests/test_interrupts.py presses twice in real processes.)"""
     exits = []
-    monkeypatch.setattr(progress.os, "_exit", lambda code: exits.append((code, json.loads((tmp_path / "run" / "run_summary.json").read_text())["status"])))
+    monkeypatch.setattr(
+        progress.os, "_exit", lambda code: exits.append((code, json.loads((tmp_path / "run" / "run_summary.json").read_text())["status"]))
+    )
     with RunStore(tmp_path / "run", command="test") as store:
         assert json.loads(store.path("run_summary.json").read_text())["status"] == "running"
         with progress.ProgressLine("episodes", 4, unit="episodes", drains=True, console=plain_console()[0]):
@@ -546,7 +574,10 @@ def test_mascot_judge_shows_its_judgments_and_counts_them_in_words(tmp_path, mon
     with path.open("a") as fh:
         fh.write('{"episode_id": "broken"\n')  # a malformed line: skipped with a warning, and named in the closing line
     with start_stub_server(latency_s=0.0, responder=stub_judge_responder) as server:
-        skipped = CliRunner().invoke(app, ["judge", "--input-file", str(path), "--judge-server-url", server.url, "--judge", "stub-model", "--cache-dir", str(tmp_path / "cache")])
+        skipped = CliRunner().invoke(
+            app,
+            ["judge", "--input-file", str(path), "--judge-server-url", server.url, "--judge", "stub-model", "--cache-dir", str(tmp_path / "cache")],
+        )
     assert skipped.exit_code == 0, skipped.output
     closing = " ".join(skipped.stderr.split()).split("judged ", 1)[1]  # not the warning above it
     assert "skipped 1 malformed line of episodes.jsonl" in closing

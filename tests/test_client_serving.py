@@ -93,9 +93,29 @@ def test_counters_agree_after_a_run_with_timeouts_and_a_killed_server(tmp_path):
     # request in flight and refuses connections for 0.3 s, a 503 and another hang
     schedule = ["ok", "ok", "hang", "ok", "die", "ok", 503, "ok", "hang"]
     with start_stub_server(latency_s=0.001, responder=stub_responder, vllm_limits=True, schedule=schedule, hang_s=3.0, down_s=0.3) as server:
-        args = ["generate", "--mode", "group", "--dataset", "ESConv", "--data-file", str(_contexts(tmp_path, 2)),
-                "--model-name", "stub-model", "--output-dir", str(tmp_path / "out"), "--num-turns", "2", "--seed", "7",
-                "--vllm-server-url", server.url, "--request-timeout", "0.5", "--max-concurrent-episodes", "1"]
+        args = [
+            "generate",
+            "--mode",
+            "group",
+            "--dataset",
+            "ESConv",
+            "--data-file",
+            str(_contexts(tmp_path, 2)),
+            "--model-name",
+            "stub-model",
+            "--output-dir",
+            str(tmp_path / "out"),
+            "--num-turns",
+            "2",
+            "--seed",
+            "7",
+            "--vllm-server-url",
+            server.url,
+            "--request-timeout",
+            "0.5",
+            "--max-concurrent-episodes",
+            "1",
+        ]
         result = CliRunner().invoke(app, args)
         assert server.stats.deaths == 1
     assert result.exit_code == 0, result.output
@@ -113,8 +133,20 @@ def test_the_judge_report_counts_the_calls_it_made_after_a_kill(tmp_path):
     schedule = ["ok", "ok", "die", "ok", "hang", "ok"]
     with start_stub_server(latency_s=0.001, responder=stub_judge_responder, schedule=schedule, hang_s=3.0, down_s=0.3) as server:
         # one request in flight: the hang is the server's only work, so it times out
-        args = ["judge", "--input-file", str(path), "--judge-server-url", server.url, "--judge", "stub-model", "--no-cache",
-                "--request-timeout", "0.5", "--max-in-flight", "1"]
+        args = [
+            "judge",
+            "--input-file",
+            str(path),
+            "--judge-server-url",
+            server.url,
+            "--judge",
+            "stub-model",
+            "--no-cache",
+            "--request-timeout",
+            "0.5",
+            "--max-in-flight",
+            "1",
+        ]
         result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "metrics_episodes.json").read_text())
@@ -136,7 +168,9 @@ def test_a_prompt_past_the_announced_context_is_cut_counted_and_answered():
         backends = Backends({"speaker": RoleEndpoint("speaker", "stub-model", server.url)}, {"speaker": client}, client.meter, _owned=[client.inner])
         await backends.preflight(probe_structured=False)
         try:
-            return await client.chat(ChatRequest(messages=[{"role": "system", "content": "Be kind."}, {"role": "user", "content": LONG}], max_tokens=64))
+            return await client.chat(
+                ChatRequest(messages=[{"role": "system", "content": "Be kind."}, {"role": "user", "content": LONG}], max_tokens=64)
+            )
         finally:
             await backends.aclose()
 
@@ -184,9 +218,25 @@ async def _long(client):
 def test_run_config_says_what_the_episodes_say_for_a_served_alias(tmp_path):
     adapter = str(tmp_path / "grpo_Speaker")
     with start_stub_server(latency_s=0.001, responder=stub_responder, lora_modules={"mascot-speaker": adapter}) as server:
-        args = ["generate", "--mode", "group", "--dataset", "ESConv", "--data-file", str(_contexts(tmp_path, 1)),
-                "--model-name", "stub-model", "--speaker-model", "mascot-speaker", "--output-dir", str(tmp_path / "out"),
-                "--num-turns", "1", "--vllm-server-url", server.url]
+        args = [
+            "generate",
+            "--mode",
+            "group",
+            "--dataset",
+            "ESConv",
+            "--data-file",
+            str(_contexts(tmp_path, 1)),
+            "--model-name",
+            "stub-model",
+            "--speaker-model",
+            "mascot-speaker",
+            "--output-dir",
+            str(tmp_path / "out"),
+            "--num-turns",
+            "1",
+            "--vllm-server-url",
+            server.url,
+        ]
         result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     (run_dir,) = (tmp_path / "out").iterdir()
@@ -206,8 +256,22 @@ def _adapter_folder(path: Path) -> Path:
 
 
 def _group_args(tmp_path: Path, *extra: str) -> list[str]:
-    return ["generate", "--mode", "group", "--dataset", "ESConv", "--data-file", str(_contexts(tmp_path, 1)), "--model-name", "stub-model",
-            "--output-dir", str(tmp_path / "out"), "--num-turns", "1", *extra]
+    return [
+        "generate",
+        "--mode",
+        "group",
+        "--dataset",
+        "ESConv",
+        "--data-file",
+        str(_contexts(tmp_path, 1)),
+        "--model-name",
+        "stub-model",
+        "--output-dir",
+        str(tmp_path / "out"),
+        "--num-turns",
+        "1",
+        *extra,
+    ]
 
 
 def test_an_adapter_the_server_serves_is_sent_under_its_served_name_and_recorded(tmp_path):
@@ -236,7 +300,9 @@ def test_an_adapter_the_server_serves_is_sent_under_its_served_name_and_recorded
 def test_an_adapter_the_server_does_not_serve_is_refused_in_one_line_before_any_work(tmp_path, url_flag):
     adapter = tmp_path / "no-such-adapter"
     with start_stub_server(latency_s=0.001, responder=stub_responder, served_models=["stub-model"]) as server:
-        result = CliRunner().invoke(app, _group_args(tmp_path, "--vllm-server-url", server.url, url_flag, server.url, "--director-adapter", str(adapter)))
+        result = CliRunner().invoke(
+            app, _group_args(tmp_path, "--vllm-server-url", server.url, url_flag, server.url, "--director-adapter", str(adapter))
+        )
         chat_requests = server.stats.chat_requests
     message = str(result.exception)
     assert isinstance(result.exception, MascotError) and "\n" not in message  # the command line prints it and exits 2
@@ -261,7 +327,9 @@ def test_chat_and_web_refuse_an_adapter_their_server_does_not_serve(tmp_path, co
         result = CliRunner().invoke(app, args, input="hello\n")
         chat_requests = server.stats.chat_requests
     assert isinstance(result.exception, MascotError) and chat_requests == 0
-    assert str(result.exception).startswith(f"--speaker-adapter mascot-speaker is not served by {server.url} (--vllm-server-url; it lists stub-model)")
+    assert str(result.exception).startswith(
+        f"--speaker-adapter mascot-speaker is not served by {server.url} (--vllm-server-url; it lists stub-model)"
+    )
 
 
 def test_a_missing_adapter_folder_for_an_in_process_role_is_one_line(tmp_path):
@@ -279,9 +347,26 @@ def test_each_episode_stays_on_one_server_while_both_share_the_load(tmp_path):
 
     servers = [start_stub_server(latency_s=0.01, responder=stub_responder, vllm_limits=True) for _ in range(2)]
     try:
-        args = ["generate", "--mode", "group", "--dataset", "ESConv", "--data-file", str(_contexts(tmp_path, 6)),
-                "--model-name", "stub-model", "--output-dir", str(tmp_path / "out"), "--num-turns", "3", "--seed", "7",
-                "--max-concurrent-episodes", "6", *[f"--vllm-server-url={s.url}" for s in servers]]
+        args = [
+            "generate",
+            "--mode",
+            "group",
+            "--dataset",
+            "ESConv",
+            "--data-file",
+            str(_contexts(tmp_path, 6)),
+            "--model-name",
+            "stub-model",
+            "--output-dir",
+            str(tmp_path / "out"),
+            "--num-turns",
+            "3",
+            "--seed",
+            "7",
+            "--max-concurrent-episodes",
+            "6",
+            *[f"--vllm-server-url={s.url}" for s in servers],
+        ]
         result = CliRunner().invoke(app, args)
         assert result.exit_code == 0, result.output
         cases = [{m for b in s.stats.bodies for m in re.findall(r"\(case (\d)\)", json.dumps(b["messages"]))} for s in servers]

@@ -103,8 +103,11 @@ def test_no_function_over_80_lines():
 
 
 def test_no_module_over_700_lines():
-    big = [f"{n}: {len(p.read_text(encoding='utf-8').splitlines())} lines" for n, p in modules().items()
-           if len(p.read_text(encoding="utf-8").splitlines()) > MAX_MODULE_LINES]
+    big = [
+        f"{n}: {len(p.read_text(encoding='utf-8').splitlines())} lines"
+        for n, p in modules().items()
+        if len(p.read_text(encoding="utf-8").splitlines()) > MAX_MODULE_LINES
+    ]
     assert not big, f"modules over {MAX_MODULE_LINES} lines: " + "; ".join(big)
 
 
@@ -151,4 +154,7 @@ def test_the_test_doubles_are_imported_only_by_the_scripted_provider():
 def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
-    assert package_graph({"mascot.a.x": {"mascot.b.y"}, "mascot.b.y": {"mascot.a.z"}, "mascot.a.z": set()}) == {"mascot.a": {"mascot.b"}, "mascot.b": {"mascot.a"}}
+    assert package_graph({"mascot.a.x": {"mascot.b.y"}, "mascot.b.y": {"mascot.a.z"}, "mascot.a.z": set()}) == {
+        "mascot.a": {"mascot.b"},
+        "mascot.b": {"mascot.a"},
+    }

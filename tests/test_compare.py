@@ -22,8 +22,16 @@ BIAS = 1.5  # what the judge adds to the conversation shown first
 
 def system_file(tmp_path, system, qualities):
     episodes = [
-        episode(f"c{i}:{system}:e0", [agent_turn(0, 0, "The Anchor", f"I hear you (q={q}, {system})."), user_turn(1, 0, "Thanks."),
-                                       agent_turn(2, 1, "The Beacon", f"You can do this ({system}).")], system=system, context_id=f"c{i}")
+        episode(
+            f"c{i}:{system}:e0",
+            [
+                agent_turn(0, 0, "The Anchor", f"I hear you (q={q}, {system})."),
+                user_turn(1, 0, "Thanks."),
+                agent_turn(2, 1, "The Beacon", f"You can do this ({system})."),
+            ],
+            system=system,
+            context_id=f"c{i}",
+        )
         for i, q in enumerate(qualities)
     ]
     path = tmp_path / f"{system}.jsonl"
@@ -32,7 +40,11 @@ def system_file(tmp_path, system, qualities):
 
 
 def conversations(request):
-    text = request.messages[-1]["content"] if request.messages[-1]["role"] == "user" and "BEGIN" in request.messages[-1]["content"] else request.messages[1]["content"]
+    text = (
+        request.messages[-1]["content"]
+        if request.messages[-1]["role"] == "user" and "BEGIN" in request.messages[-1]["content"]
+        else request.messages[1]["content"]
+    )
     return re.findall(r"^BEGIN CONVERSATION (\d) \w+\n(.*?)\nEND CONVERSATION", text, flags=re.MULTILINE | re.DOTALL)
 
 

@@ -22,8 +22,16 @@ CONTEXTS = 40
 def padded_file(tmp_path, system, qualities, lengths):
     """One episode per context: the judge reads its quality (q=) and length (words of padding)."""
     episodes = [
-        episode(f"c{i}:{system}:e0", [agent_turn(0, 0, "The Anchor", f"I hear you (q={q}, {system}). " + "word " * n), user_turn(1, 0, "Thanks."),
-                                       agent_turn(2, 1, "The Beacon", "You can do this.")], system=system, context_id=f"c{i}")
+        episode(
+            f"c{i}:{system}:e0",
+            [
+                agent_turn(0, 0, "The Anchor", f"I hear you (q={q}, {system}). " + "word " * n),
+                user_turn(1, 0, "Thanks."),
+                agent_turn(2, 1, "The Beacon", "You can do this."),
+            ],
+            system=system,
+            context_id=f"c{i}",
+        )
         for i, (q, n) in enumerate(zip(qualities, lengths))
     ]
     path = tmp_path / f"{system}.jsonl"

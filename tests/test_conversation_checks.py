@@ -20,16 +20,40 @@ ROSTER = load_roster("emotional_support")
 
 
 def said(idx: int, name: str, text: str, action: str, tone: str = "gentle") -> Turn:
-    return Turn(turn_idx=idx, round_id=idx, agent_name=name, response=text, directive=Directive(agent_name=name, action=action, tone=tone), directive_output="<directive>")
+    return Turn(
+        turn_idx=idx,
+        round_id=idx,
+        agent_name=name,
+        response=text,
+        directive=Directive(agent_name=name, action=action, tone=tone),
+        directive_output="<directive>",
+    )
 
 
 def clean_turns() -> list[Turn]:
     return [
-        said(0, "The Anchor", "Moving somewhere new while you miss your friends sounds lonely. You have carried a lot this month.", "reflect how lonely the move has been"),
+        said(
+            0,
+            "The Anchor",
+            "Moving somewhere new while you miss your friends sounds lonely. You have carried a lot this month.",
+            "reflect how lonely the move has been",
+        ),
         user_turn(1, 0, "I just feel like nobody here knows me. My evenings are so quiet."),
-        said(2, "The Catalyst", "Which evening this week could hold one small plan, like a class or a walk with the person who lives next door?", "ask which evening could hold a plan", "direct"),
+        said(
+            2,
+            "The Catalyst",
+            "Which evening this week could hold one small plan, like a class or a walk with the person who lives next door?",
+            "ask which evening could hold a plan",
+            "direct",
+        ),
         user_turn(3, 2, "Maybe Thursday. There's a pottery class near my flat. Thanks."),
-        said(4, "The Beacon", "Signing up for Thursday would be a first thread of a life here that is yours.", "connect the class with feeling at home", "hopeful"),
+        said(
+            4,
+            "The Beacon",
+            "Signing up for Thursday would be a first thread of a life here that is yours.",
+            "connect the class with feeling at home",
+            "hopeful",
+        ),
     ]
 
 
@@ -48,23 +72,47 @@ def test_a_clean_episode_raises_no_check():
     checks = check_episode(episode("e", clean_turns()), ROSTER)
     assert {name: count for name, (count, _) in checks.counts.items()} == dict.fromkeys(CHECKS, 0)
     units = {name: n for name, (_, n) in checks.counts.items()}
-    assert units == {"directive_example_copies": 3, "directive_without_instruction": 3, "same_speaker_repeats": 2, "instruction_restatements": 5, "third_person_user": 3,
-                     "speaking_as_another": 5, "repeated_sentences": 7, "user_as_companion": 2}
+    assert units == {
+        "directive_example_copies": 3,
+        "directive_without_instruction": 3,
+        "same_speaker_repeats": 2,
+        "instruction_restatements": 5,
+        "third_person_user": 3,
+        "speaking_as_another": 5,
+        "repeated_sentences": 7,
+        "user_as_companion": 2,
+    }
     assert checks.balance == {"top_speaker_share": pytest.approx(1 / 3, abs=1e-4), "longest_speaker_run": 1, "most_repeated_sentence": 1}
 
 
 @pytest.mark.parametrize(
     ("idx", "changes", "check"),
     [
-        (2, {"directive": Directive(agent_name="The Catalyst", action="ask what went wrong this time and what they could practise", tone="direct")}, "directive_example_copies"),
+        (
+            2,
+            {"directive": Directive(agent_name="The Catalyst", action="ask what went wrong this time and what they could practise", tone="direct")},
+            "directive_example_copies",
+        ),
         (2, {"directive": Directive(agent_name="The Catalyst", action="ask about Thursday", tone="curious, practical")}, "directive_example_copies"),
-        (2, {"directive": Directive(agent_name="The Catalyst", action="[EXAMPLE ONLY: one sentence naming what they just said]", tone="direct")}, "directive_example_copies"),
+        (
+            2,
+            {"directive": Directive(agent_name="The Catalyst", action="[EXAMPLE ONLY: one sentence naming what they just said]", tone="direct")},
+            "directive_example_copies",
+        ),
         # what the 135M Director writes into a JSON-constrained directive on a served model
         (2, {"directive": Directive(agent_name="The Catalyst", action="The Catalyst", tone="direct")}, "directive_without_instruction"),
-        (2, {"directive": Directive(agent_name="The Catalyst", action="ask which evening could hold a plan", tone="The Anchor")}, "directive_without_instruction"),
+        (
+            2,
+            {"directive": Directive(agent_name="The Catalyst", action="ask which evening could hold a plan", tone="The Anchor")},
+            "directive_without_instruction",
+        ),
         (2, {"directive": Directive(agent_name="The Catalyst", action="The Anchor, The Beacon", tone="direct")}, "directive_without_instruction"),
         (2, {"directive": Directive(agent_name="The Catalyst", action="validate", tone="warm")}, "directive_without_instruction"),
-        (4, {"agent_name": "The Catalyst", "directive": Directive(agent_name="The Catalyst", action="connect the class with home", tone="hopeful")}, "same_speaker_repeats"),
+        (
+            4,
+            {"agent_name": "The Catalyst", "directive": Directive(agent_name="The Catalyst", action="connect the class with home", tone="hopeful")},
+            "same_speaker_repeats",
+        ),
         (0, {"response": "My role is to listen. Moving somewhere new sounds lonely."}, "instruction_restatements"),
         (2, {"response": "Let us use cognitive reframing, problem solving, breaking problems into next steps."}, "instruction_restatements"),
         (4, {"response": "The person is taking a brave first step with Thursday."}, "third_person_user"),
@@ -82,10 +130,13 @@ def test_each_fault_is_found_by_its_own_check_only(idx, changes, check):
 
 
 def test_speaker_balance_counts_runs_across_the_persons_messages():
-    turns = [said(0, "The Anchor", "You sound tired tonight.", "notice tiredness"), user_turn(1, 0, "I am, honestly."),
-             said(2, "The Anchor", "Rest can wait a minute; what happened today?", "ask about the day"),
-             said(3, "The Anchor", "Whatever it was, it clearly weighed on you.", "validate"),
-             said(4, "The Beacon", "Still, you reached out tonight, and that counts.", "note the strength")]
+    turns = [
+        said(0, "The Anchor", "You sound tired tonight.", "notice tiredness"),
+        user_turn(1, 0, "I am, honestly."),
+        said(2, "The Anchor", "Rest can wait a minute; what happened today?", "ask about the day"),
+        said(3, "The Anchor", "Whatever it was, it clearly weighed on you.", "validate"),
+        said(4, "The Beacon", "Still, you reached out tonight, and that counts.", "note the strength"),
+    ]
     checks = check_episode(episode("e", turns), ROSTER)
     assert checks.counts["same_speaker_repeats"] == [2, 3]
     assert checks.balance["top_speaker_share"] == 0.75 and checks.balance["longest_speaker_run"] == 3
@@ -95,10 +146,23 @@ def test_the_safety_reply_and_the_fallback_are_not_judged_as_the_directors_or_a_
     from mascot.dialogue.director import NEUTRAL_ACTION
     from mascot.safety import SAFETY_ACTION
 
-    turns = [Turn(turn_idx=0, round_id=0, agent_name="The Anchor", response="If you are in danger, please call the person at 988 now.",
-                  directive=Directive(agent_name="The Anchor", action=SAFETY_ACTION, tone="calm, direct")),
-             Turn(turn_idx=1, round_id=1, agent_name="The Beacon", response="You reached out, and that matters.", director_fallback=True,
-                  directive=Directive(agent_name="The Beacon", action=NEUTRAL_ACTION, tone="warm and natural"))]
+    turns = [
+        Turn(
+            turn_idx=0,
+            round_id=0,
+            agent_name="The Anchor",
+            response="If you are in danger, please call the person at 988 now.",
+            directive=Directive(agent_name="The Anchor", action=SAFETY_ACTION, tone="calm, direct"),
+        ),
+        Turn(
+            turn_idx=1,
+            round_id=1,
+            agent_name="The Beacon",
+            response="You reached out, and that matters.",
+            director_fallback=True,
+            directive=Directive(agent_name="The Beacon", action=NEUTRAL_ACTION, tone="warm and natural"),
+        ),
+    ]
     checks = check_episode(episode("e", turns), ROSTER)
     assert checks.counts["directive_example_copies"] == [0, 0]
     assert checks.counts["third_person_user"] == [0, 1]  # the fallback's reply is still a Speaker's

@@ -64,7 +64,13 @@ def test_each_reply_is_judged_as_every_other_persona_and_paired_where_only_the_p
     stats = json.loads((run / "pairs_stats.json").read_text())
     assert stats["num_pairs"] == 6 and stats["num_cross_persona_pairs"] == len(borrowed)
     judging = json.loads((run / "run_summary.json").read_text())["judging"]
-    assert judging["cross_persona"] == {"num_judged": 24, "num_failed": 0, "num_failed_backend": 0, "num_pairs": len(borrowed), "num_contexts_skipped": 0}
+    assert judging["cross_persona"] == {
+        "num_judged": 24,
+        "num_failed": 0,
+        "num_failed_backend": 0,
+        "num_pairs": len(borrowed),
+        "num_contexts_skipped": 0,
+    }
     assert f"6 pairs and {len(borrowed)} cross-persona pairs" in capsys.readouterr().err
     _, loaded = data.load_pairs(str(run), "persona")  # the reward model reads them with the rest
     assert len(loaded) == len(pairs)

@@ -84,9 +84,7 @@ def test_ed_groups_rows_into_conversations():
     proud, furious, guilty = contexts
     assert proud.emotion == "proud"
     assert proud.situation == "I finally got the keys to my first apartment, after two years of saving."
-    assert [(t.speaker, t.text) for t in proud.opening_turns] == [
-        ("user", "Guess what, I just signed the lease on my own place!")
-    ]
+    assert [(t.speaker, t.text) for t in proud.opening_turns] == [("user", "Guess what, I just signed the lease on my own place!")]
     # rows out of order: the opening is utterance 1, with its quoted comma and quotes intact
     assert furious.opening_turns[0].text == 'A tree came down on my car, and "of course" the neighbour says it\'s not his problem.'
     assert guilty.emotion == "guilty" and len(guilty.opening_turns) == 1
@@ -205,9 +203,7 @@ def test_limit_keeps_file_order_and_shuffle_is_seeded():
     path = FIXTURES / "ed_sample.csv"
     everything = [c.context_id for c in load_contexts("ed", data_file=path)]
     assert [c.context_id for c in load_contexts("ed", data_file=path, limit=2)] == everything[:2]
-    orders = {
-        seed: [c.context_id for c in load_contexts("ed", data_file=path, shuffle=True, seed=seed)] for seed in range(8)
-    }
+    orders = {seed: [c.context_id for c in load_contexts("ed", data_file=path, shuffle=True, seed=seed)] for seed in range(8)}
     assert all(sorted(order) == sorted(everything) for order in orders.values())
     assert len({tuple(order) for order in orders.values()}) > 1  # seeds differ
     again = [c.context_id for c in load_contexts("ed", data_file=path, shuffle=True, seed=3)]
@@ -292,10 +288,26 @@ def test_hub_rows_become_contexts(fake_datasets):
     assert contexts[0].opening_turns[-1].speaker == "user"
 
     fake_datasets.rows = [
-        {"conv_id": "hit:1_conv:2", "utterance_idx": 1, "context": "joyful", "prompt": "I won_comma_ finally",
-         "speaker_idx": 1, "utterance": "I won the raffle_comma_ can you believe it?", "selfeval": "", "tags": ""},
-        {"conv_id": "hit:1_conv:2", "utterance_idx": 2, "context": "joyful", "prompt": "I won_comma_ finally",
-         "speaker_idx": 2, "utterance": "No way!", "selfeval": "", "tags": ""},
+        {
+            "conv_id": "hit:1_conv:2",
+            "utterance_idx": 1,
+            "context": "joyful",
+            "prompt": "I won_comma_ finally",
+            "speaker_idx": 1,
+            "utterance": "I won the raffle_comma_ can you believe it?",
+            "selfeval": "",
+            "tags": "",
+        },
+        {
+            "conv_id": "hit:1_conv:2",
+            "utterance_idx": 2,
+            "context": "joyful",
+            "prompt": "I won_comma_ finally",
+            "speaker_idx": 2,
+            "utterance": "No way!",
+            "selfeval": "",
+            "tags": "",
+        },
     ]
     (ed,) = load_contexts("ed", split="valid")
     assert ed.context_id == "hit:1_conv:2" and ed.opening_turns[0].text == "I won the raffle, can you believe it?"
@@ -323,9 +335,7 @@ def test_cli_preview_jsonl_and_rich():
     from mascot.cli.app import app
 
     runner = CliRunner()
-    result = runner.invoke(
-        app, ["data", "preview", "--dataset", "ed", "--data-file", str(FIXTURES / "ed_sample.csv"), "--limit", "2", "--jsonl"]
-    )
+    result = runner.invoke(app, ["data", "preview", "--dataset", "ed", "--data-file", str(FIXTURES / "ed_sample.csv"), "--limit", "2", "--jsonl"])
     assert result.exit_code == 0, result.output
     records = [Context.model_validate_json(line) for line in result.output.splitlines()]
     assert [r.context_id for r in records] == ["hit:10_conv:20", "hit:11_conv:22"]

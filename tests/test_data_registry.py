@@ -31,10 +31,19 @@ def toy(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "toy_reader", reader)
     monkeypatch.setattr(registry, "DATASETS", registry.DATASETS)
     monkeypatch.setattr(registry, "_BY_KEY", dict(registry._BY_KEY))
-    registry.register(Dataset(
-        "ToyMeet", "meetings", "toy_reader", aliases=("tm",), split_names={"train": "tr", "valid": "dv", "test": "te"},
-        subsets=("chatter",), context_subset="toy_reader:chatter", roster="meetings", file_hints=("toymeet",),
-    ))
+    registry.register(
+        Dataset(
+            "ToyMeet",
+            "meetings",
+            "toy_reader",
+            aliases=("tm",),
+            split_names={"train": "tr", "valid": "dv", "test": "te"},
+            subsets=("chatter",),
+            context_subset="toy_reader:chatter",
+            roster="meetings",
+            file_hints=("toymeet",),
+        )
+    )
     (tmp_path / "te.txt").write_text("# hello\nthe budget\n# bye\n")
     return tmp_path
 

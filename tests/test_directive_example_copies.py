@@ -20,7 +20,9 @@ from mascot.testing.scripted import ScriptedClient
 
 PLACEHOLDER = ("[EXAMPLE ONLY: one sentence naming what they just said and what to do about it]", "[EXAMPLE ONLY: two or three words]")
 COPY = f"<directive>\nagent: The Beacon\naction: {PLACEHOLDER[0]}\ntone: {PLACEHOLDER[1]}\n</directive>"
-V1_COPY = "<directive>\nagent: The Catalyst\naction: ask what went wrong this time and what they could practise\ntone: curious, practical\n</directive>"
+V1_COPY = (
+    "<directive>\nagent: The Catalyst\naction: ask what went wrong this time and what they could practise\ntone: curious, practical\n</directive>"
+)
 OWN = "<directive>\nagent: The Anchor\naction: name how tiring the week has been\ntone: gentle\n</directive>"
 FALLBACK_NOTE = "no usable directive: the Director copied the prompt's example; neutral instruction used"
 
@@ -68,7 +70,9 @@ def test_strict_mode_stops_at_the_first_copy(es_roster, es_context):
 def test_a_branch_whose_directive_copies_the_example_gets_the_neutral_one_counted(es_roster, es_context):
     tally = Tally()
     decisions = asyncio.run(Director(ScriptedClient(default=COPY), es_roster, tally).propose_each(es_context, [], 3, ["The Anchor", "The Catalyst"]))
-    assert [d.directive for d in decisions] == [Directive(agent_name=n, action=NEUTRAL_ACTION, tone=NEUTRAL_TONE) for n in ("The Anchor", "The Catalyst")]
+    assert [d.directive for d in decisions] == [
+        Directive(agent_name=n, action=NEUTRAL_ACTION, tone=NEUTRAL_TONE) for n in ("The Anchor", "The Catalyst")
+    ]
     assert all(d.fell_back and d.copied_example for d in decisions)
     assert tally.counters.num_directive_example_copies == 2 and tally.counters.num_directive_parse_failures == 0
 
@@ -104,8 +108,16 @@ def test_the_conversation_checks_still_count_a_replaced_copy():
     from mascot.metrics.conversation import check_episode
     from mascot.rosters import load_roster
 
-    replaced = Turn(turn_idx=0, round_id=0, agent_name="The Beacon", response="That sounds heavy.", director_fallback=True, director_copied_example=True,
-                    directive=Directive(agent_name="The Beacon", action=NEUTRAL_ACTION, tone=NEUTRAL_TONE), director_raw_output=COPY)
+    replaced = Turn(
+        turn_idx=0,
+        round_id=0,
+        agent_name="The Beacon",
+        response="That sounds heavy.",
+        director_fallback=True,
+        director_copied_example=True,
+        directive=Directive(agent_name="The Beacon", action=NEUTRAL_ACTION, tone=NEUTRAL_TONE),
+        director_raw_output=COPY,
+    )
     checks = check_episode(episode("e", [replaced]), load_roster("emotional_support"))
     assert checks.counts["directive_example_copies"] == [1, 1] and checks.counts["directive_without_instruction"] == [0, 0]
 
@@ -114,8 +126,16 @@ def test_the_conversation_checks_still_count_a_replaced_copy():
 
 
 def copied_fallback_turn(idx: int, round_id: int, name: str, text: str) -> Turn:
-    return Turn(turn_idx=idx, round_id=round_id, agent_name=name, response=text, director_fallback=True, director_copied_example=True,
-                directive=Directive(agent_name=name, action=NEUTRAL_ACTION, tone=NEUTRAL_TONE), director_raw_output=COPY)
+    return Turn(
+        turn_idx=idx,
+        round_id=round_id,
+        agent_name=name,
+        response=text,
+        director_fallback=True,
+        director_copied_example=True,
+        directive=Directive(agent_name=name, action=NEUTRAL_ACTION, tone=NEUTRAL_TONE),
+        director_raw_output=COPY,
+    )
 
 
 def branches_with_copies() -> list[Episode]:
@@ -151,8 +171,11 @@ def test_no_directive_pair_has_a_copied_or_fallback_side():
 def test_a_rendered_trajectory_carries_no_fallback_or_copied_directive():
     from mascot.prefs.group import render_trajectory
 
-    turns = [agent_turn(0, 0, "The Anchor", "That sounds hard.", action="name the fear about Monday"), user_turn(1, 0, "yes"),
-             copied_fallback_turn(2, 1, "The Beacon", "One step at a time.")]
+    turns = [
+        agent_turn(0, 0, "The Anchor", "That sounds hard.", action="name the fear about Monday"),
+        user_turn(1, 0, "yes"),
+        copied_fallback_turn(2, 1, "The Beacon", "One step at a time."),
+    ]
     text = render_trajectory(turns, "emotional_support")
     assert text.splitlines() == ["The Anchor [name the fear about Monday; warm]: That sounds hard.", "Person: yes", "The Beacon: One step at a time."]
 
@@ -163,7 +186,9 @@ def test_director_dpo_drops_pairs_from_older_files_with_a_copied_side(caplog):
 
     def pair(chosen: Directive, rejected: Directive) -> PreferencePair:
         side = lambda d: [{"role": "assistant", "content": render_directive(d)}]  # noqa: E731
-        return PreferencePair(prompt=[{"role": "user", "content": "who next?"}], chosen=side(chosen), rejected=side(rejected), margin=1.0, kind="directive")
+        return PreferencePair(
+            prompt=[{"role": "user", "content": "who next?"}], chosen=side(chosen), rejected=side(rejected), margin=1.0, kind="directive"
+        )
 
     own = Directive(agent_name="The Anchor", action="name how tiring the week has been", tone="gentle")
     other = Directive(agent_name="The Beacon", action="connect rest with the weekend plans", tone="hopeful")

@@ -25,8 +25,17 @@ def test_accepted_formats(answer, es_roster):
     assert directive.action == "ask what they want" and directive.tone == "curious"
 
 
-@pytest.mark.parametrize("name, expected", [("anchor", "The Anchor"), ("The_Beacon", "The Beacon"), ("THE  CATALYST", "The Catalyst"),
-                                            ("The Anchor (emotional validator)", "The Anchor"), ("Anchorman", None), ("The Critic", None)])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("anchor", "The Anchor"),
+        ("The_Beacon", "The Beacon"),
+        ("THE  CATALYST", "The Catalyst"),
+        ("The Anchor (emotional validator)", "The Anchor"),
+        ("Anchorman", None),
+        ("The Critic", None),
+    ],
+)
 def test_forgiving_name_matching(name, expected, es_roster):
     assert match_roster_name(name, es_roster) == expected
 

@@ -24,8 +24,14 @@ def random_model(tmp_path_factory):
 
 
 def meeting() -> Context:
-    return Context(context_id="qm-1", dataset="QMSum", meeting="m1", start_idx=0, query="What was decided about the price?",
-                   transcript=[DialogueLine(speaker="PM", text="We go for 25 euros."), DialogueLine(speaker="Marketing", text="Agreed.")])
+    return Context(
+        context_id="qm-1",
+        dataset="QMSum",
+        meeting="m1",
+        start_idx=0,
+        query="What was decided about the price?",
+        transcript=[DialogueLine(speaker="PM", text="We go for 25 euros."), DialogueLine(speaker="Marketing", text="Agreed.")],
+    )
 
 
 def test_the_trie_allows_only_roster_name_prefixes_then_ends_the_line():
@@ -85,15 +91,30 @@ async def test_the_embedded_director_over_20_rounds_has_no_format_fallbacks(rost
     from mascot.llm.models import embedded_model_dir
 
     roster = load_roster(roster_name)
-    context = meeting() if roster_name == "meetings" else Context(
-        context_id="es-1", dataset="ESConv", situation="I lost my job last week.", emotion="anxiety",
-        opening_turns=[DialogueLine(speaker="user", text="I got laid off and I keep replaying it.")])
+    context = (
+        meeting()
+        if roster_name == "meetings"
+        else Context(
+            context_id="es-1",
+            dataset="ESConv",
+            situation="I lost my job last week.",
+            emotion="anxiety",
+            opening_turns=[DialogueLine(speaker="user", text="I got laid off and I keep replaying it.")],
+        )
+    )
     tally = Tally()
     director = Director(LocalClient(str(embedded_model_dir())), roster, tally)
     history: list[Turn] = []
     for round_id in range(20):
         decision = await director.decide(context, history, seed=round_id)
         assert decision.directive.agent_name in roster.names
-        history.append(Turn(turn_idx=len(history), round_id=round_id, agent_name=decision.directive.agent_name,
-                            response="I hear you, and I am thinking about what you said.", directive=decision.directive))
+        history.append(
+            Turn(
+                turn_idx=len(history),
+                round_id=round_id,
+                agent_name=decision.directive.agent_name,
+                response="I hear you, and I am thinking about what you said.",
+                directive=decision.directive,
+            )
+        )
     assert tally.counters.num_random_agent_fallbacks == 0 and tally.counters.num_directive_parse_failures == 0

@@ -107,8 +107,14 @@ def fixture_pairs(kind: str):
         return [{"role": "system", "content": "You are The Anchor."}, {"role": "user", "content": f"I cannot sleep ({i % 2})."}]
 
     return [
-        PreferencePair(prompt=prompt(i), chosen=[{"role": "assistant", "content": f"good {i}"}], rejected=[{"role": "assistant", "content": f"bad {i}"}],
-                       margin=1.0, persona="The Anchor", kind=kind)
+        PreferencePair(
+            prompt=prompt(i),
+            chosen=[{"role": "assistant", "content": f"good {i}"}],
+            rejected=[{"role": "assistant", "content": f"bad {i}"}],
+            margin=1.0,
+            persona="The Anchor",
+            kind=kind,
+        )
         for i in range(4)
     ]
 
@@ -117,7 +123,12 @@ def fixture_candidates():
     from mascot.schema import Candidate
 
     prompt = [{"role": "system", "content": "You are The Anchor."}, {"role": "user", "content": "I cannot sleep."}]
-    return [Candidate(candidate_id=f"c{i}", context_id="ctx-1", persona="The Anchor", prompt=prompt, response=f"reply {i}", candidate_idx=i, overall=float(i)) for i in range(2)]
+    return [
+        Candidate(
+            candidate_id=f"c{i}", context_id="ctx-1", persona="The Anchor", prompt=prompt, response=f"reply {i}", candidate_idx=i, overall=float(i)
+        )
+        for i in range(2)
+    ]
 
 
 def artefact(folder: Path, role: str, base: str, adapter: bool = True) -> None:
@@ -167,8 +178,20 @@ def materialise(option: str, value: str, workdir: Path) -> str:
     return str(path)
 
 
-PATH_OPTIONS = ("--data-file", "--data-path", "--episode-dataset-path", "--input-file", "--episodes", "--reward-model-path",
-                "--group-reward-model-path", "--adapter", "--speaker-adapter", "--director-adapter", "--a", "--b")
+PATH_OPTIONS = (
+    "--data-file",
+    "--data-path",
+    "--episode-dataset-path",
+    "--input-file",
+    "--episodes",
+    "--reward-model-path",
+    "--group-reward-model-path",
+    "--adapter",
+    "--speaker-adapter",
+    "--director-adapter",
+    "--a",
+    "--b",
+)
 
 
 DEFAULT_INPUTS = {  # a trainer whose documented command relies on the default path of another's output
@@ -190,11 +213,16 @@ def judge_file_on_study(option: str, path: Path, study: Path) -> None:
     target = path if path.suffix == ".jsonl" else path / ("judgments_episodes.jsonl" if option == "--judgments" else "verdicts.jsonl")
     target.parent.mkdir(parents=True, exist_ok=True)
     if option == "--judgments":
-        rows = [Judgment(item_id=f"{p[side]}#collective", judge_model="judge", rubric_version="v1", scope="collective", overall=3.0).to_json()
-                for p in pairs for side in ("a", "b")]
+        rows = [
+            Judgment(item_id=f"{p[side]}#collective", judge_model="judge", rubric_version="v1", scope="collective", overall=3.0).to_json()
+            for p in pairs
+            for side in ("a", "b")
+        ]
     else:
-        rows = [json.dumps({"judge": "judge", "order": ["A", "B"], "episodes": {"A": p["a"], "B": p["b"]}, "winners": {"overall": "A"},
-                            "failed": False}) for p in pairs]
+        rows = [
+            json.dumps({"judge": "judge", "order": ["A", "B"], "episodes": {"A": p["a"], "B": p["b"]}, "winners": {"overall": "A"}, "failed": False})
+            for p in pairs
+        ]
     target.write_text("".join(row + "\n" for row in rows), encoding="utf-8")
 
 

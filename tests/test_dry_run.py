@@ -31,7 +31,19 @@ def report(result) -> dict:
 
 
 def test_generate_dry_run_resolves_roles_and_writes_nothing(work):
-    result = invoke("generate", "--mode", "group", "--dataset", "ESConv", "--data-file", str(FIXTURES / "esconv_sample.jsonl"), "--limit", "2", "--output-dir", "runs")
+    result = invoke(
+        "generate",
+        "--mode",
+        "group",
+        "--dataset",
+        "ESConv",
+        "--data-file",
+        str(FIXTURES / "esconv_sample.jsonl"),
+        "--limit",
+        "2",
+        "--output-dir",
+        "runs",
+    )
     assert result.exit_code == 0, result.output
     resolved = report(result)["resolved"]
     assert resolved["num_contexts"] == 2 and resolved["roles"]["speaker"] == "local (embedded)"
@@ -39,15 +51,37 @@ def test_generate_dry_run_resolves_roles_and_writes_nothing(work):
 
 
 def test_generate_dry_run_rejects_an_unreachable_endpoint_and_an_unserved_model(work, monkeypatch):
-    result = invoke("generate", "--mode", "individual", "--dataset", "ESConv", "--data-file", str(FIXTURES / "esconv_sample.jsonl"),
-                    "--vllm-server-url", "http://127.0.0.1:9/v1", "--judge-server-url", "http://127.0.0.1:9/v1")
+    result = invoke(
+        "generate",
+        "--mode",
+        "individual",
+        "--dataset",
+        "ESConv",
+        "--data-file",
+        str(FIXTURES / "esconv_sample.jsonl"),
+        "--vllm-server-url",
+        "http://127.0.0.1:9/v1",
+        "--judge-server-url",
+        "http://127.0.0.1:9/v1",
+    )
     assert result.exit_code != 0 and isinstance(result.exception, DryRunError)
     assert "the speaker endpoint is unreachable" in str(result.exception) and "\n" not in str(result.exception)
     import mascot.llm.served as serve
 
     monkeypatch.setattr(serve, "list_served_models", lambda url, **kw: [{"id": "Qwen/Qwen3-8B"}, {"id": "mascot-speaker"}])
-    result = invoke("generate", "--mode", "group", "--dataset", "ESConv", "--vllm-server-url", "http://127.0.0.1:9/v1", "--model-name", "Qwen/Qwen3-8B",
-                    "--speaker-model", "mascot-speakr")
+    result = invoke(
+        "generate",
+        "--mode",
+        "group",
+        "--dataset",
+        "ESConv",
+        "--vllm-server-url",
+        "http://127.0.0.1:9/v1",
+        "--model-name",
+        "Qwen/Qwen3-8B",
+        "--speaker-model",
+        "mascot-speakr",
+    )
     assert result.exit_code != 0 and "does not serve 'mascot-speakr' (it serves Qwen/Qwen3-8B, mascot-speaker)" in str(result.exception)
 
 
@@ -72,7 +106,9 @@ def _director_run(work: Path) -> Path:
 def test_train_dry_run_checks_defaults_and_writes_nothing(work):
     run = _director_run(work)
     result = invoke("train", "director-grpo", "--episode-dataset-path", str(run), "--model", "HuggingFaceTB/SmolLM2-135M-Instruct")
-    assert result.exit_code != 0 and "no group reward model at the default outputs/reward_model/group_reward_ESConv_Qwen3-0.6B" in str(result.exception)
+    assert result.exit_code != 0 and "no group reward model at the default outputs/reward_model/group_reward_ESConv_Qwen3-0.6B" in str(
+        result.exception
+    )
     artefact(work / "outputs/reward_model/group_reward_ESConv_Qwen3-0.6B", "group_reward_model", "Qwen/Qwen3-0.6B")
     result = invoke("train", "director-grpo", "--episode-dataset-path", str(run), "--model", "HuggingFaceTB/SmolLM2-135M-Instruct")
     assert result.exit_code == 0, result.output

@@ -106,7 +106,9 @@ def test_branching_structure(es_roster, es_context):
 def test_branching_over_the_roster_tries_every_companion_once_per_decision_point(es_roster, es_context):
     """--branch-proposals roster: at each decision point one branch per companion, the Director
     asked once for each with only that name allowed (its slot and its schema), whatever it prefers."""
-    engine = engine_for(es_roster, generation_mode="branching", num_turns=2, num_candidates=5, branch_proposals="roster", user_response_probability=0.0)
+    engine = engine_for(
+        es_roster, generation_mode="branching", num_turns=2, num_candidates=5, branch_proposals="roster", user_response_probability=0.0
+    )
     records = collect(engine, [es_context])
     assert len(records) == engine.records_per_context() == 1 + 2 * 3
     for round_id in (0, 1):
@@ -130,7 +132,9 @@ def test_tree_mode_plays_every_sequence_of_companions_and_shares_each_beginning(
     assert sorted(e.episode_id for e in records) == [f"ctx-1:t{a}{b}" for a in range(3) for b in range(3)]
     for record in records:
         siblings = [e for e in records if e.metadata.branch.group_id == record.metadata.branch.group_id]
-        assert len(siblings) == 3 and all(e.turns[: record.metadata.branch.prefix_turns] == record.turns[: record.metadata.branch.prefix_turns] for e in siblings)
+        assert len(siblings) == 3 and all(
+            e.turns[: record.metadata.branch.prefix_turns] == record.turns[: record.metadata.branch.prefix_turns] for e in siblings
+        )
     assert len({tuple(t.is_user for t in e.turns) for e in records}) == 1  # when the person speaks: one draw per round
     speaker_calls = [c for c in engine.clients["speaker"].calls if c.role == "speaker"]
     assert len(speaker_calls) == 3 + 9  # each shared first turn once
@@ -151,7 +155,9 @@ def test_tree_mode_too_large_is_one_line(tmp_path):
     from mascot.errors import MascotError
 
     with pytest.raises(MascotError, match=r"3 \*\* 5 = 243 conversations per context, more than 81"):
-        require_tree_size(EngineSettings(generation_mode="tree", num_turns=5), __import__("mascot.rosters", fromlist=["x"]).load_roster("emotional_support"))
+        require_tree_size(
+            EngineSettings(generation_mode="tree", num_turns=5), __import__("mascot.rosters", fromlist=["x"]).load_roster("emotional_support")
+        )
 
 
 def test_round_robin_and_random_policies_need_no_director(es_roster, es_context):
@@ -191,7 +197,9 @@ def test_big_five_profiles(es_roster, es_context):
     fixed = asyncio.run(engine_for(es_roster, num_turns=1, user_big_five_profile="Low Agreeableness").run_episode(es_context))
     assert fixed.user_big_five == "Low Agreeableness" and fixed.metadata.persona_set == "big5"
     client = group_client()
-    asyncio.run(engine_for(es_roster, client, num_turns=2, user_response_probability=1.0, user_big_five_profile="High Neuroticism").run_episode(es_context))
+    asyncio.run(
+        engine_for(es_roster, client, num_turns=2, user_response_probability=1.0, user_big_five_profile="High Neuroticism").run_episode(es_context)
+    )
     user_prompts = [c.messages[0]["content"] for c in client.calls if c.role == "user"]
     assert user_prompts and all("High Neuroticism" in p for p in user_prompts)
 

@@ -18,7 +18,9 @@ def line(episode_id: str) -> str:
 
 def test_malformed_lines_are_skipped_counted_and_logged_once(tmp_path, caplog):
     path = tmp_path / "episodes.jsonl"
-    path.write_text(line("a") + "{not json\n" + line("b") + '["a list"]\n' + '{"episode_id": "c", "metadata": {"dataset": "ESConv"}, "turns": 3}\n' + line("d"))
+    path.write_text(
+        line("a") + "{not json\n" + line("b") + '["a list"]\n' + '{"episode_id": "c", "metadata": {"dataset": "ESConv"}, "turns": 3}\n' + line("d")
+    )
     with caplog.at_level(logging.WARNING, logger="mascot.episodes"):
         loaded = load_episode_file(path)
     assert [e.episode_id for e in loaded.episodes] == ["a", "b", "d"]

@@ -66,13 +66,45 @@ def toy(tmp_path, stub):
     judge = Judge()
     server = stub(responder=judge)
     (tmp_path / "systems.yaml").write_text(SYSTEMS_YAML)
-    return {"judge": judge, "url": server.url, "data": write_ed(tmp_path / "test.csv"), "out": tmp_path / "eval", "systems": tmp_path / "systems.yaml"}
+    return {
+        "judge": judge,
+        "url": server.url,
+        "data": write_ed(tmp_path / "test.csv"),
+        "out": tmp_path / "eval",
+        "systems": tmp_path / "systems.yaml",
+    }
 
 
 def eval_args(toy, *extra) -> list[str]:
-    return ["eval", "--systems", "toy-director,toy-round-robin", "--systems-file", toy["systems"], "--dataset", "ED", "--split", "positive,negative",
-            "--data-file", toy["data"], "--model-name", "stub-model", "--vllm-server-url", toy["url"], "--judge", "stub-model",
-            "--judge-server-url", toy["url"], "--num-turns", "2", "--no-nli", "--bootstrap-samples", "200", "--output-dir", toy["out"], *extra]
+    return [
+        "eval",
+        "--systems",
+        "toy-director,toy-round-robin",
+        "--systems-file",
+        toy["systems"],
+        "--dataset",
+        "ED",
+        "--split",
+        "positive,negative",
+        "--data-file",
+        toy["data"],
+        "--model-name",
+        "stub-model",
+        "--vllm-server-url",
+        toy["url"],
+        "--judge",
+        "stub-model",
+        "--judge-server-url",
+        toy["url"],
+        "--num-turns",
+        "2",
+        "--no-nli",
+        "--bootstrap-samples",
+        "200",
+        "--output-dir",
+        toy["out"],
+        *extra,
+    ]
 
 
 def saved_items(run_dir: Path) -> list[tuple[str, str, float]]:
@@ -168,7 +200,9 @@ def test_unsupported_setting_is_one_clear_error(toy):
 
 
 def test_missing_adapter_names_where_it_was_looked_for(toy):
-    with pytest.raises(MascotError, match=r"system 'mascot': director adapter 'director_grpo' not found at outputs/llm/grpo_Director_EmpatheticDialogues_"):
+    with pytest.raises(
+        MascotError, match=r"system 'mascot': director adapter 'director_grpo' not found at outputs/llm/grpo_Director_EmpatheticDialogues_"
+    ):
         run_command(["eval", "--systems", "mascot", "--dataset", "ED", "--output-dir", toy["out"]])
 
 
@@ -204,7 +238,12 @@ def test_an_interrupted_eval_rerun_does_only_the_missing_work(toy, stub):
     assert (first / "episodes.jsonl").read_text() == kept  # nothing lost or regenerated
     results = json.loads((toy["out"] / "EmpatheticDialogues" / "results.json").read_text())
     collective = {(r["split"], r["system"]): r["n"] for r in results["tables"]["collective_criteria"] if r["criterion"] == "Overall"}
-    assert collective == {("positive", "toy-director"): 2, ("positive", "toy-round-robin"): 2, ("negative", "toy-director"): 3, ("negative", "toy-round-robin"): 3}
+    assert collective == {
+        ("positive", "toy-director"): 2,
+        ("positive", "toy-round-robin"): 2,
+        ("negative", "toy-director"): 3,
+        ("negative", "toy-round-robin"): 3,
+    }
 
 
 class KillingJudge(Judge):
@@ -267,7 +306,12 @@ def test_an_eval_killed_while_judging_reruns_only_the_missing_work(toy, stub, tm
         assert path.read_text().startswith(text)  # nothing written before the kill was lost or rewritten
     results = json.loads((toy["out"] / "EmpatheticDialogues" / "results.json").read_text())
     collective = {(r["split"], r["system"]): r["n"] for r in results["tables"]["collective_criteria"] if r["criterion"] == "Overall"}
-    assert collective == {("positive", "toy-director"): 2, ("positive", "toy-round-robin"): 2, ("negative", "toy-director"): 3, ("negative", "toy-round-robin"): 3}
+    assert collective == {
+        ("positive", "toy-director"): 2,
+        ("positive", "toy-round-robin"): 2,
+        ("negative", "toy-director"): 3,
+        ("negative", "toy-round-robin"): 3,
+    }
 
 
 def test_judges_on_different_rubric_versions_are_one_clear_error(toy):
@@ -321,9 +365,16 @@ def test_repetition_penalty_and_judge_scoring_reach_every_generation_and_judging
         requests.append(request)
         return stub_responder(messages, request)
 
-    toy = {"url": stub(responder=recording).url, "data": write_ed(tmp_path / "test.csv"), "out": tmp_path / "eval", "systems": tmp_path / "systems.yaml"}
+    toy = {
+        "url": stub(responder=recording).url,
+        "data": write_ed(tmp_path / "test.csv"),
+        "out": tmp_path / "eval",
+        "systems": tmp_path / "systems.yaml",
+    }
     toy["systems"].write_text(SYSTEMS_YAML)
-    run_command(eval_args(toy, "--split", "negative", "--limit", "1", "--num-turns", "1", "--repetition-penalty", "1.3", "--judge-scoring", "logprobs"))
+    run_command(
+        eval_args(toy, "--split", "negative", "--limit", "1", "--num-turns", "1", "--repetition-penalty", "1.3", "--judge-scoring", "logprobs")
+    )
     by_role: dict[str, list[dict]] = {}
     for request in requests:
         by_role.setdefault(request.get("role"), []).append(request)
@@ -346,7 +397,9 @@ def test_model_scale_sweep_tables_agent_and_collective_per_point(toy):
     run_command(eval_args(toy, "--split", "negative", "--limit", "1", "--systems", "toy-director", "--sweep", "speaker=stub-model,stub-small"))
     top = toy["out"] / "EmpatheticDialogues"
     rows = json.loads((top / "results.json").read_text())["tables"]["model_scale_sweep"]
-    assert {(r["point"], r["scores"]) for r in rows} == {(p, s) for p in ("speaker-stub-model", "speaker-stub-small") for s in ("agent-specific", "collective")}
+    assert {(r["point"], r["scores"]) for r in rows} == {
+        (p, s) for p in ("speaker-stub-model", "speaker-stub-small") for s in ("agent-specific", "collective")
+    }
     assert {r["speaker_model"] for r in rows} == {"stub-model", "stub-small"} and all(r["n"] >= 1 for r in rows)
     [config] = (top / "negative" / "toy-director" / "sweep" / "speaker-stub-small").glob("*/run_config.json")
     assert json.loads(config.read_text())["roles"]["speaker"]["model"] == "stub-small"

@@ -67,7 +67,11 @@ def test_panel_agreement_is_ordinal_alpha_with_krippendorffs_bands():
 def test_every_judge_gets_its_lines():
     rows = judge_checks(simulated(np.random.default_rng(4), length_slope=0.4, self_bonus=8.0))
     checks = {(r["check"], r["judge"]) for r in rows}
-    assert checks == {("length bias", "org/llama"), ("length bias", "org/qwen"), ("panel agreement", "org/llama + org/qwen"),
-                      ("self-preference", "org/qwen")}
+    assert checks == {
+        ("length bias", "org/llama"),
+        ("length bias", "org/qwen"),
+        ("panel agreement", "org/llama + org/qwen"),
+        ("self-preference", "org/qwen"),
+    }
     text = "\n".join(check_lines(rows))
     assert "**org/qwen**" in text and "prefers its own model's turns" in text and "Position bias does not apply" in text

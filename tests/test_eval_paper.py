@@ -63,24 +63,40 @@ LABELS = {"Zero-Shot": "zero-shot", "Zero-Shot CoT": "zero-shot-cot", "Few-Shot"
           "Self-Consistency": "self-consistency", "MultiAgentESC": "multiagentesc", "MASCOT": "mascot"}  # fmt: skip
 # (system, column, mean, std, scope, dataset, split, profile, models) read from PAPER_OTHER by hand
 OTHER_CELLS = [
-    ("mascot", "Empathy", 72.8, None, "agent", None, None, None, {}), ("mascot-p", "Empathy", 65.1, None, "agent", None, None, None, {}),
-    ("mascot", "Consistency", 76.6, None, "agent", None, None, None, {}), ("mascot-p", "Consistency", 72.3, None, "agent", None, None, None, {}),
-    ("mascot", "Contribution", 71.3, None, "agent", None, None, None, {}), ("mascot-c", "Contribution", 70.1, None, "agent", None, None, None, {}),
-    ("mascot", "nli_entailment", 0.098, 0.097, "automatic", None, None, None, {}), ("mascot", "nli_neutral", 0.769, 0.177, "automatic", None, None, None, {}),
-    ("mascot", "self_bleu", 0.316, 0.151, "automatic", None, None, None, {}), ("few-shot-cot", "nli_entailment", 0.564, 0.104, "automatic", None, None, None, {}),
-    ("few-shot-cot", "nli_neutral", 0.429, 0.104, "automatic", None, None, None, {}), ("few-shot-cot", "self_bleu", 0.551, 0.058, "automatic", None, None, None, {}),
-    ("mascot", "nli_contradiction", 0.133, 0.148, "automatic", None, None, None, {}), ("sft", "nli_contradiction", 0.195, 0.179, "automatic", None, None, None, {}),
+    ("mascot", "Empathy", 72.8, None, "agent", None, None, None, {}),
+    ("mascot-p", "Empathy", 65.1, None, "agent", None, None, None, {}),
+    ("mascot", "Consistency", 76.6, None, "agent", None, None, None, {}),
+    ("mascot-p", "Consistency", 72.3, None, "agent", None, None, None, {}),
+    ("mascot", "Contribution", 71.3, None, "agent", None, None, None, {}),
+    ("mascot-c", "Contribution", 70.1, None, "agent", None, None, None, {}),
+    ("mascot", "nli_entailment", 0.098, 0.097, "automatic", None, None, None, {}),
+    ("mascot", "nli_neutral", 0.769, 0.177, "automatic", None, None, None, {}),
+    ("mascot", "self_bleu", 0.316, 0.151, "automatic", None, None, None, {}),
+    ("few-shot-cot", "nli_entailment", 0.564, 0.104, "automatic", None, None, None, {}),
+    ("few-shot-cot", "nli_neutral", 0.429, 0.104, "automatic", None, None, None, {}),
+    ("few-shot-cot", "self_bleu", 0.551, 0.058, "automatic", None, None, None, {}),
+    ("mascot", "nli_contradiction", 0.133, 0.148, "automatic", None, None, None, {}),
+    ("sft", "nli_contradiction", 0.195, 0.179, "automatic", None, None, None, {}),
     ("few-shot-cot", "nli_contradiction", 0.008, 0.016, "automatic", None, None, None, {}),
-    ("mascot", "Overall", 68.4, None, "agent", None, None, None, {"director": "8B"}), ("mascot", "Overall", 67.2, None, "agent", None, None, None, {"director": "1.7B"}),
-    ("mascot", "Overall", 71.5, None, "collective", None, None, None, {"director": "8B"}), ("mascot", "Overall", 69.1, None, "collective", None, None, None, {"director": "1.7B"}),
-    ("mascot", "Overall", 51.7, None, "collective", None, None, None, {"director": "0.6B"}), ("mascot", "Overall", 63.9, None, "agent", None, None, None, {"director": "0.6B"}),
-    ("mascot", "Overall", 57.6, None, "agent", None, None, None, {"speaker": "0.6B"}), ("mascot", "Overall", 50.5, None, "collective", None, None, None, {"speaker": "0.6B"}),
-    ("mascot", "Consistency", 79.0, 7.3, "agent", None, None, "High Openness", {}), ("mascot", "Overall", 74.4, None, None, None, None, "High Openness", {}),
-    ("mascot", "Overall", 73.9, None, None, None, None, "Low Openness", {}), ("mascot", "Overall", 74.5, None, None, None, None, "High Conscientiousness", {}),
-    ("mascot", "Overall", 71.5, None, None, None, None, "Low Conscientiousness", {}), ("mascot", "Contribution", 64.8, None, "agent", None, None, "Low Agreeableness", {}),
-    ("mascot", "preferred over few-shot-cot", 69.0, None, "human", None, None, None, {}), ("mascot", "preferred over multiagentesc", 68.5, None, "human", None, None, None, {}),
+    ("mascot", "Overall", 68.4, None, "agent", None, None, None, {"director": "8B"}),
+    ("mascot", "Overall", 67.2, None, "agent", None, None, None, {"director": "1.7B"}),
+    ("mascot", "Overall", 71.5, None, "collective", None, None, None, {"director": "8B"}),
+    ("mascot", "Overall", 69.1, None, "collective", None, None, None, {"director": "1.7B"}),
+    ("mascot", "Overall", 51.7, None, "collective", None, None, None, {"director": "0.6B"}),
+    ("mascot", "Overall", 63.9, None, "agent", None, None, None, {"director": "0.6B"}),
+    ("mascot", "Overall", 57.6, None, "agent", None, None, None, {"speaker": "0.6B"}),
+    ("mascot", "Overall", 50.5, None, "collective", None, None, None, {"speaker": "0.6B"}),
+    ("mascot", "Consistency", 79.0, 7.3, "agent", None, None, "High Openness", {}),
+    ("mascot", "Overall", 74.4, None, None, None, None, "High Openness", {}),
+    ("mascot", "Overall", 73.9, None, None, None, None, "Low Openness", {}),
+    ("mascot", "Overall", 74.5, None, None, None, None, "High Conscientiousness", {}),
+    ("mascot", "Overall", 71.5, None, None, None, None, "Low Conscientiousness", {}),
+    ("mascot", "Contribution", 64.8, None, "agent", None, None, "Low Agreeableness", {}),
+    ("mascot", "preferred over few-shot-cot", 69.0, None, "human", None, None, None, {}),
+    ("mascot", "preferred over multiagentesc", 68.5, None, "human", None, None, None, {}),
     ("mascot", "preferred", 75.5, None, "human", None, None, None, {}),
-    ("mascot", "Overall", 69.5, None, "collective", "QMSum", "academic", None, {}), ("mascot", "Overall", 77.0, None, "collective", "QMSum", "committee", None, {}),
+    ("mascot", "Overall", 69.5, None, "collective", "QMSum", "academic", None, {}),
+    ("mascot", "Overall", 77.0, None, "collective", "QMSum", "committee", None, {}),
     ("mascot", "Overall", 72.5, None, "collective", "QMSum", "product", None, {}),
 ]
 
@@ -101,10 +117,16 @@ def test_every_reference_cell_is_the_papers_number():
     reference = load_reference("mascot_emnlp2026_v1")
     cells = reference.all_cells()
     for scope, text, columns in (("agent", PAPER_AGENT, AGENT_COLUMNS), ("collective", PAPER_COLLECTIVE, COLLECTIVE_COLUMNS)):
-        expected = {(valence, system, column): value for (valence, system), values in parse_paper_table(text).items() for column, value in zip(columns, values)}
+        expected = {
+            (valence, system, column): value
+            for (valence, system), values in parse_paper_table(text).items()
+            for column, value in zip(columns, values)
+        }
         found = {(c.split, c.system, c.column): c.mean for c in cells if c.scope == scope and c.split in ("positive", "negative", "neutral")}
         assert found == expected and len(expected) == (144 if scope == "agent" else 80)
-        assert all(c.dataset == "EmpatheticDialogues" and c.std is None for c in cells if c.scope == scope and c.split in ("positive", "negative", "neutral"))
+        assert all(
+            c.dataset == "EmpatheticDialogues" and c.std is None for c in cells if c.scope == scope and c.split in ("positive", "negative", "neutral")
+        )
     others = [c for c in cells if c.split not in ("positive", "negative", "neutral")]
     assert all(c.dataset == "EmpatheticDialogues" for c in others if c.dataset != "QMSum")  # the file's default: the paper's main dataset
     found = [(c.system, c.column, c.mean, c.std, c.scope, c.dataset if c.dataset == "QMSum" else None, c.split, c.profile, c.models) for c in others]
@@ -147,15 +169,21 @@ def test_the_comparison_marks_a_measured_mean_within_the_published_std():
 
 def test_a_malformed_reference_is_one_line_naming_the_entry(tmp_path):
     bad = tmp_path / "other_paper.yaml"
-    bad.write_text("reference_version: x1\ntitle: Other\ncells:\n  - {source: T1, system: a, column: Overall, mean: 1}\n  - {source: T2, system: b, column: Overall}\n")
+    bad.write_text(
+        "reference_version: x1\ntitle: Other\ncells:\n  - {source: T1, system: a, column: Overall, mean: 1}\n  - {source: T2, system: b, column: Overall}\n"
+    )
     with pytest.raises(MascotError, match=r"^reference .*other_paper.yaml: cells\[1\]\.mean \(source: T2, system: b\): Field required$"):
         load_reference(str(bad))
-    bad.write_text("reference_version: x1\ntitle: Other\ntables:\n  - {source: T, scope: agent, columns: [A, B], rows: [{system: a, values: [1, 2]}, {system: b, values: [1]}]}\n")
+    bad.write_text(
+        "reference_version: x1\ntitle: Other\ntables:\n  - {source: T, scope: agent, columns: [A, B], rows: [{system: a, values: [1, 2]}, {system: b, values: [1]}]}\n"
+    )
     with pytest.raises(MascotError, match=r"tables\[0\] \(source: T\): Value error, rows\[1\] \(b\) has 1 values for 2 columns"):
         load_reference(str(bad))
     with pytest.raises(MascotError, match=r"tables\[0\] \(source: T\)"):  # `mascot eval` refuses it before running anything
         run_command(["eval", "--systems", "round-robin", "--dataset", "ED", "--reference", bad, "--output-dir", tmp_path / "out", "--dry-run"])
-    with pytest.raises(MascotError, match=r"--reference 'nope': no such file or shipped reference \(shipped: mascot_emnlp2026_v1; none switches it off\)"):
+    with pytest.raises(
+        MascotError, match=r"--reference 'nope': no such file or shipped reference \(shipped: mascot_emnlp2026_v1; none switches it off\)"
+    ):
         load_reference("nope")
     assert load_reference("none") is None
 
@@ -196,7 +224,10 @@ def saved_mean(run_dir: Path, scope: str, key: str) -> float:
 def test_both_paper_tables_from_a_scripted_run(paper_run):
     out, _ = paper_run
     top = out / "EmpatheticDialogues"
-    for name, columns, scope, key in (("paper_agent", AGENT_COLUMNS, "agent", "emotional_expressiveness"), ("paper_collective", COLLECTIVE_COLUMNS, "collective", "fidelity")):
+    for name, columns, scope, key in (
+        ("paper_agent", AGENT_COLUMNS, "agent", "emotional_expressiveness"),
+        ("paper_collective", COLLECTIVE_COLUMNS, "collective", "fidelity"),
+    ):
         header, rows = read_csv(top / f"{name}.csv")
         assert header[:4] == ["block", "system", "row", "n"] and header[4::4] == columns and header[5::4] == [f"{c} std" for c in columns]
         assert header[6::4] == [f"{c} ci_low" for c in columns] and header[7::4] == [f"{c} ci_high" for c in columns]
@@ -239,19 +270,30 @@ def test_the_report_sets_published_numbers_beside_the_measured(paper_run):
     assert {(r["system"], r["column"], r["block"]) for r in ablation} == {("mascot", "Empathy", "all"), ("mascot-p", "Empathy", "all"), ("mascot", "Consistency", "all"),
                                                                        ("mascot-p", "Consistency", "all"), ("mascot", "Contribution", "all")}  # fmt: skip
     report = (top / "report.md").read_text()
-    assert "of its 259 published cells have a counterpart in this run" in report and "| Agent-specific results, Empathetic Dialogues (table) | Positive | MASCOT |" in report
+    assert (
+        "of its 259 published cells have a counterpart in this run" in report
+        and "| Agent-specific results, Empathetic Dialogues (table) | Positive | MASCOT |" in report
+    )
     run_command([*args, "--report-only", "--reference", "none"])
     assert "Switched off (--reference none)." in (top / "report.md").read_text()
 
 
-def make_result(dataset_split: str, system: str, items: list[tuple[str, str | None, dict]], study: str = "main", point: str = "", role_models=None) -> CellResult:
+def make_result(
+    dataset_split: str, system: str, items: list[tuple[str, str | None, dict]], study: str = "main", point: str = "", role_models=None
+) -> CellResult:
     cell = Cell(dataset_split, system, SystemSpec(), Path("."), study, point, role_models or {})
     result = CellResult(cell, Path("."))
     result.items = [Item(cell, f"c{n}", scope, persona, scores) for n, (scope, persona, scores) in enumerate(items)]
     return result
 
 
-ES_AGENT = {"Emotional Expressiveness": 60.0, "Empathetic Support Quality": 70.0, "Consistency": 80.0, "Response Relevance": 50.0, "Social Contribution": 40.0}
+ES_AGENT = {
+    "Emotional Expressiveness": 60.0,
+    "Empathetic Support Quality": 70.0,
+    "Consistency": 80.0,
+    "Response Relevance": 50.0,
+    "Social Contribution": 40.0,
+}
 MEETING_COLLECTIVE = {"Fidelity": 50.0, "Originality": 75.0, "Relevance": 100.0, "Engagement": 25.0, "Coherence": 0.0}
 
 
@@ -260,7 +302,11 @@ def test_figures_from_qmsum_domains_a_sweep_and_mbti_profiles(tmp_path):
     from mascot.eval.paper_figures import mbti_heatmap, qmsum_forest, sensitivity
 
     columns = paper_columns("paper_v2", "QMSum")
-    qmsum = [make_result(split, system, [("collective", None, MEETING_COLLECTIVE)] * 3) for split in ("product", "academic") for system in ("mascot", "zero-shot")]
+    qmsum = [
+        make_result(split, system, [("collective", None, MEETING_COLLECTIVE)] * 3)
+        for split in ("product", "academic")
+        for system in ("mascot", "zero-shot")
+    ]
     records = measured_scores(qmsum, "QMSum", columns)
     overall = next(r for r in records if r["block"] == "product" and r["scope"] == "collective" and r["column"] == "Overall")
     assert overall["mean"] == 62.5  # the four paper columns; Coherence is left out
@@ -270,7 +316,10 @@ def test_figures_from_qmsum_domains_a_sweep_and_mbti_profiles(tmp_path):
     es = paper_columns("paper_v2", "ED")
     assert sensitivity(tmp_path, measured_scores(sweep, "EmpatheticDialogues", es)).stat().st_size > 1000
     assert sensitivity(tmp_path, measured_scores(sweep[:1], "EmpatheticDialogues", es)) == "needs two or more models of one role in --sweep"
-    profiles = [make_result("negative", "mascot", [("agent", p, ES_AGENT) for p in ("Emotional Validator", "Empathetic Listener")], "mbti", t) for t in ("INTJ", "ESFP")]
+    profiles = [
+        make_result("negative", "mascot", [("agent", p, ES_AGENT) for p in ("Emotional Validator", "Empathetic Listener")], "mbti", t)
+        for t in ("INTJ", "ESFP")
+    ]
     scores = profile_persona_scores(profiles, es["agent"])
     assert scores[("Emotional Validator", "INTJ")]["mean"] == 60.0 and len(scores) == 4
     assert mbti_heatmap(tmp_path, scores).stat().st_size > 1000
@@ -284,6 +333,13 @@ def test_paper_columns_come_from_the_rubric_file(tmp_path):
     for version in ("paper_v1", "paper_v2"):
         columns = paper_columns(version, "EmpatheticDialogues")
         assert [c for _, c in columns["agent"]] == AGENT_COLUMNS[:-1] and [c for _, c in columns["collective"]] == COLLECTIVE_COLUMNS[:-1]
-    text = Path(__file__).resolve().parents[1].joinpath("src/mascot/rubrics/paper_v2.yaml").read_text().replace("paper_column: Emotion", "paper_column: Feeling")
+    text = (
+        Path(__file__)
+        .resolve()
+        .parents[1]
+        .joinpath("src/mascot/rubrics/paper_v2.yaml")
+        .read_text()
+        .replace("paper_column: Emotion", "paper_column: Feeling")
+    )
     (tmp_path / "mine.yaml").write_text(text.replace("rubric_version: paper_v2", "rubric_version: mine"))
     assert paper_columns(str(tmp_path / "mine.yaml"), "ED")["agent"][0] == ("Emotional Expressiveness", "Feeling")

@@ -32,7 +32,9 @@ def test_ed_valence_splits_filter_the_test_split():
 def test_an_empty_subset_and_a_foreign_subset_are_one_line_each():
     with pytest.raises(DatasetError, match="no EmpatheticDialogues contexts in split 'neutral'"):
         load_contexts("ED", split="neutral", data_file=FIXTURES / "ed_sample.csv")
-    with pytest.raises(DatasetError, match=r"unknown split 'negative' for QMSum: choose one of train, valid \(validation, val\), test, product, academic, committee"):
+    with pytest.raises(
+        DatasetError, match=r"unknown split 'negative' for QMSum: choose one of train, valid \(validation, val\), test, product, academic, committee"
+    ):
         parse_split("QMSum", "negative")
     assert parse_split("EmpatheticDialogues", "valid:negative") == ("valid", "negative")
     assert parse_split("ESConv", "ood") == ("test", "ood")

@@ -93,8 +93,10 @@ class KillSchedule:
 
 
 def group_outputs(run: Path) -> dict:
-    return {e["episode_id"]: {k: v for k, v in e.items() if k != "metadata"} | {"meta": {k: v for k, v in e["metadata"].items() if k != "created_at"}}
-            for e in map(json.loads, (run / "episodes.jsonl").read_text().splitlines())}
+    return {
+        e["episode_id"]: {k: v for k, v in e.items() if k != "metadata"} | {"meta": {k: v for k, v in e["metadata"].items() if k != "created_at"}}
+        for e in map(json.loads, (run / "episodes.jsonl").read_text().splitlines())
+    }
 
 
 def check_summary(run: Path, records: int, schedule: KillSchedule, reference_requests: int) -> None:
@@ -118,8 +120,28 @@ def kill_group_generation(server, tmp_path: Path, seed: int, kills: int, context
     data = contexts_file(tmp_path, contexts)
 
     def cmd(out: Path) -> list[str]:
-        return [*MASCOT, "generate", "--mode", "group", "--dataset", "ESConv", "--data-file", str(data), "--model-name", "stub-model",
-                "--vllm-server-url", server.url, "--output-dir", str(out), "--num-turns", "3", "--seed", "7", "--max-concurrent-episodes", "2"]
+        return [
+            *MASCOT,
+            "generate",
+            "--mode",
+            "group",
+            "--dataset",
+            "ESConv",
+            "--data-file",
+            str(data),
+            "--model-name",
+            "stub-model",
+            "--vllm-server-url",
+            server.url,
+            "--output-dir",
+            str(out),
+            "--num-turns",
+            "3",
+            "--seed",
+            "7",
+            "--max-concurrent-episodes",
+            "2",
+        ]
 
     subprocess.run(cmd(tmp_path / "ref"), check=True, capture_output=True, timeout=300)
     reference = tmp_path / "ref" / "directed_ESConv_stub-model"
@@ -135,9 +157,30 @@ def kill_stage1_generation(server, tmp_path: Path, seed: int, kills: int, contex
     data = contexts_file(tmp_path, contexts)
 
     def cmd(out: Path) -> list[str]:
-        return [*MASCOT, "generate", "--mode", "individual", "--dataset", "ESConv", "--data-file", str(data), "--model-name", "stub-model",
-                "--vllm-server-url", server.url, "--judge-server-url", server.url, "--judge-model", "stub-model",
-                "--output-dir", str(out), "--num-candidates", "2", "--seed", "7"]
+        return [
+            *MASCOT,
+            "generate",
+            "--mode",
+            "individual",
+            "--dataset",
+            "ESConv",
+            "--data-file",
+            str(data),
+            "--model-name",
+            "stub-model",
+            "--vllm-server-url",
+            server.url,
+            "--judge-server-url",
+            server.url,
+            "--judge-model",
+            "stub-model",
+            "--output-dir",
+            str(out),
+            "--num-candidates",
+            "2",
+            "--seed",
+            "7",
+        ]
 
     def cache(name: str) -> dict:  # each run its own judge cache: the killed one must not reuse the reference's
         return {**os.environ, "MASCOT_JUDGE_CACHE_DIR": str(tmp_path / f"cache-{name}")}
@@ -147,7 +190,13 @@ def kill_stage1_generation(server, tmp_path: Path, seed: int, kills: int, contex
     run = tmp_path / "killed" / "individual_ESConv_stub-model"
     schedule = KillSchedule(seed, kills)
     total = contexts * 3 * 2  # contexts x personas x candidates
-    schedule.run(cmd(tmp_path / "killed"), progress=lambda: lines_in(run / "candidates.jsonl"), total=total, output=run / "candidates.jsonl", env=cache("killed"))
+    schedule.run(
+        cmd(tmp_path / "killed"),
+        progress=lambda: lines_in(run / "candidates.jsonl"),
+        total=total,
+        output=run / "candidates.jsonl",
+        env=cache("killed"),
+    )
     for name in ("candidates.jsonl", "pairs.jsonl"):
         assert sorted((run / name).read_text().splitlines()) == sorted((reference / name).read_text().splitlines()), name
     ref_stats, stats = (json.loads((d / "pairs_stats.json").read_text()) for d in (reference, run))
@@ -173,8 +222,22 @@ def kill_judging(server, tmp_path: Path, seed: int, kills: int) -> None:
     episodes = sorted((tmp_path / "ref").glob("*/episodes.jsonl"))[0]
 
     def cmd(out: Path) -> list[str]:
-        return [*MASCOT, "judge", "--input-file", str(episodes), "--judge-server-url", server.url, "--judge", "stub-model",
-                "--output-dir", str(out), "--cache-dir", str(out / "cache"), "--max-in-flight", "2"]
+        return [
+            *MASCOT,
+            "judge",
+            "--input-file",
+            str(episodes),
+            "--judge-server-url",
+            server.url,
+            "--judge",
+            "stub-model",
+            "--output-dir",
+            str(out),
+            "--cache-dir",
+            str(out / "cache"),
+            "--max-in-flight",
+            "2",
+        ]
 
     subprocess.run(cmd(tmp_path / "judge-ref"), check=True, capture_output=True, timeout=300)
     schedule = KillSchedule(seed, kills)
@@ -217,8 +280,29 @@ def test_reward_model_training_killed_between_steps_resumes_to_the_same_weights(
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
 
     def cmd(out: Path) -> list[str]:
-        return [*MASCOT, "train", "reward-model", "--data-path", str(run), "--model", str(base), "--output-dir", str(out),
-                "--max-steps", "6", "--batch-size", "4", "--save-steps", "1", "--eval-fraction", "0", "--seed", "3", "--learning-rate", "1e-3"]
+        return [
+            *MASCOT,
+            "train",
+            "reward-model",
+            "--data-path",
+            str(run),
+            "--model",
+            str(base),
+            "--output-dir",
+            str(out),
+            "--max-steps",
+            "6",
+            "--batch-size",
+            "4",
+            "--save-steps",
+            "1",
+            "--eval-fraction",
+            "0",
+            "--seed",
+            "3",
+            "--learning-rate",
+            "1e-3",
+        ]
 
     subprocess.run(cmd(tmp_path / "ref"), check=True, capture_output=True, timeout=600, env=env)
     out = tmp_path / "killed"

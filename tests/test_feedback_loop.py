@@ -24,10 +24,12 @@ from mascot.web.security import CSRF_COOKIE
 from mascot.web.settings import WebSettings
 
 SHORT = ["I hear you.", "That sounds heavy.", "You are not alone.", "Breathe with me.", "I am here."]
-LONG = ["There are many ways to look at a situation like this one and several of them might help",
-        "Some people find that writing down their thoughts in the evening makes the next day easier to face",
-        "It could be useful to consider what a friend would tell you if they were in your place right now",
-        "Plans often change and it is worth remembering that setbacks are a normal part of any longer journey"]
+LONG = [
+    "There are many ways to look at a situation like this one and several of them might help",
+    "Some people find that writing down their thoughts in the evening makes the next day easier to face",
+    "It could be useful to consider what a friend would tell you if they were in your place right now",
+    "Plans often change and it is worth remembering that setbacks are a normal part of any longer journey",
+]
 MESSAGES = ["I failed my exam", "My friend stopped talking to me", "I cannot sleep at night", "Work is too much lately"]
 
 
@@ -84,7 +86,9 @@ def test_ratings_are_kept_the_newest_counts_and_bad_ones_are_refused(tmp_path):
         assert client.post(f"/api/sessions/{session_id}/feedback", json={"turn_idx": turn, "rating": rating}, headers=csrf).status_code == 200
     page = client.get(f"/sessions/{session_id}").text
     assert f'data-turn="{turn}"' in page and 'data-rating="helpful" aria-pressed="true"' in page  # the newest rating, shown
-    assert client.post(f"/api/sessions/{session_id}/feedback", json={"turn_idx": 0, "rating": "helpful"}, headers=csrf).status_code == 422  # the person's own turn
+    assert (
+        client.post(f"/api/sessions/{session_id}/feedback", json={"turn_idx": 0, "rating": "helpful"}, headers=csrf).status_code == 422
+    )  # the person's own turn
     assert client.post(f"/api/sessions/{session_id}/feedback", json={"turn_idx": turn, "rating": "great"}, headers=csrf).status_code == 422
     assert client.post("/api/sessions/session-nope/feedback", json={"turn_idx": turn, "rating": "helpful"}, headers=csrf).status_code == 404
     assert client.post(f"/api/sessions/{session_id}/feedback", json={"turn_idx": turn, "rating": "helpful"}).status_code == 403  # no CSRF token
@@ -167,7 +171,9 @@ def test_another_reply_is_offered_beside_the_first_and_the_chosen_one_stays(tmp_
 
     first = last_turn_after("I lost my job")
     client.post(f"{api}/feedback", json={"turn_idx": first["turn_idx"], "rating": "not_helpful"}, headers=csrf)
-    assert client.post(f"{api}/choice", json={"turn_idx": first["turn_idx"], "chosen": "alternative"}, headers=csrf).status_code == 422  # nothing offered yet
+    assert (
+        client.post(f"{api}/choice", json={"turn_idx": first["turn_idx"], "chosen": "alternative"}, headers=csrf).status_code == 422
+    )  # nothing offered yet
     offered = client.post(f"{api}/alternative", json={"turn_idx": first["turn_idx"]}, headers=csrf).json()
     assert offered["text"].startswith("Reply number") and offered["text"] != first["response"]
     assert 'class="another"' in client.get(f"/sessions/{session_id}").text
@@ -184,7 +190,10 @@ def test_another_reply_is_offered_beside_the_first_and_the_chosen_one_stays(tmp_
     stats = json.loads((tmp_path / "pairs" / "pairs_stats.json").read_text())
     assert stats["choices"] == 2 and stats["unusable_reasons"] == {"the rated reply was swapped for another afterwards": 1}
     pairs = list(read_jsonl(tmp_path / "pairs" / "pairs.jsonl", PreferencePair))
-    assert [(p.chosen[0]["content"], p.rejected[0]["content"]) for p in pairs] == [(offered["text"], first["response"]), (second["response"], pairs[1].rejected[0]["content"])]
+    assert [(p.chosen[0]["content"], p.rejected[0]["content"]) for p in pairs] == [
+        (offered["text"], first["response"]),
+        (second["response"], pairs[1].rejected[0]["content"]),
+    ]
     assert pairs[0].model_extra["provenance"]["chose_alternative"] is True and "I lost my job" in pairs[0].prompt[-1]["content"]
     assert "And now I cannot sleep" not in pairs[0].prompt[-1]["content"]  # the prompt both replies answered, not what came later
 
@@ -214,7 +223,12 @@ def test_another_approach_offers_the_director_s_other_option_and_the_choice_is_a
     kept = client.post(f"{api}/choice", json={"turn_idx": first["turn_idx"], "chosen": "alternative"}, headers=csrf).json()
     assert (kept["agent"], kept["response"]) == ("The Catalyst", offered["text"]) and kept["colour"] == 1
     last = load_session_episode(tmp_path / "chat" / f"{session_id}.jsonl").turns[-1]
-    assert (last.turn_idx, last.agent_name, last.directive.agent_name, last.response) == (first["turn_idx"], "The Catalyst", "The Catalyst", offered["text"])
+    assert (last.turn_idx, last.agent_name, last.directive.agent_name, last.response) == (
+        first["turn_idx"],
+        "The Catalyst",
+        "The Catalyst",
+        offered["text"],
+    )
 
     run_prefs_feedback(PrefsFeedbackSettings(session_dir=tmp_path / "chat", output_dir=tmp_path / "pairs"))
     stats = json.loads((tmp_path / "pairs" / "pairs_stats.json").read_text())
@@ -268,8 +282,20 @@ def test_the_loop_from_ratings_to_a_promoted_and_served_speaker(tmp_path):
         prompts = [p.prompt for p in pairs][:32]
         replies = [SHORT[i % len(SHORT)] if i % 2 else LONG[i % len(LONG)] for i in range(len(prompts))]
         policy = sft_warm_start(tiny_model(tmp_path / "policy", vocab_size=None), prompts, replies, steps=60)
-        common = dict(data_path=str(tmp_path / "pairs"), model_name=str(policy), dataset="ESConv", thinking=False, batch_size=8, num_generations=4,
-                      max_completion_length=16, beta=0.0, logging_steps=5, format_weight=0.0, conciseness_weight=0.0, reward_model_path="current")
+        common = dict(
+            data_path=str(tmp_path / "pairs"),
+            model_name=str(policy),
+            dataset="ESConv",
+            thinking=False,
+            batch_size=8,
+            num_generations=4,
+            max_completion_length=16,
+            beta=0.0,
+            logging_steps=5,
+            format_weight=0.0,
+            conciseness_weight=0.0,
+            reward_model_path="current",
+        )
         current = train_speaker(SpeakerGRPOSettings(**common, output_dir=str(tmp_path / "speaker_v1"), max_steps=1, learning_rate=1e-9))
         promote(registry, current.metadata.registered_as)
         new = train_speaker(SpeakerGRPOSettings(**common, output_dir=str(tmp_path / "speaker_v2"), max_steps=40, learning_rate=3e-3))
@@ -279,6 +305,8 @@ def test_the_loop_from_ratings_to_a_promoted_and_served_speaker(tmp_path):
             episodes_settings={"num_turns": 2, "max_tokens": 16, "director_max_tokens": 16, "user_max_tokens": 8}, output_dir=tmp_path / "compare"))  # fmt: skip
     assert comparison.verdict == "better" and comparison.difference > 1.0, comparison
     assert promote(registry, new.metadata.registered_as).current == "speaker-v2"  # on the comparison's evidence, not forced
-    with start_stub_server(latency_s=0.001, responder=stub_responder, served_models=[str(policy)], lora_modules={"speaker-v1": current.output_dir}) as server:
+    with start_stub_server(
+        latency_s=0.001, responder=stub_responder, served_models=[str(policy)], lora_modules={"speaker-v1": current.output_dir}
+    ) as server:
         lines = Follower(registry, server.url, str(policy), served={"speaker-v1": str(current.output_dir)}).poll()
     assert lines == ["loaded speaker-v2, the current Speaker, without a restart (served as speaker-v2)"]

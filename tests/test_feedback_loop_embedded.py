@@ -22,10 +22,20 @@ from mascot.testing.scripted import ScriptedClient
 
 pytestmark = pytest.mark.slow
 
-FIRST_PERSON = ["I hear how heavy this is for you right now.", "I am glad you told me about this tonight.", "I would feel the same in your place, honestly.",
-                "I can stay with you while you sort through it.", "I think you handled a hard day better than you know."]
-OTHER = ["That sounds really heavy for you right now.", "It makes sense that this keeps you awake.", "Maybe writing it down could help a little tonight.",
-         "Everyone struggles with days like this one sometimes.", "What would a good friend tell you about it?"]
+FIRST_PERSON = [
+    "I hear how heavy this is for you right now.",
+    "I am glad you told me about this tonight.",
+    "I would feel the same in your place, honestly.",
+    "I can stay with you while you sort through it.",
+    "I think you handled a hard day better than you know.",
+]
+OTHER = [
+    "That sounds really heavy for you right now.",
+    "It makes sense that this keeps you awake.",
+    "Maybe writing it down could help a little tonight.",
+    "Everyone struggles with days like this one sometimes.",
+    "What would a good friend tell you about it?",
+]
 
 
 def speaks_for_itself(text: str) -> bool:
@@ -105,6 +115,8 @@ def test_the_loop_on_the_embedded_model(tmp_path, embedded_model):
     print(f"compare: {comparison}")
     assert comparison.verdict == "better", comparison
     assert promote(registry, new.metadata.registered_as).current == new.metadata.registered_as
-    with start_stub_server(latency_s=0.001, responder=stub_responder, served_models=[model], lora_modules={current.metadata.registered_as: current.output_dir}) as server:
+    with start_stub_server(
+        latency_s=0.001, responder=stub_responder, served_models=[model], lora_modules={current.metadata.registered_as: current.output_dir}
+    ) as server:
         lines = Follower(registry, server.url, model, served={current.metadata.registered_as: str(current.output_dir)}).poll()
     assert lines == [f"loaded {new.metadata.registered_as}, the current Speaker, without a restart (served as {new.metadata.registered_as})"]

@@ -38,8 +38,26 @@ def many_contexts(tmp_path, count):
 
 
 def generate_args(stub_url, data_file, out, *extra):
-    return ["generate", "--mode", "group", "--dataset", "ESConv", "--data-file", str(data_file), "--model-name", "stub-model",
-            "--vllm-server-url", stub_url, "--output-dir", str(out), "--num-turns", "3", "--seed", "7", *extra]
+    return [
+        "generate",
+        "--mode",
+        "group",
+        "--dataset",
+        "ESConv",
+        "--data-file",
+        str(data_file),
+        "--model-name",
+        "stub-model",
+        "--vllm-server-url",
+        stub_url,
+        "--output-dir",
+        str(out),
+        "--num-turns",
+        "3",
+        "--seed",
+        "7",
+        *extra,
+    ]
 
 
 def episodes_in(run_dir):
@@ -63,15 +81,18 @@ def test_generate_writes_the_run_directory(stub, tmp_path):
 
 
 def test_bad_flags_give_one_line_errors(tmp_path):
-    for args, message in [(["--generation-mode", "sideways"], "generation-mode"), (["--turn-policy", "loudest"], "turn-policy"),
-                          (["--user-big-five-profile", "Very Open"], "Big Five"), (["--dataset", "Reddit"], "unknown dataset")]:
+    for args, message in [
+        (["--generation-mode", "sideways"], "generation-mode"),
+        (["--turn-policy", "loudest"], "turn-policy"),
+        (["--user-big-five-profile", "Very Open"], "Big Five"),
+        (["--dataset", "Reddit"], "unknown dataset"),
+    ]:
         result = CliRunner().invoke(app, ["generate", "--output-dir", str(tmp_path), *args])
         assert result.exit_code != 0 and message in str(result.exception), (args, result.exception)
 
 
 def test_missing_data_file_is_one_clear_error(tmp_path):
-    result = CliRunner().invoke(app, ["generate", "--dataset", "ESConv", "--data-file", str(tmp_path / "nope.jsonl"),
-                                      "--output-dir", str(tmp_path)])
+    result = CliRunner().invoke(app, ["generate", "--dataset", "ESConv", "--data-file", str(tmp_path / "nope.jsonl"), "--output-dir", str(tmp_path)])
     assert result.exit_code != 0 and "nope.jsonl" in str(result.exception)
 
 

@@ -24,9 +24,26 @@ def transcript_sizes(records) -> list[int]:
 @pytest.mark.parametrize("flag", ["--token-budget", "--transcript-window"])
 def test_group_generation_takes_the_transcript_window(tmp_path, flag):
     with start_stub_server(port=0, latency_s=0.0, responder=stub_responder) as server:
+
         def run(out, *extra):
-            args = ["generate", "--mode", "group", "--dataset", "QMSum", "--data-file", str(QMSUM_SAMPLE), "--limit", "1", "--num-turns", "1",
-                    "--vllm-server-url", server.url, "--output-dir", str(out), *extra]
+            args = [
+                "generate",
+                "--mode",
+                "group",
+                "--dataset",
+                "QMSum",
+                "--data-file",
+                str(QMSUM_SAMPLE),
+                "--limit",
+                "1",
+                "--num-turns",
+                "1",
+                "--vllm-server-url",
+                server.url,
+                "--output-dir",
+                str(out),
+                *extra,
+            ]
             result = CliRunner().invoke(app, args)
             assert result.exit_code == 0, result.output
             run_dir = next(out.iterdir())
@@ -44,9 +61,28 @@ def window_lines(prompt: str) -> int:
 
 def test_individual_generation_takes_the_transcript_window(tmp_path):
     with start_stub_server(port=0, latency_s=0.0, responder=stub_judge_responder) as server:
+
         def run(out, *extra):
-            args = ["generate", "--mode", "individual", "--dataset", "QMSum", "--data-file", str(QMSUM_SAMPLE), "--limit", "1", "--num-candidates", "2",
-                    "--vllm-server-url", server.url, "--judge-server-url", server.url, "--output-dir", str(out), *extra]
+            args = [
+                "generate",
+                "--mode",
+                "individual",
+                "--dataset",
+                "QMSum",
+                "--data-file",
+                str(QMSUM_SAMPLE),
+                "--limit",
+                "1",
+                "--num-candidates",
+                "2",
+                "--vllm-server-url",
+                server.url,
+                "--judge-server-url",
+                server.url,
+                "--output-dir",
+                str(out),
+                *extra,
+            ]
             result = CliRunner().invoke(app, args)
             assert result.exit_code == 0, result.output
             run_dir = next(out.iterdir())

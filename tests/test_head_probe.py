@@ -66,5 +66,7 @@ def test_an_unknown_head_init_is_one_line_and_writes_nothing(tmp_path):
     from mascot.errors import MascotError
 
     with pytest.raises(MascotError, match="--head-init must be probe or random, got 'zeros'"):
-        train_reward_model(RewardModelSettings(data_path=str(tmp_path / "none"), model_name="unused", output_dir=str(tmp_path / "out"), head_init="zeros"))
+        train_reward_model(
+            RewardModelSettings(data_path=str(tmp_path / "none"), model_name="unused", output_dir=str(tmp_path / "out"), head_init="zeros")
+        )
     assert not (tmp_path / "out").exists()

@@ -132,10 +132,38 @@ def test_group_run_with_thinking_off_and_stop_strings_trimmed(server, tmp_path):
 
     base_url, model_dir = server
     out = tmp_path / "out"
-    args = ["generate", "--mode", "group", "--dataset", "ESConv", "--data-file", str(ESCONV_SAMPLE), "--limit", "1",
-            "--model-name", model_dir, "--vllm-server-url", base_url, "--output-dir", str(out),
-            "--num-turns", "1", "--max-tokens", "16", "--user-response-probability", "0", "--max-stop-strings", "4",
-            "--director-thinking", "off", "--speaker-thinking", "off", "--request-timeout", "300", "--trace-role-calls"]
+    args = [
+        "generate",
+        "--mode",
+        "group",
+        "--dataset",
+        "ESConv",
+        "--data-file",
+        str(ESCONV_SAMPLE),
+        "--limit",
+        "1",
+        "--model-name",
+        model_dir,
+        "--vllm-server-url",
+        base_url,
+        "--output-dir",
+        str(out),
+        "--num-turns",
+        "1",
+        "--max-tokens",
+        "16",
+        "--user-response-probability",
+        "0",
+        "--max-stop-strings",
+        "4",
+        "--director-thinking",
+        "off",
+        "--speaker-thinking",
+        "off",
+        "--request-timeout",
+        "300",
+        "--trace-role-calls",
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     (run_dir,) = out.iterdir()
@@ -160,8 +188,15 @@ async def test_judge_call_with_thinking_off(server):
     try:
         await backends.preflight()
         judge = RubricJudge(backends[model_dir], max_tokens=24)
-        item = JudgeItem("real-1", "agent", "emotional_support", context="I lost my job.", history=[("Person", "I feel awful.")],
-                         response="That sounds hard. What happened?", persona=Persona(name="The Anchor", role="calm listener"))
+        item = JudgeItem(
+            "real-1",
+            "agent",
+            "emotional_support",
+            context="I lost my job.",
+            history=[("Person", "I feel awful.")],
+            response="That sounds hard. What happened?",
+            persona=Persona(name="The Anchor", role="calm listener"),
+        )
         judgment = await judge.judge(item)
     finally:
         await backends.aclose()

@@ -71,7 +71,11 @@ def interrupt(proc: subprocess.Popen, presses: int, log: Path) -> str:
 
 
 def spawn(args: list[str], log: Path) -> subprocess.Popen:
-    env = {**os.environ, progress.INTERVAL_ENV: "0.2", "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1] / "src"), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        progress.INTERVAL_ENV: "0.2",
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1] / "src"), os.environ.get("PYTHONPATH", "")]),
+    }
     with open(log, "wb") as sink:  # a file, not a pipe: a full pipe would stall the child
         return subprocess.Popen([sys.executable, "-m", "mascot", *args], stdout=sink, stderr=sink, env=env)
 

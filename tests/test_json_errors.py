@@ -24,9 +24,13 @@ def bad_file(tmp_path):
 
 
 def test_every_jsonl_reader_names_line_2_column_54(bad_file):
-    with pytest.raises(RecordFormatError, match=r"episodes.jsonl:2: not valid JSON \(Expecting property name enclosed in double quotes at column 54\)$"):
+    with pytest.raises(
+        RecordFormatError, match=r"episodes.jsonl:2: not valid JSON \(Expecting property name enclosed in double quotes at column 54\)$"
+    ):
         list(iter_json_objects(bad_file))
-    with pytest.raises(RecordFormatError, match=r"episodes.jsonl:2: not valid JSON \(Expecting property name enclosed in double quotes at column 54\)$"):
+    with pytest.raises(
+        RecordFormatError, match=r"episodes.jsonl:2: not valid JSON \(Expecting property name enclosed in double quotes at column 54\)$"
+    ):
         list(read_jsonl(bad_file, Episode))
     loaded = load_episode_file(bad_file, fallback_dataset="ESConv")
     assert len(loaded.episodes) == 1 and loaded.skipped_lines == [2]
@@ -44,7 +48,9 @@ def test_a_flag_of_several_lines_is_placed_in_the_one_line_shown():
     text = '{"chat_template_kwargs": {"enable_thinking": false},\n  "top_k": 20,\n  x "min_p": 0}'
     shown = '{"chat_template_kwargs": {"enable_thinking": false}, "top_k": 20, x "min_p": 0}'
     column = shown.index(" x ") + 2
-    with pytest.raises(MascotError, match=rf"^--extra-body is not valid JSON \(Expecting property name enclosed in double quotes at column {column}\): ") as caught:
+    with pytest.raises(
+        MascotError, match=rf"^--extra-body is not valid JSON \(Expecting property name enclosed in double quotes at column {column}\): "
+    ) as caught:
         parse_extra_body(text)
     assert str(caught.value).endswith(shown)
     with pytest.raises(MascotError, match=r"^--steps is not valid JSON \(Expecting ':' delimiter at column 19\): "):

@@ -27,7 +27,9 @@ LEANINGS = {0: {"4": 0.6, "5": 0.2}, 1: {"1": 1.0}, 2: {"3": 0.5, "2": 0.5}}
 
 
 def item(response: str = "That sounds hard. I am here with you.", item_id: str = "i1") -> JudgeItem:
-    return JudgeItem(item_id, "agent", "emotional_support", context="Lost my job.", history=[("Person", "I feel awful.")], response=response, persona=ANCHOR)
+    return JudgeItem(
+        item_id, "agent", "emotional_support", context="Lost my job.", history=[("Person", "I feel awful.")], response=response, persona=ANCHOR
+    )
 
 
 def criterion_of(request: ChatRequest) -> int:
@@ -114,8 +116,14 @@ async def test_the_mode_is_part_of_the_cache_key_and_cached_distributions_come_b
 
 
 def test_judgments_round_trip_with_fractional_scores_and_distributions():
-    record = Judgment(item_id="x", judge_model="m", rubric_version="paper_v1", scores={"a": 3.25, "b": 4}, judge_scoring="logprobs",
-                      distributions={"a": {"3": 0.75, "4": 0.25}})
+    record = Judgment(
+        item_id="x",
+        judge_model="m",
+        rubric_version="paper_v1",
+        scores={"a": 3.25, "b": 4},
+        judge_scoring="logprobs",
+        distributions={"a": {"3": 0.75, "4": 0.25}},
+    )
     back = Judgment.model_validate_json(record.model_dump_json())
     assert back.scores == {"a": 3.25, "b": 4} and isinstance(back.scores["b"], int) and back.distributions == record.distributions
     assert Judgment(item_id="x", judge_model="m", rubric_version="v").scoring == "json"  # records written before the mode existed
@@ -136,13 +144,22 @@ def vllm_completion(alternatives: list[tuple[str, float]]) -> dict:
     """The shape vLLM (and OpenAI) return for logprobs=true, top_logprobs=N."""
     top = [{"token": token, "logprob": logprob, "bytes": list(token.encode())} for token, logprob in alternatives]
     content = [{"token": alternatives[0][0], "logprob": alternatives[0][1], "top_logprobs": top}]
-    return {"model": "judge", "choices": [{"index": 0, "message": {"content": "4"}, "logprobs": {"content": content}}], "usage": {"prompt_tokens": 90}}
+    return {
+        "model": "judge",
+        "choices": [{"index": 0, "message": {"content": "4"}, "logprobs": {"content": content}}],
+        "usage": {"prompt_tokens": 90},
+    }
 
 
 def test_top_logprobs_are_read_per_answer_and_spellings_add_up():
     import math
 
-    answer = answer_from_completion(vllm_completion([("4", math.log(0.5)), (" 4", math.log(0.1)), ("5", math.log(0.2)), ("Great", math.log(0.2))]), ("1", "2", "3", "4", "5"), "judge", 0.0)
+    answer = answer_from_completion(
+        vllm_completion([("4", math.log(0.5)), (" 4", math.log(0.1)), ("5", math.log(0.2)), ("Great", math.log(0.2))]),
+        ("1", "2", "3", "4", "5"),
+        "judge",
+        0.0,
+    )
     assert answer.probs["4"] == pytest.approx(0.75) and answer.probs["5"] == pytest.approx(0.25) and answer.mass == pytest.approx(0.8)
     assert answer.expected() == pytest.approx(4.25) and answer.prompt_tokens == 90
     with pytest.raises(LLMError) as info:

@@ -245,7 +245,12 @@ def rules_overall(item: JudgeItem) -> float:
 def test_rules_prefer_a_catalyst_that_asks_and_a_block_that_alternates():
     asks, tells = agent_item("You sound worn out. What would help most?"), agent_item("You sound worn out. Rest more.")
     assert rules_overall(asks) > rules_overall(tells)
-    alternating = [("The Anchor", "That sounds hard."), ("Person", "It is."), ("The Catalyst", "What helps?"), ("The Beacon", "You could try a walk.")]
+    alternating = [
+        ("The Anchor", "That sounds hard."),
+        ("Person", "It is."),
+        ("The Catalyst", "What helps?"),
+        ("The Beacon", "You could try a walk."),
+    ]
     repeating = [("The Anchor", "That sounds hard."), ("Person", "It is."), ("The Anchor", "That sounds hard."), ("The Anchor", "I feel it.")]
     assert rules_overall(collective_item(alternating)) > rules_overall(collective_item(repeating))
 
@@ -260,7 +265,10 @@ def group_episodes(path: Path, contexts: int = 1) -> Path:
             agent_turn(3, 2, "The Beacon", "You could try one step.")]  # fmt: skip
     middling = [agent_turn(0, 0, "The Anchor", "That sounds hard."), agent_turn(1, 1, "The Catalyst", "Okay.")]
     poor = [agent_turn(0, 0, "The Anchor", "Okay."), agent_turn(1, 1, "The Anchor", "Okay then.")]
-    write_episodes(path, [episode(f"c{c}:e{i}", turns, context_id=f"c{c}", episode_idx=i) for c in range(contexts) for i, turns in enumerate([good, middling, poor])])
+    write_episodes(
+        path,
+        [episode(f"c{c}:e{i}", turns, context_id=f"c{c}", episode_idx=i) for c in range(contexts) for i, turns in enumerate([good, middling, poor])],
+    )
     return path
 
 
@@ -283,7 +291,9 @@ def test_mascot_judge_with_the_rules_judge(tmp_path, capsys):
 def test_a_judges_file_mixes_a_function_and_a_model(tmp_path, monkeypatch):
     llm = ScriptedClient(fn=lambda request: reply_json(keys_of(request.messages), 3), model="stub")
     build = opener.build_judge_backends
-    monkeypatch.setattr(opener, "build_judge_backends", lambda specs, limits, role=None, overrides=None: build(specs, limits, role, overrides={"llm": llm}))
+    monkeypatch.setattr(
+        opener, "build_judge_backends", lambda specs, limits, role=None, overrides=None: build(specs, limits, role, overrides={"llm": llm})
+    )
     judges = tmp_path / "judges.yaml"
     judges.write_text(f"- {{name: rules, model: '{RULES}'}}\n- {{name: llm, model: stub, url: 'http://127.0.0.1:9/v1'}}\n")
     episodes = group_episodes(tmp_path / "group.jsonl")
@@ -327,7 +337,9 @@ def test_prefs_group_reuses_judgments_only_from_the_same_function_and_version(tm
 
 def speaker_replies(messages: list[dict], request: dict) -> str:
     """Three candidates the rules tell apart: a question, a bare acknowledgement, a step."""
-    return ("What would help you most right now?", "I see.", "That sounds hard; you could try one small step today.")[int(request.get("choice") or 0) % 3]
+    return ("What would help you most right now?", "I see.", "That sounds hard; you could try one small step today.")[
+        int(request.get("choice") or 0) % 3
+    ]
 
 
 def test_stage1_with_the_rules_judge_opens_no_judge_client_and_records_its_version(stub, tmp_path, monkeypatch):
@@ -352,9 +364,16 @@ def test_stage1_with_the_rules_judge_opens_no_judge_client_and_records_its_versi
 def compared_systems(tmp_path: Path, contexts: int = 2) -> list[Path]:
     """System A's companions take turns; system B's Anchor speaks alone."""
     files = []
-    for system, turns in (("A", [("The Anchor", "That sounds hard."), ("The Catalyst", "What helps you?")]), ("B", [("The Anchor", "Okay."), ("The Anchor", "Okay then.")])):
-        eps = [episode(f"c{c}:{system}", [agent_turn(i, i, name, f"{text} ({c})") for i, (name, text) in enumerate(turns)], system=system, context_id=f"c{c}")
-               for c in range(contexts)]
+    for system, turns in (
+        ("A", [("The Anchor", "That sounds hard."), ("The Catalyst", "What helps you?")]),
+        ("B", [("The Anchor", "Okay."), ("The Anchor", "Okay then.")]),
+    ):
+        eps = [
+            episode(
+                f"c{c}:{system}", [agent_turn(i, i, name, f"{text} ({c})") for i, (name, text) in enumerate(turns)], system=system, context_id=f"c{c}"
+            )
+            for c in range(contexts)
+        ]
         write_episodes(tmp_path / f"{system}.jsonl", eps)
         files.append(tmp_path / f"{system}.jsonl")
     return files
@@ -383,7 +402,17 @@ def compare_with_rules_and_a_model(tmp_path, a, b, output_dir):
 
 def test_eval_compare_counts_a_tie_as_a_tie_and_keeps_a_function_beside_a_model(tmp_path):
     a, b = compared_systems(tmp_path, contexts=1)
-    write_episodes(b, [episode("c0:B", [agent_turn(0, 0, "The Anchor", "That sounds hard. (0)"), agent_turn(1, 1, "The Catalyst", "What helps you? (0)")], system="B", context_id="c0")])
+    write_episodes(
+        b,
+        [
+            episode(
+                "c0:B",
+                [agent_turn(0, 0, "The Anchor", "That sounds hard. (0)"), agent_turn(1, 1, "The Catalyst", "What helps you? (0)")],
+                system="B",
+                context_id="c0",
+            )
+        ],
+    )
     result = compare_with_rules_and_a_model(tmp_path, a, b, tmp_path / "out")
     verdicts = lines(result.output_dir / "verdicts.jsonl")
     assert sorted(v["judge"] for v in verdicts) == ["llm", "llm", "rules", "rules"]
@@ -420,7 +449,9 @@ def test_eval_judges_with_a_plug_in_and_refuses_a_broken_one_before_generating(s
     from mascot.testing.players import stub_responder
 
     server = stub(responder=stub_responder)
-    (tmp_path / "systems.yaml").write_text("systems_version: 1\nsystems:\n  toy-director:\n    turn_policy: director\n  toy-round-robin:\n    turn_policy: round-robin\n    baseline: true\n")
+    (tmp_path / "systems.yaml").write_text(
+        "systems_version: 1\nsystems:\n  toy-director:\n    turn_policy: director\n  toy-round-robin:\n    turn_policy: round-robin\n    baseline: true\n"
+    )
 
     def args(judge, out):
         return ["eval", "--systems", "toy-director,toy-round-robin", "--systems-file", tmp_path / "systems.yaml", "--dataset", "ED", "--split", "negative",
@@ -455,7 +486,9 @@ def test_prefs_group_names_the_malformed_lines_it_skipped(tmp_path, capsys):
     first, *rest = Path(episodes).read_text().splitlines()
     broken = '{"episode_id": "broken"'  # a malformed line between whole ones: skipped with a warning, and named at the end
     Path(episodes).write_text("\n".join([first, broken, *rest]) + "\n")
-    run_mascot(["prefs", "group", "--input-file", episodes, "--mode", "episode", "--judge", RULES, "--score-margin", "0.5", "--output-dir", tmp_path / "out"])
+    run_mascot(
+        ["prefs", "group", "--input-file", episodes, "--mode", "episode", "--judge", RULES, "--score-margin", "0.5", "--output-dir", tmp_path / "out"]
+    )
     closing = [line for line in capsys.readouterr().err.splitlines() if line.startswith("wrote ")]
     assert closing and closing[-1].endswith("; skipped 1 malformed line of group.jsonl")
     assert json.loads((tmp_path / "out" / "group_pairs_stats.json").read_text())["num_skipped_lines"] == 1

@@ -50,7 +50,11 @@ def test_a_block_without_a_recognisable_stage_is_neutral_on_order_and_earns_noth
 
 
 def test_meetings_go_from_recap_to_decision_to_action_items():
-    ordered = [("Minutes Scribe", "So far we discussed the budget."), ("Decision Logger", "We agreed on the plan."), ("Action Item Captain", "Sam will send it by Friday.")]
+    ordered = [
+        ("Minutes Scribe", "So far we discussed the budget."),
+        ("Decision Logger", "We agreed on the plan."),
+        ("Action Item Captain", "Sam will send it by Friday."),
+    ]
     assert collective(ordered, "meetings") == 5.0
     assert collective(list(reversed(ordered)), "meetings") < 2.0
 
@@ -64,5 +68,7 @@ def test_as_a_plug_in_it_scores_every_criterion_and_shares_the_persona_rule():
         rubric = rubric_for("ESConv", item.scope)
         returned = stages.support_stages(judged_item(item, rubric))
         assert set(returned) == set(rubric.keys) and all(1 <= v["score"] <= 5 and v["reason"] for v in returned.values())
-    assert stages.support_stages(judged_item(agent, rubric_for("ESConv", "agent"))) == rules.persona_rules(judged_item(agent, rubric_for("ESConv", "agent")))
+    assert stages.support_stages(judged_item(agent, rubric_for("ESConv", "agent"))) == rules.persona_rules(
+        judged_item(agent, rubric_for("ESConv", "agent"))
+    )
     assert stages.support_stages.version == stages.VERSION

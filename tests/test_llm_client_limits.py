@@ -278,8 +278,9 @@ def test_thinking_flags_and_endpoint_settings():
     assert parse_thinking(True) is True and parse_thinking(False) is False  # YAML booleans
     with pytest.raises(MascotError, match="on, off or default"):
         parse_thinking("yes", "--speaker-thinking")  # one parser: on | off | default
-    options = EndpointSettings(request_timeout=30.0, retry_budget=5.0, extra_body='{"a": 1}',
-                               speaker_extra_body='{"chat_template_kwargs": {"x": 1}}', speaker_thinking="off")
+    options = EndpointSettings(
+        request_timeout=30.0, retry_budget=5.0, extra_body='{"a": 1}', speaker_extra_body='{"chat_template_kwargs": {"x": 1}}', speaker_thinking="off"
+    )
     assert options.request_timeout == 30.0 and options.retry_budget == 5.0
     speaker = options.roles["speaker"]
     assert speaker.thinking is False and speaker.extra_body == {"a": 1, "chat_template_kwargs": {"x": 1}}

@@ -349,9 +349,7 @@ def test_no_url_means_the_local_default_model():
 
 
 def test_share_model_is_opt_in():
-    opts = EndpointSettings(
-        director_server_url="http://dir:1/v1", speaker_server_url="http://spk:2/v1", director_model="d", speaker_model="s"
-    )
+    opts = EndpointSettings(director_server_url="http://dir:1/v1", speaker_server_url="http://spk:2/v1", director_model="d", speaker_model="s")
     separate = resolve_roles(opts)
     assert (separate["director"].url, separate["director"].model) == ("http://dir:1/v1", "d")
     opts.share_model = True

@@ -124,7 +124,12 @@ async def test_role_tags_travel_to_the_server_as_a_header(stub):
     backends = build_backends(endpoints)
     try:
         directive = await backends["director"].chat(ChatRequest(messages=[{"role": "system", "content": roster}, {"role": "user", "content": "hi"}]))
-        pieces = [p async for p in backends["speaker"].stream(ChatRequest(messages=[{"role": "system", "content": "You are The Anchor, the steady one."}, {"role": "user", "content": "hi"}]))]
+        pieces = [
+            p
+            async for p in backends["speaker"].stream(
+                ChatRequest(messages=[{"role": "system", "content": "You are The Anchor, the steady one."}, {"role": "user", "content": "hi"}])
+            )
+        ]
     finally:
         await backends.aclose()
     assert server.stats.roles == ["director", "speaker"]

@@ -26,7 +26,12 @@ def test_make_bench_has_a_recipe_that_runs_every_cpu_benchmark(tmp_path):
     dry = subprocess.run(["make", "-n", "bench", f"VENV={venv}"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert dry.returncode == 0, dry.stderr
     assert f"{venv}/bin/python benchmarks/$name.py" in dry.stdout and "pip install" not in dry.stdout
-    listed = subprocess.run(["make", "-s", "--eval=print-cpu-benchmarks: ; @echo $(CPU_BENCHMARKS)", "print-cpu-benchmarks"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=60).stdout.split()
+    listed = subprocess.run(
+        ["make", "-s", "--eval=print-cpu-benchmarks: ; @echo $(CPU_BENCHMARKS)", "print-cpu-benchmarks"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout.split()
     scripts = {p.stem for p in (ROOT / "benchmarks").glob("*.py")}
     assert set(listed) == scripts - GPU_ONLY - ON_A_PIPELINE_RUN

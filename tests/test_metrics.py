@@ -62,7 +62,12 @@ def test_same_round_pairs_only_responses_sharing_a_round():
 
 def test_all_pairs_and_adjacent_agent_modes():
     assert texts(response_pairs(engine_episode(), "all-pairs")) == [
-        ("A0", "C1"), ("A0", "C2"), ("A0", "B3"), ("C1", "C2"), ("C1", "B3"), ("C2", "B3"),
+        ("A0", "C1"),
+        ("A0", "C2"),
+        ("A0", "B3"),
+        ("C1", "C2"),
+        ("C1", "B3"),
+        ("C2", "B3"),
     ]
     # consecutive agent turns (the user turn between A0 and C1 is skipped), different agents only
     assert texts(response_pairs(engine_episode(), "adjacent-agent")) == [("A0", "C1"), ("C2", "B3")]
@@ -118,8 +123,15 @@ def tiny_nli_model(folder, id2label: dict[int, str], winner: int):
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir(2048))  # any tokenizer will do for a random model
     config = BertConfig(
-        vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
-        num_labels=3, id2label=id2label, label2id={v: k for k, v in id2label.items()},
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        num_labels=3,
+        id2label=id2label,
+        label2id={v: k for k, v in id2label.items()},
     )
     torch.manual_seed(0)
     model = BertForSequenceClassification(config)
@@ -274,7 +286,9 @@ def test_mascot_metrics_cli_writes_means_stds_and_settings(tmp_path):
     write_episodes(path, [group_chat_episode(), engine_episode()])
     nli_dir = tiny_nli_model(tmp_path / "nli", {0: "contradiction", 1: "neutral", 2: "entailment"}, 1)
     out = tmp_path / "out" / "metrics_auto.json"
-    result = CliRunner().invoke(app, ["metrics", "--input-file", str(path), "--nli-model", str(nli_dir), "--output-file", str(out), "--pairing-mode", "all-pairs"])
+    result = CliRunner().invoke(
+        app, ["metrics", "--input-file", str(path), "--nli-model", str(nli_dir), "--output-file", str(out), "--pairing-mode", "all-pairs"]
+    )
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())
     assert report["settings"]["pairing_mode"] == "all-pairs" and report["settings"]["nli"]["label_indices"]["neutral"] == 1

@@ -92,8 +92,22 @@ def test_reward_model_trains_offline_from_the_embedded_id_and_records_it(tmp_pat
     write_jsonl(run / "pairs.jsonl", keyword_pairs(n_prompts=12, per_prompt=2))
     write_run_config(run, dataset="EmpatheticDialogues", rubric_version="paper_v1")
     out = tmp_path / "rm"
-    args = ["train", "reward-model", "--data-path", str(run), "--model-name", DEFAULT_LOCAL_MODEL, "--output-dir", str(out),
-            "--max-steps", "1", "--batch-size", "4", "--max-length", "128"]
+    args = [
+        "train",
+        "reward-model",
+        "--data-path",
+        str(run),
+        "--model-name",
+        DEFAULT_LOCAL_MODEL,
+        "--output-dir",
+        str(out),
+        "--max-steps",
+        "1",
+        "--batch-size",
+        "4",
+        "--max-length",
+        "128",
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert read_metadata(out).base_model == DEFAULT_LOCAL_MODEL

@@ -32,5 +32,8 @@ def test_an_nli_failure_inside_the_metrics_step_names_evals_flag(tmp_path, monke
     monkeypatch.setattr(eval_run, "run_eval", metrics_step_fails)
     result = CliRunner().invoke(app, eval_args(tmp_path, str(tmp_path)))  # a folder: the early check passes
     message = str(result.exception)
-    assert message == "cannot load NLI model 'on-disk' (offline or not a model): no config.json: pass --no-nli to compute the other metrics without NLI, or --nli-model FOLDER for a model on disk"
+    assert (
+        message
+        == "cannot load NLI model 'on-disk' (offline or not a model): no config.json: pass --no-nli to compute the other metrics without NLI, or --nli-model FOLDER for a model on disk"
+    )
     assert "--skip-nli" in str(NLIUnavailable("x"))  # what `mascot metrics` says

@@ -34,8 +34,17 @@ def test_scripted_pipeline_runs_every_step_and_reports(server, base, tmp_path):
     assert steps["speaker"]["tokens"] and steps["candidates"]["tokens"] > 0
     assert steps["group_pairs"]["tokens"] > 0 and steps["judge_base"]["tokens"] > 0  # what the judges read and wrote
     report = (out / "report.md").read_text()
-    for heading in ("## Steps", "## Preference pairs", "## Reward models", "## GRPO reward", "## Evaluation: trained vs base", "### Automatic metrics",
-                    "## Learning on held-out contexts (split test)", "### Director choices", "## Commands"):
+    for heading in (
+        "## Steps",
+        "## Preference pairs",
+        "## Reward models",
+        "## GRPO reward",
+        "## Evaluation: trained vs base",
+        "### Automatic metrics",
+        "## Learning on held-out contexts (split test)",
+        "### Director choices",
+        "## Commands",
+    ):
         assert heading in report
     assert json.loads((out / "learning.json").read_text())["comparisons"][0]["n"] == 4  # the 4 contexts pair up across systems
     assert (out / "grpo_rewards.png").stat().st_size > 1000 and (out / "wall_time.png").stat().st_size > 1000
@@ -100,12 +109,16 @@ def test_killed_in_a_training_step_the_rerun_resumes_it_and_redoes_nothing(serve
 
     config = scripted_config(tmp_path, server.url, base, speaker_steps=6)
     out = tmp_path / "out"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1] / "src"), os.environ.get("PYTHONPATH", "")]),
-           "OMP_NUM_THREADS": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1] / "src"), os.environ.get("PYTHONPATH", "")]),
+        "OMP_NUM_THREADS": "1",
+    }
     log = tmp_path / "killed.log"  # a file, not a pipe: a full pipe would stall the child
     with open(log, "wb") as sink:
-        proc = subprocess.Popen([sys.executable, "-m", "mascot", "pipeline", "--config", str(config), "--until", "group_pairs"], env=env,
-                                stdout=sink, stderr=sink)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mascot", "pipeline", "--config", str(config), "--until", "group_pairs"], env=env, stdout=sink, stderr=sink
+        )
     checkpoint = out / "speaker" / "checkpoint-1" / "trainer_state.json"
     try:
         while not checkpoint.exists():
@@ -145,19 +158,33 @@ def test_the_report_says_when_training_changed_no_conversation(tmp_path):
     write("base", "That sounds heavy.")
     write("trained", "That sounds heavy.")
     assert "word for word the base system's" in _evaluation(tmp_path)
-    (tmp_path / "eval_trained" / "run" / "episodes.jsonl").write_text(json.dumps({"context_id": "c1", "turns": [{"agent_name": "The Anchor", "response": "Tell me more."}]}) + "\n")
+    (tmp_path / "eval_trained" / "run" / "episodes.jsonl").write_text(
+        json.dumps({"context_id": "c1", "turns": [{"agent_name": "The Anchor", "response": "Tell me more."}]}) + "\n"
+    )
     assert "word for word" not in _evaluation(tmp_path)
 
 
 def test_the_report_has_a_row_and_a_plot_per_reward_function(tmp_path):
     from mascot.pipeline.report import _curves
 
-    history = [{"step": step, "reward": 0.1 * step, "rewards/format_reward/mean": 0.2 * step, "rewards/conciseness_reward/mean": -0.5,
-                "rewards/format_reward/std": 9.0, "loss": 0.3} for step in (1, 2, 3)]
+    history = [
+        {
+            "step": step,
+            "reward": 0.1 * step,
+            "rewards/format_reward/mean": 0.2 * step,
+            "rewards/conciseness_reward/mean": -0.5,
+            "rewards/format_reward/std": 9.0,
+            "loss": 0.3,
+        }
+        for step in (1, 2, 3)
+    ]
     checkpoint = tmp_path / "speaker" / "checkpoint-3"  # kept with --keep-checkpoints: the whole log history
     checkpoint.mkdir(parents=True)
     (checkpoint / "trainer_state.json").write_text(json.dumps({"log_history": history}))
-    evaluation = {"reward": {"first": -1.0, "last": 0.5}, "rewards": {"group_reward_model": {"first": -2.0, "last": 1.25}, "diversity": {"first": -1.0, "last": 0.0}}}
+    evaluation = {
+        "reward": {"first": -1.0, "last": 0.5},
+        "rewards": {"group_reward_model": {"first": -2.0, "last": 1.25}, "diversity": {"first": -1.0, "last": 0.0}},
+    }
     (tmp_path / "director").mkdir()  # no checkpoint left: the ends its metadata kept
     (tmp_path / "director" / "mascot_metadata.json").write_text(json.dumps({"evaluation": evaluation, "train_metrics": {"global_steps": 8}}))
     report = _curves(tmp_path)

@@ -32,7 +32,7 @@ def dry_run(*args):
     """The dry run's plan, as `--json` prints it."""
     result = CliRunner().invoke(app, ["pipeline", *args, "--dry-run", "--json"])
     assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
-    return json.loads(result.stdout[result.stdout.index("{"):])
+    return json.loads(result.stdout[result.stdout.index("{") :])
 
 
 def dry_run_table(*args, **env):
@@ -151,7 +151,9 @@ def _parsed(words, flags):
 def test_a_misspelt_step_setting_is_refused_when_the_plan_is_made(tmp_path):
     with pytest.raises(MascotError, match=r"^pipeline step speaker \(`mascot train speaker`\): unknown setting max_stepz$"):
         Plan(PipelineSettings(output_dir=str(tmp_path), steps={"speaker": {"max_stepz": 3}}), None)
-    result = CliRunner().invoke(app, ["pipeline", "--preset", "toy", "--output-dir", str(tmp_path), "--steps", '{"judging": {"scopee": "agent"}}', "--dry-run"])
+    result = CliRunner().invoke(
+        app, ["pipeline", "--preset", "toy", "--output-dir", str(tmp_path), "--steps", '{"judging": {"scopee": "agent"}}', "--dry-run"]
+    )
     assert result.exit_code != 0 and str(result.exception) == "pipeline step judge_base (`mascot judge`): unknown setting scopee"
 
 
@@ -180,7 +182,10 @@ def test_the_paper_preset_dry_run_shows_every_step_and_each_problem_once(tmp_pat
     assert "estimated times unknown: never measured" in printed
     words = " ".join(printed.split())
     assert words.count("facebook/empathetic_dialogues") == 1
-    assert "EmpatheticDialogues (splits train, test) is read from the Hugging Face hub (facebook/empathetic_dialogues), which is unreachable offline" in words
+    assert (
+        "EmpatheticDialogues (splits train, test) is read from the Hugging Face hub (facebook/empathetic_dialogues), which is unreachable offline"
+        in words
+    )
     assert words.count("endpoint is unreachable") == 1 and "--reward-model Qwen/Qwen3-0.6B" in words  # the server that is down, once
     assert printed.rstrip().splitlines()[-1] == "Total: 14 steps to run (13 blocked); estimated time unknown."
     report, json_error = json_plan("--preset", "paper", "--output-dir", str(tmp_path / "out"))
@@ -256,7 +261,9 @@ def test_done_partial_and_reused_steps_are_told_apart(tmp_path, stand_in_hub):
     write_run_config(run, "ESConv")
     from mascot.pipeline.reuse import code_digest
 
-    (other / "pipeline.json").write_text(json.dumps({"steps": {"candidates": {"status": "completed", "command": theirs.command_line(), "code": code_digest()}}}))
+    (other / "pipeline.json").write_text(
+        json.dumps({"steps": {"candidates": {"status": "completed", "command": theirs.command_line(), "code": code_digest()}}})
+    )
     reused = dry_run("--preset", "toy", "--output-dir", str(here), "--reuse-from", str(other), "--until", "reward_model")
     assert [s["state"] for s in reused["plan"]] == ["reused", "to run"]
     (other / "reward_model" / "checkpoint-1").mkdir(parents=True)  # an interrupted training step

@@ -83,8 +83,16 @@ def test_the_exact_and_the_sampled_branch_agree():
 # --------------------------------------------------------------------------- files built from the schema's models
 
 
-def judgment(episode_id: str, context_id: str, *, scope: str = "agent", persona: str | None = "The Anchor", overall: float | None = 3.0,
-             turn_idx: int = 0, failed: bool = False) -> Judgment:
+def judgment(
+    episode_id: str,
+    context_id: str,
+    *,
+    scope: str = "agent",
+    persona: str | None = "The Anchor",
+    overall: float | None = 3.0,
+    turn_idx: int = 0,
+    failed: bool = False,
+) -> Judgment:
     suffix = f"#t{turn_idx}" if scope == "agent" else "#collective"
     extra = {"turn_idx": turn_idx} if scope == "agent" else {}
     return Judgment(item_id=f"{episode_id}{suffix}", judge_model="stub-judge", rubric_version="paper_v1", scope=scope,
@@ -98,7 +106,9 @@ def write_lines(path: Path, records) -> Path:
     return path
 
 
-def episode(context_id: str, names: list[str], *, tag: str = "mascot-aaaaaa", idx: int = 0, fallbacks: tuple[int, ...] = (), voice: str = "") -> Episode:
+def episode(
+    context_id: str, names: list[str], *, tag: str = "mascot-aaaaaa", idx: int = 0, fallbacks: tuple[int, ...] = (), voice: str = ""
+) -> Episode:
     """An episode whose turns are spoken by `names` ("user" for a user turn)."""
     turns = [Turn(turn_idx=i, round_id=i, agent_name=n, response=f"{n} says {i} to {context_id} {voice}", turn_type="user" if n == "user" else None,
                   director_fallback=True if i in fallbacks else None) for i, n in enumerate(names)]  # fmt: skip
@@ -161,7 +171,11 @@ def fake_system(root: Path, system: str, *, same_words_as: str | None = None, na
     run.mkdir(parents=True)
     (run / "run_config.json").write_text(json.dumps({"run_id": "group_ESConv_tiny", "settings": {"split": "test"}}), encoding="utf-8")
     # the trained Director lets The Anchor speak twice in a row; the base one alternates
-    names = names or (["The Anchor", "user", "The Anchor", "The Guide"] if system in ("trained", "director_only") else ["The Anchor", "user", "The Guide", "The Anchor"])
+    names = names or (
+        ["The Anchor", "user", "The Anchor", "The Guide"]
+        if system in ("trained", "director_only")
+        else ["The Anchor", "user", "The Guide", "The Anchor"]
+    )
     voice = same_words_as or system  # the same words as another system's: the same text, this system's ids
     write_lines(run / "episodes.jsonl", [episode(c, names, tag=TAGS[system], voice=voice) for c in SPEAKER[system]])
     records = []
@@ -193,7 +207,10 @@ def test_two_systems_give_the_trained_comparisons_only(tmp_path):
 
     section = learning_section(tmp_path)
     assert section.startswith("## Learning on held-out contexts (split test)")
-    assert "the Speaker's turns score 1.00 higher than the base system's on the judge's 1-5 scale (95% CI 1.00 to 1.00, one-sided p = 0.125, n = 3 contexts)" in section
+    assert (
+        "the Speaker's turns score 1.00 higher than the base system's on the judge's 1-5 scale (95% CI 1.00 to 1.00, one-sided p = 0.125, n = 3 contexts)"
+        in section
+    )
     assert "too few pairs for any difference to reach the 5% level (the smallest possible one-sided p is 0.125)" in section
     assert "speaker_only" not in section and "director_only" not in section
     assert "| trained | 3 | 2.50 | 3.50 | +1.00 |" in section
@@ -224,7 +241,10 @@ def test_a_trained_director_whose_top_companion_gains_over_ten_points_is_flagged
     assert collapse["director_only"] == pytest.approx({"top": "The Guide", "share": 1.0, "base_top": "The Anchor", "base_share": 2 / 3,
                                                        "excess": 1 / 3, "flagged": True})  # fmt: skip
     section = learning_section(tmp_path)
-    assert "**Collapse?** The director_only system's Director (base Speaker, trained Director) gives The Guide 100% of the turns, 33 points more" in section
+    assert (
+        "**Collapse?** The director_only system's Director (base Speaker, trained Director) gives The Guide 100% of the turns, 33 points more"
+        in section
+    )
     assert "The trained system's Director" not in section
 
 
@@ -235,7 +255,9 @@ def test_a_system_missing_is_left_out_and_a_copy_of_the_base_is_said_plainly(tmp
     assert set(figures["systems"]) == {"base", "speaker_only"}
     assert [(c["system"], c["score"]) for c in figures["comparisons"]] == [("speaker_only", "speaker")]
     assert figures["identical_to_base"] == ["speaker_only"]
-    assert "The speaker_only system's conversations (trained Speaker, base Director) are word for word the base system's" in learning_section(tmp_path)
+    assert "The speaker_only system's conversations (trained Speaker, base Director) are word for word the base system's" in learning_section(
+        tmp_path
+    )
 
 
 def test_without_an_evaluation_the_report_has_no_learning_section(tmp_path):

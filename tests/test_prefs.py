@@ -50,7 +50,9 @@ def contexts(n: int = 2) -> list[Context]:
 def test_pairs_respect_count_margin_and_order_for_random_scores(seed):
     rng = random.Random(seed)
     k = rng.randint(2, 10)
-    scores = [rng.choice([None, *[1 + rng.randint(0, 16) / 4 for _ in range(5)]]) if rng.random() < 0.15 else 1 + rng.randint(0, 16) / 4 for _ in range(k)]
+    scores = [
+        rng.choice([None, *[1 + rng.randint(0, 16) / 4 for _ in range(5)]]) if rng.random() < 0.15 else 1 + rng.randint(0, 16) / 4 for _ in range(k)
+    ]
     margin = rng.choice([0.0, 0.25, 0.5, 1.0, 2.0])
     pairs, counts = preference_index_pairs(scores, margin)
     assert len(pairs) <= max_pairs(k) == counts.candidate_pairs
@@ -183,7 +185,11 @@ async def test_stage1_resume_generates_only_what_is_missing(tmp_path):
 
 def independent_episodes() -> list:
     return [
-        episode(f"ctx-1:e{i}", [agent_turn(0, 0, "The Anchor", f"quality {q}"), user_turn(1, 0, "ok"), agent_turn(2, 1, "The Beacon", f"more {q}")], episode_idx=i)
+        episode(
+            f"ctx-1:e{i}",
+            [agent_turn(0, 0, "The Anchor", f"quality {q}"), user_turn(1, 0, "ok"), agent_turn(2, 1, "The Beacon", f"more {q}")],
+            episode_idx=i,
+        )
         for i, q in enumerate([5, 1, 3])
     ]
 
@@ -263,7 +269,24 @@ def test_mascot_prefs_group_cli(tmp_path):
     path = tmp_path / "group.jsonl"
     write_episodes(path, independent_episodes() + [sample_episode("ctx-2:e0", context_id="ctx-2")])
     with start_stub_server(latency_s=0.0, responder=stub_judge_responder) as server:
-        result = CliRunner().invoke(app, ["prefs", "group", "--episodes", str(path), "--mode", "episode", "--score-margin", "0", "--judge-server-url", server.url, "--judge", "stub", "--no-cache"])
+        result = CliRunner().invoke(
+            app,
+            [
+                "prefs",
+                "group",
+                "--episodes",
+                str(path),
+                "--mode",
+                "episode",
+                "--score-margin",
+                "0",
+                "--judge-server-url",
+                server.url,
+                "--judge",
+                "stub",
+                "--no-cache",
+            ],
+        )
     assert result.exit_code == 0, result.output
     pairs = list(read_jsonl(tmp_path / "group_pairs.jsonl", PreferencePair))
     stats = json.loads((tmp_path / "group_pairs_stats.json").read_text())
@@ -281,7 +304,24 @@ def test_prefs_group_with_no_pair_fails_naming_the_margin_that_works(tmp_path):
     path = tmp_path / "group.jsonl"
     write_episodes(path, independent_episodes())
     with start_stub_server(latency_s=0.0, responder=stub_judge_responder) as server:
-        result = CliRunner().invoke(app, ["prefs", "group", "--episodes", str(path), "--mode", "episode", "--score-margin", "4.5", "--judge-server-url", server.url, "--judge", "stub", "--no-cache"])
+        result = CliRunner().invoke(
+            app,
+            [
+                "prefs",
+                "group",
+                "--episodes",
+                str(path),
+                "--mode",
+                "episode",
+                "--score-margin",
+                "4.5",
+                "--judge-server-url",
+                server.url,
+                "--judge",
+                "stub",
+                "--no-cache",
+            ],
+        )
     stats = json.loads((tmp_path / "group_pairs_stats.json").read_text())
     assert result.exit_code != 0 and stats["status"] == "failed" and stats["num_pairs"] == 0
     gap = stats["largest_gap"]
@@ -307,9 +347,33 @@ def test_generate_individual_end_to_end_feeds_trl_reward_trainer(tmp_path, monke
     with start_stub_server(latency_s=0.0, responder=stub_judge_responder) as server:
         result = CliRunner().invoke(
             app,
-            ["generate", "--mode", "individual", "--dataset", "ESConv", "--data-file", str(fixture), "--limit", "1",
-             "--model-name", str(embedded_model), "--num-candidates", "3", "--max-tokens", "24", "--score-margin", "0.2", "--temperature", "0.9",
-             "--judge-server-url", server.url, "--judge-model", "stub-judge", "--output-dir", str(tmp_path)],
+            [
+                "generate",
+                "--mode",
+                "individual",
+                "--dataset",
+                "ESConv",
+                "--data-file",
+                str(fixture),
+                "--limit",
+                "1",
+                "--model-name",
+                str(embedded_model),
+                "--num-candidates",
+                "3",
+                "--max-tokens",
+                "24",
+                "--score-margin",
+                "0.2",
+                "--temperature",
+                "0.9",
+                "--judge-server-url",
+                server.url,
+                "--judge-model",
+                "stub-judge",
+                "--output-dir",
+                str(tmp_path),
+            ],
         )
     assert result.exit_code == 0, result.output
     run_dir = tmp_path / "individual_ESConv_SmolLM2-135M-Instruct"
@@ -323,8 +387,16 @@ def test_generate_individual_end_to_end_feeds_trl_reward_trainer(tmp_path, monke
     model_dir = tiny_model(tmp_path / "tiny")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=1)
-    args = RewardConfig(output_dir=str(tmp_path / "rm"), max_steps=1, per_device_train_batch_size=2, use_cpu=True, bf16=False,
-                        report_to=[], logging_steps=1, save_strategy="no")
+    args = RewardConfig(
+        output_dir=str(tmp_path / "rm"),
+        max_steps=1,
+        per_device_train_batch_size=2,
+        use_cpu=True,
+        bf16=False,
+        report_to=[],
+        logging_steps=1,
+        save_strategy="no",
+    )
     trainer = RewardTrainer(model=model, args=args, train_dataset=pairs, processing_class=tokenizer)
     trainer.train()
     assert trainer.state.global_step == 1 and "loss" in trainer.state.log_history[0]

@@ -18,7 +18,19 @@ from mascot.judge.rubric_judge import RubricJudge
 from mascot.judge.run import judge_episode_file
 from mascot.schema import PreferencePair
 
-PREFS = ["prefs", "group", "--mode", "episode", "--score-margin", "0.5", "--judge", "stub", "--judge-server-url", "http://127.0.0.1:9/v1", "--no-cache"]
+PREFS = [
+    "prefs",
+    "group",
+    "--mode",
+    "episode",
+    "--score-margin",
+    "0.5",
+    "--judge",
+    "stub",
+    "--judge-server-url",
+    "http://127.0.0.1:9/v1",
+    "--no-cache",
+]
 
 
 def quality_judge():
@@ -28,7 +40,10 @@ def quality_judge():
 @pytest.fixture
 def episodes(tmp_path):
     path = tmp_path / "group.jsonl"
-    eps = [episode(f"ctx-1:e{i}", [agent_turn(0, 0, "The Anchor", f"quality {q}"), user_turn(1, 0, "ok")], episode_idx=i) for i, q in enumerate([5, 1, 3])]
+    eps = [
+        episode(f"ctx-1:e{i}", [agent_turn(0, 0, "The Anchor", f"quality {q}"), user_turn(1, 0, "ok")], episode_idx=i)
+        for i, q in enumerate([5, 1, 3])
+    ]
     write_episodes(path, eps)
     return path
 
@@ -38,7 +53,11 @@ def injected(monkeypatch):
     """The judge every opened panel gets instead of its endpoint: a scripted client, counted."""
     client = quality_judge()
     build = opener.build_judge_backends
-    monkeypatch.setattr(opener, "build_judge_backends", lambda specs, limits, role=None, overrides=None: build(specs, limits, role, overrides={s.label: client for s in specs}))
+    monkeypatch.setattr(
+        opener,
+        "build_judge_backends",
+        lambda specs, limits, role=None, overrides=None: build(specs, limits, role, overrides={s.label: client for s in specs}),
+    )
     return client
 
 
@@ -76,7 +95,11 @@ def test_without_judgments_it_judges_and_says_so_once(episodes, injected):
     output, stats = run_prefs(episodes)
     assert len(injected.calls) == 3  # one collective item per episode, through the shared opener
     note = stats["judgments"]["note"]
-    assert stats["judgments"]["source"] == "judged" and note.startswith("no judgments given (--judgments) or found at") and "judging 3 items here" in note
+    assert (
+        stats["judgments"]["source"] == "judged"
+        and note.startswith("no judgments given (--judgments) or found at")
+        and "judging 3 items here" in note
+    )
     assert output.count("judging 3 items here") == 1 and stats["num_pairs"] == 3
 
 

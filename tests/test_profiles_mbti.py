@@ -102,7 +102,9 @@ def test_an_mbti_run_gets_its_own_folder():
 
 def test_an_mbti_user_talks_in_its_type_and_the_episode_says_which(es_roster, es_context):
     client = group_client()
-    episode = asyncio.run(engine(es_roster, client, num_turns=2, user_response_probability=1.0, user_profile_set="mbti", user_profile="INTJ").run_episode(es_context))
+    episode = asyncio.run(
+        engine(es_roster, client, num_turns=2, user_response_probability=1.0, user_profile_set="mbti", user_profile="INTJ").run_episode(es_context)
+    )
     assert episode.user_mbti == "INTJ" and episode.user_big_five is None and episode.metadata.persona_set == "mbti"
     prompts = [c.messages[0]["content"] for c in client.calls if c.role == "user"]
     assert prompts and all("INTJ (Introversion, Intuition, Thinking, Judging)" in p and "long-term plan" in p for p in prompts)
@@ -121,13 +123,17 @@ def test_eval_runs_every_type_as_its_own_study(tmp_path):
     points = study_points(EvalSettings(systems="mascot", user_profile_set="mbti", user_profile="all"))
     assert [p[0] for p in points] == ["mbti"] * 16 and [p[1] for p in points] == list(load_profiles("mbti"))
     catalogue = Catalogue()
-    settings = EvalSettings(systems="zero-shot", dataset="ESConv", data_file=str(ESCONV_SAMPLE), model_name="m", user_profile_set="mbti", user_profile="ISFP")
+    settings = EvalSettings(
+        systems="zero-shot", dataset="ESConv", data_file=str(ESCONV_SAMPLE), model_name="m", user_profile_set="mbti", user_profile="ISFP"
+    )
     cell = Cell("test", "zero-shot", catalogue.get("zero-shot"), tmp_path / "zs" / "mbti" / "ISFP", "mbti", "ISFP")
     generate = generate_settings(cell, settings, catalogue, "ESConv")
     assert (generate.user_profile_set, generate.user_profile) == ("mbti", "ISFP")
     big_five = Cell("test", "zero-shot", catalogue.get("zero-shot"), tmp_path / "zs" / "big5" / "x", "big5", "Low Openness")
     assert generate_settings(big_five, settings, catalogue, "ESConv").user_big_five_profile == "Low Openness"
-    assert study_points(EvalSettings(systems="mascot", user_profile="High Openness")) == study_points(EvalSettings(systems="mascot", big_five="High Openness"))
+    assert study_points(EvalSettings(systems="mascot", user_profile="High Openness")) == study_points(
+        EvalSettings(systems="mascot", big_five="High Openness")
+    )
     with pytest.raises(MascotError, match="add --user-profile all"):
         EvalSettings(systems="mascot", user_profile_set="mbti")
 
@@ -149,12 +155,16 @@ def test_the_rule_judge_knows_the_action_guide():
     assert shows_marker("The Action Guide", "First, write the three deadlines down. Then pick one for today.")
     assert shows_marker("The Action Guide", "1. Call the bank.\n2. Ask about a payment plan.")
     assert not shows_marker("The Action Guide", "That sounds really painful, and it makes sense you feel lost.")
-    (planned, why), (unplanned, why_not) = (agent_score("The Action Guide", r) for r in ("You could start today: first list what you owe.", "You poor thing."))
+    (planned, why), (unplanned, why_not) = (
+        agent_score("The Action Guide", r) for r in ("You could start today: first list what you owe.", "You poor thing.")
+    )
     assert planned == unplanned + 2 and why.startswith("lays out a plan") and why_not.startswith("never lays out a plan")
 
 
 def test_a_round_robin_episode_of_the_four_gives_each_a_turn(es_context):
-    episode = asyncio.run(engine(load_roster("emotional_support_four"), num_turns=4, turn_policy="round-robin", user_response_probability=0.0).run_episode(es_context))
+    episode = asyncio.run(
+        engine(load_roster("emotional_support_four"), num_turns=4, turn_policy="round-robin", user_response_probability=0.0).run_episode(es_context)
+    )
     assert [t.agent_name for t in episode.agent_turns] == load_roster("emotional_support_four").names
     assert episode.metadata.roster == "emotional_support_four"
 
@@ -162,8 +172,15 @@ def test_a_round_robin_episode_of_the_four_gives_each_a_turn(es_context):
 def test_an_mbti_eval_study_writes_its_table(stub, tmp_path):
     from test_eval import Judge, eval_args, write_ed
 
-    (tmp_path / "systems.yaml").write_text("systems_version: 1\nsystems:\n  toy-director:\n    turn_policy: director\n  toy-round-robin:\n    turn_policy: round-robin\n    baseline: true\n")
-    toy = {"url": stub(responder=Judge()).url, "data": write_ed(tmp_path / "test.csv"), "out": tmp_path / "eval", "systems": tmp_path / "systems.yaml"}
+    (tmp_path / "systems.yaml").write_text(
+        "systems_version: 1\nsystems:\n  toy-director:\n    turn_policy: director\n  toy-round-robin:\n    turn_policy: round-robin\n    baseline: true\n"
+    )
+    toy = {
+        "url": stub(responder=Judge()).url,
+        "data": write_ed(tmp_path / "test.csv"),
+        "out": tmp_path / "eval",
+        "systems": tmp_path / "systems.yaml",
+    }
     run_mascot(eval_args(toy, "--split", "negative", "--user-profile-set", "mbti", "--user-profile", "infp", "--limit", "1"))
     top = toy["out"] / "EmpatheticDialogues"
     rows = json.loads((top / "results.json").read_text())["tables"]["mbti"]

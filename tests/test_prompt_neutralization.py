@@ -34,9 +34,14 @@ MARKER = re.compile(r"^\s*(BEGIN|END)\b.*$", re.MULTILINE)
 
 
 def esconv_file(folder, text):
-    record = {"experience_type": text, "emotion_type": text, "problem_type": text, "situation": text,
-              "survey_score": {"seeker": {"initial_emotion_intensity": "3"}},
-              "dialog": [{"text": text, "speaker": "sys", "strategy": "Question"}, {"text": text, "speaker": "usr"}]}
+    record = {
+        "experience_type": text,
+        "emotion_type": text,
+        "problem_type": text,
+        "situation": text,
+        "survey_score": {"seeker": {"initial_emotion_intensity": "3"}},
+        "dialog": [{"text": text, "speaker": "sys", "strategy": "Question"}, {"text": text, "speaker": "usr"}],
+    }
     path = folder / "esconv.jsonl"
     path.write_text(json.dumps(record) + "\n")
     return path
@@ -52,9 +57,12 @@ def ed_file(folder, text):
 
 
 def qmsum_file(folder, text):
-    record = {"topic_list": [], "general_query_list": [{"query": text, "answer": text}],
-              "specific_query_list": [{"query": text, "answer": text, "relevant_text_span": [["0", "1"]]}],
-              "meeting_transcripts": [{"speaker": text, "content": text}, {"speaker": "Marketing", "content": text}]}
+    record = {
+        "topic_list": [],
+        "general_query_list": [{"query": text, "answer": text}],
+        "specific_query_list": [{"query": text, "answer": text, "relevant_text_span": [["0", "1"]]}],
+        "meeting_transcripts": [{"speaker": text, "content": text}, {"speaker": "Marketing", "content": text}],
+    }
     path = folder / "qmsum.jsonl"
     path.write_text(json.dumps(record) + "\n")
     return path
@@ -66,7 +74,14 @@ DATASETS = {"ESConv": esconv_file, "EmpatheticDialogues": ed_file, "QMSum": qmsu
 def history(text, roster):
     speaker = roster.names[0]
     return [
-        Turn(turn_idx=0, round_id=0, agent_name=speaker, response=text, directive=Directive(agent_name=speaker, action=text, tone=text), directive_output=text),
+        Turn(
+            turn_idx=0,
+            round_id=0,
+            agent_name=speaker,
+            response=text,
+            directive=Directive(agent_name=speaker, action=text, tone=text),
+            directive_output=text,
+        ),
         Turn(turn_idx=1, round_id=0, agent_name="user", response=text, turn_type="user", emotion=text),
     ]
 
@@ -87,8 +102,9 @@ def every_prompt(tmp_path, dataset, text) -> list[str]:
         user_messages(context, turns, big_five_profile("High Openness"), report_emotion=True),
         group_rm_prompt(context, "meetings" if context.is_meeting else "emotional_support"),
     ]
-    episode = Episode(episode_id="e", context_id=context.context_id, context=context, turns=turns,
-                      metadata=EpisodeMetadata(dataset=dataset, roster=roster.name))
+    episode = Episode(
+        episode_id="e", context_id=context.context_id, context=context, turns=turns, metadata=EpisodeMetadata(dataset=dataset, roster=roster.name)
+    )
     chats.append(director_prompt(episode, turns, None))
     stage1_item = IndividualRun._judge_item(None, "q-0", context, persona, text)  # type: ignore[arg-type]
     for item in [*agent_items(episode), collective_item(episode), collective_item(episode, prefix_turns=1), stage1_item]:

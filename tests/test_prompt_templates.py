@@ -10,7 +10,10 @@ from mascot.prefs.group import GROUP_RM_INSTRUCTION, group_rm_prompt, render_tra
 from mascot.schema import Context, DialogueLine
 
 CONTEXT = Context(
-    context_id="c", dataset="ESConv", situation="My exams <transcript> start soon", emotion="anxiety",
+    context_id="c",
+    dataset="ESConv",
+    situation="My exams <transcript> start soon",
+    emotion="anxiety",
     opening_turns=[DialogueLine(speaker="supporter", text="Hello, how are you?"), DialogueLine(speaker="seeker", text="Not great.")],
 )
 

@@ -108,7 +108,10 @@ def test_a_directive_copying_the_placeholder_is_not_passed_to_the_speaker(es_ros
     persona = es_roster.personas[0]
     copied = Directive(agent_name=persona.name, action="[EXAMPLE ONLY: one sentence naming what they just said]", tone="warm")
     assert "EXAMPLE ONLY" not in speaker_messages(persona, es_roster, es_context, [], copied)[1]["content"]
-    assert "Now: name the fear" in speaker_messages(persona, es_roster, es_context, [], copied.model_copy(update={"action": "name the fear"}))[1]["content"]
+    assert (
+        "Now: name the fear"
+        in speaker_messages(persona, es_roster, es_context, [], copied.model_copy(update={"action": "name the fear"}))[1]["content"]
+    )
 
 
 def test_runs_at_the_first_prompts_keep_their_ids_and_the_new_defaults_get_new_ones(es_roster):

@@ -47,8 +47,28 @@ def judge_stub():
 
 
 def generate(stub_url, out, *extra):
-    args = ["generate", "--mode", "group", "--dataset", "ESConv", "--data-file", str(ESCONV_SAMPLE), "--limit", "2", "--model-name", "stub-model",
-            "--vllm-server-url", stub_url, "--output-dir", str(out), "--num-turns", "3", "--seed", "7", *extra]
+    args = [
+        "generate",
+        "--mode",
+        "group",
+        "--dataset",
+        "ESConv",
+        "--data-file",
+        str(ESCONV_SAMPLE),
+        "--limit",
+        "2",
+        "--model-name",
+        "stub-model",
+        "--vllm-server-url",
+        stub_url,
+        "--output-dir",
+        str(out),
+        "--num-turns",
+        "3",
+        "--seed",
+        "7",
+        *extra,
+    ]
     return CliRunner().invoke(app, args)
 
 
@@ -120,10 +140,26 @@ def test_resume_refuses_other_settings_and_run_folders_name_their_variant(stub, 
 
 
 def test_secret_names_are_matched_exactly():
-    config = {"max_tokens": 160, "judge_max_tokens": 512, "num_tokens": 3, "api_key": "sk-1", "api_key_env": "OPENAI_API_KEY",
-              "OPENAI_API_KEY": "sk-2", "headers": {"Authorization": "Bearer sk-3"}, "url": "https://me:sk-4@host:8000/v1"}
-    assert redact(config) == {"max_tokens": 160, "judge_max_tokens": 512, "num_tokens": 3, "api_key": "***", "api_key_env": "OPENAI_API_KEY",
-                              "OPENAI_API_KEY": "***", "headers": {"Authorization": "***"}, "url": "https://***@host:8000/v1"}
+    config = {
+        "max_tokens": 160,
+        "judge_max_tokens": 512,
+        "num_tokens": 3,
+        "api_key": "sk-1",
+        "api_key_env": "OPENAI_API_KEY",
+        "OPENAI_API_KEY": "sk-2",
+        "headers": {"Authorization": "Bearer sk-3"},
+        "url": "https://me:sk-4@host:8000/v1",
+    }
+    assert redact(config) == {
+        "max_tokens": 160,
+        "judge_max_tokens": 512,
+        "num_tokens": 3,
+        "api_key": "***",
+        "api_key_env": "OPENAI_API_KEY",
+        "OPENAI_API_KEY": "***",
+        "headers": {"Authorization": "***"},
+        "url": "https://***@host:8000/v1",
+    }
 
 
 def test_a_file_named_for_another_split_is_refused(tmp_path):
@@ -166,8 +202,12 @@ def test_unusable_paths_are_one_line_errors_before_any_work(stub, judge_stub, tm
     assert "cannot write" in one_line_error(generate(stub.url, unwritable))
     assert "a-file" in one_line_error(generate(stub.url, tmp_path / "a-file"))
     assert "is a folder" in one_line_error(CliRunner().invoke(app, ["judge", "--input-file", str(tmp_path), *judge]))
-    assert "cannot write" in one_line_error(CliRunner().invoke(app, ["judge", "--input-file", str(episodes), "--output-dir", str(unwritable), *judge]))
-    assert "cannot write" in one_line_error(CliRunner().invoke(app, ["prefs", "group", "--episodes", str(episodes), "--output-dir", str(unwritable), *judge]))
+    assert "cannot write" in one_line_error(
+        CliRunner().invoke(app, ["judge", "--input-file", str(episodes), "--output-dir", str(unwritable), *judge])
+    )
+    assert "cannot write" in one_line_error(
+        CliRunner().invoke(app, ["prefs", "group", "--episodes", str(episodes), "--output-dir", str(unwritable), *judge])
+    )
     assert judge_stub.stats.chat_requests == 0  # refused before any model call
     assert "is a folder" in one_line_error(CliRunner().invoke(app, ["metrics", "--input-file", str(episodes), "--output-file", str(tmp_path)]))
 
@@ -241,13 +281,23 @@ def test_torn_lines_dropped_add_up_over_resumes(tmp_path):
 
 
 async def test_stage1_resume_drops_pairs_of_a_candidate_that_was_regenerated(tmp_path):
-    contexts = [Context(context_id=f"esconv-test-{i}", dataset="ESConv", situation=f"Situation {i}", emotion="anxiety",
-                        opening_turns=[DialogueLine(speaker="user", text=f"I cannot sleep ({i}).")]) for i in range(2)]
+    contexts = [
+        Context(
+            context_id=f"esconv-test-{i}",
+            dataset="ESConv",
+            situation=f"Situation {i}",
+            emotion="anxiety",
+            opening_turns=[DialogueLine(speaker="user", text=f"I cannot sleep ({i}).")],
+        )
+        for i in range(2)
+    ]
     settings = CandidateSettings(num_candidates=4, score_margin=0.5, personas=("The Anchor",), max_concurrent_episodes=1)
 
     async def run(speaker, resume=False):
         with RunStore(tmp_path / "run", outputs=OUTPUTS, resume=resume) as store:
-            await run_individual(contexts, load_roster("emotional_support"), speaker, RubricJudge(scoring_judge(lambda t: int(t.split()[-1]) % 5 + 1)), store, settings)
+            await run_individual(
+                contexts, load_roster("emotional_support"), speaker, RubricJudge(scoring_judge(lambda t: int(t.split()[-1]) % 5 + 1)), store, settings
+            )
         return store
 
     store = await run(numbered_speaker())

@@ -176,11 +176,15 @@ async def test_stage1_candidates_keep_reasoning_apart_and_pairs_never_hold_it(tm
             return ChatResponse(texts=texts, model="qwen-like", reasoning=[""] * request.n)
 
     speaker = ThinkingSpeaker()
-    context = Context(context_id="c1", dataset="ESConv", situation="Work.", emotion="anxiety", opening_turns=[DialogueLine(speaker="user", text="Hi.")])
+    context = Context(
+        context_id="c1", dataset="ESConv", situation="Work.", emotion="anxiety", opening_turns=[DialogueLine(speaker="user", text="Hi.")]
+    )
     store = RunStore(tmp_path / "run", outputs=OUTPUTS)
     with store:
         settings = CandidateSettings(num_candidates=4, personas=("The Anchor",), speaker_thinking="on", reasoning_allowance=200)
-        await run_individual([context], load_roster("emotional_support"), speaker, RubricJudge(scoring_judge(lambda t: int(t.split()[-1]) % 5 + 1)), store, settings)
+        await run_individual(
+            [context], load_roster("emotional_support"), speaker, RubricJudge(scoring_judge(lambda t: int(t.split()[-1]) % 5 + 1)), store, settings
+        )
     assert speaker.calls[0].thinking is True and speaker.calls[0].max_tokens == 360
     assert "<think>" in speaker.calls[0].messages[0]["content"]  # the prompt invites the reasoning
     candidates = list(read_jsonl(store.path("candidates.jsonl"), Candidate))

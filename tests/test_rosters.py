@@ -33,10 +33,12 @@ def test_custom_roster_file(tmp_path):
 
 @pytest.mark.parametrize(
     "text, message",
-    [("name: x\nversion: '1'\npersonas: []\n", "at least one persona"),
-     ("name: x\nversion: '1'\npersonas:\n  - {name: A, role: r}\n  - {name: A, role: r}\n", "unique"),
-     ("name: x\npersonas: [\n", "not valid YAML"),
-     ("name: x\nversion: '1'\npersonas:\n  - {role: r}\n", "invalid roster")],
+    [
+        ("name: x\nversion: '1'\npersonas: []\n", "at least one persona"),
+        ("name: x\nversion: '1'\npersonas:\n  - {name: A, role: r}\n  - {name: A, role: r}\n", "unique"),
+        ("name: x\npersonas: [\n", "not valid YAML"),
+        ("name: x\nversion: '1'\npersonas:\n  - {role: r}\n", "invalid roster"),
+    ],
 )
 def test_bad_roster_files_give_one_line_errors(tmp_path, text, message):
     path = tmp_path / "bad.yaml"

@@ -28,8 +28,26 @@ def contexts_file(tmp_path: Path, count: int) -> Path:
 
 
 def group_args(urls: list[str], data: Path, out: Path, *extra: str) -> list[str]:
-    args = ["generate", "--mode", "group", "--dataset", "ESConv", "--data-file", str(data), "--model-name", "stub-model",
-            "--output-dir", str(out), "--num-turns", "2", "--seed", "7", "--retry-budget", "0", *extra]
+    args = [
+        "generate",
+        "--mode",
+        "group",
+        "--dataset",
+        "ESConv",
+        "--data-file",
+        str(data),
+        "--model-name",
+        "stub-model",
+        "--output-dir",
+        str(out),
+        "--num-turns",
+        "2",
+        "--seed",
+        "7",
+        "--retry-budget",
+        "0",
+        *extra,
+    ]
     for url in urls:
         args += ["--vllm-server-url", url]
     return args
@@ -133,9 +151,27 @@ def test_a_dead_server_is_skipped_without_losing_an_episode(stubs, tmp_path):
 
 def test_individual_mode_fails_when_nothing_is_generated(stubs, tmp_path):
     server = stubs(reject=(400, "no such model"))
-    args = ["generate", "--mode", "individual", "--dataset", "ESConv", "--data-file", str(contexts_file(tmp_path, 1)),
-            "--model-name", "stub-model", "--vllm-server-url", server.url, "--judge-server-url", server.url,
-            "--output-dir", str(tmp_path / "out"), "--num-candidates", "2", "--judge-max-tokens", "64"]
+    args = [
+        "generate",
+        "--mode",
+        "individual",
+        "--dataset",
+        "ESConv",
+        "--data-file",
+        str(contexts_file(tmp_path, 1)),
+        "--model-name",
+        "stub-model",
+        "--vllm-server-url",
+        server.url,
+        "--judge-server-url",
+        server.url,
+        "--output-dir",
+        str(tmp_path / "out"),
+        "--num-candidates",
+        "2",
+        "--judge-max-tokens",
+        "64",
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code != 0 and "no candidate could be generated" in str(result.exception)
     (run_dir,) = (tmp_path / "out").iterdir()
@@ -144,18 +180,33 @@ def test_individual_mode_fails_when_nothing_is_generated(stubs, tmp_path):
 
 
 def test_bad_extra_body_is_a_one_line_error(tmp_path):
-    result = CliRunner().invoke(app, group_args(["http://127.0.0.1:9/v1"], contexts_file(tmp_path, 1), tmp_path / "out",
-                                                "--extra-body", "[1]"))
+    result = CliRunner().invoke(app, group_args(["http://127.0.0.1:9/v1"], contexts_file(tmp_path, 1), tmp_path / "out", "--extra-body", "[1]"))
     assert result.exit_code != 0 and "--extra-body must be a JSON object" in str(result.exception)
 
 
 def test_client_flags_reach_each_roles_requests(stubs, tmp_path):
     server = stubs()
     out = tmp_path / "out"
-    result = CliRunner().invoke(app, group_args(
-        [server.url], contexts_file(tmp_path, 1), out, "--max-tokens", "16", "--director-max-tokens", "40",
-        "--speaker-thinking", "off", "--extra-body", '{"top_k": 5}', "--speaker-extra-body", '{"chat_template_kwargs": {"x": 1}}',
-        "--user-response-probability", "0"))
+    result = CliRunner().invoke(
+        app,
+        group_args(
+            [server.url],
+            contexts_file(tmp_path, 1),
+            out,
+            "--max-tokens",
+            "16",
+            "--director-max-tokens",
+            "40",
+            "--speaker-thinking",
+            "off",
+            "--extra-body",
+            '{"top_k": 5}',
+            "--speaker-extra-body",
+            '{"chat_template_kwargs": {"x": 1}}',
+            "--user-response-probability",
+            "0",
+        ),
+    )
     assert result.exit_code == 0, result.output
     bodies = [b for b in server.stats.bodies if (b.get("response_format") or {}).get("json_schema", {}).get("name") != "probe"]
     director = [b for b in bodies if b["max_tokens"] == 40]

@@ -28,23 +28,34 @@ ROOT = Path(__file__).resolve().parents[1]
 CRISIS = "Honestly I think everyone would be better off without me."
 
 
-@pytest.mark.parametrize("text, category", [
-    ("I want to kill myself", "suicide"),
-    ("I don\u2019t want to be here anymore", "suicide"),  # curly apostrophe
-    ("I started cutting again", "self_harm"),
-    ("My boyfriend hits me when he is angry", "abuse"),
-    ("I'm going to hurt my neighbour", "danger_to_others"),
-    ("This traffic is killing me and honestly I want to die", "suicide"),  # a look-alike does not hide a crisis
-])
+@pytest.mark.parametrize(
+    "text, category",
+    [
+        ("I want to kill myself", "suicide"),
+        ("I don\u2019t want to be here anymore", "suicide"),  # curly apostrophe
+        ("I started cutting again", "self_harm"),
+        ("My boyfriend hits me when he is angry", "abuse"),
+        ("I'm going to hurt my neighbour", "danger_to_others"),
+        ("This traffic is killing me and honestly I want to die", "suicide"),  # a look-alike does not hide a crisis
+    ],
+)
 def test_rules_catch_crisis_language(text, category):
     found = load_rules().match(text)
     assert found is not None and found.category == category
 
 
-@pytest.mark.parametrize("text", [
-    "This traffic is killing me.", "I'm killing it at work!", "I'm dying to see the new film.", "I cut myself shaving.",
-    "My sister would kill me if she knew.", "It suddenly hit me that I forgot her birthday.", "I had a rough day at work.",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "This traffic is killing me.",
+        "I'm killing it at work!",
+        "I'm dying to see the new film.",
+        "I cut myself shaving.",
+        "My sister would kill me if she knew.",
+        "It suddenly hit me that I forgot her birthday.",
+        "I had a rough day at work.",
+    ],
+)
 def test_benign_lookalikes_pass(text):
     assert load_rules().match(text) is None
 
@@ -55,8 +66,14 @@ def test_bad_rules_and_resources_are_one_clear_error(tmp_path):
     with pytest.raises(SafetyConfigError, match="no patterns"):
         parse_rules({"categories": {"suicide": {}}}, "x.yaml")
     with pytest.raises(SafetyConfigError, match="default_locale 'xx'"):
-        parse_resources({"default_locale": "xx", "locales": {"en-US": {"services": [{"name": "a", "contact": "b"}]}},
-                         "messages": {"body": "", "emergency": "", "closing": ""}}, "r.yaml")
+        parse_resources(
+            {
+                "default_locale": "xx",
+                "locales": {"en-US": {"services": [{"name": "a", "contact": "b"}]}},
+                "messages": {"body": "", "emergency": "", "closing": ""},
+            },
+            "r.yaml",
+        )
     broken = tmp_path / "rules.yaml"
     broken.write_text("categories: [", encoding="utf-8")
     with pytest.raises(SafetyConfigError, match="cannot read safety rules"):
@@ -122,8 +139,12 @@ def crisis_user_client(user_text: str) -> ScriptedClient:
 
 
 def run_episode(roster, context, client, **settings) -> Episode:
-    engine = EpisodeEngine(roster, {"director": client, "speaker": client, "user": client},
-                           EngineSettings(num_turns=3, user_response_probability=1.0, **settings), Tally())
+    engine = EpisodeEngine(
+        roster,
+        {"director": client, "speaker": client, "user": client},
+        EngineSettings(num_turns=3, user_response_probability=1.0, **settings),
+        Tally(),
+    )
     return asyncio.run(engine.run_episode(context))
 
 
@@ -181,7 +202,9 @@ def test_chat_answers_a_crisis_message_with_the_safety_reply_and_saves_it(tmp_pa
     from mascot.testing.players import group_client
 
     client = group_client()
-    session, _ = open_session(tmp_path / "s.jsonl", {"director": client, "speaker": client}, ChatSettings(safety_locale="en-US"), situation="hard week")
+    session, _ = open_session(
+        tmp_path / "s.jsonl", {"director": client, "speaker": client}, ChatSettings(safety_locale="en-US"), situation="hard week"
+    )
     asyncio.run(session.send("hello"))
     calls_before = len(client.calls)
     asyncio.run(session.send("I keep thinking about ending my life"))

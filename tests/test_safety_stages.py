@@ -70,14 +70,24 @@ def test_heldout_set_is_labelled_sourced_and_large_enough():
     assert any("Columbia" in i["source"] for i in items)
 
 
-@pytest.mark.parametrize("reply, label", [
-    ('{"label": "suicide"}', "suicide"), ("self-harm", "self_harm"), ("  Abuse.\n", "abuse"),
-    ('"danger to others"', "danger_to_others"), ("none", "none"), ("I think this person is fine", None), ("", None),
-    ('{"label": "maybe"}', None),
-    # cut by max_tokens inside a constrained object (whitespace between its tokens): the label is complete
-    ('{\n  "label"\n  : "self_harm"', "self_harm"), ('{\n"label"\n    : "danger_to_others', "danger_to_others"),
-    ('{\n  "label"\n  : "danger_to', None), ('{\n  "label"\n  :', None),
-])
+@pytest.mark.parametrize(
+    "reply, label",
+    [
+        ('{"label": "suicide"}', "suicide"),
+        ("self-harm", "self_harm"),
+        ("  Abuse.\n", "abuse"),
+        ('"danger to others"', "danger_to_others"),
+        ("none", "none"),
+        ("I think this person is fine", None),
+        ("", None),
+        ('{"label": "maybe"}', None),
+        # cut by max_tokens inside a constrained object (whitespace between its tokens): the label is complete
+        ('{\n  "label"\n  : "self_harm"', "self_harm"),
+        ('{\n"label"\n    : "danger_to_others', "danger_to_others"),
+        ('{\n  "label"\n  : "danger_to', None),
+        ('{\n  "label"\n  :', None),
+    ],
+)
 def test_label_parsing(reply, label):
     assert parse_label(reply) == label
 
@@ -120,8 +130,12 @@ def test_the_engine_records_the_model_stage(es_roster, es_context):
         return group_reply(request.messages, request.seed, request.role)
 
     client = ScriptedClient(fn=reply)
-    engine = EpisodeEngine(es_roster, {"director": client, "speaker": client, "user": client, "safety": client},
-                           EngineSettings(num_turns=1, user_response_probability=1.0), Tally())
+    engine = EpisodeEngine(
+        es_roster,
+        {"director": client, "speaker": client, "user": client, "safety": client},
+        EngineSettings(num_turns=1, user_response_probability=1.0),
+        Tally(),
+    )
     episode = asyncio.run(engine.run_episode(es_context))
     assert episode.safety_events and {e.method for e in episode.safety_events} == {"model"}
     assert all(e.rules_version == "rules_v3" for e in episode.safety_events)
@@ -139,7 +153,9 @@ def test_embedding_match_needs_to_be_closer_to_crisis_than_to_lookalikes(tmp_pat
     rules = tmp_path / "rules.yaml"
     rules.write_text(
         "categories:\n  self_harm:\n    patterns: ['\\bnever matches this\\b']\n    examples: [pain control]\n"
-        "embedding:\n  threshold: 0.6\n  margin: 0.05\n  lookalike_examples: [pain control traffic]\n", encoding="utf-8")
+        "embedding:\n  threshold: 0.6\n  margin: 0.05\n  lookalike_examples: [pain control traffic]\n",
+        encoding="utf-8",
+    )
     screen = SafetyScreen(embeddings=True, embedder=KeywordEmbedder(), rules_file=rules)
     assert screen.check("pain and control").method == "embedding"
     nearer_lookalike = screen.assess("pain, control and traffic")
@@ -222,8 +238,12 @@ def load_benchmark(name: str):
 def test_real_messages_benchmark_reads_the_hub_exports_and_counts_by_label(tmp_path):
     bench = load_benchmark("safety_real_messages")
     (tmp_path / "esconv").mkdir()
-    dialog = [{"speaker": "usr", "text": "I want to kill myself"}, {"speaker": "sys", "text": "I'm here.", "strategy": "Question"},
-              {"speaker": "usr", "text": "Someone stole my lunch today"}, {"speaker": "usr", "text": "It's an odd week"}]
+    dialog = [
+        {"speaker": "usr", "text": "I want to kill myself"},
+        {"speaker": "sys", "text": "I'm here.", "strategy": "Question"},
+        {"speaker": "usr", "text": "Someone stole my lunch today"},
+        {"speaker": "usr", "text": "It's an odd week"},
+    ]
     for split in ("train", "valid", "test"):
         (tmp_path / "esconv" / f"{split}.jsonl").write_text(json.dumps({"dialog": dialog}), encoding="utf-8")  # no trailing newline
     (tmp_path / "ed").mkdir()
@@ -244,6 +264,7 @@ def test_real_messages_benchmark_reads_the_hub_exports_and_counts_by_label(tmp_p
 
 
 # --------------------------------------------------------------------------- the model stage from the command line
+
 
 def test_the_safety_endpoint_is_its_own_never_the_shared_one():
     from mascot.dialogue.run_settings import GroupEpisodeSettings
@@ -288,9 +309,31 @@ def test_generate_runs_the_model_stage_on_a_served_endpoint(tmp_path, stub, scop
 
     group = stub(responder=stub_responder)
     guard = stub(responder=lambda messages, request: '{"label": "abuse"}')
-    args = ["generate", "--mode", "group", "--dataset", "ESConv", "--data-file", str(ROOT / "tests" / "fixtures" / "esconv_sample.jsonl"),
-            "--limit", "1", "--model-name", "stub-model", "--vllm-server-url", group.url, "--output-dir", str(tmp_path / "out"),
-            "--num-turns", "2", "--safety-server-url", guard.url, "--safety-model", "guard", "--safety-model-scope", scope]
+    args = [
+        "generate",
+        "--mode",
+        "group",
+        "--dataset",
+        "ESConv",
+        "--data-file",
+        str(ROOT / "tests" / "fixtures" / "esconv_sample.jsonl"),
+        "--limit",
+        "1",
+        "--model-name",
+        "stub-model",
+        "--vllm-server-url",
+        group.url,
+        "--output-dir",
+        str(tmp_path / "out"),
+        "--num-turns",
+        "2",
+        "--safety-server-url",
+        guard.url,
+        "--safety-model",
+        "guard",
+        "--safety-model-scope",
+        scope,
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     run_dir = next(p for p in (tmp_path / "out").iterdir() if (p / "episodes.jsonl").exists())
@@ -324,9 +367,27 @@ def test_a_safety_endpoint_the_roster_does_not_screen_is_named_unused(tmp_path, 
     from mascot.testing.players import stub_responder
 
     group, guard = stub(responder=stub_responder), stub(responder=lambda messages, request: '{"label": "none"}')
-    args = ["generate", "--mode", "group", "--dataset", "QMSum", "--data-file", str(ROOT / "tests" / "fixtures" / "qmsum_sample.jsonl"),
-            "--limit", "1", "--model-name", "stub-model", "--vllm-server-url", group.url, "--output-dir", str(tmp_path / "out"),
-            "--num-turns", "1", "--safety-server-url", guard.url]
+    args = [
+        "generate",
+        "--mode",
+        "group",
+        "--dataset",
+        "QMSum",
+        "--data-file",
+        str(ROOT / "tests" / "fixtures" / "qmsum_sample.jsonl"),
+        "--limit",
+        "1",
+        "--model-name",
+        "stub-model",
+        "--vllm-server-url",
+        group.url,
+        "--output-dir",
+        str(tmp_path / "out"),
+        "--num-turns",
+        "1",
+        "--safety-server-url",
+        guard.url,
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "--safety-server-url is not used" in result.output and guard.stats.roles.count("safety") == 0

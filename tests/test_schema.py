@@ -9,17 +9,28 @@ def sample_episode() -> Episode:
         episode_id="c:e0",
         conv_id="c",
         turns=[
-            Turn(turn_idx=0, round_id=0, directive=Directive(agent_name="The Anchor", action="validate", tone="warm"),
-                 agent_name="The Anchor", response="That sounds heavy.", directive_output="<directive>agent: The Anchor</directive>"),
+            Turn(
+                turn_idx=0,
+                round_id=0,
+                directive=Directive(agent_name="The Anchor", action="validate", tone="warm"),
+                agent_name="The Anchor",
+                response="That sounds heavy.",
+                directive_output="<directive>agent: The Anchor</directive>",
+            ),
             Turn(turn_idx=1, round_id=0, agent_name="user", response="It is.", turn_type="user", emotion="sad"),
         ],
         agents_spoken={"The Anchor": 1},
         initial_emotion="anxiety",
         final_emotion="sad",
         emotion_trajectory=["anxiety", "sad"],
-        metadata=EpisodeMetadata(dataset="ESConv", director_model="m", speaker_model="m", user_model="m",
-                                 roles={"speaker": RoleIdentity(base_model="b", adapter="a", served_model="m", backend="http")},
-                                 branch=BranchInfo(group_id="c:d0", decision_round=0, candidate_idx=1, num_candidates=2, prefix_turns=0)),
+        metadata=EpisodeMetadata(
+            dataset="ESConv",
+            director_model="m",
+            speaker_model="m",
+            user_model="m",
+            roles={"speaker": RoleIdentity(base_model="b", adapter="a", served_model="m", backend="http")},
+            branch=BranchInfo(group_id="c:d0", decision_round=0, candidate_idx=1, num_candidates=2, prefix_turns=0),
+        ),
     )
 
 
@@ -55,14 +66,25 @@ def test_unknown_fields_survive_a_round_trip():
 
 
 def test_preference_pair_is_in_trl_conversational_format():
-    pair = PreferencePair(prompt=[{"role": "user", "content": "hi"}], chosen=[{"role": "assistant", "content": "a"}],
-                          rejected=[{"role": "assistant", "content": "b"}], margin=1.0)
+    pair = PreferencePair(
+        prompt=[{"role": "user", "content": "hi"}],
+        chosen=[{"role": "assistant", "content": "a"}],
+        rejected=[{"role": "assistant", "content": "b"}],
+        margin=1.0,
+    )
     data = json.loads(pair.to_json())
     assert data["chosen"][0]["role"] == "assistant" and data["margin"] == 1.0
 
 
 def test_run_summary_has_every_counter():
     counters = RunSummary(run_id="r").model_dump()["counters"]
-    assert set(counters) == {"num_generation_failures", "num_directive_parse_failures", "num_random_agent_fallbacks",
-                             "num_empty_responses", "num_annotation_failures", "num_skipped_samples",
-                             "num_director_truncations", "num_user_emotions_missing"}
+    assert set(counters) == {
+        "num_generation_failures",
+        "num_directive_parse_failures",
+        "num_random_agent_fallbacks",
+        "num_empty_responses",
+        "num_annotation_failures",
+        "num_skipped_samples",
+        "num_director_truncations",
+        "num_user_emotions_missing",
+    }

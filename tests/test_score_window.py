@@ -83,7 +83,9 @@ def test_a_negative_score_window_is_one_line_and_writes_nothing(tmp_path):
     from mascot.errors import MascotError
 
     with pytest.raises(MascotError, match="--score-window must be 0 .* got -2"):
-        train_reward_model(RewardModelSettings(data_path=str(tmp_path / "none"), model_name="unused", output_dir=str(tmp_path / "out"), score_window=-2))
+        train_reward_model(
+            RewardModelSettings(data_path=str(tmp_path / "none"), model_name="unused", output_dir=str(tmp_path / "out"), score_window=-2)
+        )
     assert not (tmp_path / "out").exists()
 
 

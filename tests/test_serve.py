@@ -101,14 +101,27 @@ def free_port() -> int:
 def test_command_for_gpu_and_cpu_builds(tmp_path):
     speaker, base = adapter_from_artefact(make_artefact(tmp_path / "spk", "speaker", rank=8))
     director, _ = adapter_from_artefact(make_artefact(tmp_path / "dir", "director", rank=32))
-    plan = ServePlan(base_model=base, served_name=base, adapters=[speaker, director], python="/venv/bin/python", gpus="0,1", data_parallel_size=2, max_model_len=4096)
+    plan = ServePlan(
+        base_model=base,
+        served_name=base,
+        adapters=[speaker, director],
+        python="/venv/bin/python",
+        gpus="0,1",
+        data_parallel_size=2,
+        max_model_len=4096,
+    )
     cmd = vllm_command(plan)
     assert cmd[:3] == ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
     assert cmd[cmd.index("--model") + 1] == "Qwen/Qwen3-8B" and cmd[cmd.index("--data-parallel-size") + 1] == "2"
     assert cmd[cmd.index("--max-loras") + 1] == "2" and cmd[cmd.index("--max-lora-rank") + 1] == "32"
     assert f"mascot-speaker={tmp_path / 'spk'}" in cmd and f"mascot-director={tmp_path / 'dir'}" in cmd
     assert "--enforce-eager" not in cmd and server_env(plan) == {"CUDA_VISIBLE_DEVICES": "0,1"}
-    assert role_flags(plan) == ["--vllm-server-url http://127.0.0.1:8000/v1", "--model-name Qwen/Qwen3-8B", "--speaker-model mascot-speaker", "--director-model mascot-director"]
+    assert role_flags(plan) == [
+        "--vllm-server-url http://127.0.0.1:8000/v1",
+        "--model-name Qwen/Qwen3-8B",
+        "--speaker-model mascot-speaker",
+        "--director-model mascot-director",
+    ]
     cpu = ServePlan(base_model=base, served_name="qwen", device="cpu", cpu_kvcache_gb=2, dtype="bfloat16")
     assert "--enforce-eager" in vllm_command(cpu) and "--gpu-memory-utilization" not in vllm_command(cpu)
     assert "--no-enable-chunked-prefill" in vllm_command(cpu) and "--no-enable-chunked-prefill" not in cmd  # the CPU build's seeded-chunk crash
@@ -185,8 +198,23 @@ def test_mascot_serve_runs_until_stopped_and_stops_its_server(tmp_path, fake_vll
     artefact = make_artefact(tmp_path / "spk", "speaker")
     port = free_port()
     aliases = tmp_path / "served.json"
-    cmd = [sys.executable, "-m", "mascot", "serve", str(artefact), "--port", str(port), "--python", sys.executable,
-           "--log-file", str(tmp_path / "vllm.log"), "--served-adapters", str(aliases), "--timeout", "60"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mascot",
+        "serve",
+        str(artefact),
+        "--port",
+        str(port),
+        "--python",
+        sys.executable,
+        "--log-file",
+        str(tmp_path / "vllm.log"),
+        "--served-adapters",
+        str(aliases),
+        "--timeout",
+        "60",
+    ]
     process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ)
     try:
         lines = [process.stdout.readline() for _ in range(2)]
@@ -237,9 +265,22 @@ def _serve(tmp_path, model: str, monkeypatch, preexec_fn=None):
     pids = tmp_path / "pids"
     monkeypatch.setenv("FAKE_VLLM_PIDS", str(pids))
     monkeypatch.setattr("mascot.adapters.serve.STOP_GRACE_S", 1.0)
-    cmd = [sys.executable, "-c", "import mascot.adapters.serve as s; s.STOP_GRACE_S = 1.0; from mascot.cli import app; app()",
-           "serve", "--model", model, "--port", str(free_port()), "--python", sys.executable,
-           "--log-file", str(tmp_path / "vllm.log"), "--timeout", "60"]
+    cmd = [
+        sys.executable,
+        "-c",
+        "import mascot.adapters.serve as s; s.STOP_GRACE_S = 1.0; from mascot.cli import app; app()",
+        "serve",
+        "--model",
+        model,
+        "--port",
+        str(free_port()),
+        "--python",
+        sys.executable,
+        "--log-file",
+        str(tmp_path / "vllm.log"),
+        "--timeout",
+        "60",
+    ]
     process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ, preexec_fn=preexec_fn)
     for _ in range(200):
         if pids.exists() and len(pids.read_text().split()) == 2:

@@ -42,6 +42,7 @@ VALUES = {
 # with a run given that other setting alone.
 COMPANIONS = {"safety_model": {"safety_server_url": ["http://127.0.0.1:9/v1"]}}
 
+
 def changed_value(f):
     """A valid value for field `f` other than its default."""
     name, default = f.name, (f.default if f.default is not MISSING else f.default_factory())  # type: ignore[misc]
@@ -146,6 +147,7 @@ def run_stage1(tmp_path: Path, **flags):
     values = {**BASE, "num_candidates": 2, "limit": 2, "output_dir": tmp_path, "no_cache": True, **flags}
     s = settings_from(CandidateSettings, values, "stage 1")
     speaker = CountingSpeaker()
+
     def score(text: str) -> int:
         return int(text.split()[-1]) % 5 + 1
 
@@ -198,7 +200,9 @@ def reads_outside_checks() -> set[str]:
     names: set[str] = set()
     for path in SRC.rglob("*.py"):
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        skipped = {id(n) for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and (f.name in CHECKS or f.name.startswith("check_")) for n in ast.walk(f)}
+        skipped = {
+            id(n) for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and (f.name in CHECKS or f.name.startswith("check_")) for n in ast.walk(f)
+        }
         for node in ast.walk(tree):
             if id(node) in skipped:
                 continue

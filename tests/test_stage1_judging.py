@@ -23,9 +23,32 @@ RUN = "individual_ESConv_stub-model"
 
 
 def stage1_args(speaker_url: str, judge_url: str, out: Path, *extra: str) -> list[str]:
-    return ["generate", "--mode", "individual", "--dataset", "ESConv", "--data-file", str(ESCONV_SAMPLE), "--limit", "1",
-            "--model-name", "stub-model", "--vllm-server-url", speaker_url, "--judge-server-url", judge_url, "--output-dir", str(out),
-            "--num-candidates", "3", "--score-margin", "0.1", "--retry-budget", "0", *extra]
+    return [
+        "generate",
+        "--mode",
+        "individual",
+        "--dataset",
+        "ESConv",
+        "--data-file",
+        str(ESCONV_SAMPLE),
+        "--limit",
+        "1",
+        "--model-name",
+        "stub-model",
+        "--vllm-server-url",
+        speaker_url,
+        "--judge-server-url",
+        judge_url,
+        "--output-dir",
+        str(out),
+        "--num-candidates",
+        "3",
+        "--score-margin",
+        "0.1",
+        "--retry-budget",
+        "0",
+        *extra,
+    ]
 
 
 def distinct_candidates():
@@ -121,7 +144,10 @@ def test_score_patterns_and_the_share_over_the_run():
     for _ in range(8):
         broken.add([1, 2, 3, 4, 5])
     broken.add([5, 5, 5, 5, 5])
-    assert pattern_warning("m", broken) == "judge m: 8 of 9 judgments follow a fixed pattern (scores 1,2,3,4,5 in criterion order); its scores carry no information"
+    assert (
+        pattern_warning("m", broken)
+        == "judge m: 8 of 9 judgments follow a fixed pattern (scores 1,2,3,4,5 in criterion order); its scores carry no information"
+    )
 
 
 def test_a_fixed_pattern_judge_is_named_and_its_zero_pair_run_fails(stub, tmp_path):

@@ -105,8 +105,15 @@ def test_the_cache_is_reused_and_rebuilt_when_its_version_or_source_differs(tiny
 
 
 def three_agent_episode():
-    return episode("three", [agent_turn(0, 0, "The Anchor", "I hear you, that sounds hard."), agent_turn(1, 0, "The Catalyst", "Maybe sleep helps."),
-                             user_turn(2, 0, "Thanks."), agent_turn(3, 1, "The Beacon", "You feel tired today.")])
+    return episode(
+        "three",
+        [
+            agent_turn(0, 0, "The Anchor", "I hear you, that sounds hard."),
+            agent_turn(1, 0, "The Catalyst", "Maybe sleep helps."),
+            user_turn(2, 0, "Thanks."),
+            agent_turn(3, 1, "The Beacon", "You feel tired today."),
+        ],
+    )
 
 
 def test_mascot_metrics_embedding_static_uses_the_cached_table(tiny_bert, tmp_path, monkeypatch):

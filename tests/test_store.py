@@ -89,8 +89,11 @@ def test_summary_records_status_and_counters(tmp_path):
 
 def test_secrets_are_redacted_from_run_config(tmp_path, monkeypatch):
     with store_for(tmp_path / "run") as store:
-        store.write_config(RunConfig(run_id="r", command="c", output_file="o",
-                                     settings={"api_key": "sk-secret", "api_key_env": "OPENAI_API_KEY", "nested": {"token": "t"}}))
+        store.write_config(
+            RunConfig(
+                run_id="r", command="c", output_file="o", settings={"api_key": "sk-secret", "api_key_env": "OPENAI_API_KEY", "nested": {"token": "t"}}
+            )
+        )
     text = (tmp_path / "run" / "run_config.json").read_text()
     assert "sk-secret" not in text and '"t"' not in text and "OPENAI_API_KEY" in text
     assert redact({"authorization": "Bearer x"}) == {"authorization": "***"}

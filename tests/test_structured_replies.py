@@ -66,7 +66,9 @@ def test_the_schemas_ask_for_compact_bounded_json():
 async def test_the_director_budget_is_its_own_not_the_speakers(stub, es_roster, es_context):
     server = stub(responder=stub_responder)
     client = await structured_client(server)
-    engine = EpisodeEngine(es_roster, {"director": client, "speaker": client}, EngineSettings(num_turns=1, max_tokens=60, enable_user_simulation=False))
+    engine = EpisodeEngine(
+        es_roster, {"director": client, "speaker": client}, EngineSettings(num_turns=1, max_tokens=60, enable_user_simulation=False)
+    )
     await engine.run_episode(es_context)
     explicit = EpisodeEngine(es_roster, {"director": client, "speaker": client}, EngineSettings(max_tokens=60, director_max_tokens=90))
     await client.aclose()
@@ -117,8 +119,28 @@ async def test_a_reply_cut_at_the_cap_is_counted_as_a_truncation(stub, es_roster
 
 
 def generate(server, out: Path, *extra: str) -> tuple[Path, list[Episode], str]:
-    args = ["generate", "--mode", "group", "--dataset", "ESConv", "--data-file", str(ESCONV_SAMPLE), "--limit", "2", "--model-name", "stub-model",
-            "--vllm-server-url", server.url, "--output-dir", str(out), "--num-turns", "3", "--user-response-probability", "1", *extra]
+    args = [
+        "generate",
+        "--mode",
+        "group",
+        "--dataset",
+        "ESConv",
+        "--data-file",
+        str(ESCONV_SAMPLE),
+        "--limit",
+        "2",
+        "--model-name",
+        "stub-model",
+        "--vllm-server-url",
+        server.url,
+        "--output-dir",
+        str(out),
+        "--num-turns",
+        "3",
+        "--user-response-probability",
+        "1",
+        *extra,
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     run_dir = next(p for p in out.iterdir() if (p / "episodes.jsonl").exists())
@@ -233,8 +255,15 @@ def test_fallback_turns_of_older_files_are_recognised():
     from mascot.prefs.group import is_fallback_turn
     from mascot.schema import Turn
 
-    old = Turn.model_validate({"turn_idx": 0, "round_id": 0, "agent_name": "The Anchor", "response": "Hi.",
-                               "directive": {"agent_name": "The Anchor", "action": "Respond in your role to the latest message.", "tone": "warm and natural"},
-                               "directive_output": "agent: The Catalyst\n\n[correction]\nThe Catalyst, surely"})
+    old = Turn.model_validate(
+        {
+            "turn_idx": 0,
+            "round_id": 0,
+            "agent_name": "The Anchor",
+            "response": "Hi.",
+            "directive": {"agent_name": "The Anchor", "action": "Respond in your role to the latest message.", "tone": "warm and natural"},
+            "directive_output": "agent: The Catalyst\n\n[correction]\nThe Catalyst, surely",
+        }
+    )
     corrected = old.model_copy(update={"directive": old.directive.model_copy(update={"action": "ask one question"})})
     assert is_fallback_turn(old) and not is_fallback_turn(corrected)

@@ -46,7 +46,11 @@ def start_server(study: Path) -> tuple[subprocess.Popen, str]:
 def rate(base: str, token: str, position: int) -> httpx.Response:
     page = httpx.get(f"{base}/study/r/{token}/{position}", timeout=30)
     csrf = re.search(r'name="csrf_token" value="([0-9a-f]+)"', page.text).group(1)
-    form = {"choice": "2", "csrf_token": csrf, **{f"{m}_{s}": "3" for m in ("helpfulness", "emotional_appropriateness", "perceived_safety") for s in "12"}}
+    form = {
+        "choice": "2",
+        "csrf_token": csrf,
+        **{f"{m}_{s}": "3" for m in ("helpfulness", "emotional_appropriateness", "perceived_safety") for s in "12"},
+    }
     return httpx.post(f"{base}/study/r/{token}/{position}", data=form, timeout=30)
 
 

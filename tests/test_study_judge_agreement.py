@@ -110,8 +110,15 @@ def test_items_the_judge_did_not_score_are_counted_and_said(study):
 
 def verdict(i: int, judge: str, order: list[str], winner: str) -> dict:
     episodes = {"mascot": episode_id(i, "a"), "baseline": episode_id(i, "b")}
-    return {"matchup": f"ctx-{i}", "context_id": f"ctx-{i}", "judge": judge, "order": order, "episodes": {n: episodes[n] for n in order},
-            "winners": {"empathy": winner, "overall": winner}, "failed": False}
+    return {
+        "matchup": f"ctx-{i}",
+        "context_id": f"ctx-{i}",
+        "judge": judge,
+        "order": order,
+        "episodes": {n: episodes[n] for n in order},
+        "winners": {"empathy": winner, "overall": winner},
+        "failed": False,
+    }
 
 
 def write_verdicts(path, rows: dict[int, tuple[str, str]], judge: str = "gpt-judge") -> None:
@@ -140,8 +147,10 @@ def test_verdicts_pool_orders_by_the_mt_bench_rule(study, tmp_path):
 
 def judgments_file(folder, scores: dict[str, float], judge: str = "judge-model") -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    rows = [Judgment(item_id=f"{e}#collective", judge_model=judge, rubric_version="v1", scope="collective", overall=s, scores={"empathy": int(s)})
-            for e, s in scores.items()]
+    rows = [
+        Judgment(item_id=f"{e}#collective", judge_model=judge, rubric_version="v1", scope="collective", overall=s, scores={"empathy": int(s)})
+        for e, s in scores.items()
+    ]
     turn = Judgment(item_id=f"{episode_id(0, 'a')}#t0", judge_model=judge, rubric_version="v1", scope="agent", overall=1.0)
     rows.append(turn)  # a turn, not a whole episode: left out
     (folder / "judgments_episodes.jsonl").write_text("".join(r.to_json() + "\n" for r in rows), encoding="utf-8")
@@ -154,9 +163,22 @@ def test_cli_adds_judge_agreement_from_judgments_and_verdicts(study, tmp_path):
     (tmp_path / "compare").mkdir()
     write_verdicts(tmp_path / "compare" / "verdicts.jsonl", {0: ("mascot", "mascot")})
     out = tmp_path / "r.json"
-    result = CliRunner().invoke(app, ["study", "results", str(study.path), "--judgments", str(tmp_path / "run_a"),
-                                      "--judgments", str(tmp_path / "run_b" / "judgments_episodes.jsonl"),
-                                      "--verdicts", str(tmp_path / "compare"), "--json", str(out)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "study",
+            "results",
+            str(study.path),
+            "--judgments",
+            str(tmp_path / "run_a"),
+            "--judgments",
+            str(tmp_path / "run_b" / "judgments_episodes.jsonl"),
+            "--verdicts",
+            str(tmp_path / "compare"),
+            "--json",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     judges = json.loads(out.read_text())["judge_agreement"]["judges"]
     assert set(judges) == {"judge-model", "gpt-judge"}
@@ -212,8 +234,11 @@ def test_a_head_to_head_winner_outside_the_pair_is_a_tie():
 
 def ratings_of(scores_by_rater: dict[int, list[int]]) -> list[dict]:
     """One rating per (rater, pair): the given score on side A of every metric, 3 on side B."""
-    return [{"pair_id": pair, "rater_id": rater, "choice": "a", "scores": {"a": {m: s for m in METRICS}, "b": {m: 3 for m in METRICS}}}
-            for rater, scores in scores_by_rater.items() for pair, s in enumerate(scores)]
+    return [
+        {"pair_id": pair, "rater_id": rater, "choice": "a", "scores": {"a": {m: s for m in METRICS}, "b": {m: 3 for m in METRICS}}}
+        for rater, scores in scores_by_rater.items()
+        for pair, s in enumerate(scores)
+    ]
 
 
 def test_score_agreement_is_ordinal_alpha_with_weighted_kappa_for_two_raters():

@@ -203,7 +203,9 @@ def test_raters_read_the_person_or_the_situations_name_for_them_never_you(tmp_pa
     named.turns[1].agent_name = "Maya"
     assert [t["speaker"] for t in conversation_view(named)][1] == "Maya"
     meeting = episode.model_copy(deep=True)
-    meeting.context = Context(context_id="m", dataset="QMSum", meeting="m1", query="What was decided?", transcript=[DialogueLine(speaker="PM", text="Hello")])
+    meeting.context = Context(
+        context_id="m", dataset="QMSum", meeting="m1", query="What was decided?", transcript=[DialogueLine(speaker="PM", text="Hello")]
+    )
     assert [t["speaker"] for t in conversation_view(meeting)][1] == "The participant"
     built = create_study(*write_sample_systems(tmp_path / "eps", num_contexts=1), tmp_path / "s.db", raters=1)
     with opened(built.path) as conn:

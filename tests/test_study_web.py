@@ -185,8 +185,16 @@ def test_the_rater_reads_the_person_not_you(client, study):
 
 def study_addresses(study) -> list[str]:
     token = study.rater_tokens[0]
-    return [f"/study/r/{token}", f"/study/r/{token}/0", "/study/r/not-a-token", f"/study/results/{study.owner_token}",
-            f"/study/results/{study.owner_token}/ratings.csv", "/study/static/study.js", "/study/static/study.css", "/study/nowhere"]
+    return [
+        f"/study/r/{token}",
+        f"/study/r/{token}/0",
+        "/study/r/not-a-token",
+        f"/study/results/{study.owner_token}",
+        f"/study/results/{study.owner_token}/ratings.csv",
+        "/study/static/study.js",
+        "/study/static/study.css",
+        "/study/nowhere",
+    ]
 
 
 def assert_one_policy(response) -> None:
@@ -245,5 +253,8 @@ def test_web_with_a_study_prints_its_links_once_it_listens(study, tmp_path, monk
     monkeypatch.setattr(web, "serve", started)
     web.run_web(WebSettings(session_dir=tmp_path / "chat", study=study.path, port=8123))
     out = capsys.readouterr().out.splitlines()
-    assert out[-3:] == [f"rater 1: http://127.0.0.1:8123/study/r/{study.rater_tokens[0]}", f"rater 2: http://127.0.0.1:8123/study/r/{study.rater_tokens[1]}",
-                        f"results (owner only): http://127.0.0.1:8123/study/results/{study.owner_token}"]
+    assert out[-3:] == [
+        f"rater 1: http://127.0.0.1:8123/study/r/{study.rater_tokens[0]}",
+        f"rater 2: http://127.0.0.1:8123/study/r/{study.rater_tokens[1]}",
+        f"results (owner only): http://127.0.0.1:8123/study/results/{study.owner_token}",
+    ]

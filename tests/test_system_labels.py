@@ -34,9 +34,31 @@ def runs(tmp_path_factory):
     server = start_stub_server(port=0, latency_s=0.001, responder=stub_responder)
     try:
         files = {}
-        for name, extra in (("directed", ["--seed", "1"]), ("directed_again", ["--seed", "2"]), ("round_robin", ["--seed", "1", "--turn-policy", "round-robin"])):
-            args = ["generate", "--mode", "group", "--dataset", "ESConv", "--data-file", str(ESCONV_SAMPLE), "--limit", "2", "--model-name", "stub-model",
-                    "--vllm-server-url", server.url, "--output-dir", str(out / name), "--num-turns", "2", *extra]
+        for name, extra in (
+            ("directed", ["--seed", "1"]),
+            ("directed_again", ["--seed", "2"]),
+            ("round_robin", ["--seed", "1", "--turn-policy", "round-robin"]),
+        ):
+            args = [
+                "generate",
+                "--mode",
+                "group",
+                "--dataset",
+                "ESConv",
+                "--data-file",
+                str(ESCONV_SAMPLE),
+                "--limit",
+                "2",
+                "--model-name",
+                "stub-model",
+                "--vllm-server-url",
+                server.url,
+                "--output-dir",
+                str(out / name),
+                "--num-turns",
+                "2",
+                *extra,
+            ]
             result = CliRunner().invoke(app, args)
             assert result.exit_code == 0, result.output
             files[name] = next((out / name).glob("*/episodes.jsonl"))
@@ -46,7 +68,9 @@ def runs(tmp_path_factory):
 
 
 def first_shown_judge() -> ScriptedClient:
-    return ScriptedClient(fn=lambda request: json.dumps({k: {"winner": "1", "reason": "first"} for k in [*COLLECTIVE_KEYS, "overall"]}), model="judge")
+    return ScriptedClient(
+        fn=lambda request: json.dumps({k: {"winner": "1", "reason": "first"} for k in [*COLLECTIVE_KEYS, "overall"]}), model="judge"
+    )
 
 
 def test_runs_record_the_system_they_ran(runs):
@@ -58,7 +82,9 @@ def test_runs_record_the_system_they_ran(runs):
 
 
 def test_study_of_a_directed_and_a_round_robin_run_names_them_apart(runs, tmp_path):
-    result = CliRunner().invoke(app, ["study", "create", "--a", str(runs["directed"]), "--b", str(runs["round_robin"]), "--out", str(tmp_path / "s.db")])
+    result = CliRunner().invoke(
+        app, ["study", "create", "--a", str(runs["directed"]), "--b", str(runs["round_robin"]), "--out", str(tmp_path / "s.db")]
+    )
     assert result.exit_code == 0, result.output
     assert "A = mascot (directed), B = mascot (round-robin)" in result.output
     with opened(tmp_path / "s.db") as conn:
@@ -67,16 +93,22 @@ def test_study_of_a_directed_and_a_round_robin_run_names_them_apart(runs, tmp_pa
 
 
 def test_eval_compare_of_a_directed_and_a_round_robin_run_names_them_apart(runs, tmp_path):
-    settings = CompareSettings(systems=[str(runs["directed"]), str(runs["round_robin"])], judge=["judge"], output_dir=str(tmp_path / "out"), no_cache=True)
+    settings = CompareSettings(
+        systems=[str(runs["directed"]), str(runs["round_robin"])], judge=["judge"], output_dir=str(tmp_path / "out"), no_cache=True
+    )
     result = run_compare(settings, clients={"judge": first_shown_judge()})
     assert result.report["systems"] == ["mascot (directed)", "mascot (round-robin)"]
     assert "# Head to head: mascot (directed) vs mascot (round-robin)" in (result.output_dir / "compare.md").read_text()
 
 
 def test_two_runs_of_one_system_are_refused_with_one_line(runs, tmp_path):
-    with pytest.raises(StudyError, match=r"^--a and --b are runs of one system \(mascot: directed, .*\): to compare them, name them with --system-a and --system-b$"):
+    with pytest.raises(
+        StudyError, match=r"^--a and --b are runs of one system \(mascot: directed, .*\): to compare them, name them with --system-a and --system-b$"
+    ):
         create_study(runs["directed"], runs["directed_again"], tmp_path / "s.db", raters=1)
-    with pytest.raises(MascotError, match=r"^two files hold runs of one system \(mascot: directed, .*\): to compare them, name them with --labels A,B$"):
+    with pytest.raises(
+        MascotError, match=r"^two files hold runs of one system \(mascot: directed, .*\): to compare them, name them with --labels A,B$"
+    ):
         load_matchups([runs["directed"], runs["directed_again"]])
     # named by the user, the same two runs are taken
     built = create_study(runs["directed"], runs["directed_again"], tmp_path / "s.db", raters=1, system_a="seed 1", system_b="seed 2")
@@ -85,8 +117,24 @@ def test_two_runs_of_one_system_are_refused_with_one_line(runs, tmp_path):
 
 
 def test_the_command_refuses_two_runs_of_one_system_with_exit_2(runs, tmp_path):
-    done = subprocess.run([sys.executable, "-m", "mascot", "study", "create", "--a", str(runs["directed"]), "--b", str(runs["directed_again"]),
-                           "--out", str(tmp_path / "s.db")], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mascot",
+            "study",
+            "create",
+            "--a",
+            str(runs["directed"]),
+            "--b",
+            str(runs["directed_again"]),
+            "--out",
+            str(tmp_path / "s.db"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert "runs of one system" in done.stderr and "--system-a and --system-b" in done.stderr and not (tmp_path / "s.db").exists()
 
@@ -100,8 +148,11 @@ def test_labels_use_the_first_trait_that_tells_runs_apart():
     trained = metadata(roles={"speaker": RoleIdentity(base_model="Qwen/Qwen3-8B", adapter="outputs/llm/grpo_Speaker_x/")})
     sampled = metadata(self_consistency_samples=5, roles=base.roles)
     runs = [("mascot", system_traits(m)) for m in (base, trained, sampled)]
-    assert distinct_labels(runs) == ["mascot (one reply per turn, untrained Speaker)", "mascot (one reply per turn, Speaker adapter grpo_Speaker_x)",
-                                     "mascot (5 replies sampled per turn, untrained Speaker)"]
+    assert distinct_labels(runs) == [
+        "mascot (one reply per turn, untrained Speaker)",
+        "mascot (one reply per turn, Speaker adapter grpo_Speaker_x)",
+        "mascot (5 replies sampled per turn, untrained Speaker)",
+    ]
     assert distinct_labels([("mascot", system_traits(base)), ("baseline", system_traits(base))]) == ["mascot", "baseline"]  # own labels kept
     assert distinct_labels([("mascot", system_traits(base)), ("mascot", system_traits(base))]) is None
     assert distinct_labels([("mascot", None), ("mascot", system_traits(base))]) is None

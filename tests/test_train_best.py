@@ -28,8 +28,19 @@ def adapter_tensors(folder):
 
 
 def settings_for(pairs_run, base, out, **changes) -> RewardModelSettings:
-    common = dict(data_path=str(pairs_run), model_name=str(base), output_dir=str(out), batch_size=4, learning_rate=3e-3,
-                  eval_fraction=0.25, max_steps=8, save_steps=4, eval_steps=2, logging_steps=1, head_init="random")
+    common = dict(
+        data_path=str(pairs_run),
+        model_name=str(base),
+        output_dir=str(out),
+        batch_size=4,
+        learning_rate=3e-3,
+        eval_fraction=0.25,
+        max_steps=8,
+        save_steps=4,
+        eval_steps=2,
+        logging_steps=1,
+        head_init="random",
+    )
     return RewardModelSettings(**{**common, **changes})
 
 
@@ -82,7 +93,9 @@ def test_a_learning_rate_that_blows_up_stops_the_run_early_and_keeps_the_best_we
     assert selection["best_step"] in (2, 4) and selection["last_saved_in"] is None and selection["diverged"]  # NaN weights are not kept
     assert "kept the best weights, step" in capsys.readouterr().out
     assert all(bool(t.isfinite().all()) for t in adapter_tensors(outcome.output_dir).values())
-    scores = RewardModelScorer.from_path(str(outcome.output_dir)).score([[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]])
+    scores = RewardModelScorer.from_path(str(outcome.output_dir)).score(
+        [[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]]
+    )
     assert math.isfinite(scores[0])
     assert outcome.metadata.evaluation["heldout_pairwise_accuracy"] == selection["best_value"]  # the final figure is the kept step's
 

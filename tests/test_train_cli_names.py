@@ -19,7 +19,9 @@ def capture(seen: dict):
     return trainer
 
 
-@pytest.mark.parametrize("command, target", [("speaker", "mascot.train.speaker_grpo.train_speaker"), ("director-grpo", "mascot.train.director_grpo.train_director_grpo")])
+@pytest.mark.parametrize(
+    "command, target", [("speaker", "mascot.train.speaker_grpo.train_speaker"), ("director-grpo", "mascot.train.director_grpo.train_director_grpo")]
+)
 def test_trl_vllm_server_url_names_the_trl_server(monkeypatch, command, target):
     seen: dict = {}
     monkeypatch.setattr(target, capture(seen))

@@ -178,26 +178,50 @@ def test_config_file_fills_settings_and_flags_win(monkeypatch, tmp_path):
     assert isinstance(result.exception, MascotError) and "unknown settings bogus" in str(result.exception)
 
 
-@pytest.mark.parametrize(("command", "data_flag", "records"), [
-    ("speaker", "--data-path", lambda: keyword_pairs(4, 1)),
-    ("director-grpo", "--episode-dataset-path", lambda: [episode(i) for i in range(2)]),
-])
+@pytest.mark.parametrize(
+    ("command", "data_flag", "records"),
+    [
+        ("speaker", "--data-path", lambda: keyword_pairs(4, 1)),
+        ("director-grpo", "--episode-dataset-path", lambda: [episode(i) for i in range(2)]),
+    ],
+)
 def test_an_unknown_aggregation_is_one_line_before_anything_is_written(tmp_path, command, data_flag, records):
     run = tmp_path / "run"
     write_jsonl(run / ("pairs.jsonl" if command == "speaker" else "episodes.jsonl"), records())
     write_run_config(run, dataset="EmpatheticDialogues")
     out = tmp_path / "out"
-    result = runner.invoke(app, ["train", command, data_flag, str(run), "--model", "not-loaded", "--output-dir", str(out), "--batch-size", "4",
-                                 "--num-generations", "2", "--reward-model-weight" if command == "speaker" else "--group-reward-weight", "0",
-                                 "--multi-objective-aggregation", "mean"])
+    result = runner.invoke(
+        app,
+        [
+            "train",
+            command,
+            data_flag,
+            str(run),
+            "--model",
+            "not-loaded",
+            "--output-dir",
+            str(out),
+            "--batch-size",
+            "4",
+            "--num-generations",
+            "2",
+            "--reward-model-weight" if command == "speaker" else "--group-reward-weight",
+            "0",
+            "--multi-objective-aggregation",
+            "mean",
+        ],
+    )
     assert isinstance(result.exception, TrainingSetupError) and not out.exists()
     assert str(result.exception) == "--multi-objective-aggregation must be normalize_then_sum or sum_then_normalize, got 'mean'"
 
 
-@pytest.mark.parametrize(("extra", "message"), [
-    (["--scale-rewards", "std"], "--scale-rewards must be group, batch or none, got 'std'"),
-    (["--scale-rewards", "batch"], "--scale-rewards batch has no effect with --multi-objective-aggregation normalize_then_sum"),
-])
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--scale-rewards", "std"], "--scale-rewards must be group, batch or none, got 'std'"),
+        (["--scale-rewards", "batch"], "--scale-rewards batch has no effect with --multi-objective-aggregation normalize_then_sum"),
+    ],
+)
 def test_a_reward_scaling_that_is_unknown_or_would_be_ignored_is_one_line(tmp_path, extra, message):
     run = tmp_path / "run"
     write_jsonl(run / "episodes.jsonl", [episode(i) for i in range(2)])
@@ -253,8 +277,14 @@ def test_lora_defaults_train_the_papers_share_of_qwen3_8b():
     from mascot.train.models import count_parameters, lora_config
 
     config = Qwen3Config(
-        vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
-        num_attention_heads=32, num_key_value_heads=8, head_dim=128, tie_word_embeddings=False,
+        vocab_size=151936,
+        hidden_size=4096,
+        intermediate_size=12288,
+        num_hidden_layers=36,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        tie_word_embeddings=False,
     )
     with torch.device("meta"):  # shapes only, no memory
         model = get_peft_model(Qwen3ForCausalLM(config), lora_config(SpeakerGRPOSettings(), "CAUSAL_LM"))

@@ -106,11 +106,12 @@ def test_branch_records_are_not_sampled_twice_and_bare_contexts_are_counted():
     spine = episode(0)
     spine.context = None
     branch = episode(0).model_copy(update={"episode_id": "c0:d1:k0"})
-    branch.metadata = branch.metadata.model_copy(update={"branch": {"group_id": "c0:d1", "decision_round": 1, "candidate_idx": 0, "num_candidates": 2, "prefix_turns": 2}})
+    branch.metadata = branch.metadata.model_copy(
+        update={"branch": {"group_id": "c0:d1", "decision_round": 1, "candidate_idx": 0, "num_candidates": 2, "prefix_turns": 2}}
+    )
     points, bare = sample_decision_points([spine, branch], per_episode=5, seed=0)
     assert {p.episode_id for p in points} == {"c0:e0"} and bare == 1
     assert points[0].context.context_id == "c0"
-
 
 
 def test_balanced_decision_points_follow_each_last_speaker_equally_often_however_skewed_the_episodes():
@@ -131,6 +132,7 @@ def test_balanced_decision_points_follow_each_last_speaker_equally_often_however
     again, _ = sample_decision_points(episodes, per_episode=1, seed=3, balance_last_speaker=True)
     assert [p.point_id for p in again] == [p.point_id for p in points]
     assert sample_decision_points(episodes, per_episode=1, seed=3)[0] == plain  # off: the sampling of before
+
 
 # --------------------------------------------------------------------------- DPO
 
@@ -153,8 +155,16 @@ def test_director_dpo_widens_the_chosen_over_rejected_margin(tmp_path):
     write_jsonl(run / "directive_pairs.jsonl", directive_pairs(30))
     write_run_config(run, dataset="EmpatheticDialogues")
     base = tiny_model(tmp_path / "base")
-    settings = DirectorDPOSettings(data_path=str(run), model_name=str(base), output_dir=str(tmp_path / "dpo"), batch_size=8, learning_rate=5e-3, logging_steps=1,
-                                   eval_fraction=0.2, eval_steps=1)
+    settings = DirectorDPOSettings(
+        data_path=str(run),
+        model_name=str(base),
+        output_dir=str(tmp_path / "dpo"),
+        batch_size=8,
+        learning_rate=5e-3,
+        logging_steps=1,
+        eval_fraction=0.2,
+        eval_steps=1,
+    )
     outcome = train_director_dpo(settings)
     ev = outcome.metadata.evaluation
     selection = outcome.metadata.train_metrics["selection"]  # every step measured on the held-out pairs, the best kept
@@ -166,7 +176,9 @@ def test_director_dpo_widens_the_chosen_over_rejected_margin(tmp_path):
     assert (meta.role, meta.trainer, meta.num_eval_records) == ("director", "dpo", 6)
     assert len(sample(str(outcome.output_dir), [director_messages(ROSTER, context(0), [])], 2)) == 2  # serves locally
     # a pairs file is accepted directly as well
-    direct = DirectorDPOSettings(data_path=str(run / "directive_pairs.jsonl"), model_name=str(base), output_dir=str(tmp_path / "dpo2"), batch_size=8, max_steps=1)
+    direct = DirectorDPOSettings(
+        data_path=str(run / "directive_pairs.jsonl"), model_name=str(base), output_dir=str(tmp_path / "dpo2"), batch_size=8, max_steps=1
+    )
     assert train_director_dpo(direct).metadata.num_train_records == 27  # the default 10% of 30 held out
 
 
@@ -202,8 +214,16 @@ def warmed_director(tmp_path, **extra) -> DirectorGRPOSettings:
     points, _ = sample_decision_points(episodes, per_episode=2, seed=42)
     sft_warm_start(base, [p.prompt() for p in points], [directive(ROSTER.names[i % 3]) for i in range(len(points))], steps=150)
     return DirectorGRPOSettings(
-        data_path=str(run), model_name=str(base), output_dir=str(tmp_path / "director"), batch_size=4, num_generations=2, max_steps=2,
-        max_completion_length=8, logging_steps=1, directive_opening=False, **extra,
+        data_path=str(run),
+        model_name=str(base),
+        output_dir=str(tmp_path / "director"),
+        batch_size=4,
+        num_generations=2,
+        max_steps=2,
+        max_completion_length=8,
+        logging_steps=1,
+        directive_opening=False,
+        **extra,
     )
 
 
@@ -229,8 +249,14 @@ def test_director_grpo_whose_directives_never_parse_fails_and_writes_no_artefact
     run = write_episode_run(tmp_path / "directed_ED_tiny", [episode(i) for i in range(4)])
     base = tiny_model(tmp_path / "base")  # untrained and given two tokens: nothing it writes names a persona
     settings = DirectorGRPOSettings(
-        data_path=str(run), model_name=str(base), output_dir=str(tmp_path / "director"), batch_size=4, num_generations=2, max_steps=4,
-        max_completion_length=2, directive_opening=False,
+        data_path=str(run),
+        model_name=str(base),
+        output_dir=str(tmp_path / "director"),
+        batch_size=4,
+        num_generations=2,
+        max_steps=4,
+        max_completion_length=2,
+        directive_opening=False,
     )
     clients = scripted_clients()
     with pytest.raises(NoDirectiveParsed, match="none of the 16 directives the Director wrote parsed.*the first was: "):
@@ -275,17 +301,27 @@ def test_director_grpo_raises_the_rate_of_the_favoured_persona(tmp_path):
     assert trend["last"] > trend["first"]
 
 
-
-@pytest.mark.parametrize(("aggregation", "weights", "names"), [
-    ("normalize_then_sum", {}, ["group_reward_model", "diversity"]),
-    ("sum_then_normalize", {"diversity_weight": 0.0}, ["group_reward_model"]),  # a weight of 0 drops its function
-    ("sum_then_normalize", {"scale_rewards": "batch"}, ["group_reward_model", "diversity"]),
-])
+@pytest.mark.parametrize(
+    ("aggregation", "weights", "names"),
+    [
+        ("normalize_then_sum", {}, ["group_reward_model", "diversity"]),
+        ("sum_then_normalize", {"diversity_weight": 0.0}, ["group_reward_model"]),  # a weight of 0 drops its function
+        ("sum_then_normalize", {"scale_rewards": "batch"}, ["group_reward_model", "diversity"]),
+    ],
+)
 def test_the_aggregation_and_the_reward_weights_reach_grpo_config(monkeypatch, tmp_path, aggregation, weights, names):
     run = write_episode_run(tmp_path / "directed_ED_tiny", [episode(i) for i in range(2)])
     seen = capture_grpo_trainer(monkeypatch, "mascot.train.director_grpo")
-    settings = DirectorGRPOSettings(data_path=str(run), model_name="tiny", output_dir=str(tmp_path / "director"), batch_size=4, num_generations=2,
-                                    group_reward_weight=2.0, multi_objective_aggregation=aggregation, **weights)
+    settings = DirectorGRPOSettings(
+        data_path=str(run),
+        model_name="tiny",
+        output_dir=str(tmp_path / "director"),
+        batch_size=4,
+        num_generations=2,
+        group_reward_weight=2.0,
+        multi_objective_aggregation=aggregation,
+        **weights,
+    )
     with pytest.raises(TrainerBuilt):
         train_director_grpo(settings, rollout_clients=scripted_clients(), trajectory_scorer=Favour("The Anchor"))
     assert seen["args"].multi_objective_aggregation == aggregation
@@ -320,7 +356,10 @@ def test_the_directive_opening_is_written_into_the_prompt_and_read_back_with_the
     assert directive_answer("<directive>\nagent: The Beacon", True) == "<directive>\nagent: The Beacon"  # wrote the block itself
     assert directive_answer(" The Beacon", False) == " The Beacon"
     # the completion continues the opening: parsed together, " The Beacon" names a roster member
-    assert parse_directive(DIRECTIVE_OPENING + " The Beacon\naction: ask how the week went\ntone: warm\n</directive>", ROSTER).directive.agent_name == "The Beacon"
+    assert (
+        parse_directive(DIRECTIVE_OPENING + " The Beacon\naction: ask how the week went\ntone: warm\n</directive>", ROSTER).directive.agent_name
+        == "The Beacon"
+    )
 
 
 def test_rollouts_reply_as_long_and_as_sampled_as_the_settings_say():
@@ -328,8 +367,14 @@ def test_rollouts_reply_as_long_and_as_sampled_as_the_settings_say():
 
     points, _ = sample_decision_points([episode(i, with_user=False) for i in range(2)], per_episode=1, seed=42)
     settings = DirectorGRPOSettings(
-        data_path="unused", model_name="tiny", suffix_rounds=1, user_response_probability=1.0, directive_opening=False,
-        rollout_max_tokens=24, rollout_user_max_tokens=12, rollout_temperature=0.3,
+        data_path="unused",
+        model_name="tiny",
+        suffix_rounds=1,
+        user_response_probability=1.0,
+        directive_opening=False,
+        rollout_max_tokens=24,
+        rollout_user_max_tokens=12,
+        rollout_temperature=0.3,
     )
     clients = scripted_clients()
     rollouts = DirectorRollouts({p.point_id: p for p in points}, clients, settings, consumers=1)
@@ -349,8 +394,17 @@ def test_rollouts_take_the_repetition_penalty_their_episodes_were_generated_with
 
     def speaker_penalties(output: str, **flags) -> set[float]:
         seen = capture_grpo_trainer(monkeypatch, "mascot.train.director_grpo")
-        settings = DirectorGRPOSettings(data_path=str(run), model_name="tiny", output_dir=str(tmp_path / output), batch_size=4, num_generations=2,
-                                        suffix_rounds=1, user_response_probability=0.0, directive_opening=False, **flags)
+        settings = DirectorGRPOSettings(
+            data_path=str(run),
+            model_name="tiny",
+            output_dir=str(tmp_path / output),
+            batch_size=4,
+            num_generations=2,
+            suffix_rounds=1,
+            user_response_probability=0.0,
+            directive_opening=False,
+            **flags,
+        )
         clients = scripted_clients()
         with pytest.raises(TrainerBuilt):
             train_director_grpo(settings, rollout_clients=clients, trajectory_scorer=Favour("The Anchor"))
@@ -363,17 +417,22 @@ def test_rollouts_take_the_repetition_penalty_their_episodes_were_generated_with
     assert speaker_penalties("flag", rollout_repetition_penalty=1.05) == {1.05}
 
 
-@pytest.mark.parametrize(("flags", "says"), [
-    ({"rollout_max_tokens": 0}, "--rollout-max-tokens must be at least 1"),
-    ({"rollout_user_max_tokens": 0}, "--rollout-user-max-tokens must be at least 1"),
-    ({"rollout_temperature": -0.5}, "--rollout-temperature must not be negative"),
-    ({"rollout_repetition_penalty": 3.0}, "--rollout-repetition-penalty must be above 0 and at most 2"),
-])
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        ({"rollout_max_tokens": 0}, "--rollout-max-tokens must be at least 1"),
+        ({"rollout_user_max_tokens": 0}, "--rollout-user-max-tokens must be at least 1"),
+        ({"rollout_temperature": -0.5}, "--rollout-temperature must not be negative"),
+        ({"rollout_repetition_penalty": 3.0}, "--rollout-repetition-penalty must be above 0 and at most 2"),
+    ],
+)
 def test_rollout_settings_that_would_roll_out_nothing_are_one_line(tmp_path, flags, says):
     from mascot.errors import MascotError
 
     run = write_episode_run(tmp_path / "directed_ED_tiny", [episode(i) for i in range(4)])
-    settings = DirectorGRPOSettings(data_path=str(run), model_name="tiny", output_dir=str(tmp_path / "director"), batch_size=4, num_generations=2, **flags)
+    settings = DirectorGRPOSettings(
+        data_path=str(run), model_name="tiny", output_dir=str(tmp_path / "director"), batch_size=4, num_generations=2, **flags
+    )
     with pytest.raises(MascotError, match=says):
         train_director_grpo(settings, rollout_clients=scripted_clients(), trajectory_scorer=Favour("The Anchor"))
     assert not (tmp_path / "director").exists()
@@ -407,7 +466,11 @@ def test_suffix_rounds_zero_rolls_each_decision_out_to_the_end_of_its_episode():
     settings = DirectorGRPOSettings(data_path="unused", model_name="tiny", suffix_rounds=0, user_response_probability=0.0, directive_opening=False)
     for point in points:
         clients = scripted_clients()
-        batch = asyncio.run(DirectorRollouts({point.point_id: point}, clients, settings, consumers=1).batch([[{"role": "assistant", "content": directive("The Anchor")}]], [point.point_id]))
+        batch = asyncio.run(
+            DirectorRollouts({point.point_id: point}, clients, settings, consumers=1).batch(
+                [[{"role": "assistant", "content": directive("The Anchor")}]], [point.point_id]
+            )
+        )
         (rollout,) = batch.rollouts[0]
         suffix = rollout.suffix
         assert [t.round_id for t in suffix] == list(range(point.decision_round, 3))  # a whole conversation, as the episodes were
@@ -418,7 +481,11 @@ def test_the_director_trainer_logs_each_companions_share_and_the_choice_entropy(
     from mascot.train.director_grpo import choices_moved
     from mascot.train.director_rollouts import choice_entropy, choice_shares
 
-    assert choice_shares(["The Anchor", "The Anchor", "The Beacon", "The Anchor"], ROSTER.names) == {"The Anchor": 0.75, "The Catalyst": 0.0, "The Beacon": 0.25}
+    assert choice_shares(["The Anchor", "The Anchor", "The Beacon", "The Anchor"], ROSTER.names) == {
+        "The Anchor": 0.75,
+        "The Catalyst": 0.0,
+        "The Beacon": 0.25,
+    }
     assert choice_entropy({"a": 1.0, "b": 0.0}) == 0.0 and abs(choice_entropy(dict.fromkeys("abc", 1 / 3)) - 1.585) < 1e-3
     moved = {"choice_shares": {"The Anchor": {"first": 0.3, "last": 0.9}, "The Beacon": {"first": 0.5, "last": 0.1}},
              "choice_entropy": {"first": 1.5, "last": 0.47}}  # fmt: skip
@@ -444,7 +511,9 @@ def test_the_director_can_be_rewarded_by_the_judge_itself_without_a_group_reward
     outcome = train_director_grpo(settings, rollout_clients=scripted_clients())
     ev = outcome.metadata.evaluation
     assert set(ev["rewards"]) == {"judge"} and ev["num_reward_judge_failures"] == 0
-    assert outcome.metadata.source_artefacts["reward_judge"] == settings.reward_judge and "group_reward_model" not in outcome.metadata.source_artefacts
+    assert (
+        outcome.metadata.source_artefacts["reward_judge"] == settings.reward_judge and "group_reward_model" not in outcome.metadata.source_artefacts
+    )
     assert set(ev["choice_shares"]) <= set(ROSTER.names) and "choice_entropy" in ev
     last = sum(trend["last"] for trend in ev["choice_shares"].values())
     assert abs(last - 1.0) < 1e-6  # the shares of one logged step add up
@@ -481,8 +550,18 @@ def test_with_the_policy_as_rollout_director_the_later_rounds_are_the_trained_di
     run = write_episode_run(tmp_path / "directed_ED_tiny", episodes)
     base = tiny_model(tmp_path / "base")
     settings = DirectorGRPOSettings(
-        data_path=str(run), model_name=str(base), output_dir=str(tmp_path / "director"), batch_size=4, num_generations=2, max_steps=1,
-        max_completion_length=8, logging_steps=1, diversity_weight=1.0, suffix_rounds=0, rollout_director="policy", user_response_probability=0.0,
+        data_path=str(run),
+        model_name=str(base),
+        output_dir=str(tmp_path / "director"),
+        batch_size=4,
+        num_generations=2,
+        max_steps=1,
+        max_completion_length=8,
+        logging_steps=1,
+        diversity_weight=1.0,
+        suffix_rounds=0,
+        rollout_director="policy",
+        user_response_probability=0.0,
     )
     clients = scripted_clients()
     outcome = train_director_grpo(settings, rollout_clients=clients, trajectory_scorer=Favour("The Anchor"))
@@ -498,7 +577,9 @@ def test_an_unknown_rollout_director_is_one_line(tmp_path):
     from mascot.errors import MascotError
 
     run = write_episode_run(tmp_path / "directed_ED_tiny", [episode(i) for i in range(4)])
-    settings = DirectorGRPOSettings(data_path=str(run), model_name="tiny", output_dir=str(tmp_path / "director"), batch_size=4, num_generations=2, rollout_director="judge")
+    settings = DirectorGRPOSettings(
+        data_path=str(run), model_name="tiny", output_dir=str(tmp_path / "director"), batch_size=4, num_generations=2, rollout_director="judge"
+    )
     with pytest.raises(MascotError, match="--rollout-director must be base or policy"):
         train_director_grpo(settings, rollout_clients=scripted_clients(), trajectory_scorer=Favour("The Anchor"))
 
@@ -552,8 +633,15 @@ def test_director_grpo_on_recorded_rollouts_trains_without_a_rollout_backend(tmp
     run = write_episode_run(tmp_path / "tree_ED_tiny", records)
     base = tiny_model(tmp_path / "base")
     settings = DirectorGRPOSettings(
-        data_path=str(run), model_name=str(base), output_dir=str(tmp_path / "director"), batch_size=4, num_generations=2, max_steps=1,
-        max_completion_length=8, logging_steps=1, rollouts="recorded",
+        data_path=str(run),
+        model_name=str(base),
+        output_dir=str(tmp_path / "director"),
+        batch_size=4,
+        num_generations=2,
+        max_steps=1,
+        max_completion_length=8,
+        logging_steps=1,
+        rollouts="recorded",
     )
     outcome = train_director_grpo(settings, trajectory_scorer=NoRepeat())  # no rollout clients: none is built
     stats = outcome.extra["rollout_stats"]
@@ -566,8 +654,17 @@ def test_held_out_contexts_choose_the_directors_kept_step_and_stay_out_of_its_co
     records = tree_records([context(i) for i in range(4)])
     run = write_episode_run(tmp_path / "tree_ED_tiny", records)
     settings = DirectorGRPOSettings(
-        data_path=str(run), model_name=str(tiny_model(tmp_path / "base")), output_dir=str(tmp_path / "director"), batch_size=4, num_generations=2,
-        max_steps=2, max_completion_length=8, logging_steps=1, rollouts="recorded", eval_fraction=0.25, eval_steps=1,
+        data_path=str(run),
+        model_name=str(tiny_model(tmp_path / "base")),
+        output_dir=str(tmp_path / "director"),
+        batch_size=4,
+        num_generations=2,
+        max_steps=2,
+        max_completion_length=8,
+        logging_steps=1,
+        rollouts="recorded",
+        eval_fraction=0.25,
+        eval_steps=1,
     )
     outcome = train_director_grpo(settings, trajectory_scorer=NoRepeat())
     meta = outcome.metadata
@@ -598,8 +695,17 @@ def test_the_director_samples_merged_in_eval_mode_with_a_cache_and_leaves_the_ba
     shuffled = []
     monkeypatch.setattr(shared_prompt, "grouped_shuffle", lambda batch: shuffled.append(len(batch["prompt_ids"])) or batch)
     settings = DirectorGRPOSettings(
-        data_path=str(run), model_name=str(tiny_model(tmp_path / "base")), output_dir=str(tmp_path / "director"), batch_size=4, num_generations=2,
-        per_device_batch_size=2, max_steps=2, max_completion_length=6, logging_steps=1, rollouts="recorded", learning_rate=0.05,
+        data_path=str(run),
+        model_name=str(tiny_model(tmp_path / "base")),
+        output_dir=str(tmp_path / "director"),
+        batch_size=4,
+        num_generations=2,
+        per_device_batch_size=2,
+        max_steps=2,
+        max_completion_length=6,
+        logging_steps=1,
+        rollouts="recorded",
+        learning_rate=0.05,
     )
     outcome = train_director_grpo(settings, trajectory_scorer=NoRepeat())
     assert shuffled == [4, 4]  # each step's generation batch cut into micro-batches of whole groups
@@ -611,16 +717,21 @@ def test_the_director_samples_merged_in_eval_mode_with_a_cache_and_leaves_the_ba
     assert generation["merged_calls"] == 2 and generation["unmerged_calls"] == 0
 
 
-@pytest.mark.parametrize(("flags", "says"), [
-    ({"rollouts": "recorded"}, "no recorded conversation for every companion .*--generation-mode tree"),
-    ({"rollouts": "recorded", "rollout_director": "policy"}, "nothing to direct with --rollouts recorded"),
-    ({"rollouts": "cached"}, "--rollouts must be live or recorded"),
-])
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        ({"rollouts": "recorded"}, "no recorded conversation for every companion .*--generation-mode tree"),
+        ({"rollouts": "recorded", "rollout_director": "policy"}, "nothing to direct with --rollouts recorded"),
+        ({"rollouts": "cached"}, "--rollouts must be live or recorded"),
+    ],
+)
 def test_recorded_rollouts_need_a_tree_and_no_rollout_director(tmp_path, flags, says):
     from mascot.errors import MascotError
 
     run = write_episode_run(tmp_path / "directed_ED_tiny", [episode(i) for i in range(4)])
-    settings = DirectorGRPOSettings(data_path=str(run), model_name="tiny", output_dir=str(tmp_path / "director"), batch_size=4, num_generations=2, **flags)
+    settings = DirectorGRPOSettings(
+        data_path=str(run), model_name="tiny", output_dir=str(tmp_path / "director"), batch_size=4, num_generations=2, **flags
+    )
     with pytest.raises(MascotError, match=says):
         train_director_grpo(settings, trajectory_scorer=NoRepeat())
     assert not (tmp_path / "director").exists()

@@ -64,8 +64,10 @@ def test_speaker_dry_run_checks_that_the_reward_model_folder_holds_a_trained_rew
     refused(dry_run(*speaker, "--reward-model-path", str(full)), "says full but its weights are missing", "model.safetensors")
     ok = dry_run(*speaker, "--reward-model-path", str(artefact(tmp_path / "rm", "persona_reward_model")))
     assert ok.exit_code == 0, ok.output
-    assert json.loads(ok.stdout[ok.stdout.index("{"):])["resolved"]["num_prompts"] == 4
-    refused(dry_run(*speaker, "--reward-model-path", str(artefact(tmp_path / "rm2", "persona_reward_model")), "--batch-size", "40"), "one step needs 5")
+    assert json.loads(ok.stdout[ok.stdout.index("{") :])["resolved"]["num_prompts"] == 4
+    refused(
+        dry_run(*speaker, "--reward-model-path", str(artefact(tmp_path / "rm2", "persona_reward_model")), "--batch-size", "40"), "one step needs 5"
+    )
     assert not (tmp_path / "out").exists()
 
 
@@ -81,11 +83,18 @@ def test_director_grpo_dry_run_checks_its_group_reward_model_and_speaker_adapter
     refused(dry_run(*director, "--group-reward-model-path", str(persona)), "holds a persona reward model, not a group reward model")
     grm = artefact(tmp_path / "grm", "group_reward_model")
     wrong_adapter = artefact(tmp_path / "director_adapter", "director")
-    refused(dry_run(*director, "--group-reward-model-path", str(grm), "--speaker-adapter", str(wrong_adapter)), "--speaker-adapter", "holds a director, not a speaker")
+    refused(
+        dry_run(*director, "--group-reward-model-path", str(grm), "--speaker-adapter", str(wrong_adapter)),
+        "--speaker-adapter",
+        "holds a director, not a speaker",
+    )
     bare_adapter = tmp_path / "bare_adapter"
     bare_adapter.mkdir()
     (bare_adapter / "adapter_config.json").write_text("{}")
-    refused(dry_run(*director, "--group-reward-model-path", str(grm), "--speaker-adapter", str(bare_adapter)), "holds adapter_config.json but no adapter weights")
+    refused(
+        dry_run(*director, "--group-reward-model-path", str(grm), "--speaker-adapter", str(bare_adapter)),
+        "holds adapter_config.json but no adapter weights",
+    )
     ok = dry_run(*director, "--group-reward-model-path", str(grm), "--speaker-adapter", str(artefact(tmp_path / "speaker", "speaker")))
     assert ok.exit_code == 0, ok.output
     refused(dry_run(*director, "--group-reward-model-path", str(grm), "--batch-size", "48"), "too few decision points", "one step needs 6")
@@ -94,11 +103,20 @@ def test_director_grpo_dry_run_checks_its_group_reward_model_and_speaker_adapter
 def test_any_trainer_dry_run_checks_a_model_folder_or_adapter_given_as_model(stage1_run, tmp_path):
     empty = tmp_path / "empty_model"
     empty.mkdir()
-    refused(dry_run("train", "reward-model", "--data-path", str(stage1_run), "--model", str(empty)), "--model", "holds no model: neither config.json nor adapter_config.json")
+    refused(
+        dry_run("train", "reward-model", "--data-path", str(stage1_run), "--model", str(empty)),
+        "--model",
+        "holds no model: neither config.json nor adapter_config.json",
+    )
     reward_model = artefact(tmp_path / "rm", "persona_reward_model")
-    refused(dry_run("train", "sft", "--data-path", str(stage1_run), "--model", str(reward_model)), "holds a persona reward model (sequence_classification), not a causal_lm model")
+    refused(
+        dry_run("train", "sft", "--data-path", str(stage1_run), "--model", str(reward_model)),
+        "holds a persona reward model (sequence_classification), not a causal_lm model",
+    )
     cut_short = artefact(tmp_path / "sft_adapter", "speaker", weights=False)
-    refused(dry_run("train", "speaker", "--data-path", str(stage1_run), "--model", str(cut_short), "--reward-model-weight", "0"), "no adapter weights")
+    refused(
+        dry_run("train", "speaker", "--data-path", str(stage1_run), "--model", str(cut_short), "--reward-model-weight", "0"), "no adapter weights"
+    )
 
 
 def test_the_real_speaker_run_refuses_an_empty_reward_model_folder_before_loading(stage1_run, tmp_path):

@@ -20,7 +20,10 @@ def meeting_pairs(n: int, words: int = 150, kind: str = "persona") -> list[Prefe
     transcript = " ".join(f"Speaker {i % 4}: we discussed item {i} of the budget." for i in range(words // 8))
     return [
         PreferencePair(
-            prompt=[{"role": "system", "content": "You are the Minutes Scribe."}, {"role": "user", "content": f"Query {q}: what was decided?\n{transcript}\nReply now."}],
+            prompt=[
+                {"role": "system", "content": "You are the Minutes Scribe."},
+                {"role": "user", "content": f"Query {q}: what was decided?\n{transcript}\nReply now."},
+            ],
             chosen=[{"role": "assistant", "content": f"Decision {q}: the budget stays; Anna follows up."}],
             rejected=[{"role": "assistant", "content": "I agree."}],
             margin=1.0,
@@ -62,7 +65,9 @@ def test_pairs_longer_than_max_length_train_instead_of_being_dropped(base, tmp_p
     run = tmp_path / "individual_QMSum_tiny"
     write_jsonl(run / "pairs.jsonl", meeting_pairs(6))
     write_run_config(run, dataset="QMSum", rubric_version="paper_v1")
-    settings = RewardModelSettings(data_path=str(run), model_name=str(base), output_dir=str(tmp_path / "rm"), batch_size=4, max_length=96, max_steps=1)
+    settings = RewardModelSettings(
+        data_path=str(run), model_name=str(base), output_dir=str(tmp_path / "rm"), batch_size=4, max_length=96, max_steps=1
+    )
     outcome = train_reward_model(settings)
     figures = outcome.metadata.train_metrics
     assert figures["num_skipped_too_long"] == 0 and figures["num_truncated_pairs"] == outcome.metadata.num_train_records > 0
@@ -76,7 +81,9 @@ def test_nothing_left_to_train_on_is_one_line_with_counts_and_flag(base, tmp_pat
     run = tmp_path / "branching_QMSum_tiny"
     write_jsonl(run / "directive_pairs.jsonl", meeting_pairs(4, words=400, kind="directive"))
     write_run_config(run, dataset="QMSum", rubric_version="paper_v1")
-    settings = DirectorDPOSettings(data_path=str(run), model_name=str(base), output_dir=str(tmp_path / "dpo"), batch_size=2, max_length=16, max_steps=1)
+    settings = DirectorDPOSettings(
+        data_path=str(run), model_name=str(base), output_dir=str(tmp_path / "dpo"), batch_size=2, max_length=16, max_steps=1
+    )
     with pytest.raises(TrainingDataError) as caught:
         train_director_dpo(settings)
     message = str(caught.value)
@@ -114,6 +121,8 @@ def test_director_dpo_fits_long_prompts_instead_of_dropping_them(base, tmp_path)
     run = tmp_path / "branching_QMSum_tiny"
     write_jsonl(run / "directive_pairs.jsonl", pairs)
     write_run_config(run, dataset="QMSum", rubric_version="paper_v1")
-    settings = DirectorDPOSettings(data_path=str(run), model_name=str(base), output_dir=str(tmp_path / "dpo"), batch_size=2, max_length=160, max_steps=1)
+    settings = DirectorDPOSettings(
+        data_path=str(run), model_name=str(base), output_dir=str(tmp_path / "dpo"), batch_size=2, max_length=160, max_steps=1
+    )
     outcome = train_director_dpo(settings)
     assert outcome.metadata.train_metrics["num_truncated_pairs"] == outcome.metadata.num_train_records == 3

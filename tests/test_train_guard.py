@@ -19,15 +19,18 @@ def pair_line(**changes) -> str:
     return json.dumps(record)
 
 
-@pytest.mark.parametrize("changes, message", [
-    ({"margin": float("nan")}, "margin"),
-    ({"margin": float("inf")}, "margin"),
-    ({"chosen_score": float("-inf")}, "chosen_score"),
-    ({"chosen_scores": {"EV": float("nan")}}, "chosen_scores.EV"),
-    ({"chosen": []}, "chosen is empty"),
-    ({"rejected": [{"role": "assistant", "content": "  "}]}, "rejected"),
-    ({"prompt": []}, "prompt is empty"),
-])
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"margin": float("nan")}, "margin"),
+        ({"margin": float("inf")}, "margin"),
+        ({"chosen_score": float("-inf")}, "chosen_score"),
+        ({"chosen_scores": {"EV": float("nan")}}, "chosen_scores.EV"),
+        ({"chosen": []}, "chosen is empty"),
+        ({"rejected": [{"role": "assistant", "content": "  "}]}, "rejected"),
+        ({"prompt": []}, "prompt is empty"),
+    ],
+)
 def test_pairs_with_non_finite_numbers_or_empty_messages_are_refused(tmp_path, changes, message):
     path = tmp_path / "pairs.jsonl"
     path.write_text(pair_line() + "\n" + pair_line(**changes) + "\n")  # json.dumps writes NaN/Infinity
@@ -73,8 +76,15 @@ def test_a_nan_margin_stops_reward_model_training_with_one_clear_error(tmp_path,
         return [{**r, "margin": float("nan")} for r in rows], cut
 
     monkeypatch.setattr(data, "tokenized_pair_rows", nan_margins)
-    settings = RewardModelSettings(data_path=str(run), model_name=str(tiny_model(tmp_path / "tiny")), output_dir=str(tmp_path / "rm"),
-                                   batch_size=4, max_steps=2, eval_fraction=0.0, logging_steps=1)
+    settings = RewardModelSettings(
+        data_path=str(run),
+        model_name=str(tiny_model(tmp_path / "tiny")),
+        output_dir=str(tmp_path / "rm"),
+        batch_size=4,
+        max_steps=2,
+        eval_fraction=0.0,
+        logging_steps=1,
+    )
     with single_thread(), pytest.raises(TrainingDiverged, match="training stopped at step 1: .*(loss=nan|NaN)"):
         train_reward_model(settings)
     assert not (tmp_path / "rm" / "mascot_metadata.json").exists()

@@ -25,7 +25,9 @@ def adapter(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("merge")
     base = tiny_model(root / "base")
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(base), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(base), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    )
     torch.manual_seed(1)
     with torch.no_grad():
         for name, param in model.named_parameters():
@@ -34,7 +36,10 @@ def adapter(tmp_path_factory):
     folder = root / "adapter"
     model.save_pretrained(folder)
     AutoTokenizer.from_pretrained(base).save_pretrained(folder)
-    write_metadata(folder, TrainingMetadata(role="speaker", trainer="grpo", base_model=str(base), dataset="QMSum", evaluation={"reward": {"first": 0.1, "last": 0.5}}))
+    write_metadata(
+        folder,
+        TrainingMetadata(role="speaker", trainer="grpo", base_model=str(base), dataset="QMSum", evaluation={"reward": {"first": 0.1, "last": 0.5}}),
+    )
     return base, folder, model
 
 

@@ -202,13 +202,16 @@ def test_without_merged_generation_the_speaker_samples_with_the_adapter_beside_t
     assert outcome.metadata.train_metrics["generation"]["enabled"] is False
 
 
-@pytest.mark.parametrize(("env", "flags", "says"), [
-    ({"ACCELERATE_USE_FSDP": "true"}, [], "merged generation cannot hold under FSDP .*--no-merged-generation"),
-    ({"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3"}, [], "under DeepSpeed ZeRO-3"),
-    ({}, ["--vllm-enable-sleep-mode"], "sets the colocated vLLM engine: add --use-vllm --vllm-mode colocate"),
-    ({}, ["--steps-per-generation", "0"], "--steps-per-generation must be at least 1"),
-    ({}, ["--vllm-gpu-memory-utilization", "1.5"], "must be in \\(0, 1\\]"),
-])
+@pytest.mark.parametrize(
+    ("env", "flags", "says"),
+    [
+        ({"ACCELERATE_USE_FSDP": "true"}, [], "merged generation cannot hold under FSDP .*--no-merged-generation"),
+        ({"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3"}, [], "under DeepSpeed ZeRO-3"),
+        ({}, ["--vllm-enable-sleep-mode"], "sets the colocated vLLM engine: add --use-vllm --vllm-mode colocate"),
+        ({}, ["--steps-per-generation", "0"], "--steps-per-generation must be at least 1"),
+        ({}, ["--vllm-gpu-memory-utilization", "1.5"], "must be in \\(0, 1\\]"),
+    ],
+)
 def test_launches_where_generation_cannot_hold_are_refused_in_one_line_before_a_model_loads(tmp_path, monkeypatch, env, flags, says):
     from cli_helpers import run_mascot
 
@@ -248,7 +251,9 @@ def test_the_colocated_vllm_settings_are_passed_and_server_mode_gets_only_its_ur
     from mascot.train.common import vllm_arguments
     from mascot.train.config import SpeakerGRPOSettings
 
-    colocate = SpeakerGRPOSettings(data_path="x", use_vllm=True, vllm_gpu_memory_utilization=0.5, vllm_enable_sleep_mode=True, vllm_max_model_length=2048)
+    colocate = SpeakerGRPOSettings(
+        data_path="x", use_vllm=True, vllm_gpu_memory_utilization=0.5, vllm_enable_sleep_mode=True, vllm_max_model_length=2048
+    )
     assert vllm_arguments(colocate) == {"use_vllm": True, "vllm_mode": "colocate", "vllm_gpu_memory_utilization": 0.5,
                                         "vllm_enable_sleep_mode": True, "vllm_max_model_length": 2048}  # fmt: skip
     server = SpeakerGRPOSettings(data_path="x", use_vllm=True, vllm_mode="server", trl_vllm_server_url="http://127.0.0.1:8000")
@@ -283,7 +288,9 @@ def test_in_process_rollout_models_batch_a_whole_wave_and_share_one_base_between
     from mascot.train.config import DirectorGRPOSettings
     from mascot.train.director_grpo import build_rollout_backends, close_backends
 
-    settings = DirectorGRPOSettings(data_path="x", rollout_model="some/base", batch_size=32, num_generations=8, compiled_decode=True, prompt_bucket=32)
+    settings = DirectorGRPOSettings(
+        data_path="x", rollout_model="some/base", batch_size=32, num_generations=8, compiled_decode=True, prompt_bucket=32
+    )
     backends = build_rollout_backends(settings)  # nothing loads until a request comes
     director, user = backends.clients["director"].inner, backends.clients["user"].inner
     assert director is user  # one client, one copy of the frozen base

@@ -43,7 +43,9 @@ def test_one_grpo_step_needs_batch_over_generations_prompts():
     assert group_prompts_per_step(cfg.DirectorGRPOSettings(data_path="x", batch_size=12, num_generations=4)) == 3
 
 
-@pytest.mark.parametrize("changes, flag", [({"max_steps": 0}, "--max-steps 0"), ({"num_train_epochs": 0.0}, "--epochs 0"), ({"num_train_epochs": -1.0}, "--epochs -1")])
+@pytest.mark.parametrize(
+    "changes, flag", [({"max_steps": 0}, "--max-steps 0"), ({"num_train_epochs": 0.0}, "--epochs 0"), ({"num_train_epochs": -1.0}, "--epochs -1")]
+)
 def test_a_schedule_of_zero_steps_is_refused(changes, flag):
     with pytest.raises(TrainingDataError, match=flag):
         require_schedule(cfg.RewardModelSettings(data_path="x", **changes))
@@ -58,8 +60,24 @@ def test_speaker_with_fewer_prompts_than_one_step_stops_before_anything_is_writt
     message = one_line(result.exception)
     assert "1 distinct prompts in 3 pairs" in message and "one step needs 2" in message and "--batch-size" in message
     assert not out.exists()
-    limited = cli("train", "speaker", "--data-path", str(pairs_run(tmp_path / "many", keyword_pairs(n_prompts=6, per_prompt=1))), "--model", str(base),
-                  "--output-dir", str(out), "--reward-model-weight", "0", "--batch-size", "8", "--num-generations", "2", "--limit", "3")
+    limited = cli(
+        "train",
+        "speaker",
+        "--data-path",
+        str(pairs_run(tmp_path / "many", keyword_pairs(n_prompts=6, per_prompt=1))),
+        "--model",
+        str(base),
+        "--output-dir",
+        str(out),
+        "--reward-model-weight",
+        "0",
+        "--batch-size",
+        "8",
+        "--num-generations",
+        "2",
+        "--limit",
+        "3",
+    )
     assert limited.exit_code != 0 and "6 distinct prompts in 6 pairs" in str(limited.exception) and "3 kept by --limit" in str(limited.exception)
     assert "one step needs 4" in str(limited.exception) and not out.exists()
 
@@ -70,7 +88,9 @@ def test_director_grpo_with_fewer_decision_points_than_one_step_stops(base, tmp_
     run = tmp_path / "directed_ED_tiny"
     write_jsonl(run / "episodes.jsonl", [episode(0, speakers=("The Anchor",))])  # one Speaker round: one decision point
     write_run_config(run, dataset="EmpatheticDialogues")
-    settings = cfg.DirectorGRPOSettings(data_path=str(run), model_name=str(base), output_dir=str(tmp_path / "director"), batch_size=4, num_generations=2, group_reward_weight=0.0)
+    settings = cfg.DirectorGRPOSettings(
+        data_path=str(run), model_name=str(base), output_dir=str(tmp_path / "director"), batch_size=4, num_generations=2, group_reward_weight=0.0
+    )
     with pytest.raises(TrainingDataError) as caught:
         train_director_grpo(settings, rollout_clients={})
     message = one_line(caught.value)
@@ -78,12 +98,15 @@ def test_director_grpo_with_fewer_decision_points_than_one_step_stops(base, tmp_
     assert "--decision-points-per-episode" in message and not (tmp_path / "director").exists()
 
 
-@pytest.mark.parametrize("command, file, records", [
-    ("reward-model", "pairs.jsonl", lambda: keyword_pairs(4, 1)),
-    ("group-reward-model", "group_pairs.jsonl", lambda: keyword_pairs(4, 1, kind="episode")),
-    ("director-dpo", "directive_pairs.jsonl", lambda: directive_pairs(4)),
-    ("sft", "candidates.jsonl", lambda: candidates(4)),
-])
+@pytest.mark.parametrize(
+    "command, file, records",
+    [
+        ("reward-model", "pairs.jsonl", lambda: keyword_pairs(4, 1)),
+        ("group-reward-model", "group_pairs.jsonl", lambda: keyword_pairs(4, 1, kind="episode")),
+        ("director-dpo", "directive_pairs.jsonl", lambda: directive_pairs(4)),
+        ("sft", "candidates.jsonl", lambda: candidates(4)),
+    ],
+)
 def test_pairwise_and_sft_trainers_with_no_record_left_stop_with_the_counts(base, tmp_path, command, file, records):
     run = pairs_run(tmp_path / "run", records(), name=file)
     out = tmp_path / "out"
@@ -135,8 +158,16 @@ def test_a_real_grpo_run_that_takes_no_step_is_a_failure_not_an_adapter(base, tm
     monkeypatch.setattr(speaker_grpo, "require_group_prompts", lambda *a, **k: None)
     run = pairs_run(tmp_path / "individual_ED_tiny", keyword_pairs(n_prompts=1, per_prompt=1))
     out = tmp_path / "speaker"
-    settings = cfg.SpeakerGRPOSettings(data_path=str(run), model_name=str(base), output_dir=str(out), reward_model_weight=0.0,
-                                       batch_size=4, num_generations=2, max_steps=2, max_completion_length=4)
+    settings = cfg.SpeakerGRPOSettings(
+        data_path=str(run),
+        model_name=str(base),
+        output_dir=str(out),
+        reward_model_weight=0.0,
+        batch_size=4,
+        num_generations=2,
+        max_steps=2,
+        max_completion_length=4,
+    )
     with pytest.raises(MascotError, match="ended after 0 optimizer steps"):
         speaker_grpo.train_speaker(settings)
     assert not (out / METADATA_FILE).exists() and not list(out.glob("adapter_*"))

@@ -82,7 +82,9 @@ def launch(work: Path, processes: int, argv: list[str]) -> dict:
     env = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     head = [sys.executable, "-m"] if processes == 1 else [str(TORCHRUN), "--standalone", "--nproc_per_node", str(processes), "-m"]
     started = time.monotonic()
-    done = subprocess.run([*head, "mascot", "train", *argv], env=env, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900)
+    done = subprocess.run(
+        [*head, "mascot", "train", *argv], env=env, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900
+    )
     assert done.returncode == 0, done.stdout[-4000:]
     output = Path(argv[argv.index("--output-dir") + 1])
     meta = json.loads((output / "mascot_metadata.json").read_text())
@@ -110,9 +112,11 @@ def update_difference(one: dict, two: dict) -> float:
 def both(work: Path, name: str, argv: list[str]) -> tuple[dict, dict]:
     one = launch(work, 1, [*argv, "--output-dir", str(work / f"{name}-1")])
     two = launch(work, 2, [*argv, "--output-dir", str(work / f"{name}-2")])
-    print(f"\n{name}: 1 process {one['seconds']} s, 2 processes {two['seconds']} s; "
-          f"loss {one['meta']['train_metrics'].get('train_loss')} vs {two['meta']['train_metrics'].get('train_loss')}; "
-          f"update norm {norm(one['update']):.6f} vs {norm(two['update']):.6f}, difference {update_difference(one, two):.2e}")
+    print(
+        f"\n{name}: 1 process {one['seconds']} s, 2 processes {two['seconds']} s; "
+        f"loss {one['meta']['train_metrics'].get('train_loss')} vs {two['meta']['train_metrics'].get('train_loss')}; "
+        f"update norm {norm(one['update']):.6f} vs {norm(two['update']):.6f}, difference {update_difference(one, two):.2e}"
+    )
     for run, world in ((one, 1), (two, 2)):
         assert run["meta"]["hardware"]["world_size"] == world and run["meta"]["hyperparameters"]["num_devices"] == world
         assert not [n for n in NOISE if n in run["output"]], run["output"][-3000:]
@@ -148,8 +152,20 @@ def test_reward_models_train_the_same_in_two_processes(reward_models):
 
 
 def test_director_dpo_trains_the_same_in_two_processes(work):
-    one, two = both(work, "director-dpo", ["director-dpo", "--episode-dataset-path", str(work / "branching_ED_tiny"), "--model", str(work / "tiny"),
-                                           *COMMON, "--learning-rate", "1e-2"])
+    one, two = both(
+        work,
+        "director-dpo",
+        [
+            "director-dpo",
+            "--episode-dataset-path",
+            str(work / "branching_ED_tiny"),
+            "--model",
+            str(work / "tiny"),
+            *COMMON,
+            "--learning-rate",
+            "1e-2",
+        ],
+    )
     assert_same_training(one, two)
 
 
@@ -168,15 +184,44 @@ def test_speaker_grpo_trains_in_two_processes(work, reward_models):
     persona_rm = reward_models[0][0]["meta"]  # the one-process reward model scores both runs
     rm_folder = work / "reward-model-1"
     assert persona_rm["role"] == "persona_reward_model"
-    one, two = both(work, "speaker", ["speaker", "--data-path", str(work / "individual_ED_tiny"), "--model", str(work / "tiny"), *COMMON, *GRPO,
-                                      "--reward-model-path", str(rm_folder)])
+    one, two = both(
+        work,
+        "speaker",
+        [
+            "speaker",
+            "--data-path",
+            str(work / "individual_ED_tiny"),
+            "--model",
+            str(work / "tiny"),
+            *COMMON,
+            *GRPO,
+            "--reward-model-path",
+            str(rm_folder),
+        ],
+    )
     assert_same_update_size(one, two)
 
 
 def test_director_grpo_trains_in_two_processes(work, reward_models):
-    one, two = both(work, "director-grpo", ["director-grpo", "--episode-dataset-path", str(work / "directed_ED_tiny"), "--model", str(work / "director-policy"),
-                                            *COMMON, *GRPO, "--group-reward-model-path", str(work / "group-reward-model-1"), "--suffix-rounds", "1",
-                                            "--user-response-probability", "0"])
+    one, two = both(
+        work,
+        "director-grpo",
+        [
+            "director-grpo",
+            "--episode-dataset-path",
+            str(work / "directed_ED_tiny"),
+            "--model",
+            str(work / "director-policy"),
+            *COMMON,
+            *GRPO,
+            "--group-reward-model-path",
+            str(work / "group-reward-model-1"),
+            "--suffix-rounds",
+            "1",
+            "--user-response-probability",
+            "0",
+        ],
+    )
     assert_same_update_size(one, two)
     for run in (one, two):
         assert run["meta"]["evaluation"]["num_completions"] == 16  # 2 steps x 8 completions, counted over both processes

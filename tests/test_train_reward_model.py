@@ -66,7 +66,9 @@ def test_artefact_is_an_adapter_with_a_trained_score_head_and_metadata(trained, 
 def test_reloaded_reward_model_scores_like_the_trained_one(trained):
     scorer = RewardModelScorer.from_path(str(trained.output_dir))
     prompt = [{"role": "user", "content": "About work: I feel stuck (999)."}]
-    good, bad = scorer.score([prompt + [{"role": "assistant", "content": f"let us {KEYWORD} together"}], prompt + [{"role": "assistant", "content": "well, that is work"}]])
+    good, bad = scorer.score(
+        [prompt + [{"role": "assistant", "content": f"let us {KEYWORD} together"}], prompt + [{"role": "assistant", "content": "well, that is work"}]]
+    )
     assert good > bad
 
 
@@ -88,7 +90,9 @@ def test_group_reward_model_full_weights(base, tmp_path):
 
 
 def test_resume_continues_from_the_last_checkpoint(base, stage1_run, tmp_path):
-    common = dict(data_path=str(stage1_run), model_name=str(base), output_dir=str(tmp_path / "rm"), batch_size=16, save_steps=2, keep_checkpoints=True)
+    common = dict(
+        data_path=str(stage1_run), model_name=str(base), output_dir=str(tmp_path / "rm"), batch_size=16, save_steps=2, keep_checkpoints=True
+    )
     first = train_reward_model(RewardModelSettings(**common, max_steps=2))
     (first.output_dir / "mascot_metadata.json").unlink()  # as if the run had been killed after its checkpoint
     resumed = train_reward_model(RewardModelSettings(**common, max_steps=4, resume=True))
@@ -101,16 +105,22 @@ def test_resume_continues_from_the_last_checkpoint(base, stage1_run, tmp_path):
 
 
 def test_resume_from_the_final_checkpoint_takes_no_step_past_max_steps(base, stage1_run, tmp_path):
-    common = dict(data_path=str(stage1_run), model_name=str(base), output_dir=str(tmp_path / "rm"), batch_size=16, save_steps=2, keep_checkpoints=True)
+    common = dict(
+        data_path=str(stage1_run), model_name=str(base), output_dir=str(tmp_path / "rm"), batch_size=16, save_steps=2, keep_checkpoints=True
+    )
     first = train_reward_model(RewardModelSettings(**common, max_steps=2))
-    scores = RewardModelScorer.from_path(str(first.output_dir)).score([[{"role": "user", "content": "hi"}, {"role": "assistant", "content": KEYWORD}]])
+    scores = RewardModelScorer.from_path(str(first.output_dir)).score(
+        [[{"role": "user", "content": "hi"}, {"role": "assistant", "content": KEYWORD}]]
+    )
     (first.output_dir / "mascot_metadata.json").unlink()  # killed after its last checkpoint, before its final save
     for name in ("adapter_model.safetensors", "model.safetensors"):
         (first.output_dir / name).unlink(missing_ok=True)
     resumed = train_reward_model(RewardModelSettings(**common, max_steps=2, resume=True))
     assert resumed.metadata.train_metrics["resumed_from"] == "checkpoint-2"
     assert resumed.metadata.train_metrics["global_steps"] == 2  # not 3
-    again = RewardModelScorer.from_path(str(resumed.output_dir)).score([[{"role": "user", "content": "hi"}, {"role": "assistant", "content": KEYWORD}]])
+    again = RewardModelScorer.from_path(str(resumed.output_dir)).score(
+        [[{"role": "user", "content": "hi"}, {"role": "assistant", "content": KEYWORD}]]
+    )
     assert again == pytest.approx(scores, abs=1e-4)  # the checkpoint's weights, saved as the result
     assert resumed.metadata.evaluation["heldout_pairs"] > 0
 
@@ -121,7 +131,20 @@ def test_cli_trains_and_reports_held_out_accuracy(base, stage1_run, tmp_path):
     from mascot.cli.app import app
 
     out = tmp_path / "cli_rm"
-    args = ["train", "reward-model", "--data-path", str(stage1_run), "--model", str(base), "--output-dir", str(out), "--max-steps", "2", "--batch-size", "8"]
+    args = [
+        "train",
+        "reward-model",
+        "--data-path",
+        str(stage1_run),
+        "--model",
+        str(base),
+        "--output-dir",
+        str(out),
+        "--max-steps",
+        "2",
+        "--batch-size",
+        "8",
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "held-out pairwise accuracy" in result.output and str(out) in result.output
@@ -145,7 +168,9 @@ def test_pairwise_accuracy_scores_each_distinct_conversation_once():
     replies = ["a", "bb", "ccc"]
 
     def pair(chosen, rejected):
-        return PreferencePair(prompt=prompt, chosen=[{"role": "assistant", "content": chosen}], rejected=[{"role": "assistant", "content": rejected}], margin=1.0)
+        return PreferencePair(
+            prompt=prompt, chosen=[{"role": "assistant", "content": chosen}], rejected=[{"role": "assistant", "content": rejected}], margin=1.0
+        )
 
     pairs = [pair("ccc", "a"), pair("ccc", "bb"), pair("bb", "a"), pair("a", "bb")]  # 4 pairs of 3 distinct replies
     scorer = LengthScorer()

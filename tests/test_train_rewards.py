@@ -89,7 +89,9 @@ def point(prefix_speakers=("The Anchor",)) -> DecisionPoint:
 
 
 def test_block_speakers_include_the_speaker_before_the_decision():
-    rollout = Rollout(point(("The Beacon", "The Anchor")), Directive(agent_name="The Anchor"), [Turn(turn_idx=2, round_id=2, agent_name="The Anchor", response="x")])
+    rollout = Rollout(
+        point(("The Beacon", "The Anchor")), Directive(agent_name="The Anchor"), [Turn(turn_idx=2, round_id=2, agent_name="The Anchor", response="x")]
+    )
     assert block_speakers(rollout) == ["The Anchor", "The Anchor"]
     assert diversity_score(block_speakers(rollout)) == -1.0
 
@@ -103,8 +105,13 @@ def run_rewards(rewards, completions, metrics=None, point_id="c1:e0@r1", step=0)
     """Every reward function on one batch as TRL calls them (awaited together on one loop, with
     the same arguments); each function's rewards by its name. `metrics` collects what they log."""
     log_metric = (lambda k, v: metrics.setdefault(k, []).append(v)) if metrics is not None else None
-    kwargs = {"prompts": [[]] * len(completions), "completions": completions, "point_id": [point_id] * len(completions),
-              "trainer_state": SimpleNamespace(global_step=step), "log_metric": log_metric}
+    kwargs = {
+        "prompts": [[]] * len(completions),
+        "completions": completions,
+        "point_id": [point_id] * len(completions),
+        "trainer_state": SimpleNamespace(global_step=step),
+        "log_metric": log_metric,
+    }
 
     async def together():
         return await asyncio.gather(*(fn(**kwargs) for fn in rewards.funcs))
@@ -118,7 +125,9 @@ def total(rewards, values: dict[str, list[float]]) -> list[float]:
 
 
 def test_director_rewards_roll_out_score_and_count_parse_failures():
-    settings = DirectorGRPOSettings(data_path="x", directive_opening=False, suffix_rounds=2, user_response_probability=0.0, diversity_weight=0.5, parse_failure_reward=-3.0)
+    settings = DirectorGRPOSettings(
+        data_path="x", directive_opening=False, suffix_rounds=2, user_response_probability=0.0, diversity_weight=0.5, parse_failure_reward=-3.0
+    )
     clients = {role: group_client() for role in ("director", "speaker", "user")}
     rewards = director_rewards({"c1:e0@r1": point()}, clients, FavourScorer(), settings)
     assert [fn.__name__ for fn in rewards.funcs] == ["group_reward_model", "diversity"] and rewards.weights == [1.0, 0.5]
@@ -144,7 +153,9 @@ def test_director_rewards_roll_out_score_and_count_parse_failures():
 
 
 def test_both_director_rewards_share_one_rollout_per_completion():
-    settings = DirectorGRPOSettings(data_path="x", directive_opening=False, suffix_rounds=1, user_response_probability=0.0, multi_objective_aggregation="normalize_then_sum")
+    settings = DirectorGRPOSettings(
+        data_path="x", directive_opening=False, suffix_rounds=1, user_response_probability=0.0, multi_objective_aggregation="normalize_then_sum"
+    )
     clients = {role: group_client(latency_s=0.01) for role in ("director", "speaker", "user")}  # rollouts in flight while both wait
     rewards = director_rewards({"c1:e0@r1": point()}, clients, FavourScorer(), settings)
     assert len(rewards.funcs) == 2
@@ -155,7 +166,12 @@ def test_both_director_rewards_share_one_rollout_per_completion():
     run_rewards(rewards, completions)
     assert len(clients["speaker"].calls) == 6 and rewards.rollouts.stats.completions == 8
     # called one after the other instead of together, the second function still reads the first's rollouts
-    kwargs = {"prompts": [[]], "completions": [as_message("agent: The Beacon")], "point_id": ["c1:e0@r1"], "trainer_state": SimpleNamespace(global_step=1)}
+    kwargs = {
+        "prompts": [[]],
+        "completions": [as_message("agent: The Beacon")],
+        "point_id": ["c1:e0@r1"],
+        "trainer_state": SimpleNamespace(global_step=1),
+    }
     assert [asyncio.run(fn(**kwargs)) for fn in rewards.funcs] == [[0.0], [1.0]]
     assert len(clients["speaker"].calls) == 7
 
@@ -164,12 +180,19 @@ def test_a_zero_weight_drops_its_reward_function_and_two_zeros_are_refused():
     from mascot.train.runtime import TrainingSetupError
 
     clients = {role: group_client() for role in ("director", "speaker", "user")}
-    only_diversity = director_rewards({"c1:e0@r1": point()}, clients, FavourScorer(), DirectorGRPOSettings(data_path="x", directive_opening=False, group_reward_weight=0.0))
+    only_diversity = director_rewards(
+        {"c1:e0@r1": point()}, clients, FavourScorer(), DirectorGRPOSettings(data_path="x", directive_opening=False, group_reward_weight=0.0)
+    )
     assert [fn.__name__ for fn in only_diversity.funcs] == ["diversity"] and only_diversity.weights == [0.5]
     no_model = director_rewards({"c1:e0@r1": point()}, clients, None, DirectorGRPOSettings(data_path="x", directive_opening=False))
     assert [fn.__name__ for fn in no_model.funcs] == ["diversity"]
     with pytest.raises(TrainingSetupError, match="--group-reward-weight and --diversity-weight are both 0"):
-        director_rewards({"c1:e0@r1": point()}, clients, FavourScorer(), DirectorGRPOSettings(data_path="x", directive_opening=False, group_reward_weight=0.0, diversity_weight=0.0))
+        director_rewards(
+            {"c1:e0@r1": point()},
+            clients,
+            FavourScorer(),
+            DirectorGRPOSettings(data_path="x", directive_opening=False, group_reward_weight=0.0, diversity_weight=0.0),
+        )
 
 
 def test_failed_rollout_does_not_move_the_advantage():
@@ -195,8 +218,12 @@ def test_rollout_backends_come_from_the_registry_spread_over_endpoints_and_keep_
     (tmp_path / ".env").write_text("OPENAI_API_KEY=sk-from-dotenv\n")  # rollouts read keys like every run
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     settings = DirectorGRPOSettings(
-        data_path="x", rollout_server_url="http://a:1/v1?key=secret", rollout_endpoints="http://b:2/v1, http://c:3/v1",
-        rollout_model="Qwen/Qwen3-8B", speaker_adapter="mascot-speaker", rollout_concurrency=5,
+        data_path="x",
+        rollout_server_url="http://a:1/v1?key=secret",
+        rollout_endpoints="http://b:2/v1, http://c:3/v1",
+        rollout_model="Qwen/Qwen3-8B",
+        speaker_adapter="mascot-speaker",
+        rollout_concurrency=5,
     )
     backends = build_rollout_backends(settings)
     clients = backends.clients
@@ -219,8 +246,15 @@ def test_rollouts_over_http_are_metered_traced_and_closed_on_the_trainers_loop(s
     from mascot.train.director_grpo import build_rollout_backends, close_backends
 
     server = stub(responder=stub_responder)
-    settings = DirectorGRPOSettings(data_path="x", directive_opening=False, rollout_server_url=server.url, rollout_model="stub-model", suffix_rounds=1,
-                                    user_response_probability=0.0, diversity_weight=1.0)
+    settings = DirectorGRPOSettings(
+        data_path="x",
+        directive_opening=False,
+        rollout_server_url=server.url,
+        rollout_model="stub-model",
+        suffix_rounds=1,
+        user_response_probability=0.0,
+        diversity_weight=1.0,
+    )
     backends = build_rollout_backends(settings, tmp_path / "out" / "rollout_call_trace.jsonl")
     rewards = director_rewards({"c1:e0@r1": point()}, backends.clients, None, settings)
     assert [fn.__name__ for fn in rewards.funcs] == ["diversity"]  # no group reward model

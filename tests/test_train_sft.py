@@ -23,7 +23,17 @@ def candidates(n_queries: int = 24) -> list[Candidate]:
     for q in range(n_queries):
         prompt = [{"role": "system", "content": "You are The Anchor."}, {"role": "user", "content": f"Problem number {q}: I cannot sleep."}]
         for k, (text, score) in enumerate([(f"maybe later {q}", 2.0), ("I hear you, breathe slowly.", 4.5)]):
-            out.append(Candidate(candidate_id=f"q{q}-{k}", context_id=f"ctx-{q}", persona="The Anchor", prompt=prompt, response=text, candidate_idx=k, overall=score))
+            out.append(
+                Candidate(
+                    candidate_id=f"q{q}-{k}",
+                    context_id=f"ctx-{q}",
+                    persona="The Anchor",
+                    prompt=prompt,
+                    response=text,
+                    candidate_idx=k,
+                    overall=score,
+                )
+            )
     out.append(Candidate(candidate_id="unjudged", context_id="ctx-0", persona="The Anchor", prompt=out[0].prompt, response="x", candidate_idx=9))
     return out
 
@@ -38,8 +48,13 @@ def test_best_candidate_per_query_is_chosen(tmp_path):
 
 
 def test_dataset_supporter_turns_rotate_over_personas(tmp_path):
-    dialog = [{"speaker": "sys", "content": "Hi, how are you?"}, {"speaker": "usr", "content": "Not great, I lost my job."},
-              {"speaker": "sys", "content": "I am sorry, that is hard."}, {"speaker": "usr", "content": "Yes."}, {"speaker": "sys", "content": "What happened?"}]
+    dialog = [
+        {"speaker": "sys", "content": "Hi, how are you?"},
+        {"speaker": "usr", "content": "Not great, I lost my job."},
+        {"speaker": "sys", "content": "I am sorry, that is hard."},
+        {"speaker": "usr", "content": "Yes."},
+        {"speaker": "sys", "content": "What happened?"},
+    ]
     path = tmp_path / "esconv.jsonl"
     path.write_text(json.dumps({"situation": "job loss", "emotion_type": "sadness", "problem_type": "job", "dialog": dialog}) + "\n")
     roster = load_roster("emotional_support")
@@ -55,8 +70,20 @@ def test_sft_lowers_the_loss_and_writes_a_speaker_artefact(base, tmp_path):
     run = tmp_path / "individual_ED_tiny"
     write_jsonl(run / "candidates.jsonl", candidates())
     write_run_config(run, dataset="EmpatheticDialogues", rubric_version="paper_v1", roster="emotional_support@1.0")
-    settings = SFTSettings(data_path=str(run), model_name=str(base), output_dir=str(tmp_path / "sft"), batch_size=8, max_steps=20,
-                           learning_rate=2e-2, logging_steps=1, save_steps=100, eval_steps=5, eval_fraction=0.2, gradient_checkpointing=False, lora_r=8)
+    settings = SFTSettings(
+        data_path=str(run),
+        model_name=str(base),
+        output_dir=str(tmp_path / "sft"),
+        batch_size=8,
+        max_steps=20,
+        learning_rate=2e-2,
+        logging_steps=1,
+        save_steps=100,
+        eval_steps=5,
+        eval_fraction=0.2,
+        gradient_checkpointing=False,
+        lora_r=8,
+    )
     outcome = train_sft(settings)
     selection = outcome.metadata.train_metrics["selection"]  # the held-out loss every 5 steps, the lowest kept
     assert [s for s, _ in selection["measurements"]] == [5, 10, 15, 20] and not selection["higher_is_better"]

@@ -16,7 +16,9 @@ def lora_model(dropout: float = 0.0):
     from trl.trainer.utils import add_fused_lm_head
 
     torch.manual_seed(0)
-    config = Qwen3Config(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8)
+    config = Qwen3Config(
+        vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8
+    )
     model = Qwen3ForCausalLM(config)
     add_fused_lm_head(model, outputs=("log_probs", "entropy"))
     peft = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, lora_dropout=dropout, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]))

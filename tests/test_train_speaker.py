@@ -138,8 +138,16 @@ def test_the_aggregation_and_the_weights_reach_grpo_config(monkeypatch, tmp_path
     write_jsonl(run / "pairs.jsonl", keyword_pairs(4, 1))
     write_run_config(run, dataset="EmpatheticDialogues")
     seen = capture_grpo_trainer(monkeypatch, "mascot.train.speaker_grpo")
-    settings = SpeakerGRPOSettings(data_path=str(run), model_name="tiny", output_dir=str(tmp_path / "speaker"), reward_model_weight=0.0,
-                                   conciseness_weight=0.3, batch_size=4, num_generations=2, multi_objective_aggregation=aggregation)
+    settings = SpeakerGRPOSettings(
+        data_path=str(run),
+        model_name="tiny",
+        output_dir=str(tmp_path / "speaker"),
+        reward_model_weight=0.0,
+        conciseness_weight=0.3,
+        batch_size=4,
+        num_generations=2,
+        multi_objective_aggregation=aggregation,
+    )
     with pytest.raises(TrainerBuilt):
         train_speaker(settings)
     assert seen["args"].multi_objective_aggregation == aggregation
@@ -153,9 +161,21 @@ def test_grpo_resumed_from_its_final_checkpoint_saves_it_without_another_step(tm
     run = tmp_path / "individual_ED_tiny"
     write_jsonl(run / "pairs.jsonl", keyword_pairs(8, 1))
     write_run_config(run, dataset="EmpatheticDialogues")
-    common = dict(data_path=str(run), model_name=str(tiny_model(tmp_path / "policy")), output_dir=str(tmp_path / "speaker"),
-                  reward_model_weight=0.0, format_weight=1.0, conciseness_weight=1.0, batch_size=4, num_generations=2,
-                  max_steps=2, max_completion_length=8, logging_steps=1, save_steps=2, keep_checkpoints=True)
+    common = dict(
+        data_path=str(run),
+        model_name=str(tiny_model(tmp_path / "policy")),
+        output_dir=str(tmp_path / "speaker"),
+        reward_model_weight=0.0,
+        format_weight=1.0,
+        conciseness_weight=1.0,
+        batch_size=4,
+        num_generations=2,
+        max_steps=2,
+        max_completion_length=8,
+        logging_steps=1,
+        save_steps=2,
+        keep_checkpoints=True,
+    )
     first = train_speaker(SpeakerGRPOSettings(**common))
     (first.output_dir / "mascot_metadata.json").unlink()  # killed after its last checkpoint, before its final save
     (first.output_dir / "adapter_model.safetensors").unlink()
@@ -174,9 +194,21 @@ def test_held_out_contexts_choose_the_kept_step_by_their_mean_reward(half_format
     write_jsonl(run / "pairs.jsonl", pairs)
     write_run_config(run, dataset="EmpatheticDialogues")
     settings = SpeakerGRPOSettings(
-        data_path=str(run), model_name=str(half_formatted_policy), output_dir=str(tmp_path / "speaker"), reward_model_weight=0.0,
-        format_weight=1.0, conciseness_weight=0.0, batch_size=8, num_generations=4, max_steps=6, learning_rate=3e-3,
-        max_completion_length=16, beta=0.0, logging_steps=1, eval_fraction=0.25, eval_steps=3,
+        data_path=str(run),
+        model_name=str(half_formatted_policy),
+        output_dir=str(tmp_path / "speaker"),
+        reward_model_weight=0.0,
+        format_weight=1.0,
+        conciseness_weight=0.0,
+        batch_size=8,
+        num_generations=4,
+        max_steps=6,
+        learning_rate=3e-3,
+        max_completion_length=16,
+        beta=0.0,
+        logging_steps=1,
+        eval_fraction=0.25,
+        eval_steps=3,
     )
     outcome = train_speaker(settings)
     meta = read_metadata(outcome.output_dir)

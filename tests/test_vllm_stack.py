@@ -59,8 +59,27 @@ def speaker_adapter(workdir, base_model) -> Path:
     write_jsonl(run / "pairs.jsonl", keyword_pairs(4, 1))
     write_run_config(run, dataset="ESConv")
     out = workdir / "speaker_adapter"
-    mascot("train", "speaker", "--data-path", str(run), "--model", str(base_model), "--output-dir", str(out), "--reward-model-weight", "0",
-           "--max-steps", "2", "--batch-size", "2", "--num-generations", "2", "--max-completion-length", "16", cwd=workdir)
+    mascot(
+        "train",
+        "speaker",
+        "--data-path",
+        str(run),
+        "--model",
+        str(base_model),
+        "--output-dir",
+        str(out),
+        "--reward-model-weight",
+        "0",
+        "--max-steps",
+        "2",
+        "--batch-size",
+        "2",
+        "--num-generations",
+        "2",
+        "--max-completion-length",
+        "16",
+        cwd=workdir,
+    )
     meta = json.loads((out / "mascot_metadata.json").read_text())
     assert meta["weights"] == "lora_adapter" and meta["role"] == "speaker"
     return out
@@ -71,8 +90,30 @@ def server(workdir, vllm_python, speaker_adapter, base_model):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "mascot", "serve", str(speaker_adapter), "--model", str(base_model), "--served-model-name", SERVED_BASE, "--cpu", "--cpu-kvcache-gb", "2",
-           "--max-model-len", "2048", "--port", str(port), "--python", vllm_python, "--log-file", str(workdir / "vllm.log"), "--timeout", "600"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mascot",
+        "serve",
+        str(speaker_adapter),
+        "--model",
+        str(base_model),
+        "--served-model-name",
+        SERVED_BASE,
+        "--cpu",
+        "--cpu-kvcache-gb",
+        "2",
+        "--max-model-len",
+        "2048",
+        "--port",
+        str(port),
+        "--python",
+        vllm_python,
+        "--log-file",
+        str(workdir / "vllm.log"),
+        "--timeout",
+        "600",
+    ]
     process = subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     first = process.stdout.readline()
     if "serving" not in first:
@@ -94,7 +135,10 @@ def test_served_aliases_resolve_to_base_model_and_adapter(server, base_model, sp
     from mascot.llm.served import resolve_served_identities
     from mascot.schema import RoleIdentity
 
-    endpoints = {"speaker": RoleEndpoint("speaker", "mascot-speaker", server["url"]), "director": RoleEndpoint("director", SERVED_BASE, server["url"])}
+    endpoints = {
+        "speaker": RoleEndpoint("speaker", "mascot-speaker", server["url"]),
+        "director": RoleEndpoint("director", SERVED_BASE, server["url"]),
+    }
     identities = {role: RoleIdentity(base_model=ep.model, served_model=ep.model, backend="http") for role, ep in endpoints.items()}
     resolve_served_identities(identities, endpoints)
     assert (identities["speaker"].base_model, identities["speaker"].adapter) == (str(base_model), str(speaker_adapter))
@@ -102,9 +146,30 @@ def test_served_aliases_resolve_to_base_model_and_adapter(server, base_model, sp
 
 
 def test_group_generation_records_base_model_and_adapter(server, workdir, base_model, speaker_adapter):
-    mascot("generate", "--mode", "group", "--dataset", "ESConv", "--data-file", str(FIXTURES / "esconv_sample.jsonl"), "--limit", "1",
-           "--num-turns", "2", "--max-tokens", "40", "--vllm-server-url", server["url"], "--model-name", SERVED_BASE,
-           "--speaker-model", "mascot-speaker", "--output-dir", str(workdir / "runs"), cwd=workdir)
+    mascot(
+        "generate",
+        "--mode",
+        "group",
+        "--dataset",
+        "ESConv",
+        "--data-file",
+        str(FIXTURES / "esconv_sample.jsonl"),
+        "--limit",
+        "1",
+        "--num-turns",
+        "2",
+        "--max-tokens",
+        "40",
+        "--vllm-server-url",
+        server["url"],
+        "--model-name",
+        SERVED_BASE,
+        "--speaker-model",
+        "mascot-speaker",
+        "--output-dir",
+        str(workdir / "runs"),
+        cwd=workdir,
+    )
     episodes = [json.loads(line) for line in (workdir / "runs" / "directed_ESConv_mascot-speaker" / "episodes.jsonl").read_text().splitlines()]
     assert episodes and all(t["response"] for t in episodes[0]["turns"] if t.get("turn_type") != "user")
     roles = episodes[0]["metadata"]["roles"]
@@ -115,9 +180,31 @@ def test_group_generation_records_base_model_and_adapter(server, workdir, base_m
 
 
 def test_stage1_candidates_with_n_k_and_structured_judging(server, workdir):
-    args = ["generate", "--mode", "individual", "--dataset", "ESConv", "--data-file", str(FIXTURES / "esconv_sample.jsonl"), "--limit", "1",
-            "--num-candidates", "3", "--max-tokens", "40", "--vllm-server-url", server["url"], "--speaker-model", "mascot-speaker",
-            "--judge-server-url", server["url"], "--judge-model", SERVED_BASE, "--output-dir", str(workdir / "runs")]
+    args = [
+        "generate",
+        "--mode",
+        "individual",
+        "--dataset",
+        "ESConv",
+        "--data-file",
+        str(FIXTURES / "esconv_sample.jsonl"),
+        "--limit",
+        "1",
+        "--num-candidates",
+        "3",
+        "--max-tokens",
+        "40",
+        "--vllm-server-url",
+        server["url"],
+        "--speaker-model",
+        "mascot-speaker",
+        "--judge-server-url",
+        server["url"],
+        "--judge-model",
+        SERVED_BASE,
+        "--output-dir",
+        str(workdir / "runs"),
+    ]
     result = subprocess.run([sys.executable, "-m", "mascot", *args], cwd=workdir, capture_output=True, text=True, timeout=900)
     # The 135M judge may give every candidate the same Overall: such a run makes no pair and says so.
     assert result.returncode == 0 or "no preference pair" in result.stderr, result.stderr[-3000:]
@@ -137,10 +224,31 @@ def test_director_grpo_rollout_against_the_server(server):
     from mascot.train.director_rollouts import director_rewards
 
     roster = load_roster("emotional_support")
-    context = Context(context_id="c1", dataset="ESConv", situation="Work stress.", emotion="anxiety", opening_turns=[DialogueLine(speaker="user", text="I cannot sleep.")])
-    point = DecisionPoint("c1:e0@r1", "c1:e0", context, [Turn(turn_idx=0, round_id=0, agent_name="The Anchor", response="That sounds exhausting.")], roster, "emotional_support", 1)
-    settings = DirectorGRPOSettings(data_path="x", model_name=SERVED_BASE, rollout_server_url=server["url"], speaker_adapter="mascot-speaker",
-                                    suffix_rounds=1, user_response_probability=0.0, group_reward_weight=0.0)
+    context = Context(
+        context_id="c1",
+        dataset="ESConv",
+        situation="Work stress.",
+        emotion="anxiety",
+        opening_turns=[DialogueLine(speaker="user", text="I cannot sleep.")],
+    )
+    point = DecisionPoint(
+        "c1:e0@r1",
+        "c1:e0",
+        context,
+        [Turn(turn_idx=0, round_id=0, agent_name="The Anchor", response="That sounds exhausting.")],
+        roster,
+        "emotional_support",
+        1,
+    )
+    settings = DirectorGRPOSettings(
+        data_path="x",
+        model_name=SERVED_BASE,
+        rollout_server_url=server["url"],
+        speaker_adapter="mascot-speaker",
+        suffix_rounds=1,
+        user_response_probability=0.0,
+        group_reward_weight=0.0,
+    )
     backends = build_rollout_backends(settings)
     rewards = director_rewards({point.point_id: point}, backends.clients, None, settings)
     (reward,) = rewards.funcs  # the diversity term alone: --group-reward-weight 0
@@ -161,10 +269,41 @@ def test_director_grpo_rollout_against_the_server(server):
 
 
 def stage1_against(server_url: str, judge_url: str, out: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "mascot", "generate", "--mode", "individual", "--dataset", "ESConv", "--data-file", str(FIXTURES / "esconv_sample.jsonl"),
-            "--limit", "1", "--num-candidates", "3", "--max-tokens", "40", "--vllm-server-url", server_url, "--speaker-model", "mascot-speaker",
-            "--judge-server-url", judge_url, "--judge-model", SERVED_BASE, "--judge-scoring", "logprobs", "--score-margin", "0.05",
-            "--retry-budget", "0", "--output-dir", str(out), *extra]
+    return [
+        sys.executable,
+        "-m",
+        "mascot",
+        "generate",
+        "--mode",
+        "individual",
+        "--dataset",
+        "ESConv",
+        "--data-file",
+        str(FIXTURES / "esconv_sample.jsonl"),
+        "--limit",
+        "1",
+        "--num-candidates",
+        "3",
+        "--max-tokens",
+        "40",
+        "--vllm-server-url",
+        server_url,
+        "--speaker-model",
+        "mascot-speaker",
+        "--judge-server-url",
+        judge_url,
+        "--judge-model",
+        SERVED_BASE,
+        "--judge-scoring",
+        "logprobs",
+        "--score-margin",
+        "0.05",
+        "--retry-budget",
+        "0",
+        "--output-dir",
+        str(out),
+        *extra,
+    ]
 
 
 def test_stage1_judge_outage_fails_the_run_and_resume_judges_the_kept_candidates(server, workdir):
@@ -203,8 +342,20 @@ def test_a_judge_model_the_server_does_not_list_is_refused_before_any_file(serve
 
         episodes = workdir / "unlisted_episodes.jsonl"
         write_episodes(episodes, [sample_episode()])
-        args = [sys.executable, "-m", "mascot", "judge", "--input-file", str(episodes), "--judge-server-url", server["url"], "--judge", "not-served",
-                "--output-dir", str(out)]
+        args = [
+            sys.executable,
+            "-m",
+            "mascot",
+            "judge",
+            "--input-file",
+            str(episodes),
+            "--judge-server-url",
+            server["url"],
+            "--judge",
+            "not-served",
+            "--output-dir",
+            str(out),
+        ]
     result = subprocess.run(args, cwd=workdir, capture_output=True, text=True, timeout=300)
     assert result.returncode != 0
     lines = [line for line in result.stderr.splitlines() if line.strip()]
@@ -233,9 +384,31 @@ def base_server(workdir, vllm_python, base_model):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "mascot", "serve", "--model", str(base_model), "--served-model-name", SERVED_BASE, "--cpu", "--cpu-kvcache-gb", "2",
-           "--dtype", "float32", "--max-model-len", "2048", "--port", str(port), "--python", vllm_python, "--log-file", str(workdir / "vllm_base.log"),
-           "--timeout", "600"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mascot",
+        "serve",
+        "--model",
+        str(base_model),
+        "--served-model-name",
+        SERVED_BASE,
+        "--cpu",
+        "--cpu-kvcache-gb",
+        "2",
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        "2048",
+        "--port",
+        str(port),
+        "--python",
+        vllm_python,
+        "--log-file",
+        str(workdir / "vllm_base.log"),
+        "--timeout",
+        "600",
+    ]
     process = subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     first = process.stdout.readline()
     if "serving" not in first:
@@ -251,9 +424,30 @@ def directed_with_users(base_server, workdir) -> Path:
     """Directed episodes with a simulated user every round, the Speakers' budget as small as the
     runs that showed the Director overflowing (--max-tokens 60)."""
     out = workdir / "runs_structured"
-    mascot("generate", "--mode", "group", "--dataset", "ESConv", "--data-file", str(FIXTURES / "esconv_sample.jsonl"), "--limit", "2",
-           "--num-turns", "3", "--max-tokens", "60", "--user-response-probability", "1.0", "--vllm-server-url", base_server["url"],
-           "--model-name", SERVED_BASE, "--output-dir", str(out), cwd=workdir)
+    mascot(
+        "generate",
+        "--mode",
+        "group",
+        "--dataset",
+        "ESConv",
+        "--data-file",
+        str(FIXTURES / "esconv_sample.jsonl"),
+        "--limit",
+        "2",
+        "--num-turns",
+        "3",
+        "--max-tokens",
+        "60",
+        "--user-response-probability",
+        "1.0",
+        "--vllm-server-url",
+        base_server["url"],
+        "--model-name",
+        SERVED_BASE,
+        "--output-dir",
+        str(out),
+        cwd=workdir,
+    )
     return out / f"directed_ESConv_{SERVED_BASE}"
 
 
@@ -279,8 +473,10 @@ def test_real_server_director_replies_never_reach_their_cap(directed_with_users)
     summary = json.loads((directed_with_users / "run_summary.json").read_text())
     director = summary["usage"]["director"]
     hits = summary["counters"]["num_director_truncations"]
-    print(f"Director cap hits {hits} of {director['requests']} replies (structured {director['structured']}); "
-          f"parse failures {summary['counters']['num_directive_parse_failures']}, fallbacks {summary['counters']['num_random_agent_fallbacks']}")
+    print(
+        f"Director cap hits {hits} of {director['requests']} replies (structured {director['structured']}); "
+        f"parse failures {summary['counters']['num_directive_parse_failures']}, fallbacks {summary['counters']['num_random_agent_fallbacks']}"
+    )
     assert director["requests"] >= 6 and director["structured"] == director["requests"]
     assert hits == 0 and summary["counters"]["num_random_agent_fallbacks"] == 0
     episodes = _records(directed_with_users / "episodes.jsonl")
@@ -294,9 +490,34 @@ def test_real_server_directive_pairs_use_parsed_directives_only(base_server, wor
     from mascot.schema import Episode
 
     out = workdir / "runs_branching"
-    mascot("generate", "--mode", "group", "--generation-mode", "branching", "--dataset", "ESConv", "--data-file", str(FIXTURES / "esconv_sample.jsonl"),
-           "--limit", "1", "--num-turns", "2", "--num-candidates", "3", "--max-tokens", "40", "--user-response-probability", "0",
-           "--vllm-server-url", base_server["url"], "--model-name", SERVED_BASE, "--output-dir", str(out), cwd=workdir)
+    mascot(
+        "generate",
+        "--mode",
+        "group",
+        "--generation-mode",
+        "branching",
+        "--dataset",
+        "ESConv",
+        "--data-file",
+        str(FIXTURES / "esconv_sample.jsonl"),
+        "--limit",
+        "1",
+        "--num-turns",
+        "2",
+        "--num-candidates",
+        "3",
+        "--max-tokens",
+        "40",
+        "--user-response-probability",
+        "0",
+        "--vllm-server-url",
+        base_server["url"],
+        "--model-name",
+        SERVED_BASE,
+        "--output-dir",
+        str(out),
+        cwd=workdir,
+    )
     episodes = [Episode.model_validate(r) for r in _records(out / f"branching_ESConv_{SERVED_BASE}" / "episodes.jsonl")]
     turns = [t for e in episodes for t in e.turns if not t.is_user]
     assert all(t.directive_output is None and t.director_raw_output for t in turns if t.director_fallback)
@@ -305,8 +526,10 @@ def test_real_server_directive_pairs_use_parsed_directives_only(base_server, wor
     pairs, stats = directive_pairs(episodes, scores, margin=0.5)
     usable = {directive_text(e.turns[e.metadata.branch.prefix_turns]) for e in branches if not ran_on_fallback(e)}
     fallbacks = sum(1 for e in branches if ran_on_fallback(e))
-    print(f"directive pairs {len(pairs)}; branches on the fallback {fallbacks} of {len(branches)}; stats {stats.to_dict()['num_dropped_identical']} identical, "
-          f"{stats.dropped_director_fallbacks} with a fallback side")
+    print(
+        f"directive pairs {len(pairs)}; branches on the fallback {fallbacks} of {len(branches)}; stats {stats.to_dict()['num_dropped_identical']} identical, "
+        f"{stats.dropped_director_fallbacks} with a fallback side"
+    )
     for pair in pairs:
         chosen, rejected = pair.chosen[0]["content"], pair.rejected[0]["content"]
         assert chosen in usable and rejected in usable and chosen != rejected
@@ -376,7 +599,9 @@ def second_version(speaker_adapter: Path, folder: Path) -> Path:
     return folder
 
 
-def test_a_promoted_adapter_is_served_without_a_restart_and_current_clients_move_to_it(workdir, vllm_python, speaker_adapter, base_model, monkeypatch):
+def test_a_promoted_adapter_is_served_without_a_restart_and_current_clients_move_to_it(
+    workdir, vllm_python, speaker_adapter, base_model, monkeypatch
+):
     import httpx
 
     from mascot.llm import following
@@ -395,9 +620,32 @@ def test_a_promoted_adapter_is_served_without_a_restart_and_current_clients_move
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     url = f"http://127.0.0.1:{port}/v1"
-    cmd = [sys.executable, "-m", "mascot", "serve", "--follow-registry", "--registry-poll", "1", "--model", str(base_model), "--served-model-name", SERVED_BASE,
-           "--cpu", "--cpu-kvcache-gb", "1", "--max-model-len", "1024", "--port", str(port), "--python", vllm_python, "--log-file", str(workdir / "vllm_follow.log"),
-           "--timeout", "600"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mascot",
+        "serve",
+        "--follow-registry",
+        "--registry-poll",
+        "1",
+        "--model",
+        str(base_model),
+        "--served-model-name",
+        SERVED_BASE,
+        "--cpu",
+        "--cpu-kvcache-gb",
+        "1",
+        "--max-model-len",
+        "1024",
+        "--port",
+        str(port),
+        "--python",
+        vllm_python,
+        "--log-file",
+        str(workdir / "vllm_follow.log"),
+        "--timeout",
+        "600",
+    ]
     process = subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         first = process.stdout.readline()

@@ -121,8 +121,18 @@ def overrides_for_test(argv: list[str], url: str) -> list[str]:
         "train speaker": ["--batch-size", "4", "--num-generations", "2", "--max-completion-length", "8", "--max-steps", "1"],
         "train director-grpo": [
             # the walk-through's one whole episode gives one decision point: one group of 2 per step
-            "--batch-size", "2", "--num-generations", "2", "--max-completion-length", "24",
-            "--suffix-rounds", "1", "--rollout-server-url", url, "--decision-points-per-episode", "1",
+            "--batch-size",
+            "2",
+            "--num-generations",
+            "2",
+            "--max-completion-length",
+            "24",
+            "--suffix-rounds",
+            "1",
+            "--rollout-server-url",
+            url,
+            "--decision-points-per-episode",
+            "1",
         ],
         "train director-dpo": ["--batch-size", "2", "--max-steps", "1"],
     }
@@ -148,15 +158,32 @@ def test_the_walkthrough_block_is_a_chain():
     steps = parse_steps(walkthrough_block(README.read_text(encoding="utf-8")))
     assert steps[0][0][0] == "curl" and all(argv[0] == "mascot" for argv, _ in steps[1:])
     written = {steps[0][0][steps[0][0].index("-o") + 1]}
-    reads = ("--data-file", "--data-path", "--episode-dataset-path", "--input-file", "--episodes", "--reward-model-path",
-             "--group-reward-model-path", "--speaker-adapter", "--director-adapter")
+    reads = (
+        "--data-file",
+        "--data-path",
+        "--episode-dataset-path",
+        "--input-file",
+        "--episodes",
+        "--reward-model-path",
+        "--group-reward-model-path",
+        "--speaker-adapter",
+        "--director-adapter",
+    )
     for argv, outputs in steps[1:]:
         for flag, value in zip(argv, argv[1:]):
             if flag in reads:
                 assert any(w == value or w.startswith(value.rstrip("/") + "/") for w in written), f"{flag} {value}: no earlier step writes it"
         written.update(outputs)
     commands = {" ".join(argv[1:3]) for argv, _ in steps[1:]}
-    for stage in ("train reward-model", "train speaker", "train group-reward-model", "train director-grpo", "train director-dpo", "judge --input-file", "metrics --input-file"):
+    for stage in (
+        "train reward-model",
+        "train speaker",
+        "train group-reward-model",
+        "train director-grpo",
+        "train director-dpo",
+        "judge --input-file",
+        "metrics --input-file",
+    ):
         assert stage in commands, f"the walk-through misses {stage}"
 
 

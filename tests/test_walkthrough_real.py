@@ -66,7 +66,9 @@ def test_the_readme_walkthrough_completes_on_the_embedded_model(tmp_path, embedd
         elapsed, output = run_step(argv, tmp_path, env)
         label = " ".join(argv[1:3])
         print(f"{elapsed:7.1f} s  mascot {label}", flush=True)
-        times.append({"command": f"mascot {label}", "seconds": round(elapsed, 1), "last_line": output.strip().splitlines()[-1][:300] if output.strip() else ""})
+        times.append(
+            {"command": f"mascot {label}", "seconds": round(elapsed, 1), "last_line": output.strip().splitlines()[-1][:300] if output.strip() else ""}
+        )
         cwd = os.getcwd()
         os.chdir(tmp_path)
         try:

@@ -114,7 +114,9 @@ def test_password_change_ends_the_other_logins(tmp_path, database_url):
     here = person(app, "kim")
     there = browser(app)
     assert login(there, "kim").status_code == 303
-    changed = here.post("/account/password", data={"current": PASSWORD, "new": "another long password", "csrf_token": csrf(here)}, follow_redirects=False)
+    changed = here.post(
+        "/account/password", data={"current": PASSWORD, "new": "another long password", "csrf_token": csrf(here)}, follow_redirects=False
+    )
     assert changed.status_code == 303
     assert here.get("/api/sessions").status_code == 200 and there.get("/api/sessions").status_code == 401
     assert login(browser(app), "kim").status_code == 401 and login(browser(app), "kim", "another long password").status_code == 303
@@ -232,7 +234,15 @@ def test_deleting_an_account_leaves_no_row_of_the_person(tmp_path, database_url)
     kept = conversation(bob, "bob's own thoughts")
     alice_id = Accounts(app.state.shared.factory).by_username("alice").id
     needles = {alice_id, "alice", "private worry", "Alice's roster", *ids}
-    assert {table for table, _ in rows_mentioning(app, needles)} >= {"people", "conversations", "turns", "ratings", "rosters", "login_sessions", "rate_events"}
+    assert {table for table, _ in rows_mentioning(app, needles)} >= {
+        "people",
+        "conversations",
+        "turns",
+        "ratings",
+        "rosters",
+        "login_sessions",
+        "rate_events",
+    }
     refused = alice.post("/account/delete", data={"password": "wrong password", "csrf_token": csrf(alice)})
     assert refused.status_code == 422 and "nothing was deleted" in refused.text
     deleted = alice.post("/account/delete", data={"password": PASSWORD, "csrf_token": csrf(alice)})

@@ -44,4 +44,9 @@ def test_no_server_error_and_nothing_of_another_person(logged_in):
 
         no_server_error()
         tried.append(f"{operation.method.upper()} {operation.path}")
-    assert {"POST /api/sessions/{session_id}/messages", "GET /sessions/{session_id}", "GET /account/export.zip", "POST /admin/people/{person_id}/{action}"} <= set(tried)
+    assert {
+        "POST /api/sessions/{session_id}/messages",
+        "GET /sessions/{session_id}",
+        "GET /account/export.zip",
+        "POST /admin/people/{person_id}/{action}",
+    } <= set(tried)

@@ -156,7 +156,11 @@ def test_messages_and_bodies_are_bounded_with_clear_errors(tmp_path):
     assert too_long.status_code == 422 and too_long.json()["detail"] == "The message is too long: at most 50 characters (it has 51)."
     empty = say(client, session_id, "   ")
     assert empty.status_code == 422 and empty.json() == {"detail": "The message is empty: write something first."}
-    huge = client.post(f"/api/sessions/{session_id}/messages", content=b"{" + b" " * 4096 + b"}", headers={"x-csrf-token": token(client), "content-type": "application/json"})
+    huge = client.post(
+        f"/api/sessions/{session_id}/messages",
+        content=b"{" + b" " * 4096 + b"}",
+        headers={"x-csrf-token": token(client), "content-type": "application/json"},
+    )
     assert huge.status_code == 413 and "at most 2048 bytes" in huge.text
     situation = client.post("/sessions", data={"roster": "emotional_support", "situation": "y" * 51, "csrf_token": token(client)})
     assert situation.status_code == 422 and situation.headers["content-type"].startswith("text/html")
@@ -197,7 +201,9 @@ def test_an_uploaded_roster_is_validated_and_sessions_with_it_continue(tmp_path)
     client = web_client(tmp_path)
     bad = client.post("/rosters", files={"roster_file": ("r.yaml", b"name: x\npersonas: 3\n")}, data={"csrf_token": token(client)})
     assert bad.status_code == 422 and "The uploaded file: invalid roster (version: Field required)." in bad.text
-    good = client.post("/rosters", files={"roster_file": ("r.yaml", ROSTER_YAML.encode())}, data={"csrf_token": token(client)}, follow_redirects=False)
+    good = client.post(
+        "/rosters", files={"roster_file": ("r.yaml", ROSTER_YAML.encode())}, data={"csrf_token": token(client)}, follow_redirects=False
+    )
     assert good.status_code == 303
     key = good.headers["location"].split("roster=")[1]
     assert "Ada, Bo" in client.get("/").text

@@ -41,7 +41,12 @@ OFF = ("off", "none", "0")
 LOG_FILE = "registry.jsonl"
 LOCK_FILE = ".registry.lock"
 ROLES = ("speaker", "director", "persona_reward_model", "group_reward_model")
-ROLE_WORDS = {"speaker": "Speaker", "director": "Director", "persona_reward_model": "persona reward model", "group_reward_model": "group reward model"}
+ROLE_WORDS = {
+    "speaker": "Speaker",
+    "director": "Director",
+    "persona_reward_model": "persona reward model",
+    "group_reward_model": "group reward model",
+}
 # What a version's weights are: the files a trainer or merge writes at the top of its folder
 # (the metadata is left out: it records the version id after registration).
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".json", ".model", ".txt")

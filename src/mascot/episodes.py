@@ -165,7 +165,9 @@ class _Reader:
             raw["metadata"]["dataset"] = self.dataset
         given_id = raw.get("episode_id")
         if given_id is None:  # legacy records: an id derived from the dataset's, made unique
-            raw["episode_id"] = self.ids.derived(raw.get("conv_id") or (f"{raw['id']}:{raw.get('start_idx', 0)}" if raw.get("id") else f"{self.out.path.stem}:{number}"))
+            raw["episode_id"] = self.ids.derived(
+                raw.get("conv_id") or (f"{raw['id']}:{raw.get('start_idx', 0)}" if raw.get("id") else f"{self.out.path.stem}:{number}")
+            )
         raw.setdefault("context_id", raw.get("conv_id") or raw.get("id"))
         missing_rounds = _fill_turns(raw)
         episode = _validated(raw)
@@ -190,11 +192,19 @@ class _Reader:
         self.ids.check()
         if out.skipped_lines:
             shown = ", ".join(map(str, out.skipped_lines[:SHOWN_LINES])) + (", ..." if len(out.skipped_lines) > SHOWN_LINES else "")
-            out.warnings.append(f"{path.name}: skipped {plural(len(out.skipped_lines), 'malformed line')} (lines {shown}; the first: {self.first_problem})")
+            out.warnings.append(
+                f"{path.name}: skipped {plural(len(out.skipped_lines), 'malformed line')} (lines {shown}; the first: {self.first_problem})"
+            )
         if out.torn_tail:
             out.warnings.append(f"{path.name}: the last line is cut short (a run stopped while writing it?) and was ignored")
         if not out.episodes:
-            found = f"{plural(len(out.skipped_lines), 'malformed line')}, the first: {self.first_problem}" if out.skipped_lines else "only a cut-short last line" if out.torn_tail else "it is empty"
+            found = (
+                f"{plural(len(out.skipped_lines), 'malformed line')}, the first: {self.first_problem}"
+                if out.skipped_lines
+                else "only a cut-short last line"
+                if out.torn_tail
+                else "it is empty"
+            )
             raise MascotError(f"{path}: no episodes in the file ({found})")
         for warning in out.warnings:
             log.warning(warning)

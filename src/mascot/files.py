@@ -33,10 +33,32 @@ T = TypeVar("T", bound=BaseModel)
 # is not a secret. `*_env` keys hold the *name* of an environment variable and are kept.
 SECRET_KEYS = frozenset(
     {
-        "api_key", "apikey", "key", "token", "access_token", "auth_token", "bearer_token", "hf_token", "api_token",
-        "secret", "client_secret", "password", "passwd", "authorization", "proxy-authorization", "proxy_authorization",
-        "x-api-key", "x_api_key", "openai_api_key", "anthropic_api_key", "google_api_key", "gemini_api_key",
-        "judge_api_key", "huggingface_hub_token", "hugging_face_hub_token", "wandb_api_key",
+        "api_key",
+        "apikey",
+        "key",
+        "token",
+        "access_token",
+        "auth_token",
+        "bearer_token",
+        "hf_token",
+        "api_token",
+        "secret",
+        "client_secret",
+        "password",
+        "passwd",
+        "authorization",
+        "proxy-authorization",
+        "proxy_authorization",
+        "x-api-key",
+        "x_api_key",
+        "openai_api_key",
+        "anthropic_api_key",
+        "google_api_key",
+        "gemini_api_key",
+        "judge_api_key",
+        "huggingface_hub_token",
+        "hugging_face_hub_token",
+        "wandb_api_key",
     }
 )
 _URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<userinfo>[^/@\s]+)@", re.IGNORECASE)

@@ -144,20 +144,30 @@ def system_rows(systems: list[str], point, draws, counts: dict[str, Counter]) ->
     ranks = ranks_of(ratings)
     rows = []
     for i, name in enumerate(systems):
-        row: dict[str, Any] = {"system": name, "rating": round(float(ratings[i]), 1), "ci_low": None, "ci_high": None,
-                               "rank": int(ranks[i]), "rank_low": None, "rank_high": None}
+        row: dict[str, Any] = {
+            "system": name,
+            "rating": round(float(ratings[i]), 1),
+            "ci_low": None,
+            "ci_high": None,
+            "rank": int(ranks[i]),
+            "rank_low": None,
+            "rank_high": None,
+        }
         if draws is not None:
             low, high = _percentiles(ratings_of(draws)[:, i])
             row.update(ci_low=round(float(low), 1), ci_high=round(float(high), 1))
             drawn_ranks = ranks_of(ratings_of(draws))[:, i]
-            row.update(rank_low=int(np.percentile(drawn_ranks, 2.5, method="lower")), rank_high=int(np.percentile(drawn_ranks, 97.5, method="higher")))
+            row.update(
+                rank_low=int(np.percentile(drawn_ranks, 2.5, method="lower")), rank_high=int(np.percentile(drawn_ranks, 97.5, method="higher"))
+            )
         row.update({k: counts[name][k] for k in ("battles", "wins", "ties", "losses")})
         rows.append(row)
     return sorted(rows, key=lambda r: -r["rating"])
 
 
-def bradley_terry(battles: Sequence[Battle], systems: list[str] | None = None, *, length_control: bool = False,
-                  samples: int = DEFAULT_RESAMPLES, seed: int = 0) -> dict[str, Any]:
+def bradley_terry(
+    battles: Sequence[Battle], systems: list[str] | None = None, *, length_control: bool = False, samples: int = DEFAULT_RESAMPLES, seed: int = 0
+) -> dict[str, Any]:
     """Ratings of `systems` (default: every system in the battles) from `battles`, with bootstrap
     intervals over contexts; `length_control` adds the coefficient on each battle's covariate.
     Fewer than two contexts: the ratings without intervals."""

@@ -109,7 +109,16 @@ class BigFiveProfile(Record):
         return self.name
 
 
-MBTI_LETTERS = {"E": "Extraversion", "I": "Introversion", "S": "Sensing", "N": "Intuition", "T": "Thinking", "F": "Feeling", "J": "Judging", "P": "Perceiving"}
+MBTI_LETTERS = {
+    "E": "Extraversion",
+    "I": "Introversion",
+    "S": "Sensing",
+    "N": "Intuition",
+    "T": "Thinking",
+    "F": "Feeling",
+    "J": "Judging",
+    "P": "Perceiving",
+}
 
 
 class MbtiProfile(Record):
@@ -409,8 +418,18 @@ class RoleUsage(Record):
 
     def add(self, other: RoleUsage) -> RoleUsage:
         """Adds another count (one call's, or an earlier attempt's) into this one."""
-        for name in ("requests", "prompt_tokens", "completion_tokens", "failures", "structured", "unstructured",
-                     "attempts", "retries", "prompts_fitted", "prompt_tokens_cut"):
+        for name in (
+            "requests",
+            "prompt_tokens",
+            "completion_tokens",
+            "failures",
+            "structured",
+            "unstructured",
+            "attempts",
+            "retries",
+            "prompts_fitted",
+            "prompt_tokens_cut",
+        ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for mine, theirs in ((self.failures_by_cause, other.failures_by_cause), (self.retries_by_cause, other.retries_by_cause)):
             for cause, count in theirs.items():

@@ -58,8 +58,6 @@ def joined_urls(urls: str | list[str] | tuple[str, ...] | None) -> str | None:
     return ",".join(split_urls(urls)) or None
 
 
-
-
 def parse_extra_body(text: str | dict | None, flag: str = "--extra-body") -> dict | None:
     """A JSON object from the command line (or a mapping from --config), or a one-line error."""
     if isinstance(text, dict):
@@ -185,7 +183,6 @@ def check_limits(s: ClientLimits) -> None:
     require(s.local_batch_size >= 1, "--local-batch-size must be at least 1")
 
 
-
 @dataclass
 class SeedSettings:
     seed: int = setting(vocab.SEED, "Run seed; every episode's seed derives from it.", panel="Data")
@@ -223,7 +220,7 @@ def check_data(s: DataSettings) -> None:
 class ClientSettings(ClientLimits):
     """How requests reach a server."""
 
-    extra_body: Optional[str] = setting(None, 'JSON object merged into every request body, e.g. \'{"top_k": 20}\'.', panel="Requests")
+    extra_body: Optional[str] = setting(None, "JSON object merged into every request body, e.g. '{\"top_k\": 20}'.", panel="Requests")
 
     def __post_init__(self) -> None:
         check_client(self)
@@ -242,7 +239,9 @@ class SpeakerEndpointSettings(ClientSettings):
     vllm_server_url: Optional[list[str]] = setting(None, SHARED_URL_HELP)
     speaker_server_url: Optional[list[str]] = setting(None, "Endpoint for the Speakers (overrides the shared one)." + _SEVERAL)
     speaker_model: Optional[str] = setting(None, "Model id the Speakers call.", flags=("--agent-model",))
-    speaker_adapter: Optional[str] = setting(None, "LoRA adapter folder for the Speakers (local backend), or a registry version: current, previous, speaker-v3.")
+    speaker_adapter: Optional[str] = setting(
+        None, "LoRA adapter folder for the Speakers (local backend), or a registry version: current, previous, speaker-v3."
+    )
     speaker_extra_body: Optional[str] = setting(None, "JSON object merged into the Speakers' request bodies (over --extra-body).")
     speaker_thinking: str = setting("default", "Speakers: " + THINKING_HELP)
     roles: dict[str, RoleSettings] = roles_field()
@@ -257,13 +256,17 @@ class GroupEndpointSettings(SpeakerEndpointSettings):
 
     director_server_url: Optional[list[str]] = setting(None, "Endpoint for the Director (overrides the shared one)." + _SEVERAL)
     director_model: Optional[str] = setting(None, "Model id the Director calls.", flags=("--directive-model",))
-    director_adapter: Optional[str] = setting(None, "LoRA adapter folder for the Director (local backend), or a registry version: current, previous, director-v3.")
+    director_adapter: Optional[str] = setting(
+        None, "LoRA adapter folder for the Director (local backend), or a registry version: current, previous, director-v3."
+    )
     share_model: bool = setting(False, "Opt-in: the other roles reuse the Speaker's model and endpoint.")
     director_extra_body: Optional[str] = setting(None, "JSON object merged into the Director's request bodies (over --extra-body).")
     director_thinking: str = setting("default", "Director: " + THINKING_HELP)
     safety_server_url: Optional[list[str]] = setting(
-        None, "Endpoint of the safety screen's model stage: a served model asked, its answer constrained to a label, about user "
-        "messages the rules do not flag (--safety-model-scope); never inherits --vllm-server-url; none: no model stage." + _SEVERAL)
+        None,
+        "Endpoint of the safety screen's model stage: a served model asked, its answer constrained to a label, about user "
+        "messages the rules do not flag (--safety-model-scope); never inherits --vllm-server-url; none: no model stage." + _SEVERAL,
+    )
     safety_model: Optional[str] = setting(None, "Model id the safety screen's model stage calls (with --safety-server-url).")
 
 
@@ -286,7 +289,9 @@ class EndpointSettings(UserEndpointSettings, GroupEndpointSettings):
 class JudgeServerSettings:
     """Where the judges are served and how they reason."""
 
-    judge_server_url: Optional[list[str]] = setting(None, "Endpoint for the judge; never inherits --vllm-server-url (no URL: local model)." + _SEVERAL)
+    judge_server_url: Optional[list[str]] = setting(
+        None, "Endpoint for the judge; never inherits --vllm-server-url (no URL: local model)." + _SEVERAL
+    )
     judge_thinking: str = setting("default", "Judge: " + THINKING_HELP)
 
 
@@ -301,8 +306,10 @@ class JudgeEndpointSettings(JudgeServerSettings):
 def check_endpoints(s: SpeakerEndpointSettings) -> None:
     """Checks the endpoint flags and folds them into `s.roles`."""
     check_client(s)
-    require(not (getattr(s, "safety_model", None) and not getattr(s, "safety_server_url", None)),
-            "--safety-model needs --safety-server-url: the safety screen's model stage runs on a served model only")
+    require(
+        not (getattr(s, "safety_model", None) and not getattr(s, "safety_server_url", None)),
+        "--safety-model needs --safety-server-url: the safety screen's model stage runs on a served model only",
+    )
     s.roles = role_mapping(s)
 
 
@@ -314,13 +321,16 @@ class StrictSettings:
 @dataclass
 class TraceSettings:
     trace_role_calls: bool = setting(
-        False, "Write role_call_trace.jsonl (role, model id, endpoint, tokens, latency) beside the run's outputs (a chat: <session>.role_call_trace.jsonl)."
+        False,
+        "Write role_call_trace.jsonl (role, model id, endpoint, tokens, latency) beside the run's outputs (a chat: <session>.role_call_trace.jsonl).",
     )
 
 
 @dataclass
 class RosterSettings:
-    roster: Optional[str] = setting(None, "Roster name (emotional_support, emotional_support_four, meetings) or roster file (default: the dataset's roster).")
+    roster: Optional[str] = setting(
+        None, "Roster name (emotional_support, emotional_support_four, meetings) or roster file (default: the dataset's roster)."
+    )
 
 
 @dataclass
@@ -339,12 +349,12 @@ def check_output(s: OutputSettings) -> None:
     require(not (s.resume and s.overwrite), "use either --resume or --overwrite, not both")
 
 
-
-
 @dataclass
 class ScoreMarginSettings:
     score_margin: float = setting(
-        vocab.SCORE_MARGIN, "Minimum judged score gap (1-5 scale) for a preference pair: Stage 1's persona score, a group pair's collective Overall.", panel="Judging"
+        vocab.SCORE_MARGIN,
+        "Minimum judged score gap (1-5 scale) for a preference pair: Stage 1's persona score, a group pair's collective Overall.",
+        panel="Judging",
     )
 
     def __post_init__(self) -> None:
@@ -391,7 +401,9 @@ class JudgePanelSettings(JudgeServerSettings, StrictSettings, JudgingSettings, C
     """The judges (one or several), their rubric, cache and client."""
 
     judges: Optional[list[str]] = setting(
-        None, "Judge model id; repeat for several judges (all on --judge-server-url, or the local model)." + vocab.PLUGIN_JUDGE_HELP, flags=("--judge", "--judge-model")
+        None,
+        "Judge model id; repeat for several judges (all on --judge-server-url, or the local model)." + vocab.PLUGIN_JUDGE_HELP,
+        flags=("--judge", "--judge-model"),
     )
     judges_file: Optional[Path] = setting(None, vocab.JUDGES_FILE_HELP)
     provider: str = setting("openai-compatible", vocab.PROVIDER_HELP)

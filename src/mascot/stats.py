@@ -115,8 +115,9 @@ def _difference_of_means(x, y, axis=-1):
     return x.mean(axis=axis) - y.mean(axis=axis)
 
 
-def permutation_p(x: Sequence[float], y: Sequence[float], *, paired: bool, alternative: str = "two-sided",
-                  samples: int = 9999, seed: int = 0) -> tuple[float, str]:
+def permutation_p(
+    x: Sequence[float], y: Sequence[float], *, paired: bool, alternative: str = "two-sided", samples: int = 9999, seed: int = 0
+) -> tuple[float, str]:
     """(p, "exact" or "sampled"): sign flips of the pairs (paired) or shuffled labels (unpaired)."""
     from scipy.stats import permutation_test
 
@@ -129,16 +130,27 @@ def permutation_p(x: Sequence[float], y: Sequence[float], *, paired: bool, alter
     return min(1.0, float(result.pvalue)), "exact" if arrangements <= samples else "sampled"
 
 
-def paired_difference(system: dict[str, float], reference: dict[str, float], *, samples: int = DEFAULT_RESAMPLES, seed: int = 0,
-                      permutations: int = 9999) -> dict[str, Any]:
+def paired_difference(
+    system: dict[str, float], reference: dict[str, float], *, samples: int = DEFAULT_RESAMPLES, seed: int = 0, permutations: int = 9999
+) -> dict[str, Any]:
     """`system` - `reference` over the contexts both have (context id -> score): n, both means, the
     mean difference, its 95% bootstrap interval, two- and one-sided (system above) permutation p."""
     np = _np()
     keys = sorted(set(system) & set(reference), key=str)
     a = np.array([float(system[k]) for k in keys])
     b = np.array([float(reference[k]) for k in keys])
-    out: dict[str, Any] = {"n": len(keys), "system_mean": _mean(a), "reference_mean": _mean(b), "difference": _mean(a - b),
-                           "ci_low": None, "ci_high": None, "p_value": None, "p_greater": None, "method": None, "test": PAIRED_TEST}
+    out: dict[str, Any] = {
+        "n": len(keys),
+        "system_mean": _mean(a),
+        "reference_mean": _mean(b),
+        "difference": _mean(a - b),
+        "ci_low": None,
+        "ci_high": None,
+        "p_value": None,
+        "p_greater": None,
+        "method": None,
+        "test": PAIRED_TEST,
+    }
     if len(keys) < 2:
         return out
     out["ci_low"], out["ci_high"] = mean_interval(list(a - b), samples=samples, seed=seed)
@@ -150,14 +162,24 @@ def paired_difference(system: dict[str, float], reference: dict[str, float], *, 
     return out
 
 
-def unpaired_difference(system: Sequence[float], reference: Sequence[float], *, samples: int = DEFAULT_RESAMPLES, seed: int = 0,
-                        permutations: int = 9999) -> dict[str, Any]:
+def unpaired_difference(
+    system: Sequence[float], reference: Sequence[float], *, samples: int = DEFAULT_RESAMPLES, seed: int = 0, permutations: int = 9999
+) -> dict[str, Any]:
     """Difference of the means of two independent samples, its interval and permutation p."""
     np = _np()
     a, b = np.asarray(system, dtype=float), np.asarray(reference, dtype=float)
-    out: dict[str, Any] = {"n": len(a), "n_reference": len(b), "system_mean": _mean(a), "reference_mean": _mean(b),
-                           "difference": None if not len(a) or not len(b) else float(a.mean() - b.mean()),
-                           "ci_low": None, "ci_high": None, "p_value": None, "method": None, "test": UNPAIRED_TEST}
+    out: dict[str, Any] = {
+        "n": len(a),
+        "n_reference": len(b),
+        "system_mean": _mean(a),
+        "reference_mean": _mean(b),
+        "difference": None if not len(a) or not len(b) else float(a.mean() - b.mean()),
+        "ci_low": None,
+        "ci_high": None,
+        "p_value": None,
+        "method": None,
+        "test": UNPAIRED_TEST,
+    }
     if len(a) < 2 or len(b) < 2:
         return out
     out["ci_low"], out["ci_high"] = _bootstrap((a, b), _difference_of_means, samples=samples, seed=seed)
@@ -250,7 +272,12 @@ def cohens_kappa(first: Sequence[Hashable], second: Sequence[Hashable], *, ordin
         warnings.simplefilter("ignore", RuntimeWarning)  # a zero variance makes the interval NaN; reported as missing
         result = kappa_of(table, wt="linear" if ordinal else None)
     low, high = _finite(result.kappa_low), _finite(result.kappa_upp)
-    return {"kappa": float(result.kappa), "ci_low": None if low is None else max(-1.0, low), "ci_high": None if high is None else min(1.0, high), "n": len(first)}
+    return {
+        "kappa": float(result.kappa),
+        "ci_low": None if low is None else max(-1.0, low),
+        "ci_high": None if high is None else min(1.0, high),
+        "n": len(first),
+    }
 
 
 def _reliability_matrix(units: Sequence[Sequence[Any]], level: str):

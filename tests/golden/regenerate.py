@@ -44,14 +44,42 @@ CASES = {
     "branching": (
         "branching_ESConv_stub-model",
         "group",
-        ["--mode", "group", "--generation-mode", "branching", "--num-turns", "2", "--num-candidates", "2",
-         "--vllm-server-url", "{url}", "--max-concurrent-episodes", "1"],
+        [
+            "--mode",
+            "group",
+            "--generation-mode",
+            "branching",
+            "--num-turns",
+            "2",
+            "--num-candidates",
+            "2",
+            "--vllm-server-url",
+            "{url}",
+            "--max-concurrent-episodes",
+            "1",
+        ],
     ),
     "individual": (
         "individual_ESConv_stub-model",
         "judge",
-        ["--mode", "individual", "--num-candidates", "3", "--score-margin", "0.2", "--limit", "1",
-         "--vllm-server-url", "{url}", "--judge-server-url", "{url}", "--judge-model", "stub-model", "--max-in-flight", "1"],
+        [
+            "--mode",
+            "individual",
+            "--num-candidates",
+            "3",
+            "--score-margin",
+            "0.2",
+            "--limit",
+            "1",
+            "--vllm-server-url",
+            "{url}",
+            "--judge-server-url",
+            "{url}",
+            "--judge-model",
+            "stub-model",
+            "--max-in-flight",
+            "1",
+        ],
     ),
 }
 
@@ -84,7 +112,9 @@ def _responder(kind: str):
 def _normalise_value(value, replacements: dict[str, str]):
     if isinstance(value, dict):
         return {
-            _normalise_value(k, replacements): "<duration>" if _DURATION_KEY.search(k) and isinstance(v, (int, float)) else _normalise_value(v, replacements)
+            _normalise_value(k, replacements): "<duration>"
+            if _DURATION_KEY.search(k) and isinstance(v, (int, float))
+            else _normalise_value(v, replacements)
             for k, v in value.items()
         }
     if isinstance(value, list):

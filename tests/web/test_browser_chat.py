@@ -297,10 +297,17 @@ def test_mascot_web_on_a_taken_port_says_one_line(tmp_path):
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        done = subprocess.run([sys.executable, "-m", "mascot", "web", "--port", str(port), "--session-dir", str(tmp_path / "chat")],
-                              env=env, capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-m", "mascot", "web", "--port", str(port), "--session-dir", str(tmp_path / "chat")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert done.returncode != 0
-    assert done.stderr.strip().splitlines() == [f"error: port {port} on 127.0.0.1 is taken by another program: pick another with --port (e.g. --port {port + 1})"]
+    assert done.stderr.strip().splitlines() == [
+        f"error: port {port} on 127.0.0.1 is taken by another program: pick another with --port (e.g. --port {port + 1})"
+    ]
     assert "Traceback" not in done.stderr and "http://" not in done.stdout  # no address for a server that never listened
 
 
@@ -316,7 +323,9 @@ def test_rating_a_reply_and_choosing_another_in_a_browser(tmp_path, page):
         page.locator(".turn.agent").nth(1).wait_for()
         page.locator(".turn.agent.streaming").wait_for(state="detached")
         first, last = page.locator(".turn.agent").nth(0), page.locator(".turn.agent").nth(1)
-        assert first.locator(".another").count() == 0 and last.locator(".another").count() == 2  # only the latest reply: another reply, another approach
+        assert (
+            first.locator(".another").count() == 0 and last.locator(".another").count() == 2
+        )  # only the latest reply: another reply, another approach
         first.locator("button[data-rating=helpful]").click()
         page.wait_for_function("() => document.querySelector('.turn.agent button[data-rating=helpful]').getAttribute('aria-pressed') === 'true'")
         shown = last.locator(".text").text_content()
@@ -337,7 +346,7 @@ def test_rating_a_reply_and_choosing_another_in_a_browser(tmp_path, page):
 
 
 def test_choosing_another_approach_of_the_director_in_a_browser(tmp_path, page):
-    """"another approach": the Director decides again; the other companion's reply is offered, and
+    """ "another approach": the Director decides again; the other companion's reply is offered, and
     once chosen it takes the turn's place (name, colour, text), also after a reload."""
     OUTPUT.mkdir(parents=True, exist_ok=True)
     counter = itertools.count()
@@ -361,6 +370,13 @@ def test_choosing_another_approach_of_the_director_in_a_browser(tmp_path, page):
         assert (turn.locator(".who").text_content(), turn.locator(".text").text_content()) == (NAMES[1], alternative)
         assert "c1" in turn.locator(".who").get_attribute("class")
         page.reload()
-        assert page.locator(".turn.agent .who").nth(0).text_content() == NAMES[1] and page.locator(".turn.agent .text").nth(0).text_content() == alternative
+        assert (
+            page.locator(".turn.agent .who").nth(0).text_content() == NAMES[1]
+            and page.locator(".turn.agent .text").nth(0).text_content() == alternative
+        )
     (line,) = [json.loads(line) for path in (tmp_path / "chat" / "feedback").glob("*.jsonl") for line in path.read_text().splitlines()]
-    assert (line["alternative_of"], line["chosen_directive"]["agent_name"], line["rejected_directive"]["agent_name"]) == ("direction", NAMES[1], NAMES[0])
+    assert (line["alternative_of"], line["chosen_directive"]["agent_name"], line["rejected_directive"]["agent_name"]) == (
+        "direction",
+        NAMES[1],
+        NAMES[0],
+    )

@@ -75,8 +75,13 @@ def rate_all_items(page, base: str, token: str, prefer: str, screenshot: Path | 
     if screenshot is not None:
         page.screenshot(path=str(screenshot), full_page=True)
     while page.locator("#rating-form").count():
-        broken = {shown for shown in ("1", "2") if "ERROR 0x3F" in page.inner_text(f"#conversation-{shown}") or "asdf" in page.inner_text(f"#conversation-{shown}")
-                  or "Press 1 for billing" in page.inner_text(f"#conversation-{shown}")}
+        broken = {
+            shown
+            for shown in ("1", "2")
+            if "ERROR 0x3F" in page.inner_text(f"#conversation-{shown}")
+            or "asdf" in page.inner_text(f"#conversation-{shown}")
+            or "Press 1 for billing" in page.inner_text(f"#conversation-{shown}")
+        }
         choice = ({"1", "2"} - broken).pop() if broken else prefer
         page.check(f"input[name=choice][value='{choice}']")
         for metric in METRICS:

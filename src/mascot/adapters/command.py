@@ -76,13 +76,16 @@ class CompareSettings(RegistrySettings):
     split: str = setting("test", SPLIT_HELP + " Keep it a split no version trained on.", panel="Contexts")
     limit: Optional[int] = setting(8, "Contexts compared (each version runs one directed episode on each).", panel="Contexts")
     seed: int = setting(0, "Seed of both versions' episodes and of the test's resampling.", panel="Contexts")
-    judge_model: Optional[str] = setting(None, "Judge of both versions' episodes (default: the local model).", flags=("--judge-model", "--judge"), panel="Judging")
+    judge_model: Optional[str] = setting(
+        None, "Judge of both versions' episodes (default: the local model).", flags=("--judge-model", "--judge"), panel="Judging"
+    )
     judge_server_url: Optional[list[str]] = setting(None, "Endpoint of the judge (no URL: the local model).", panel="Judging")
     vllm_server_url: Optional[list[str]] = setting(
         None, "Server the episodes are generated on (it must serve both adapters; default: in process).", panel="Judging"
     )
     episodes_config: Optional[Path] = setting(
-        None, "YAML of `mascot generate` settings for both versions' episodes (num_turns, max_tokens, temperature...), named as its flags.",
+        None,
+        "YAML of `mascot generate` settings for both versions' episodes (num_turns, max_tokens, temperature...), named as its flags.",
         panel="Contexts",
     )
     pairs: Optional[Path] = setting(None, "Reward models: held-out preference pairs neither version trained on.", panel="Reward models")
@@ -128,8 +131,10 @@ def run_list(settings: ListSettings) -> None:
         typer.echo(json.dumps(rows, indent=2))
         return
     if not versions:
-        typer.echo(f"no {settings.role.replace('_', ' ') + ' ' if settings.role else ''}versions in {registry.folder} (trainers register what they write; "
-                   "`mascot adapters register FOLDER` adds older ones)")
+        typer.echo(
+            f"no {settings.role.replace('_', ' ') + ' ' if settings.role else ''}versions in {registry.folder} (trainers register what they write; "
+            "`mascot adapters register FOLDER` adds older ones)"
+        )
         return
     table = Table(box=box.SIMPLE_HEAD, title=f"{len(versions)} version{'s' if len(versions) != 1 else ''} in {registry.folder}", title_justify="left")
     for column in ("version", "", "trainer", "base model", "dataset", "judge", "steps", "held out"):

@@ -76,7 +76,9 @@ class Follower:
 
         try:
             check_unchanged(version)
-            response = httpx.post(self.url.rstrip("/") + "/load_lora_adapter", json={"lora_name": version.id, "lora_path": version.folder}, timeout=120.0)
+            response = httpx.post(
+                self.url.rstrip("/") + "/load_lora_adapter", json={"lora_name": version.id, "lora_path": version.folder}, timeout=120.0
+            )
             if response.status_code >= 400:
                 raise MascotError(f"the server answered {response.status_code}: {response.text.strip()[:300]}")
         except (MascotError, httpx.HTTPError) as exc:

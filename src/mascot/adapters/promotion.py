@@ -32,7 +32,7 @@ def _comparison_with(state: State, candidate: str, current: str) -> Comparison |
     if not flipped:
         return comparison
     verdict = {"better": "worse", "worse": "better"}.get(comparison.verdict, comparison.verdict)
-    negate = (lambda v: None if v is None else -v)
+    negate = lambda v: None if v is None else -v
     return comparison.model_copy(update={
         "candidate": candidate, "reference": current, "verdict": verdict, "difference": negate(comparison.difference),
         "candidate_mean": comparison.reference_mean, "reference_mean": comparison.candidate_mean,

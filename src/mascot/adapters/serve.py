@@ -202,8 +202,9 @@ def start_server(plan: ServePlan, log_path: Path) -> subprocess.Popen:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_file = open(log_path, "ab")  # noqa: SIM115 - the server writes to it for its whole life
     try:
-        return subprocess.Popen(vllm_command(plan), stdout=log_file, stderr=subprocess.STDOUT, env={**os.environ, **server_env(plan)},
-                                start_new_session=True)
+        return subprocess.Popen(
+            vllm_command(plan), stdout=log_file, stderr=subprocess.STDOUT, env={**os.environ, **server_env(plan)}, start_new_session=True
+        )
     except OSError as exc:
         raise ServeError(f"cannot start {plan.python}: {exc}") from None
     finally:
@@ -262,8 +263,9 @@ def cpu_dtype(cpuinfo: Path = Path("/proc/cpuinfo")) -> tuple[str, str]:
     elsewhere (without them vLLM's bf16 falls back to plain torch layers: 1.5-3x slower than fp32
     and no gain from batching, measured on an AVX2-only EPYC)."""
     try:
-        flags = {flag for line in cpuinfo.read_text(errors="replace").splitlines() if line.startswith("flags")
-                 for flag in line.split(":", 1)[1].split()}
+        flags = {
+            flag for line in cpuinfo.read_text(errors="replace").splitlines() if line.startswith("flags") for flag in line.split(":", 1)[1].split()
+        }
     except OSError:
         return "float32", f"{cpuinfo} is unreadable, so no bf16 instructions are known"
     found = sorted(flags & {"avx512_bf16", "amx_bf16"})

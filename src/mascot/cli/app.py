@@ -61,6 +61,8 @@ def _print_version(asked: bool) -> None:
 
 @app.callback()
 def _top(
-    show_version: bool = typer.Option(False, "--version", help="Print the installed version and exit.", callback=_print_version, is_eager=True, rich_help_panel="Run"),
+    show_version: bool = typer.Option(
+        False, "--version", help="Print the installed version and exit.", callback=_print_version, is_eager=True, rich_help_panel="Run"
+    ),
 ) -> None:
     """MASCOT: multi-agent socio-collaborative companions (generation, judging, training, chat)."""

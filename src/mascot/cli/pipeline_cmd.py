@@ -15,7 +15,9 @@ from mascot.pipeline.runner import run_pipeline_command
 from mascot.pipeline.settings import PipelineSettings, resolve_pipeline_settings
 from mascot.settings import read_config_file
 
-JsonFlag = Annotated[bool, typer.Option("--json", help="With --dry-run: the whole plan as JSON instead of the step table.", rich_help_panel=RUN_PANEL)]
+JsonFlag = Annotated[
+    bool, typer.Option("--json", help="With --dry-run: the whole plan as JSON instead of the step table.", rich_help_panel=RUN_PANEL)
+]
 
 
 def pipeline(ctx: typer.Context, **values: Any) -> None:

@@ -28,11 +28,15 @@ ConfigFile = Annotated[
 ]
 DryRunFlag = Annotated[
     bool,
-    typer.Option("--dry-run", help="Check inputs, models and endpoints and print the resolved settings; load and write nothing.", rich_help_panel=RUN_PANEL),
+    typer.Option(
+        "--dry-run", help="Check inputs, models and endpoints and print the resolved settings; load and write nothing.", rich_help_panel=RUN_PANEL
+    ),
 ]
 QuietFlag = Annotated[
     bool,
-    typer.Option("--quiet", help="No progress lines (for logs and CI; the lines that say what was made stay). Also: MASCOT_QUIET=1.", rich_help_panel=RUN_PANEL),
+    typer.Option(
+        "--quiet", help="No progress lines (for logs and CI; the lines that say what was made stay). Also: MASCOT_QUIET=1.", rich_help_panel=RUN_PANEL
+    ),
 ]
 DEPRECATED_PREFIX = "deprecated__"
 # The --help panel of the settings each group declares (by the group's class name: the groups live
@@ -100,7 +104,9 @@ def _deprecated_parameter(field: dataclasses.Field, annotation: Any) -> inspect.
     if not old:
         return None
     option = typer.Option(*old, hidden=True)
-    return inspect.Parameter(DEPRECATED_PREFIX + field.name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[Optional[annotation], option])
+    return inspect.Parameter(
+        DEPRECATED_PREFIX + field.name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[Optional[annotation], option]
+    )
 
 
 def _apply_deprecated(settings_cls: type, values: dict[str, Any], command: str) -> dict[str, Any]:
@@ -135,7 +141,9 @@ def merge_config(settings_cls: type, ctx: typer.Context | None, values: dict[str
     return merged
 
 
-def build_settings(settings_cls: type, values: dict[str, Any] | None = None, config: str | Path | None = None, ctx: typer.Context | None = None) -> Any:
+def build_settings(
+    settings_cls: type, values: dict[str, Any] | None = None, config: str | Path | None = None, ctx: typer.Context | None = None
+) -> Any:
     """Settings from flag values and an optional YAML file (flags win), validated by the class."""
     merged = merge_config(settings_cls, ctx, dict(values or {}), read_config_file(config))
     try:
@@ -188,7 +196,9 @@ def _entries() -> tuple:
 def _signature(settings_cls: type, with_dry_run: bool) -> list[inspect.Parameter]:
     hints = typing.get_type_hints(settings_cls)
     fields = cli_fields(settings_cls)
-    params = _selector_parameter(settings_cls) + [_parameter(settings_cls, f, Optional[hints[f.name]] if f.metadata.get("required") else hints[f.name]) for f in fields]
+    params = _selector_parameter(settings_cls) + [
+        _parameter(settings_cls, f, Optional[hints[f.name]] if f.metadata.get("required") else hints[f.name]) for f in fields
+    ]
     params += [p for p in (_deprecated_parameter(f, hints[f.name]) for f in fields) if p is not None]
     params.append(inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=ConfigFile))
     params.append(inspect.Parameter("quiet", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=QuietFlag))
@@ -222,7 +232,7 @@ def settings_command(
         if wants_dry_run and dry_run is not None:
             dry_run(ctx.info_name or "", settings)
             return
-        with quiet_mode(quiet), (interrupt_handling(rerun_hint(ctx, settings_cls)) if interrupts else nullcontext()):
+        with quiet_mode(quiet), interrupt_handling(rerun_hint(ctx, settings_cls)) if interrupts else nullcontext():
             run(settings)
 
     command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]

@@ -66,12 +66,26 @@ C = "mascot.commands"  # the modules of most commands
 COMMANDS = (
     Command(("demo",), f"{C}.demo:DemoSettings", f"{C}.demo:demo", no_args_is_help=False),
     Command(("data", "preview"), f"{C}.data:PreviewSettings", f"{C}.data:preview", no_args_is_help=False),
-    Command(("generate",), "mascot.dialogue.run_settings:GroupEpisodeSettings", f"{C}.generate:run_group", f"{C}.generate:dry_run_group", mode="group"),
-    Command(("generate",), "mascot.stage1.settings:CandidateSettings", f"{C}.generate:run_candidates", f"{C}.generate:dry_run_candidates", mode="individual"),
+    Command(
+        ("generate",), "mascot.dialogue.run_settings:GroupEpisodeSettings", f"{C}.generate:run_group", f"{C}.generate:dry_run_group", mode="group"
+    ),
+    Command(
+        ("generate",),
+        "mascot.stage1.settings:CandidateSettings",
+        f"{C}.generate:run_candidates",
+        f"{C}.generate:dry_run_candidates",
+        mode="individual",
+    ),
     Command(("judge",), f"{C}.judge:JudgeSettings", f"{C}.judge:run_judge", f"{C}.judge:dry_run_judge"),
     Command(("metrics",), f"{C}.metrics:MetricsCommandSettings", f"{C}.metrics:run_metrics", f"{C}.metrics:dry_run_metrics"),
     Command(("prefs", "group"), f"{C}.prefs:PrefsGroupSettings", f"{C}.prefs:run_prefs_group", f"{C}.prefs:dry_run_prefs_group"),
-    Command(("prefs", "feedback"), f"{C}.prefs:PrefsFeedbackSettings", f"{C}.prefs:run_prefs_feedback", f"{C}.prefs:dry_run_prefs_feedback", no_args_is_help=False),
+    Command(
+        ("prefs", "feedback"),
+        f"{C}.prefs:PrefsFeedbackSettings",
+        f"{C}.prefs:run_prefs_feedback",
+        f"{C}.prefs:dry_run_prefs_feedback",
+        no_args_is_help=False,
+    ),
     _train("reward-model", "RewardModelSettings", "run_reward_model"),
     _train("speaker", "SpeakerGRPOSettings", "run_speaker"),
     _train("group-reward-model", "GroupRewardModelSettings", "run_group_reward_model"),
@@ -79,21 +93,61 @@ COMMANDS = (
     _train("director-dpo", "DirectorDPOSettings", "run_director_dpo"),
     _train("sft", "SFTSettings", "run_sft"),
     Command(("merge-lora",), "mascot.train.config:MergeSettings", f"{C}.train:run_merge", f"{C}.train:dry_run_train"),
-    *(Command(("adapters", word), f"mascot.adapters.command:{cls}", f"mascot.adapters.command:run_{word}",
-              "mascot.adapters.command:dry_run_compare" if word == "compare" else None, interrupts=word == "compare", no_args_is_help=word != "list")
-      for word, cls in (("list", "ListSettings"), ("show", "ShowSettings"), ("compare", "CompareSettings"), ("promote", "PromoteSettings"),
-                        ("rollback", "RollbackSettings"), ("register", "RegisterSettings"))),
+    *(
+        Command(
+            ("adapters", word),
+            f"mascot.adapters.command:{cls}",
+            f"mascot.adapters.command:run_{word}",
+            "mascot.adapters.command:dry_run_compare" if word == "compare" else None,
+            interrupts=word == "compare",
+            no_args_is_help=word != "list",
+        )
+        for word, cls in (
+            ("list", "ListSettings"),
+            ("show", "ShowSettings"),
+            ("compare", "CompareSettings"),
+            ("promote", "PromoteSettings"),
+            ("rollback", "RollbackSettings"),
+            ("register", "RegisterSettings"),
+        )
+    ),
     Command(("eval",), "mascot.eval.settings:EvalSettings", "mascot.eval.run:run_eval_command", "mascot.eval.run:dry_run_eval"),
     Command(("eval", "compare"), "mascot.judge.compare_settings:CompareSettings", f"{C}.compare:run_compare_command", f"{C}.compare:dry_run_compare"),
-    Command(("pipeline",), "mascot.pipeline.settings:PipelineSettings", "mascot.pipeline.runner:run_pipeline_command", "mascot.pipeline.dryrun:dry_run_pipeline_command", no_args_is_help=False),
-    Command(("serve",), "mascot.adapters.serve_command:ServeSettings", "mascot.adapters.serve_command:run_serve", "mascot.adapters.serve_command:dry_run_serve", interrupts=False, no_args_is_help=False),
+    Command(
+        ("pipeline",),
+        "mascot.pipeline.settings:PipelineSettings",
+        "mascot.pipeline.runner:run_pipeline_command",
+        "mascot.pipeline.dryrun:dry_run_pipeline_command",
+        no_args_is_help=False,
+    ),
+    Command(
+        ("serve",),
+        "mascot.adapters.serve_command:ServeSettings",
+        "mascot.adapters.serve_command:run_serve",
+        "mascot.adapters.serve_command:dry_run_serve",
+        interrupts=False,
+        no_args_is_help=False,
+    ),
     Command(("chat",), "mascot.dialogue.chat_settings:ChatSettings", f"{C}.chat:run_chat_command", interrupts=False, no_args_is_help=False),
     Command(("web",), "mascot.web.settings:WebSettings", f"{C}.web:run_web", f"{C}.web:dry_run_web", interrupts=False, no_args_is_help=False),
-    *(Command(("web", "users", word), f"mascot.commands.web_accounts:{cls}", f"mascot.commands.web_accounts:run_{word}",
-              "mascot.commands.web_accounts:dry_run_accounts", interrupts=False, no_args_is_help=word == "create")
-      for word, cls in (("create", "CreateUserSettings"), ("list", "ListUsersSettings"), ("invite", "InviteSettings"))),
-    Command(("web", "import"), "mascot.commands.web_accounts:ImportSettings", "mascot.commands.web_accounts:run_import",
-            "mascot.commands.web_accounts:dry_run_accounts", interrupts=False),
+    *(
+        Command(
+            ("web", "users", word),
+            f"mascot.commands.web_accounts:{cls}",
+            f"mascot.commands.web_accounts:run_{word}",
+            "mascot.commands.web_accounts:dry_run_accounts",
+            interrupts=False,
+            no_args_is_help=word == "create",
+        )
+        for word, cls in (("create", "CreateUserSettings"), ("list", "ListUsersSettings"), ("invite", "InviteSettings"))
+    ),
+    Command(
+        ("web", "import"),
+        "mascot.commands.web_accounts:ImportSettings",
+        "mascot.commands.web_accounts:run_import",
+        "mascot.commands.web_accounts:dry_run_accounts",
+        interrupts=False,
+    ),
     Command(("study", "create"), "mascot.study.settings:StudyCreateSettings", f"{C}.study:run_study_create", f"{C}.study:dry_run_study_create"),
     Command(("study", "results"), "mascot.study.settings:StudyResultsSettings", f"{C}.study:run_study_results", f"{C}.study:dry_run_study_results"),
 )

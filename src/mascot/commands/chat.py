@@ -43,7 +43,6 @@ def run_chat_command(settings: ChatSettings) -> None:
 
     from rich.console import Console
 
-
     path = settings.session or new_session_path()
     console = Console(highlight=False)
     trace = path.with_name(f"{path.stem}.role_call_trace.jsonl") if settings.trace_role_calls else None
@@ -70,13 +69,17 @@ def run_chat_command(settings: ChatSettings) -> None:
             interactive = sys.stdin.isatty()
             reader = read_line_from(console, interactive)
             run_chat(
-                chat_session, console, reader, runner.run, show_directives=settings.show_directives, echo=not interactive, continued=continued,
+                chat_session,
+                console,
+                reader,
+                runner.run,
+                show_directives=settings.show_directives,
+                echo=not interactive,
+                continued=continued,
                 smoke_test_model=answers_from_smoke_test_model(backends.endpoints),
             )
         finally:
             runner.run(backends.aclose())
-
-
 
 
 def preload_local_models(backends, console: Console, run: Callable) -> None:
@@ -322,7 +325,9 @@ class TerminalView:
     def reply_discarded(self, agent_name: str, shown: str) -> None:
         if self.open_reply:
             self._close_reply()
-        self.console.print(f"  [dim](a reply that opened as someone else was discarded{': ' + escape(shown) if shown else ''}; asking {escape(agent_name)} again)[/dim]")
+        self.console.print(
+            f"  [dim](a reply that opened as someone else was discarded{': ' + escape(shown) if shown else ''}; asking {escape(agent_name)} again)[/dim]"
+        )
         self._speaker = agent_name
         self._wait(f"{agent_name} is typing\u2026")
 

@@ -38,5 +38,3 @@ def dry_run_compare(command: str, settings: CompareSettings) -> None:
         "output_dir": settings.output_dir or str(default_output_dir(names)),
     }
     print_settings("eval compare", {"resolved": resolved, "settings": asdict(settings)})
-
-

@@ -37,8 +37,6 @@ def preview(s: PreviewSettings) -> None:
     _print_contexts(contexts)
 
 
-
-
 def _print_contexts(contexts) -> None:
     from rich.console import Console
     from rich.markup import escape

@@ -53,8 +53,6 @@ def demo(s: DemoSettings) -> None:
     console.print(f"demo finished in {time.monotonic() - started:.0f} s (model loading included)", soft_wrap=True)
 
 
-
-
 def sample_count() -> int:
     return sum(1 for line in SAMPLES.read_text(encoding="utf-8").splitlines() if line.strip())
 

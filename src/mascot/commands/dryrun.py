@@ -182,12 +182,26 @@ def print_plan(command: str, report: dict[str, Any], problems: list[str]) -> Non
         return
     typer.echo(json.dumps({"dry_run": command, **_plain(report)}, indent=2, default=str))
     listed = "\n".join(f"  - {p}" for p in problems)
-    raise DryRunError(f"dry run of `mascot {command}` found {len(problems)} problem{'s' if len(problems) > 1 else ''} (the plan above is complete):\n{listed}")
+    raise DryRunError(
+        f"dry run of `mascot {command}` found {len(problems)} problem{'s' if len(problems) > 1 else ''} (the plan above is complete):\n{listed}"
+    )
 
 
 def dry_run_generation(
-    mode: str, *, dataset: str, data_file: Path | None, split: str, limit: int | None, roster: str | None, endpoints, roles: tuple[str, ...], run_dir: Path,
-    outputs: tuple[str, ...], resume: bool, overwrite: bool, settings: dict,
+    mode: str,
+    *,
+    dataset: str,
+    data_file: Path | None,
+    split: str,
+    limit: int | None,
+    roster: str | None,
+    endpoints,
+    roles: tuple[str, ...],
+    run_dir: Path,
+    outputs: tuple[str, ...],
+    resume: bool,
+    overwrite: bool,
+    settings: dict,
 ) -> None:
     """`mascot generate --dry-run`: roster, data, every role's endpoint or local model, run folder."""
     from mascot.llm.routing import resolve_roles

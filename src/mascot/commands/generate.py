@@ -45,7 +45,17 @@ def dry_run_candidates(_command: str, s: CandidateSettings) -> None:
         from mascot.judge.plugin import load_judge_function
 
         load_judge_function(judge_model(s))
-    names = ("num_candidates", "score_margin", "cross_persona_pairs", "temperature", "max_tokens", "repetition_penalty", "seed", "rubric_version", "judge_scoring")
+    names = (
+        "num_candidates",
+        "score_margin",
+        "cross_persona_pairs",
+        "temperature",
+        "max_tokens",
+        "repetition_penalty",
+        "seed",
+        "rubric_version",
+        "judge_scoring",
+    )
     settings: dict[str, Any] = {k: getattr(s, k) for k in names}
     dry_run_generation(
         s.mode, dataset=s.dataset, data_file=s.data_file, split=s.split, limit=s.limit, roster=s.roster, endpoints=s,

@@ -24,7 +24,9 @@ class JudgedFileSettings(JudgePanelSettings):
     """An episode file to judge: the panel, the contexts to judge in, where to write."""
 
     dataset: Optional[str] = setting(None, "Override the dataset (default: each record's metadata.dataset).")
-    data_file: Optional[Path] = setting(None, "Dataset file or folder to look up each episode's context by context_id (otherwise judged on the conversation).")
+    data_file: Optional[Path] = setting(
+        None, "Dataset file or folder to look up each episode's context by context_id (otherwise judged on the conversation)."
+    )
     split: Optional[str] = setting(None, SPLIT_HELP)
     output_dir: Optional[Path] = setting(None, "Where to write (default: next to the input file).")
 
@@ -141,5 +143,3 @@ def fail_if_nothing_judged(num_judgments: int, num_failed: int, report_path: Pat
         message = f"every judgment failed ({num_failed} of {num_judgments}; the first failure of each kind is shown above)"
         mark_failed(report_path, message)
         raise MascotError(message)
-
-

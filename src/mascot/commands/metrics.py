@@ -76,7 +76,9 @@ def run_metrics(s: MetricsCommandSettings) -> None:
         mark_failed(output_file, f"{s.input_file} has no episode")
         raise MascotError(f"{s.input_file} has no episode: no metric computed (the report at {output_file} says failed)")
     summary = ", ".join(f"{k} {v['mean']}" for k, v in report["overall"].items() if v["mean"] is not None)
-    skipped = f"; skipped {plural(report['num_skipped_lines'], 'malformed line')} of {Path(s.input_file).name}" if report.get("num_skipped_lines") else ""
+    skipped = (
+        f"; skipped {plural(report['num_skipped_lines'], 'malformed line')} of {Path(s.input_file).name}" if report.get("num_skipped_lines") else ""
+    )
     typer.secho(f"{plural(report['num_episodes'], 'episode')}: {summary or 'no metric defined'}; wrote {output_file}{skipped}", err=True)
     from mascot.metrics.conversation import summary_line
 
@@ -93,5 +95,3 @@ def dry_run_metrics(_command: str, s: MetricsCommandSettings) -> None:
     if not s.skip_nli:
         resolved["nli_model"] = f"{s.nli_model} ({check_model(s.nli_model, '--nli-model')})"
     print_settings("metrics", {"resolved": resolved, "settings": asdict(part(s, MetricsSettings))})
-
-

@@ -28,9 +28,13 @@ class PrefsGroupSettings(ScoreMarginSettings, JudgedFileSettings):
     """
 
     episodes: Path = setting(None, "Episode JSONL from `mascot generate --mode group`.", flags=("--input-file",), required=True)
-    judgments: Optional[Path] = setting(None, "Judgments from `mascot judge` (its judgments_<stem>.jsonl); default: that file next to the episodes when it judges every item with these judges and --rubric-version, else the episodes are judged here.")
+    judgments: Optional[Path] = setting(
+        None,
+        "Judgments from `mascot judge` (its judgments_<stem>.jsonl); default: that file next to the episodes when it judges every item with these judges and --rubric-version, else the episodes are judged here.",
+    )
     mode: str = setting(
-        "auto", "episode (independent episodes -> group reward model) | trajectory (every record of a context, branches included, each "
+        "auto",
+        "episode (independent episodes -> group reward model) | trajectory (every record of a context, branches included, each "
         "judged whole -> group reward model) | directive (branching -> Director DPO) | auto (directive for branching files, else episode).",
     )
 
@@ -170,7 +174,14 @@ def run_prefs_group(s: PrefsGroupSettings) -> None:
     write_jsonl(folder / f"{name}.jsonl", result.pairs)
     write_jsonl(folder / f"{name}_judgments.jsonl", result.judgments)
     judgments = {"source": "file" if source.path else "judged", "file": str(source.path) if source.path else None, "note": source.note}
-    stats = {"mode": resolved, "input_file": str(s.episodes), "judgments": judgments, **result.stats.to_dict(), "counters": counters.model_dump(), "usage": result.usage}
+    stats = {
+        "mode": resolved,
+        "input_file": str(s.episodes),
+        "judgments": judgments,
+        **result.stats.to_dict(),
+        "counters": counters.model_dump(),
+        "usage": result.usage,
+    }
     if loaded.skipped_lines:  # malformed lines of the episodes file, named in the closing line too
         stats["num_skipped_lines"] = len(loaded.skipped_lines)
     write_json_atomic(folder / f"{name}_stats.json", stats)
@@ -201,9 +212,11 @@ def no_pairs_reason(stats, mode: str, margin: float) -> str:
     counts = stats.counts
     compared = COMPARED[mode]
     if counts.largest_gap > 0:
-        return (f"0 {mode} pairs: no two {compared} differ by --score-margin {margin} ({counts.dropped_ties} ties, {counts.dropped_by_margin} smaller gaps); "
-                f"the largest gap is {counts.largest_gap:g}: rerun with --score-margin {counts.largest_gap:g} or lower "
-                "(a 135M judge's collective scores of one context lie within a few hundredths: 0.02 works for the embedded model)")
+        return (
+            f"0 {mode} pairs: no two {compared} differ by --score-margin {margin} ({counts.dropped_ties} ties, {counts.dropped_by_margin} smaller gaps); "
+            f"the largest gap is {counts.largest_gap:g}: rerun with --score-margin {counts.largest_gap:g} or lower "
+            "(a 135M judge's collective scores of one context lie within a few hundredths: 0.02 works for the embedded model)"
+        )
     if counts.dropped_ties:
         return f"0 {mode} pairs: every compared pair is a tie ({counts.dropped_ties}), so no --score-margin makes one: use a judge that tells the {compared} apart"
     return f"0 {mode} pairs: no {compared} had two scored, different trajectories (see the failures above)"
@@ -219,10 +232,14 @@ def dry_run_prefs_group(_command: str, s: PrefsGroupSettings) -> None:
 
     loaded, resolved = _prepare(s)
     source = judgments_source(s, items_for_mode(loaded.episodes, resolved, None))
-    settings = {"mode": resolved, "num_episodes": len(loaded.episodes), "score_margin": s.score_margin, "output_dir": s.folder, "judgments": source.note}
+    settings = {
+        "mode": resolved,
+        "num_episodes": len(loaded.episodes),
+        "score_margin": s.score_margin,
+        "output_dir": s.folder,
+        "judgments": source.note,
+    }
     dry_run_judging("prefs group", s.episodes, s, settings)
-
-
 
 
 # --------------------------------------------------------------------------- people's ratings
@@ -238,12 +255,17 @@ class PrefsFeedbackSettings:
     session_dir: Path = setting(Path("outputs/chat"), "Folder of the web app's sessions (its --session-dir); ratings are in its feedback/ folder.")
     output_dir: Path = setting(Path("outputs/feedback_pairs"), "Where pairs.jsonl, pairs_stats.json and run_config.json go.")
     max_pairs_per_reply: int = setting(4, "Replies rated not helpful paired with each helpful one, at most.")
-    study: Optional[Path] = setting(None, "A study file (`mascot study create`): each blinded choice becomes an episode-level pair for the group reward model.")
+    study: Optional[Path] = setting(
+        None, "A study file (`mascot study create`): each blinded choice becomes an episode-level pair for the group reward model."
+    )
     with_pairs: Optional[list[Path]] = setting(None, "Judge-built pair files to mix in (repeatable): the reward model trains on both.")
     dataset: Optional[str] = setting(None, "Dataset recorded for the trainers (default: the sessions' own, when they agree).")
     seed: int = setting(0, "Seed of the order ties are broken in.")
-    accounts: bool = setting(False, "Read the ratings of `mascot web --accounts` from its database (mascot.db in --session-dir, or --database-url): "
-                             "only of people who consent on their account page.")
+    accounts: bool = setting(
+        False,
+        "Read the ratings of `mascot web --accounts` from its database (mascot.db in --session-dir, or --database-url): "
+        "only of people who consent on their account page.",
+    )
     database_url: Optional[str] = setting(None, "The accounts database to read with --accounts (as `mascot web --database-url`).")
 
     def __post_init__(self) -> None:

@@ -18,10 +18,23 @@ from mascot.study.settings import StudyCreateSettings, StudyResultsSettings
 
 
 def run_study_create(settings: StudyCreateSettings) -> None:
-    built = create_study(settings.a, settings.b, settings.out, raters=settings.raters, attention_checks=settings.attention_checks,
-                         seed=settings.seed, system_a=settings.system_a, system_b=settings.system_b, overwrite=settings.overwrite)
+    built = create_study(
+        settings.a,
+        settings.b,
+        settings.out,
+        raters=settings.raters,
+        attention_checks=settings.attention_checks,
+        seed=settings.seed,
+        system_a=settings.system_a,
+        system_b=settings.system_b,
+        overwrite=settings.overwrite,
+    )
     base = settings.base_url.rstrip("/")
-    typer.secho(f"study {built.path}: {plural(built.num_pairs, 'pair')} + {plural(built.num_attention_checks, 'attention check')} per rater", fg="green", err=True)
+    typer.secho(
+        f"study {built.path}: {plural(built.num_pairs, 'pair')} + {plural(built.num_attention_checks, 'attention check')} per rater",
+        fg="green",
+        err=True,
+    )
     typer.secho(f"A = {built.system_a}, B = {built.system_b}", err=True)
     print_links(base, built.rater_tokens, built.owner_token)
 
@@ -73,5 +86,3 @@ def dry_run_study_results(command: str, settings: StudyResultsSettings) -> None:
         opinions = read_opinions(settings.study, settings.judgments, settings.verdicts)
         resolved["judges"] = {label: opinion.source for label, opinion in opinions.items()}
     print_settings("study results", {"resolved": resolved, "settings": asdict(settings)})
-
-

@@ -31,7 +31,9 @@ def _report(title: str, line: str, outcome: Any = None) -> None:
     if version:
         from mascot.adapter_registry import registry_folder
 
-        typer.secho(f"registered as {version} in {registry_folder()} (`mascot adapters compare {version}` against the current one, then promote)", fg="green")
+        typer.secho(
+            f"registered as {version} in {registry_folder()} (`mascot adapters compare {version}` against the current one, then promote)", fg="green"
+        )
 
 
 def run_reward_model(settings: cfg.RewardModelSettings) -> None:

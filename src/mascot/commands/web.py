@@ -47,8 +47,10 @@ def print_accounts_state(settings: WebSettings) -> None:
     engine, factory = open_database(settings.database)
     people = Accounts(factory).count_people()
     engine.dispose()
-    typer.echo(f"accounts: {people} in {redacted(settings.database)}; sign-up is {settings.signup}"
-               + (f"; conversations older than {settings.retain_days:g} days are deleted" if settings.retain_days else ""))
+    typer.echo(
+        f"accounts: {people} in {redacted(settings.database)}; sign-up is {settings.signup}"
+        + (f"; conversations older than {settings.retain_days:g} days are deleted" if settings.retain_days else "")
+    )
     if people == 0:
         where = f"--session-dir {settings.session_dir}" if settings.database_url is None else "--database-url URL"
         typer.secho(f"no accounts yet: create the first admin with `mascot web users create USERNAME --admin {where}`", fg="yellow")
@@ -83,5 +85,3 @@ def dry_run_web(command: str, settings: WebSettings) -> None:
     for name in ("vllm_server_url", "director_server_url", "speaker_server_url", "safety_server_url"):
         values[name] = [redact_url(url) for url in values[name] or []] or None
     print_settings(command, {**values, "roles": {role: scrub(how) for role, how in roles.items()}})
-
-

@@ -103,7 +103,9 @@ def run_list(settings: ListUsersSettings) -> None:
     table = Table("username", "role", "since", "last login", "conversations", "turns")
     for u in usage:
         last = u.last_seen_at.strftime("%Y-%m-%d") if u.last_seen_at else "never"
-        table.add_row(u.username + (" (disabled)" if u.disabled else ""), u.role, u.created_at.strftime("%Y-%m-%d"), last, str(u.conversations), str(u.turns))
+        table.add_row(
+            u.username + (" (disabled)" if u.disabled else ""), u.role, u.created_at.strftime("%Y-%m-%d"), last, str(u.conversations), str(u.turns)
+        )
     Console().print(table)
     print(f"{len(usage)} accounts")
 
@@ -128,7 +130,9 @@ def run_import(settings: ImportSettings) -> None:
     typer.echo(f"imported {counts.imported} sessions ({counts.turns} turns, {counts.ratings} ratings) into {person.username!r}; "
                f"{counts.already} already there, {counts.unreadable} unreadable (skipped, logged)")  # fmt: skip
     if counts.imported == 0:
-        raise MascotError(f"nothing imported from {settings.source}" + (f": all {counts.already} sessions are in the database already" if counts.already else ""))
+        raise MascotError(
+            f"nothing imported from {settings.source}" + (f": all {counts.already} sessions are in the database already" if counts.already else "")
+        )
 
 
 def dry_run_accounts(command: str, settings: DatabaseFields) -> None:

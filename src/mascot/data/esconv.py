@@ -114,8 +114,11 @@ def supporter_dialogues(path: Path) -> list[tuple[Context, list[DialogueLine]]]:
     on the dataset's own supporter turns."""
     out = []
     for number, record in iter_json_lines(path):
-        lines = [DialogueLine(speaker=_SPEAKERS.get(str(t.get("speaker", "")).lower(), "other"), text=str(t.get("content", t.get("text", ""))).strip())
-                 for t in record.get("dialog") or [] if isinstance(t, dict)]
+        lines = [
+            DialogueLine(speaker=_SPEAKERS.get(str(t.get("speaker", "")).lower(), "other"), text=str(t.get("content", t.get("text", ""))).strip())
+            for t in record.get("dialog") or []
+            if isinstance(t, dict)
+        ]
         ctx = Context(context_id=f"esconv-{number}", dataset=NAME, situation=str(record.get("situation", "")), emotion=record.get("emotion_type"))
         out.append((ctx, lines))
     return out

@@ -146,7 +146,9 @@ def meeting_contexts(
         )
 
 
-def iter_file(path: Path, split: str, *, transcript_window: int = DEFAULT_TRANSCRIPT_WINDOW, keep_record: RecordFilter | None = None, **_: Any) -> Iterator[Context]:
+def iter_file(
+    path: Path, split: str, *, transcript_window: int = DEFAULT_TRANSCRIPT_WINDOW, keep_record: RecordFilter | None = None, **_: Any
+) -> Iterator[Context]:
     """`keep_record`: a filter on whole meeting records (the evaluation splits by domain)."""
     count = skipped = 0
     for number, record in iter_json_lines(path):
@@ -160,7 +162,9 @@ def iter_file(path: Path, split: str, *, transcript_window: int = DEFAULT_TRANSC
         raise no_contexts_error(NAME, str(path), split)
 
 
-def iter_hub(split: str, *, transcript_window: int = DEFAULT_TRANSCRIPT_WINDOW, keep_record: RecordFilter | None = None, **_: Any) -> Iterator[Context]:
+def iter_hub(
+    split: str, *, transcript_window: int = DEFAULT_TRANSCRIPT_WINDOW, keep_record: RecordFilter | None = None, **_: Any
+) -> Iterator[Context]:
     url = SOURCE_URL.format(split=split)
     rows = load_hub_split(NAME, "json", "train", source=url, shown_split=split, data_files=url)  # one file per split: datasets calls it "train"
     count = skipped = 0

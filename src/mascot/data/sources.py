@@ -86,7 +86,9 @@ def require_list(record: dict[str, Any], key: str, where: str) -> list:
     return value
 
 
-def load_hub_split(dataset: str, path: str, split: str, *, source: str | None = None, shown_split: str | None = None, **kwargs: Any) -> Iterable[dict[str, Any]]:
+def load_hub_split(
+    dataset: str, path: str, split: str, *, source: str | None = None, shown_split: str | None = None, **kwargs: Any
+) -> Iterable[dict[str, Any]]:
     """Rows of one split through `datasets.load_dataset`; offline or without `datasets`, one line
     that points at --data-file. `source` names where the rows come from in that line, and
     `shown_split` the split the user asked for (a one-file source is loaded as its `train`)."""

@@ -94,16 +94,32 @@ class Speaker:
 
     @classmethod
     def for_settings(
-        cls, client: ChatClient, roster: Roster, tally: Tally, s: SpeakerSettings, *, think: bool, prompt_version: str | None = None,
-        prompt_family: str = "persona", samples: int = 1,
+        cls,
+        client: ChatClient,
+        roster: Roster,
+        tally: Tally,
+        s: SpeakerSettings,
+        *,
+        think: bool,
+        prompt_version: str | None = None,
+        prompt_family: str = "persona",
+        samples: int = 1,
     ) -> Speaker:
         """The Speaker that Speaker settings describe. Every path that runs a Speaker builds it here
         (episodes and `mascot eval`, chat, the Director trainer's rollouts, Stage-1 candidates), so
         a Speaker setting reaches all of them by this one line. `prompt_family` and `samples`: the
         prompting baselines of group episodes (Stage 1 asks persona prompts, n replies at once)."""
         return cls(
-            client, roster, tally, temperature=s.temperature, max_tokens=s.max_tokens, think=think, reasoning_allowance=s.reasoning_allowance,
-            prompt_family=prompt_family, samples=samples, prompt_version=prompt_version or s.prompt_version,
+            client,
+            roster,
+            tally,
+            temperature=s.temperature,
+            max_tokens=s.max_tokens,
+            think=think,
+            reasoning_allowance=s.reasoning_allowance,
+            prompt_family=prompt_family,
+            samples=samples,
+            prompt_version=prompt_version or s.prompt_version,
             repetition_penalty=s.repetition_penalty,  # the Speakers only: the Director's and the user's formats repeat prompt words
         )
 
@@ -115,7 +131,9 @@ class Speaker:
     ) -> SpeakerReply:
         """The visible reply and the reasoning set aside from it. With a `listener` the reply is
         streamed to it as it is generated; either way the saved reply is the same cleaning's."""
-        messages = speaker_messages(persona, self.roster, context, history, directive, think=self.think, family=self.prompt_family, version=self.prompt_version)
+        messages = speaker_messages(
+            persona, self.roster, context, history, directive, think=self.think, family=self.prompt_family, version=self.prompt_version
+        )
         if self.samples > 1:
             return await self._most_consistent(messages, persona, context, seed, listener)
         for attempt in range(2):  # an empty reply is retried once with another seed
@@ -167,7 +185,9 @@ class Speaker:
     async def _streamed(self, request: ChatRequest, persona: Persona, context: Context, listener: RoundListener) -> SpeakerReply:
         """One streamed generation: pieces go to the listener as they settle; the completed reply
         is cleaned like a reply that was not streamed, and a discarded one is reported."""
-        stream = ReplyStream(persona.name, request.stop or (), tuple(other_names(persona, self.roster, context)), tuple(e.strip() for e in _PROMPT_ECHOES))
+        stream = ReplyStream(
+            persona.name, request.stop or (), tuple(other_names(persona, self.roster, context)), tuple(e.strip() for e in _PROMPT_ECHOES)
+        )
         async with aclosing(self.client.stream(request)) as pieces:
             async for piece in pieces:
                 if shown := stream.feed(piece):

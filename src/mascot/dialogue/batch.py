@@ -35,7 +35,6 @@ async def run_all(
     iterator: Iterator[Context] = iter(contexts)
     workers = max(1, engine.settings.max_concurrent_episodes)
 
-
     async def worker() -> None:
         for context in iterator:  # one shared iterator: each context is taken by exactly one worker
             if stop_requested():  # Ctrl-C: no new context starts

@@ -222,13 +222,17 @@ class ChatSession:
         self.created_at = (episode.metadata.created_at if episode else None) or utc_now()
         self.tally = Tally(episode.counters.model_copy() if episode and episode.counters else Counters())
         chat_clients = {role: clients[role] for role in (*CHAT_ROLES, SAFETY) if role in clients}
-        self.engine = EpisodeEngine(roster, chat_clients, engine_settings(self.settings, self.session_id), self.tally, role_identities=role_identities, dataset=self.dataset)
+        self.engine = EpisodeEngine(
+            roster, chat_clients, engine_settings(self.settings, self.session_id), self.tally, role_identities=role_identities, dataset=self.dataset
+        )
         # Seeds derive from (run seed, session id, round, purpose), whatever the session's file name.
         self.state = EpisodeState(context, 0, (self.settings.seed, self.session_id), None, turns=list(episode.turns) if episode else [])
         self.state.safety_events = list(episode.safety_events or []) if episode else []
 
     @classmethod
-    def resume(cls, episode: Episode, roster: Roster, clients: dict[str, ChatClient], path: Path, settings: ConversationSettings | None = None, **kwargs) -> ChatSession:
+    def resume(
+        cls, episode: Episode, roster: Roster, clients: dict[str, ChatClient], path: Path, settings: ConversationSettings | None = None, **kwargs
+    ) -> ChatSession:
         return cls(roster, saved_context(episode), clients, path, settings, episode=episode, **kwargs)
 
     # ------------------------------------------------------------------ state

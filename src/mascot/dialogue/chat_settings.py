@@ -19,10 +19,6 @@ CHAT_SYSTEM = "mascot-chat"
 DEFAULT_SESSION_DIR = Path("outputs/chat")
 
 
-
-
-
-
 @dataclass
 class ConversationSettings(SafetySettings, SamplingSettings):
     """How the group answers each message: sampling, seed, rounds per message, the safety screen."""
@@ -47,9 +43,7 @@ class ChatSettings(TraceSettings, RosterSettings, GroupEndpointSettings, Convers
     dataset: Optional[str] = setting(None, "Choose the roster by dataset (ESConv, ED, QMSum); recorded in metadata.")
     situation: Optional[str] = setting(None, "What the conversation is about (meetings: the participant's question).")
     meeting_file: Optional[Path] = setting(None, "Meetings roster: a transcript ('Speaker: text' lines, JSONL, or a QMSum record).")
-    session: Optional[Path] = setting(
-        None, "Session file; an existing one is shown and continued (default: outputs/chat/session-<time>.jsonl)."
-    )
+    session: Optional[Path] = setting(None, "Session file; an existing one is shown and continued (default: outputs/chat/session-<time>.jsonl).")
     show_directives: bool = setting(False, "Show the Director's directive before every reply.")
 
     def __post_init__(self) -> None:

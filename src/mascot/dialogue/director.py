@@ -378,4 +378,7 @@ class Director:
 
     def _count_copy(self, parsed: ParseResult) -> None:
         copied = parsed.copied
-        self.tally.count("num_directive_example_copies", f"a Director answer naming {copied.agent_name} copied the prompt's example: {copied.action!r} / {copied.tone!r}")  # type: ignore[union-attr]
+        self.tally.count(
+            "num_directive_example_copies",
+            f"a Director answer naming {copied.agent_name} copied the prompt's example: {copied.action!r} / {copied.tone!r}",
+        )  # type: ignore[union-attr]

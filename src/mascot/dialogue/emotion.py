@@ -23,8 +23,28 @@ from mascot.dialogue.structured import bounded_text, compact_object
 EMOTION_MAX_CHARS = 24
 MESSAGE_MAX_CHARS = 600
 # How a conversation can leave someone, beyond the Empathetic Dialogues labels.
-_MORE_WORDS = ("calm", "calmer", "better", "worse", "relieved", "heard", "supported", "understood", "okay", "tired",
-               "overwhelmed", "frustrated", "confused", "stressed", "worried", "nervous", "hurt", "upset", "scared", "happy")
+_MORE_WORDS = (
+    "calm",
+    "calmer",
+    "better",
+    "worse",
+    "relieved",
+    "heard",
+    "supported",
+    "understood",
+    "okay",
+    "tired",
+    "overwhelmed",
+    "frustrated",
+    "confused",
+    "stressed",
+    "worried",
+    "nervous",
+    "hurt",
+    "upset",
+    "scared",
+    "happy",
+)
 
 _REPORT_KEY = r"(?:current[ _]emotion|emotion|feeling|mood)"
 _WORD = r"([A-Za-z][A-Za-z \-]{0,40}?)"

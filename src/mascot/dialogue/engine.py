@@ -114,18 +114,29 @@ class EpisodeEngine:
         )
         think = role_thinks(clients["speaker"]) or family_thinks(check_prompt_family(s.prompt_family))
         self.speaker = Speaker.for_settings(
-            clients["speaker"], roster, self.tally, s, think=think, prompt_version=self.prompt_version, prompt_family=s.prompt_family, samples=s.self_consistency_samples
+            clients["speaker"],
+            roster,
+            self.tally,
+            s,
+            think=think,
+            prompt_version=self.prompt_version,
+            prompt_family=s.prompt_family,
+            samples=s.self_consistency_samples,
         )
         policy = make_policy(s.turn_policy, roster, self.director, speaker_client=clients["speaker"], settings=s, tally=self.tally)
         self.policy: TurnPolicy = TurnLimit(policy, roster, self.max_consecutive_turns, self.tally) if self.max_consecutive_turns else policy
         # A "safety" client, when given, is the screen's model stage (for the messages its scope names).
         model_check = ModelCheck(clients["safety"], tally=self.tally) if "safety" in clients else None
-        self.safety = (SafetyScreen(locale=s.safety_locale, embeddings=s.safety_embeddings, model_check=model_check,
-                                    model_scope=s.safety_model_scope) if screen_applies(s.safety, roster.domain) else None)
+        self.safety = (
+            SafetyScreen(locale=s.safety_locale, embeddings=s.safety_embeddings, model_check=model_check, model_scope=s.safety_model_scope)
+            if screen_applies(s.safety, roster.domain)
+            else None
+        )
         set_name, self.fixed_profile = user_profile_choice(s)
         self.profile_set = profile_set(set_name) if set_name else None
         self.role_identities = role_identities or {
-            role: RoleIdentity(base_model=c.model, served_model=c.model, backend=c.backend) for role, c in clients.items()  # type: ignore[arg-type]
+            role: RoleIdentity(base_model=c.model, served_model=c.model, backend=c.backend)
+            for role, c in clients.items()  # type: ignore[arg-type]
         }
 
     # ------------------------------------------------------------------ one episode
@@ -142,12 +153,16 @@ class EpisodeEngine:
         return derived_rng(self.settings.seed, context.context_id, episode_idx, self.profile_set.label).choice(profiles)
 
     def new_state(self, context: Context, episode_idx: int, *seed_extra: object) -> EpisodeState:
-        state = EpisodeState(context, episode_idx, (self.settings.seed, context.context_id, episode_idx, *seed_extra), self._profile_for(context, episode_idx))
+        state = EpisodeState(
+            context, episode_idx, (self.settings.seed, context.context_id, episode_idx, *seed_extra), self._profile_for(context, episode_idx)
+        )
         if context.emotion and not context.is_meeting:
             state.emotions.append(context.emotion)
         return state
 
-    async def play_round(self, state: EpisodeState, round_id: int, decision: DirectorDecision | None = None, listener: RoundListener | None = None) -> None:
+    async def play_round(
+        self, state: EpisodeState, round_id: int, decision: DirectorDecision | None = None, listener: RoundListener | None = None
+    ) -> None:
         """One Director -> Speaker (-> User) cycle appended to `state.turns`; a `listener` (a live
         conversation) is told the directive and gets the reply streamed as it is generated."""
         ctx = state.context
@@ -171,7 +186,9 @@ class EpisodeEngine:
             listener.directive(decision, round_id)
             listener.reply_start(persona.name)
         if written is None:
-            reply = await self.speaker.reply(persona, state.context, state.turns, decision.directive, derive_seed(*state.seed_key, round_id, "speaker"), listener)
+            reply = await self.speaker.reply(
+                persona, state.context, state.turns, decision.directive, derive_seed(*state.seed_key, round_id, "speaker"), listener
+            )
         else:
             reply = written
             if listener is not None:
@@ -220,8 +237,13 @@ class EpisodeEngine:
         finding, user_turn_idx = state.pending_safety  # type: ignore[misc]
         state.pending_safety = None
         voice = self.roster.personas[0].name
-        turn = Turn(turn_idx=state.next_turn_idx, round_id=round_id, agent_name=voice, response=self.safety.reply(finding),  # type: ignore[union-attr]
-                    directive=Directive(agent_name=voice, action=SAFETY_ACTION, tone="calm, direct"))
+        turn = Turn(
+            turn_idx=state.next_turn_idx,
+            round_id=round_id,
+            agent_name=voice,
+            response=self.safety.reply(finding),  # type: ignore[union-attr]
+            directive=Directive(agent_name=voice, action=SAFETY_ACTION, tone="calm, direct"),
+        )
         state.turns.append(turn)
         state.safety_events.append(self.safety.event(finding, user_turn_idx, turn.turn_idx))  # type: ignore[union-attr]
         if listener is not None:  # a live conversation shows the safety reply like any other
@@ -233,8 +255,15 @@ class EpisodeEngine:
     async def _user_turn(self, state: EpisodeState, round_id: int) -> None:
         s = self.settings
         user = SimulatedUser(
-            self.clients["user"], self.roster, self.tally, profile=state.profile, temperature=s.temperature, max_tokens=s.user_max_tokens, thinking=role_thinks(self.clients["user"]),
-            reasoning_allowance=s.reasoning_allowance, prompt_version=self.prompt_version,
+            self.clients["user"],
+            self.roster,
+            self.tally,
+            profile=state.profile,
+            temperature=s.temperature,
+            max_tokens=s.user_max_tokens,
+            thinking=role_thinks(self.clients["user"]),
+            reasoning_allowance=s.reasoning_allowance,
+            prompt_version=self.prompt_version,
         )
         reply = await user.respond(state.context, state.turns, derive_seed(*state.seed_key, round_id, "user"))
         if not state.context.is_meeting:  # asked for an emotion report

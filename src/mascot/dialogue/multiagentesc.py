@@ -96,18 +96,25 @@ def ranked_strategies(proposals: list[str | None]) -> list[str]:
 class MultiAgentESCPolicy:
     name = "multiagentesc"
 
-    def __init__(self, client: ChatClient, roster: Roster, tally: Tally, *, strategists: int = 3, temperature: float = 0.7, max_tokens: int = 160) -> None:
+    def __init__(
+        self, client: ChatClient, roster: Roster, tally: Tally, *, strategists: int = 3, temperature: float = 0.7, max_tokens: int = 160
+    ) -> None:
         if strategists < 1:
             raise MascotError("multiagentesc needs at least one strategist")
         self.client, self.roster, self.tally = client, roster, tally
         self.strategists, self.temperature, self.max_tokens = strategists, temperature, max_tokens
 
     async def _ask(self, messages: list[Message], seed: int, max_tokens: int, stop: tuple[str, ...] | None = None) -> str:
-        request = ChatRequest(messages=messages, temperature=self.temperature, max_tokens=max_tokens, seed=seed, stop=stop, role="speaker", thinking=False)
+        request = ChatRequest(
+            messages=messages, temperature=self.temperature, max_tokens=max_tokens, seed=seed, stop=stop, role="speaker", thinking=False
+        )
         return response_parts(await self.client.chat(request))[0].strip()
 
     async def analyse(self, context: Context, transcript: str, seed: int) -> dict[str, str]:
-        asks = [self._ask(stage_messages("mesc_v1_analysis.j2", aspect=a, context=context, transcript=transcript), derive_seed(seed, "analysis", a), 80) for a in ASPECTS]
+        asks = [
+            self._ask(stage_messages("mesc_v1_analysis.j2", aspect=a, context=context, transcript=transcript), derive_seed(seed, "analysis", a), 80)
+            for a in ASPECTS
+        ]
         answers = await asyncio.gather(*asks)
         return {a: clean_reply(text, "Analyst") or "(not clear)" for a, text in zip(ASPECTS, answers)}
 
@@ -116,7 +123,9 @@ class MultiAgentESCPolicy:
         proposals: list[dict] = []
         for number in range(1, self.strategists + 1):
             others = [f"strategist {p['strategist']}: {p['strategy'] or 'no valid strategy'}" for p in proposals]
-            messages = stage_messages("mesc_v1_strategy.j2", number=number, strategies=STRATEGIES, context=context, transcript=transcript, analysis=analysis, others=others)
+            messages = stage_messages(
+                "mesc_v1_strategy.j2", number=number, strategies=STRATEGIES, context=context, transcript=transcript, analysis=analysis, others=others
+            )
             text = await self._ask(messages, derive_seed(seed, "strategy", number), 80)
             strategy = parse_strategy(text)
             if strategy is None:
@@ -124,13 +133,19 @@ class MultiAgentESCPolicy:
             proposals.append({"strategist": number, "strategy": strategy, "text": text})
         return proposals
 
-    async def candidates(self, context: Context, history: list[Turn], transcript: str, analysis: dict, strategies: list[str], seed: int) -> list[dict]:
+    async def candidates(
+        self, context: Context, history: list[Turn], transcript: str, analysis: dict, strategies: list[str], seed: int
+    ) -> list[dict]:
         stop = stop_strings(self.roster, context) + ("\nSupporter:",)
 
         async def one(strategy: str) -> dict:
-            messages = stage_messages("mesc_v1_response.j2", strategy=strategy, meaning=STRATEGIES[strategy], context=context, transcript=transcript, analysis=analysis)
+            messages = stage_messages(
+                "mesc_v1_response.j2", strategy=strategy, meaning=STRATEGIES[strategy], context=context, transcript=transcript, analysis=analysis
+            )
             for attempt in range(2):  # an empty reply is retried once with another seed
-                text = clean_reply(await self._ask(messages, derive_seed(seed, "response", strategy, attempt), self.max_tokens, stop), RESPONSE_AGENT.name)
+                text = clean_reply(
+                    await self._ask(messages, derive_seed(seed, "response", strategy, attempt), self.max_tokens, stop), RESPONSE_AGENT.name
+                )
                 if text:
                     return {"strategy": strategy, "text": text}
             self.tally.count("num_empty_responses", f"MultiAgentESC's response agent gave an empty reply twice ({strategy})")
@@ -142,7 +157,11 @@ class MultiAgentESCPolicy:
         if len(candidates) < 2:
             return 0, []
         asks = [
-            self._ask(stage_messages("mesc_v1_select.j2", number=n, context=context, transcript=transcript, candidates=candidates), derive_seed(seed, "select", n), 16)
+            self._ask(
+                stage_messages("mesc_v1_select.j2", number=n, context=context, transcript=transcript, candidates=candidates),
+                derive_seed(seed, "select", n),
+                16,
+            )
             for n in range(1, self.strategists + 1)
         ]
         votes = [parse_choice(text, len(candidates)) for text in await asyncio.gather(*asks)]
@@ -163,7 +182,14 @@ class MultiAgentESCPolicy:
         candidates = await self.candidates(context, history, transcript, analysis, retained, seed)
         best, votes = await self.select(context, transcript, candidates, seed)
         chosen = candidates[best] if candidates else {"strategy": retained[0], "text": ""}
-        backstage = {"prompt_version": PROMPT_VERSION, "analysis": analysis, "proposals": proposals, "retained": retained,
-                     "candidates": candidates, "votes": votes, "chosen": best if candidates else None}
+        backstage = {
+            "prompt_version": PROMPT_VERSION,
+            "analysis": analysis,
+            "proposals": proposals,
+            "retained": retained,
+            "candidates": candidates,
+            "votes": votes,
+            "chosen": best if candidates else None,
+        }
         directive = Directive(agent_name=RESPONSE_AGENT.name, action=f"use the strategy {chosen['strategy']}")
         return BackstageDecision(directive, output="", reply=SpeakerReply(chosen["text"]), persona=RESPONSE_AGENT, backstage=backstage)

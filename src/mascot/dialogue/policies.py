@@ -104,7 +104,9 @@ class TurnLimit:
         return limit_run(decision, history, self.roster, self.limit, self.tally)
 
 
-def make_policy(name: str, roster: Roster, director: Director | None, *, speaker_client=None, settings: EngineSettings | None = None, tally=None) -> TurnPolicy:
+def make_policy(
+    name: str, roster: Roster, director: Director | None, *, speaker_client=None, settings: EngineSettings | None = None, tally=None
+) -> TurnPolicy:
     """`multiagentesc` runs its backstage agents on `speaker_client` with the engine `settings`."""
     if name == "director":
         if director is None:
@@ -119,7 +121,13 @@ def make_policy(name: str, roster: Roster, director: Director | None, *, speaker
         from mascot.dialogue.tally import Tally
 
         s = settings
-        return MultiAgentESCPolicy(speaker_client, roster, tally or Tally(), strategists=getattr(s, "mesc_strategists", 3),
-                                   temperature=getattr(s, "temperature", 0.7), max_tokens=getattr(s, "max_tokens", 160))
+        return MultiAgentESCPolicy(
+            speaker_client,
+            roster,
+            tally or Tally(),
+            strategists=getattr(s, "mesc_strategists", 3),
+            temperature=getattr(s, "temperature", 0.7),
+            max_tokens=getattr(s, "max_tokens", 160),
+        )
 
     raise MascotError(f"unknown --turn-policy {name!r}: choose one of {', '.join(TURN_POLICIES)}")

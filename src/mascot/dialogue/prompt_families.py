@@ -88,9 +88,9 @@ def baseline_speaker_messages(
 ) -> list[Message]:
     """The prompt of a prompting-baseline Speaker (every family but `persona`)."""
     reasoning = family_thinks(family)
-    system = _render("baseline_v1_system.j2", persona=persona, sentences=sentences, reasoning=reasoning, reasoning_instruction=Trusted(COT_INSTRUCTION))
+    system = _render(
+        "baseline_v1_system.j2", persona=persona, sentences=sentences, reasoning=reasoning, reasoning_instruction=Trusted(COT_INSTRUCTION)
+    )
     user = _render("baseline_v1_user.j2", context=context, persona=persona, directive=directive, transcript=transcript)
     examples = _example_messages(context, persona, reasoning) if family in EXAMPLE_FAMILIES else []
     return [{"role": "system", "content": system}, *examples, {"role": "user", "content": user}]
-
-

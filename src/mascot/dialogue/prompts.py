@@ -97,7 +97,9 @@ def speaker_messages(
 
         return baseline_speaker_messages(family, persona, context, render_transcript(context, history), directive, sentences)
     others = [n for n in roster.names if n != persona.name]
-    system = render("speaker_system.j2", version, persona=persona, others=others, think=think, think_instruction=Trusted(THINK_INSTRUCTION), sentences=sentences)
+    system = render(
+        "speaker_system.j2", version, persona=persona, others=others, think=think, think_instruction=Trusted(THINK_INSTRUCTION), sentences=sentences
+    )
     user = render(
         "speaker_user.j2",
         version,

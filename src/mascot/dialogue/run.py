@@ -150,7 +150,9 @@ def run_tag(s: GroupEpisodeSettings, roster: Roster) -> str:
     (policy, models, adapters, seed, turns, users...), so that two systems or runs on the same
     contexts give different episode ids while a resumed run gives the same ones."""
     identity = json.dumps(
-        {"engine": _identity_settings(s), "endpoints": endpoint_identity(s), "roster": roster.ident, "dataset": s.dataset}, sort_keys=True, default=str
+        {"engine": _identity_settings(s), "endpoints": endpoint_identity(s), "roster": roster.ident, "dataset": s.dataset},
+        sort_keys=True,
+        default=str,
     )
     return f"{_slug(s.system)}-{hashlib.sha256(identity.encode()).hexdigest()[:6]}"
 
@@ -212,9 +214,7 @@ def require_tree_size(s: GroupEpisodeSettings, roster: Roster) -> None:
 
 
 def _load_contexts(s: GroupEpisodeSettings) -> list[Context]:
-    return list(
-        load_contexts(s.dataset, split=s.split, data_file=s.data_file, limit=s.limit, seed=s.seed, transcript_window=s.transcript_window)
-    )
+    return list(load_contexts(s.dataset, split=s.split, data_file=s.data_file, limit=s.limit, seed=s.seed, transcript_window=s.transcript_window))
 
 
 async def generate_group(
@@ -233,8 +233,11 @@ async def generate_group(
     require_contexts(contexts, s.dataset, s.split)
     require_tree_size(s, roster)
     if SAFETY in roles_needed(s) and not screen_applies(s.safety, roster.domain):
-        console.print(f"warning: --safety-server-url is not used: the safety screen is {s.safety} for the {roster.domain} roster "
-                      "(--safety on screens it)", soft_wrap=True, markup=False)
+        console.print(
+            f"warning: --safety-server-url is not used: the safety screen is {s.safety} for the {roster.domain} roster (--safety on screens it)",
+            soft_wrap=True,
+            markup=False,
+        )
     run_dir = run_dir_for(s)
     s.run_id = run_dir.name
     if not s.run_tag:
@@ -258,7 +261,12 @@ async def _engine(s: GroupEpisodeSettings, run: OpenRun, roster: Roster) -> Epis
 
 
 async def _run(
-    s: GroupEpisodeSettings, run: OpenRun, roster: Roster, contexts: list[Context], console: Console, on_episode: Callable[[Episode], None] | None = None
+    s: GroupEpisodeSettings,
+    run: OpenRun,
+    roster: Roster,
+    contexts: list[Context],
+    console: Console,
+    on_episode: Callable[[Episode], None] | None = None,
 ) -> None:
 
     store, meter = run.store, run.backends.meter
@@ -291,7 +299,9 @@ async def _run(
 def _closing_line(run: OpenRun, tally: Tally, total: int, console: Console) -> None:
     store, meter = run.store, run.backends.meter
     written = store.summary.num_records - store.summary.num_resumed_records
-    made = plural(written, "episode") + (f" ({store.summary.num_records} in all)" if store.summary.num_resumed_records else "") + f" to {store.path()}"
+    made = (
+        plural(written, "episode") + (f" ({store.summary.num_records} in all)" if store.summary.num_resumed_records else "") + f" to {store.path()}"
+    )
     if written == 0 and total and total <= len(store.done_keys):
         made = f"0 new episodes: all {store.summary.num_records} were already written to {store.path()}"
     if store.summary.num_safety_events:  # the replies the group gave instead of a directed round
@@ -302,8 +312,7 @@ def _closing_line(run: OpenRun, tally: Tally, total: int, console: Console) -> N
     else:
         made += f"; {tally.describe()}"
     console.print(
-        f"wrote {made}; contexts {failure_line(store)}"
-        + (f"; failed requests: {meter.notes.summary()}" if meter.notes.counts else ""),
+        f"wrote {made}; contexts {failure_line(store)}" + (f"; failed requests: {meter.notes.summary()}" if meter.notes.counts else ""),
         soft_wrap=True,
         markup=False,
     )

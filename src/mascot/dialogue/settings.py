@@ -43,9 +43,7 @@ class SamplingSettings(SeedSettings):
 class SafetySettings:
     """The crisis-language screen of user messages (mascot.safety)."""
 
-    safety: str = setting(
-        "auto", "Crisis-language screen of user messages (mascot.safety): auto (emotional-support roster only), on or off."
-    )
+    safety: str = setting("auto", "Crisis-language screen of user messages (mascot.safety): auto (emotional-support roster only), on or off.")
     safety_locale: Optional[str] = setting(None, "Locale section of the crisis resources (default: the file's default section).")
     safety_model_scope: str = setting("unsure", vocab.SAFETY_MODEL_SCOPE_HELP)
 
@@ -70,12 +68,14 @@ class EngineSettings(SafetySettings, SpeakerSettings):
 
     num_turns: int = setting(5, "Rounds per episode (one round = Director -> Speaker -> maybe User).")
     generation_mode: str = setting(
-        "directed", "directed | independent | branching | tree (every sequence of companions over the rounds, each turn's directive written "
+        "directed",
+        "directed | independent | branching | tree (every sequence of companions over the rounds, each turn's directive written "
         "by the Director for that companion: roster size ** rounds conversations per context, their shared beginnings generated once).",
     )
     num_episodes: int = setting(vocab.NUM_EPISODES, "Episodes per context (independent mode).")
     branch_proposals: str = setting(
-        "director", "Branching: what each decision point is continued with - director (--num-candidates directives sampled from the Director) "
+        "director",
+        "Branching: what each decision point is continued with - director (--num-candidates directives sampled from the Director) "
         "| roster (one per companion, the Director writing each one's action and tone: every choice tried once).",
     )
     user_response_probability: float = setting(0.5, "Chance the simulated user speaks after a round.")
@@ -93,7 +93,8 @@ class EngineSettings(SafetySettings, SpeakerSettings):
         "persona", "Speaker prompts: persona (MASCOT's) | zero-shot | zero-shot-cot | few-shot | few-shot-cot (prompting baselines)."
     )
     max_consecutive_turns: int = setting(
-        MAX_CONSECUTIVE_TURNS, "Most agent turns one companion may take in a row: a pick past it goes to the companion silent longest (counted); 0: no limit."
+        MAX_CONSECUTIVE_TURNS,
+        "Most agent turns one companion may take in a row: a pick past it goes to the companion silent longest (counted); 0: no limit.",
     )
     self_consistency_samples: int = setting(
         1, "Replies sampled per Speaker turn; above 1 the one most consistent with the others is kept (the Self-Consistency baseline)."
@@ -140,7 +141,10 @@ def check_sampling(s: SamplingSettings) -> None:
 
 def check_safety(s: SafetySettings) -> None:
     require(s.safety in SAFETY_MODES, f"unknown --safety {s.safety!r}: choose auto, on or off")
-    require(s.safety_model_scope in SAFETY_MODEL_SCOPES, f"unknown --safety-model-scope {s.safety_model_scope!r}: choose {' or '.join(SAFETY_MODEL_SCOPES)}")
+    require(
+        s.safety_model_scope in SAFETY_MODEL_SCOPES,
+        f"unknown --safety-model-scope {s.safety_model_scope!r}: choose {' or '.join(SAFETY_MODEL_SCOPES)}",
+    )
 
 
 def check_speaker(s: SpeakerSettings) -> None:
@@ -171,7 +175,10 @@ def check_engine(s: EngineSettings) -> None:
     require(s.max_consecutive_turns >= 0, "--max-consecutive-turns must be 0 (no limit) or more")
     require(s.mesc_strategists >= 1, "--mesc-strategists must be at least 1")
     require(s.self_consistency_samples >= 1, "--self-consistency-samples must be at least 1")
-    require(s.self_consistency_samples == 1 or s.turn_policy != "multiagentesc", "--self-consistency-samples: multiagentesc writes its replies itself (no Speaker samples to choose among)")
+    require(
+        s.self_consistency_samples == 1 or s.turn_policy != "multiagentesc",
+        "--self-consistency-samples: multiagentesc writes its replies itself (no Speaker samples to choose among)",
+    )
     require(0.0 <= s.user_response_probability <= 1.0, "--user-response-probability must lie between 0 and 1")
     require(min(s.num_turns, s.num_episodes) >= 1, "--num-turns and --num-episodes must be at least 1")
     require(s.user_max_tokens >= 1, "--user-max-tokens must be at least 1")
@@ -185,11 +192,17 @@ def check_user_profiles(s: EngineSettings) -> None:
 
     chosen = profile_set(s.user_profile_set).name if (s.user_profile_set or s.user_profile) else None
     if chosen == "big_five":
-        require(not (s.user_profile and s.user_big_five_profile and s.user_profile != s.user_big_five_profile), "--user-profile and --user-big-five-profile name different profiles")
+        require(
+            not (s.user_profile and s.user_big_five_profile and s.user_profile != s.user_big_five_profile),
+            "--user-profile and --user-big-five-profile name different profiles",
+        )
         s.user_big_five_profile = s.user_profile or s.user_big_five_profile
         s.enable_big_five, s.user_profile_set, s.user_profile = True, None, None
     elif chosen is not None:
-        require(not (s.enable_big_five or s.user_big_five_profile), f"--user-profile-set {chosen} and Big Five users (--enable-big-five, --user-big-five-profile) exclude each other")
+        require(
+            not (s.enable_big_five or s.user_big_five_profile),
+            f"--user-profile-set {chosen} and Big Five users (--enable-big-five, --user-big-five-profile) exclude each other",
+        )
         s.user_profile_set = chosen
         if s.user_profile:
             s.user_profile = user_profile(s.user_profile, chosen).name  # the file's spelling

@@ -22,8 +22,9 @@ class StrictModeStop(MascotError):
 
 
 class Tally:
-    def __init__(self, counters: Counters | None = None, *, strict: bool = False,
-                 drop_sink: Callable[[str, BaseException], bool] | None = None) -> None:
+    def __init__(
+        self, counters: Counters | None = None, *, strict: bool = False, drop_sink: Callable[[str, BaseException], bool] | None = None
+    ) -> None:
         self.counters = counters if counters is not None else Counters()
         self.strict = strict
         self.drop_sink = drop_sink  # the run store's `drop`: records the id and cause, counts once per id

@@ -44,8 +44,10 @@ def length_bias(results: list[CellResult], judge: str, scope: str) -> dict:
     if rho["rho"] is None:
         verdict = f"length bias not measurable ({len(pairs)} items, or no variation in scores or lengths)"
     elif low is not None and low > 0:
-        verdict = (f"longer texts score higher (rho {_num(rho['rho'])}, 95% CI {_num(low)} to {_num(high)}, {rho['n']} items): "
-                   "read the differences at equal length before crediting a longer system")
+        verdict = (
+            f"longer texts score higher (rho {_num(rho['rho'])}, 95% CI {_num(low)} to {_num(high)}, {rho['n']} items): "
+            "read the differences at equal length before crediting a longer system"
+        )
     elif high is not None and high < 0:
         verdict = f"shorter texts score higher (rho {_num(rho['rho'])}, 95% CI {_num(low)} to {_num(high)}, {rho['n']} items)"
     else:
@@ -87,8 +89,12 @@ def self_preference(results: list[CellResult], judge: str, judges: list[str]) ->
     systems = sorted({r.cell.system for r in own})
     base = {"check": "self-preference", "judge": judge, "scope": "agent+collective", "systems": systems}
     if len(judges) < 2:
-        return {**base, "difference": None, "verdict": f"also wrote {', '.join(systems)}: self-preference cannot be measured with one judge; "
-                "add a judge from another model family (--judge twice or --judges-file)"}
+        return {
+            **base,
+            "difference": None,
+            "verdict": f"also wrote {', '.join(systems)}: self-preference cannot be measured with one judge; "
+            "add a judge from another model family (--judge twice or --judges-file)",
+        }
     own_items = [i for r in own for i in r.items]
     other_items = [i for r in results if not any(r is o for o in own) for i in r.items]
     result = unpaired_difference(_margins(own_items, judge), _margins(other_items, judge))
@@ -96,8 +102,10 @@ def self_preference(results: list[CellResult], judge: str, judges: list[str]) ->
     if diff is None or low is None:
         verdict = f"also wrote {', '.join(systems)}: too few items scored by the other judges to measure self-preference"
     elif low > 0:
-        verdict = (f"prefers its own model's turns: +{diff:.1f} points above the other judges on {', '.join(systems)} beyond its margin "
-                   f"elsewhere (95% CI {low:.1f} to {high:.1f}, p = {result['p_value']:.3g})")
+        verdict = (
+            f"prefers its own model's turns: +{diff:.1f} points above the other judges on {', '.join(systems)} beyond its margin "
+            f"elsewhere (95% CI {low:.1f} to {high:.1f}, p = {result['p_value']:.3g})"
+        )
     else:
         verdict = f"no self-preference detected on {', '.join(systems)} ({diff:+.1f} points, 95% CI {low:.1f} to {high:.1f})"
     return {**base, **result, "verdict": verdict}

@@ -36,7 +36,9 @@ def qmsum_forest(folder: Path, records: list[dict]) -> Path | str:
         return "needs QMSum runs on --split academic, committee or product"
     domains = block_order("QMSum", [r["block"] for r in picked])
     plt = _pyplot()
-    fig, axes = plt.subplots(1, len(domains), figsize=(3.6 * len(domains), 0.5 * len({r["system"] for r in picked}) + 1.8), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(domains), figsize=(3.6 * len(domains), 0.5 * len({r["system"] for r in picked}) + 1.8), sharey=True, squeeze=False
+    )
     systems = system_order([r["system"] for r in picked])
     for ax, domain in zip(axes[0], domains):
         by_system = {r["system"]: r for r in picked if r["block"] == domain}

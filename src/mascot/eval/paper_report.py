@@ -17,7 +17,9 @@ TABLES = (
     ("agent", "paper_agent", "Agent-specific (0-100, mean ± std over judged Speaker turns; Overall = mean of the five columns)"),
     ("collective", "paper_collective", "Collective (0-100, mean ± std over episodes; Overall = mean of the four columns)"),
 )
-AUTOMATIC_TITLE = "Automatic metrics (0-1 as the paper prints them: NLI entailment, neutral and contradiction shares over adjacent agent turns; Self-BLEU)"
+AUTOMATIC_TITLE = (
+    "Automatic metrics (0-1 as the paper prints them: NLI entailment, neutral and contradiction shares over adjacent agent turns; Self-BLEU)"
+)
 FIGURES = {
     "qmsum_forest": "QMSum collective forest plot (one panel per domain)",
     "ablation": "Ablation figure (MASCOT, MASCOT-P, MASCOT-C)",
@@ -26,7 +28,9 @@ FIGURES = {
 }
 
 
-def _table_section(folder: Path, name: str, title: str, rows: list[dict], dataset: str, columns: list[str], headers: list[str], digits: int) -> list[str]:
+def _table_section(
+    folder: Path, name: str, title: str, rows: list[dict], dataset: str, columns: list[str], headers: list[str], digits: int
+) -> list[str]:
     csv_rows = table_csv_rows(rows, columns)
     write_csv(folder / f"{name}.csv", [{headers[columns.index(k)] if k in columns else k: v for k, v in r.items()} for r in csv_rows])
     return [f"### {title}", "", *table_markdown(rows, dataset, columns, digits, headers), "", f"CSV: [{name}.csv]({name}.csv)", ""]
@@ -51,7 +55,9 @@ def table_sections(folder: Path, records: list[dict], dataset: str, columns: dic
     return lines
 
 
-def figure_sections(folder: Path, results: list[CellResult], records: list[dict], columns: dict[str, list[tuple[str, str]]]) -> tuple[list[str], dict[str, str]]:
+def figure_sections(
+    folder: Path, results: list[CellResult], records: list[dict], columns: dict[str, list[tuple[str, str]]]
+) -> tuple[list[str], dict[str, str]]:
     """Each figure's image line or its one-line reason for being skipped; name -> file or reason."""
     from mascot.eval import paper_figures
 
@@ -89,5 +95,8 @@ def write_paper_layouts(folder: Path, results: list[CellResult], dataset: str, r
     else:
         write_csv(folder / "paper_reference.csv", comparison or [{"note": "no published cell has a counterpart in this run"}])
         lines += [*comparison_markdown(reference, comparison), "", "CSV: [paper_reference.csv](paper_reference.csv)", ""]
-    write_json_atomic(folder / "paper_scores.json", {"scores": records, "figures": figures, "reference": reference.reference_version if reference else None, "comparison": comparison})
+    write_json_atomic(
+        folder / "paper_scores.json",
+        {"scores": records, "figures": figures, "reference": reference.reference_version if reference else None, "comparison": comparison},
+    )
     return lines

@@ -97,7 +97,9 @@ def check_supported(cell: Cell) -> None:
 
     spec = cell.spec
     if spec.turn_policy not in TURN_POLICIES:
-        raise MascotError(f"system {cell.system!r}: turn policy {spec.turn_policy!r} is not available in mascot generate (it offers {', '.join(TURN_POLICIES)})")
+        raise MascotError(
+            f"system {cell.system!r}: turn policy {spec.turn_policy!r} is not available in mascot generate (it offers {', '.join(TURN_POLICIES)})"
+        )
     if spec.prompt_family != "persona" and "prompt_family" not in {f.name for f in fields(EngineSettings)}:
         raise MascotError(f"system {cell.system!r}: prompt family {spec.prompt_family!r} is not available in mascot generate (only persona)")
     if spec.role("user").adapter:

@@ -55,13 +55,17 @@ def write_plots(folder: Path, tables: dict[str, list[dict]]) -> dict[str, Path]:
             groups, series = _series(rows, "criterion", "system")
             plots[f"{name}:{split}"] = grouped_bars(folder / f"{name}_{split}.png", f"{TITLES[name]}: {split}", groups, series, "score (0-100)")
     rows = [r for r in tables.get("big_five", []) if r["criterion"] == "Overall"]
-    for (split, system) in dict.fromkeys((r["split"], r["system"]) for r in rows):
+    for split, system in dict.fromkeys((r["split"], r["system"]) for r in rows):
         picked = [r for r in rows if r["split"] == split and r["system"] == system]
         groups, series = _series(picked, "profile", "scope")
-        plots[f"big_five:{split}:{system}"] = grouped_bars(folder / f"big_five_{split}_{system}.png", f"Big Five: {system}, {split}", groups, series, "Overall (0-100)")
+        plots[f"big_five:{split}:{system}"] = grouped_bars(
+            folder / f"big_five_{split}_{system}.png", f"Big Five: {system}, {split}", groups, series, "Overall (0-100)"
+        )
     rows = tables.get("model_scale_sweep", [])
-    for (split, system) in dict.fromkeys((r["split"], r["system"]) for r in rows):
+    for split, system in dict.fromkeys((r["split"], r["system"]) for r in rows):
         picked = [r for r in rows if r["split"] == split and r["system"] == system]
         groups, series = _series(picked, "point", "scores")
-        plots[f"model_scale_sweep:{split}:{system}"] = grouped_bars(folder / f"sweep_{split}_{system}.png", f"Model scale: {system}, {split}", groups, series, "Overall (0-100)")
+        plots[f"model_scale_sweep:{split}:{system}"] = grouped_bars(
+            folder / f"sweep_{split}_{system}.png", f"Model scale: {system}, {split}", groups, series, "Overall (0-100)"
+        )
     return plots

@@ -93,7 +93,9 @@ def shipped_references() -> list[str]:
 def reference_path(name_or_path: str) -> Path:
     path = shipped_or_path(name_or_path, REFERENCE_DIR)
     if path is None:
-        raise MascotError(f"--reference {name_or_path!r}: no such file or shipped reference (shipped: {', '.join(shipped_references())}; none switches it off)")
+        raise MascotError(
+            f"--reference {name_or_path!r}: no such file or shipped reference (shipped: {', '.join(shipped_references())}; none switches it off)"
+        )
     return path
 
 
@@ -185,7 +187,10 @@ def comparison_markdown(reference: Reference, rows: list[dict]) -> list[str]:
              f"(the others need systems, splits, studies or datasets this run does not cover). Difference = measured - published.", ""]  # fmt: skip
     if not rows:
         return lines
-    lines += ["| source | split | system | study point | scope | column | scale | measured (n) | published | difference | verdict |", "|" + "---|" * 11]
+    lines += [
+        "| source | split | system | study point | scope | column | scale | measured (n) | published | difference | verdict |",
+        "|" + "---|" * 11,
+    ]
     for r in rows:
         split = block_label(r["block"]) + (f" ({r['splits']})" if r["block"] == POOLED else "")
         published = _value(r["published"], r["published_std"], r["scale"]) + (" (approx.)" if r["approximate"] else "")

@@ -24,7 +24,11 @@ TITLES = {
 
 def write_csv(path: Path, rows: list[dict], provenance: dict | None = None) -> None:
     """The table's rows; each row also names the judges, rubric and prompt versions behind it."""
-    stamp = {"judges": ";".join(provenance["judges"]), "rubric_version": provenance["rubric_version"], "prompt_version": provenance["prompt_version"]} if provenance else {}
+    stamp = (
+        {"judges": ";".join(provenance["judges"]), "rubric_version": provenance["rubric_version"], "prompt_version": provenance["prompt_version"]}
+        if provenance
+        else {}
+    )
     rows = [{**row, **stamp} for row in rows]
     columns: list[str] = []
     for row in rows:
@@ -36,7 +40,7 @@ def write_csv(path: Path, rows: list[dict], provenance: dict | None = None) -> N
 
 
 def cell_text(row: dict) -> str:
-    """"mean ± std [95% interval over contexts]"; the interval is absent with a single context."""
+    """ "mean ± std [95% interval over contexts]"; the interval is absent with a single context."""
     if row.get("mean") is None:
         return "-"
     interval = f" [{row['ci_low']}, {row['ci_high']}]" if row.get("ci_low") is not None else ""
@@ -62,20 +66,29 @@ def _interval(low, high) -> str:
 
 
 def delta_lines(rows: list[dict]) -> list[str]:
-    header = "| split | system | reference | scope | criterion | delta | 95% CI | p | p (Holm) | survives | delta at equal length | 95% CI | n contexts |"
+    header = (
+        "| split | system | reference | scope | criterion | delta | 95% CI | p | p (Holm) | survives | delta at equal length | 95% CI | n contexts |"
+    )
     lines = [header, "|---" * header.count(" | ") + "|---|"]
     for r in rows:
         survives = {True: "yes", False: "no"}.get(r.get("survives_holm"), "-")
         equal = r.get("delta_at_equal_length")
-        lines.append(f"| {r['split']} | {r['system']} | {r['reference']} | {r['scope']} | {r['criterion']} | {r['delta']} | {_interval(r['ci_low'], r['ci_high'])} | "
-                     f"{r['p_value']} | {r.get('p_holm')} | {survives} | {'-' if equal is None else equal} | "
-                     f"{_interval(r.get('equal_length_ci_low'), r.get('equal_length_ci_high'))} | {r['n_contexts']} |")
+        lines.append(
+            f"| {r['split']} | {r['system']} | {r['reference']} | {r['scope']} | {r['criterion']} | {r['delta']} | {_interval(r['ci_low'], r['ci_high'])} | "
+            f"{r['p_value']} | {r.get('p_holm')} | {survives} | {'-' if equal is None else equal} | "
+            f"{_interval(r.get('equal_length_ci_low'), r.get('equal_length_ci_high'))} | {r['n_contexts']} |"
+        )
     tests = sorted({r["test"] for r in rows if r["test"]})
     corrections = sorted({r["correction"] for r in rows if r.get("correction")})
-    return lines + ["", f"Significance test: {'; '.join(tests)}; {'; '.join(corrections)} (family-wise 5%): \"survives\" marks the differences "
-                    "that remain significant after it." if tests else "",
-                    "Delta at equal length: the intercept of the per-context differences regressed on the per-context difference in words "
-                    "(ordinary least squares): what the difference would be if both systems' judged texts were equally long."]
+    return lines + [
+        "",
+        f'Significance test: {"; ".join(tests)}; {"; ".join(corrections)} (family-wise 5%): "survives" marks the differences '
+        "that remain significant after it."
+        if tests
+        else "",
+        "Delta at equal length: the intercept of the per-context differences regressed on the per-context difference in words "
+        "(ordinary least squares): what the difference would be if both systems' judged texts were equally long.",
+    ]
 
 
 def ranking_lines(rows: list[dict]) -> list[str]:
@@ -83,12 +96,17 @@ def ranking_lines(rows: list[dict]) -> list[str]:
     lines = [header, "|---" * header.count(" | ") + "|---|"]
     for r in rows:
         ranks = "-" if r["rank_low"] is None else f"{r['rank_low']}-{r['rank_high']}"
-        lines.append(f"| {r['split']} | {r['system']} | {r['rating']} | {_interval(r['ci_low'], r['ci_high'])} | {r['rank']} | {ranks} | {r['battles']} | "
-                     f"{r['wins']}/{r['ties']}/{r['losses']} | {r['rating_at_equal_length'] if r['rating_at_equal_length'] is not None else '-'} | "
-                     f"{_interval(r['equal_length_ci_low'], r['equal_length_ci_high'])} |")
-    return lines + ["", "On each context every pair of systems is a battle: the higher collective Overall wins, equal scores tie (half a win each). "
-                    "Ratings on the Elo-like scale (400/ln 10 per logit, mean 1000); intervals and rank ranges from resampling contexts; "
-                    "the equal-length ratings add the normalised length difference of the conversations to the model (style control)."]
+        lines.append(
+            f"| {r['split']} | {r['system']} | {r['rating']} | {_interval(r['ci_low'], r['ci_high'])} | {r['rank']} | {ranks} | {r['battles']} | "
+            f"{r['wins']}/{r['ties']}/{r['losses']} | {r['rating_at_equal_length'] if r['rating_at_equal_length'] is not None else '-'} | "
+            f"{_interval(r['equal_length_ci_low'], r['equal_length_ci_high'])} |"
+        )
+    return lines + [
+        "",
+        "On each context every pair of systems is a battle: the higher collective Overall wins, equal scores tie (half a win each). "
+        "Ratings on the Elo-like scale (400/ln 10 per logit, mean 1000); intervals and rank ranges from resampling contexts; "
+        "the equal-length ratings add the normalised length difference of the conversations to the model (style control).",
+    ]
 
 
 LAYOUT = {
@@ -119,8 +137,10 @@ def table_lines(name: str, rows: list[dict]) -> list[str]:
 
 
 def provenance_line(provenance: dict) -> str:
-    return (f"Judges: {', '.join(provenance['judges']) or '-'}; rubric version {provenance['rubric_version']}; "
-            f"judge prompt version {provenance['prompt_version'] or '-'}; dataset {provenance['dataset']}.")
+    return (
+        f"Judges: {', '.join(provenance['judges']) or '-'}; rubric version {provenance['rubric_version']}; "
+        f"judge prompt version {provenance['prompt_version'] or '-'}; dataset {provenance['dataset']}."
+    )
 
 
 def write_report(folder: Path, tables: dict[str, list[dict]], provenance: dict, plots: dict[str, Path], closing: list[str] | None = None) -> Path:

@@ -197,5 +197,7 @@ def dry_run_eval(command: str, settings: EvalSettings) -> None:
     if settings.data_file:  # each split's contexts are there (and the split is not empty)
         from mascot.data.loaders import load_contexts
 
-        resolved["contexts"] = {s: len(load_contexts(dataset, split=s, data_file=settings.data_file, limit=settings.limit)) for s in settings.split_names}
+        resolved["contexts"] = {
+            s: len(load_contexts(dataset, split=s, data_file=settings.data_file, limit=settings.limit)) for s in settings.split_names
+        }
     print_settings("eval", {"resolved": resolved, "settings": asdict(settings)})

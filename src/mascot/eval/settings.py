@@ -26,10 +26,13 @@ class EvalSettings:
     Rerunning reuses every finished episode and cached judgment."""
 
     systems: str = setting(None, "Comma-separated systems (names from systems_v1.yaml or --systems-file), or a systems YAML file.", required=True)
-    systems_file: Optional[str] = setting(None, "YAML file of extra systems and adapter locations (same layout as systems_v1.yaml; same names replace).")
+    systems_file: Optional[str] = setting(
+        None, "YAML file of extra systems and adapter locations (same layout as systems_v1.yaml; same names replace)."
+    )
     dataset: str = setting("EmpatheticDialogues", "ESConv, EmpatheticDialogues (ED) or QMSum.")
     split: str = setting(
-        "test", "Comma-separated splits: train/valid/test or an evaluation split (ED: positive, neutral, negative; QMSum: product, academic, committee; ESConv: ood)."
+        "test",
+        "Comma-separated splits: train/valid/test or an evaluation split (ED: positive, neutral, negative; QMSum: product, academic, committee; ESConv: ood).",
     )
     data_file: Optional[str] = setting(None, "Local dataset file or folder (otherwise the Hugging Face hub).")
     limit: Optional[int] = setting(None, "Contexts per split (the first N in file order).")
@@ -51,12 +54,22 @@ class EvalSettings:
     nli_model: str = setting("FacebookAI/roberta-large-mnli", "NLI model of the automatic metrics.")
     big_five: Optional[str] = setting(None, '"all": every context under each of the ten Big Five user profiles (or one profile name).')
     user_profile: Optional[str] = setting(None, '"all": every context under each profile of --user-profile-set (or one profile name, e.g. INTJ).')
-    user_profile_set: Optional[str] = setting(None, f"Profile set of --user-profile: {' | '.join(vocab.USER_PROFILE_SETS)} (default {vocab.DEFAULT_USER_PROFILE_SET}).")
+    user_profile_set: Optional[str] = setting(
+        None, f"Profile set of --user-profile: {' | '.join(vocab.USER_PROFILE_SETS)} (default {vocab.DEFAULT_USER_PROFILE_SET})."
+    )
     sweep: list[str] = setting([], "Model-scale sweep, repeatable: director=MODEL,MODEL or speaker=MODEL,MODEL (every combination is run).")
-    adapters: list[str] = setting([], "Where a named adapter lives: NAME=PATH (repeatable), e.g. speaker_grpo=outputs/llm/my_speaker.", flags=("--adapter",))
-    reference: str = setting(DEFAULT_REFERENCE, "Published numbers set beside the measured ones: a shipped reference name, a reference YAML file, or none.")
-    baseline: Optional[str] = setting(None, "Reference system of the delta table (default: the best-scoring baseline of each split).", flags=("--baseline", "--reference-system"))
-    study: Optional[str] = setting(None, "A human study (mascot study create) built from this evaluation's episodes: the report sets each judge against its people.")
+    adapters: list[str] = setting(
+        [], "Where a named adapter lives: NAME=PATH (repeatable), e.g. speaker_grpo=outputs/llm/my_speaker.", flags=("--adapter",)
+    )
+    reference: str = setting(
+        DEFAULT_REFERENCE, "Published numbers set beside the measured ones: a shipped reference name, a reference YAML file, or none."
+    )
+    baseline: Optional[str] = setting(
+        None, "Reference system of the delta table (default: the best-scoring baseline of each split).", flags=("--baseline", "--reference-system")
+    )
+    study: Optional[str] = setting(
+        None, "A human study (mascot study create) built from this evaluation's episodes: the report sets each judge against its people."
+    )
     bootstrap_samples: int = setting(2000, "Bootstrap resamples of contexts for the 95% intervals.")
     max_in_flight: int = setting(vocab.MAX_IN_FLIGHT, "Requests in flight per endpoint.")
     output_dir: str = setting(DEFAULT_OUTPUT_ROOT, "Root folder of the evaluation.")
@@ -72,11 +85,20 @@ class EvalSettings:
         require(self.bootstrap_samples >= 100, "--bootstrap-samples must be at least 100")
         require(not (self.judges and self.judges_file), "use either --judge or --judges-file, not both")
         require(not (self.big_five and self.user_profile), "--big-five X is --user-profile X with the Big Five set: give one of them")
-        require(not (self.user_profile_set and not self.user_profile), "--user-profile-set names the set of a --user-profile study: add --user-profile all (or one profile)")
-        require(not ((self.big_five or self.user_profile) and self.sweep), "a user-profile study (--big-five, --user-profile) and --sweep are separate studies: run one at a time")
+        require(
+            not (self.user_profile_set and not self.user_profile),
+            "--user-profile-set names the set of a --user-profile study: add --user-profile all (or one profile)",
+        )
+        require(
+            not ((self.big_five or self.user_profile) and self.sweep),
+            "a user-profile study (--big-five, --user-profile) and --sweep are separate studies: run one at a time",
+        )
         for item in self.sweep:
             role, sep, models = item.partition("=")
-            require(bool(sep) and role in vocab.DIALOGUE_ROLES and bool(models.strip(",")), f"--sweep {item!r}: expected ROLE=MODEL,MODEL with ROLE director, speaker or user")
+            require(
+                bool(sep) and role in vocab.DIALOGUE_ROLES and bool(models.strip(",")),
+                f"--sweep {item!r}: expected ROLE=MODEL,MODEL with ROLE director, speaker or user",
+            )
 
     @property
     def split_names(self) -> list[str]:

@@ -42,8 +42,14 @@ def per_context(pairs: Iterable[tuple[str, float]]) -> dict[str, float]:
     return {c: statistics.fmean(v) for c, v in by_context(pairs).items()}
 
 
-def compare(system: dict[str, float], reference: dict[str, float], *, samples: int = 2000, seed: int = 0,
-            lengths: tuple[dict[str, float], dict[str, float]] | None = None) -> dict:
+def compare(
+    system: dict[str, float],
+    reference: dict[str, float],
+    *,
+    samples: int = 2000,
+    seed: int = 0,
+    lengths: tuple[dict[str, float], dict[str, float]] | None = None,
+) -> dict:
     """The difference of `system` to `reference` (context id -> score of each); with `lengths`
     (context id -> mean words of each) also the difference at equal length."""
     common = sorted(set(system) & set(reference))
@@ -60,15 +66,25 @@ def compare(system: dict[str, float], reference: dict[str, float], *, samples: i
 def _controlled(system: dict, reference: dict, lengths: tuple[dict, dict], common: list[str]) -> dict:
     keys = [c for c in common if c in lengths[0] and c in lengths[1]]
     result = length_controlled_difference([system[c] - reference[c] for c in keys], [lengths[0][c] - lengths[1][c] for c in keys])
-    return {"length_difference": _round(result["covariate_mean"], 1), "delta_at_equal_length": _round(result["difference"], 2),
-            "equal_length_ci_low": _round(result["ci_low"], 2), "equal_length_ci_high": _round(result["ci_high"], 2)}
+    return {
+        "length_difference": _round(result["covariate_mean"], 1),
+        "delta_at_equal_length": _round(result["difference"], 2),
+        "equal_length_ci_low": _round(result["ci_low"], 2),
+        "equal_length_ci_high": _round(result["ci_high"], 2),
+    }
 
 
 def _row(result: dict, n_system: int, n_reference: int) -> dict:
     p = result["p_value"]
-    return {"delta": _round(result["difference"], 2), "ci_low": _round(result["ci_low"], 2), "ci_high": _round(result["ci_high"], 2),
-            "p_value": None if p is None else round(p, 4), "test": result["test"] if p is not None else "",
-            "n_contexts": n_system, "n_reference_contexts": n_reference}
+    return {
+        "delta": _round(result["difference"], 2),
+        "ci_low": _round(result["ci_low"], 2),
+        "ci_high": _round(result["ci_high"], 2),
+        "p_value": None if p is None else round(p, 4),
+        "test": result["test"] if p is not None else "",
+        "n_contexts": n_system,
+        "n_reference_contexts": n_reference,
+    }
 
 
 def paired_test(base: dict, trained: dict, *, resamples: int = 10000, seed: int = 0) -> dict[str, Any]:

@@ -168,7 +168,9 @@ def sweep_table(results: list[CellResult]) -> list[dict]:
         models = {f"{role}_model": model for role, model in r.cell.role_models.items()}
         for scope, label in (("agent", "agent-specific"), ("collective", "collective")):
             values = [(i.context_id, i.scores["Overall"]) for i in r.items if i.scope == scope]
-            rows.append({"split": r.cell.split, "system": r.cell.system, "point": r.cell.point, **models, "scores": label, **describe_over_contexts(values)})
+            rows.append(
+                {"split": r.cell.split, "system": r.cell.system, "point": r.cell.point, **models, "scores": label, **describe_over_contexts(values)}
+            )
     return rows
 
 

@@ -147,8 +147,12 @@ def compare_messages(matchup: Matchup, order: list[str], rubric) -> tuple[list[M
 
 
 def verdict_schema(keys: list[str], count: int) -> dict:
-    choice = {"type": "object", "properties": {"winner": {"type": "string", "enum": [*map(str, range(1, count + 1)), TIE]}, "reason": {"type": "string"}},
-              "required": ["winner", "reason"], "additionalProperties": False}
+    choice = {
+        "type": "object",
+        "properties": {"winner": {"type": "string", "enum": [*map(str, range(1, count + 1)), TIE]}, "reason": {"type": "string"}},
+        "required": ["winner", "reason"],
+        "additionalProperties": False,
+    }
     return {"type": "object", "properties": {k: choice for k in keys}, "required": keys, "additionalProperties": False}
 
 
@@ -185,8 +189,11 @@ def parse_verdict(text: str, keys: list[str], names: dict[str, str], count: int)
 
 def corrective(problem: str, keys: list[str], count: int) -> Message:
     labels = ", ".join(f'"{n}"' for n in range(1, count + 1))
-    return {"role": "user", "content": f"Your answer could not be used: {problem}. Reply again with only one JSON object with exactly the keys "
-            f"{', '.join(repr(k) for k in keys)}, each mapped to {{\"winner\": {labels} or \"tie\", \"reason\": \"<one sentence>\"}}."}
+    return {
+        "role": "user",
+        "content": f"Your answer could not be used: {problem}. Reply again with only one JSON object with exactly the keys "
+        f'{", ".join(repr(k) for k in keys)}, each mapped to {{"winner": {labels} or "tie", "reason": "<one sentence>"}}.',
+    }
 
 
 # --------------------------------------------------------------------------- judge
@@ -203,7 +210,9 @@ class CompareJudge:
 
     async def _ask(self, messages: list[Message], schema: dict) -> str:
         self.stats["calls"] += 1
-        request = ChatRequest(messages=messages, temperature=0.0, max_tokens=self.max_tokens, role="judge", thinking=False, json_schema=schema, schema_name="verdict")
+        request = ChatRequest(
+            messages=messages, temperature=0.0, max_tokens=self.max_tokens, role="judge", thinking=False, json_schema=schema, schema_name="verdict"
+        )
         return (await self.client.chat(request)).texts[0]
 
     @property
@@ -240,7 +249,9 @@ class CompareJudge:
             value = await compute()
         else:
             key = cache_key(self.client.model, self.rubric_version, COMPARE_PROMPT_VERSION, fingerprint)
-            value, hit = await self.cache.get_or_compute(key, compute, judge_model=self.client.model, rubric_version=self.rubric_version, template_version=COMPARE_PROMPT_VERSION)
+            value, hit = await self.cache.get_or_compute(
+                key, compute, judge_model=self.client.model, rubric_version=self.rubric_version, template_version=COMPARE_PROMPT_VERSION
+            )
             self.stats["cached"] += int(hit)
         record = verdict_record(matchup, order, self.label, self.rubric_version, COMPARE_PROMPT_VERSION)
         if value.get("failed"):
@@ -253,9 +264,16 @@ class CompareJudge:
 
 def verdict_record(matchup: Matchup, order: list[str], label: str, rubric_version: str, prompt_version: str) -> dict:
     first = matchup.episodes[order[0]]
-    return {"matchup": matchup.key, "context_id": first.context_id, "judge": label, "order": list(order),
-            "episodes": {n: matchup.episodes[n].episode_id for n in order}, "words": {n: conversation_words(matchup.episodes[n]) for n in order},
-            "prompt_version": prompt_version, "rubric_version": rubric_version}
+    return {
+        "matchup": matchup.key,
+        "context_id": first.context_id,
+        "judge": label,
+        "order": list(order),
+        "episodes": {n: matchup.episodes[n].episode_id for n in order},
+        "words": {n: conversation_words(matchup.episodes[n]) for n in order},
+        "prompt_version": prompt_version,
+        "rubric_version": rubric_version,
+    }
 
 
 def conversation_words(episode: Episode) -> int:
@@ -354,10 +372,13 @@ def run_compare(settings: CompareSettings, *, clients: dict | None = None) -> Co
     report = summarize(records, names, [*rubric.keys, OVERALL], [j.label for j in judges], orders, settings.order_rule)
     report["ranking"] = ranking_report(records, OVERALL, names, settings.order_rule, samples=settings.ranking_resamples)
     report.update(
-        inputs={n: str(p) for n, p in zip(names, settings.systems)}, rubric_version=settings.rubric_version,
+        inputs={n: str(p) for n, p in zip(names, settings.systems)},
+        rubric_version=settings.rubric_version,
         prompt_version=COMPARE_PROMPT_VERSION if any(j.reads["prompt_version"] for j in judges) else None,  # a plug-in reads no prompt
         judge_reads={j.label: j.reads for j in judges},
-        domain=rubric.domain, criterion_names={**rubric.names, OVERALL: "Overall"}, unmatched_episodes=unmatched,
+        domain=rubric.domain,
+        criterion_names={**rubric.names, OVERALL: "Overall"},
+        unmatched_episodes=unmatched,
         judge_stats={j.label: dict(j.stats) for j in judges},
     )
     write_outputs(output, records, report)
@@ -368,7 +389,9 @@ def run_compare(settings: CompareSettings, *, clients: dict | None = None) -> Co
 
 async def _judge_all(settings: CompareSettings, names: list[str], matchups: list, clients: dict | None):
     limits = ClientLimits(max_in_flight=settings.max_in_flight, request_timeout=settings.request_timeout)
-    async with open_judges(compare_judge_specs(settings), limits, cache_dir=settings.cache_dir, no_cache=settings.no_cache, clients=clients) as opened:
+    async with open_judges(
+        compare_judge_specs(settings), limits, cache_dir=settings.cache_dir, no_cache=settings.no_cache, clients=clients
+    ) as opened:
         judges = [compare_judge(spec, opened, settings) for spec in opened.specs]  # every judge named, plug-ins included
         return await judge_matchups(judges, matchups, names, settings.orders), judges
 

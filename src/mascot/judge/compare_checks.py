@@ -71,8 +71,12 @@ def position_bias(records: list[dict], criterion: str) -> dict[str, Any]:
     expected = 1 / len(records[0]["order"]) if records else 0.5
     swapped = [w for w in orders_by_judge(records, criterion).values() if len(w) >= 2]
     flips = sum(1 for w in swapped if len(set(w)) > 1)
-    return {**_share(first, len(decisive), expected), "flips": flips, "swapped_contexts": len(swapped),
-            "flip_rate": round(flips / len(swapped), 4) if swapped else None}
+    return {
+        **_share(first, len(decisive), expected),
+        "flips": flips,
+        "swapped_contexts": len(swapped),
+        "flip_rate": round(flips / len(swapped), 4) if swapped else None,
+    }
 
 
 def longest(words: dict[str, int] | None) -> str | None:
@@ -112,7 +116,9 @@ def _evidence(check: dict) -> str:
 
 def position_line(judge: str, check: dict) -> str:
     """The one-line verdict on a judge's position bias."""
-    flips = f"verdicts flip on {_pct(check['flip_rate'])} of swapped contexts" if check["flip_rate"] is not None else "no context judged in two orders"
+    flips = (
+        f"verdicts flip on {_pct(check['flip_rate'])} of swapped contexts" if check["flip_rate"] is not None else "no context judged in two orders"
+    )
     if not check["n"]:
         return f"judge {judge}: position bias not checked (no decisive verdict); {flips}"
     if check["biased"]:

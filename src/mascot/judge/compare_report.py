@@ -127,11 +127,40 @@ def write_outputs(output: Path, records: list[dict], report: dict) -> None:
 def write_csvs(output: Path, report: dict) -> None:
     with open(output / "compare.csv", "w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
-        writer.writerow(["criterion", "system", "wins", "win_rate", "win_ci95_low", "win_ci95_high", "ties", "tie_rate", "num_contexts", "order_agreement", "first_position_rate", "judge_agreement"])
+        writer.writerow(
+            [
+                "criterion",
+                "system",
+                "wins",
+                "win_rate",
+                "win_ci95_low",
+                "win_ci95_high",
+                "ties",
+                "tie_rate",
+                "num_contexts",
+                "order_agreement",
+                "first_position_rate",
+                "judge_agreement",
+            ]
+        )
         for key, c in report["criteria"].items():
             for name, s in c["systems"].items():
                 judges = c["judge_agreement"]["rate"] if c["judge_agreement"] else ""
-                writer.writerow([key, name, s["wins"], s["win_rate"], *s["win_ci95"], c["ties"], c["tie_rate"], c["num_contexts"], c["order_agreement"]["rate"], c["first_position_rate"], judges])
+                writer.writerow(
+                    [
+                        key,
+                        name,
+                        s["wins"],
+                        s["win_rate"],
+                        *s["win_ci95"],
+                        c["ties"],
+                        c["tie_rate"],
+                        c["num_contexts"],
+                        c["order_agreement"]["rate"],
+                        c["first_position_rate"],
+                        judges,
+                    ]
+                )
     with open(output / "compare_pairwise.csv", "w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
         writer.writerow(["criterion", "system", "opponent", "wins", "losses", "p_value"])
@@ -162,29 +191,46 @@ def judges_read(report: dict) -> str:
 
 def markdown(report: dict) -> str:
     names = report["systems"]
-    lines = [f"# Head to head: {' vs '.join(names)}", "",
-             f"Judges: {judges_read(report)}; rubric {report['rubric_version']} ({report['domain']}, collective criteria + overall); "
-             f"{len(report['orders'])} orders per context; {report['num_verdicts']} verdicts, {report['num_failed_verdicts']} failed.", "",
-             f"Win rates over contexts ({RULES.get(report.get('order_rule', 'majority'))}), % with 95% Wilson interval.", "",
-             "| criterion | " + " | ".join(f"{n} wins" for n in names) + " | ties | n | p (binomial) | order agreement | first-position rate |",
-             "|---" * (len(names) + 6) + "|"]
+    lines = [
+        f"# Head to head: {' vs '.join(names)}",
+        "",
+        f"Judges: {judges_read(report)}; rubric {report['rubric_version']} ({report['domain']}, collective criteria + overall); "
+        f"{len(report['orders'])} orders per context; {report['num_verdicts']} verdicts, {report['num_failed_verdicts']} failed.",
+        "",
+        f"Win rates over contexts ({RULES.get(report.get('order_rule', 'majority'))}), % with 95% Wilson interval.",
+        "",
+        "| criterion | " + " | ".join(f"{n} wins" for n in names) + " | ties | n | p (binomial) | order agreement | first-position rate |",
+        "|---" * (len(names) + 6) + "|",
+    ]
     for key, c in report["criteria"].items():
         wins = [f"{_pct(s['win_rate'])} [{_pct(s['win_ci95'][0])}, {_pct(s['win_ci95'][1])}]" for s in c["systems"].values()]
-        p_values = "; ".join(f"{p['system']}/{p['opponent']} {p['p_value']:.3g}" if p["p_value"] is not None else f"{p['system']}/{p['opponent']} -" for p in c["pairwise"])
+        p_values = "; ".join(
+            f"{p['system']}/{p['opponent']} {p['p_value']:.3g}" if p["p_value"] is not None else f"{p['system']}/{p['opponent']} -"
+            for p in c["pairwise"]
+        )
         name = report["criterion_names"].get(key, key)
-        lines.append(f"| {name} | " + " | ".join(wins) + f" | {_pct(c['tie_rate'])} | {c['num_contexts']} | {p_values} | {_pct(c['order_agreement']['rate'])} | {_pct(c['first_position_rate'])} |")
+        lines.append(
+            f"| {name} | "
+            + " | ".join(wins)
+            + f" | {_pct(c['tie_rate'])} | {c['num_contexts']} | {p_values} | {_pct(c['order_agreement']['rate'])} | {_pct(c['first_position_rate'])} |"
+        )
     if len(report["judges"]) > 1:
-        lines += ["", "Agreement between judges (same winner from every judge, per context and order): "
-                  + ", ".join(f"{report['criterion_names'].get(k, k)} {_pct(c['judge_agreement']['rate'])}%" for k, c in report["criteria"].items())]
+        lines += [
+            "",
+            "Agreement between judges (same winner from every judge, per context and order): "
+            + ", ".join(f"{report['criterion_names'].get(k, k)} {_pct(c['judge_agreement']['rate'])}%" for k, c in report["criteria"].items()),
+        ]
     lines += judge_check_lines(report)
     if report.get("ranking"):
         lines += ranking_lines(report["ranking"], report["criterion_names"])
     return "\n".join(lines) + "\n"
 
 
-RULES = {"consistent": "order rule consistent: a judge's verdicts on a context count only where every order names the same winner, "
-                       "a tie otherwise; the judges' verdicts pooled per context",
-         "majority": "order rule majority: the verdicts of every order and judge pooled per context"}
+RULES = {
+    "consistent": "order rule consistent: a judge's verdicts on a context count only where every order names the same winner, "
+    "a tie otherwise; the judges' verdicts pooled per context",
+    "majority": "order rule majority: the verdicts of every order and judge pooled per context",
+}
 
 
 def _share_cell(check: dict) -> str:
@@ -205,12 +251,19 @@ def judge_check_lines(report: dict) -> list[str]:
     for judge, check in criteria[headline]["judge_checks"].items():
         lines += [f"- {position_line(judge, check['position'])}", f"- {length_line(judge, check['length'], count)}"]
     which = "longer" if count == 2 else "longest"
-    lines += ["", f"Per criterion, % with 95% Wilson interval and binomial p against {_pct(1 / count)}% (no bias):", "",
-              f"| criterion | judge | first position chosen | flips (orders disagree) | {which} chosen |", "|---" * 5 + "|"]
+    lines += [
+        "",
+        f"Per criterion, % with 95% Wilson interval and binomial p against {_pct(1 / count)}% (no bias):",
+        "",
+        f"| criterion | judge | first position chosen | flips (orders disagree) | {which} chosen |",
+        "|---" * 5 + "|",
+    ]
     for key, c in criteria.items():
         for judge, check in c["judge_checks"].items():
             position, length = check["position"], check["length"]
-            lines.append(f"| {report['criterion_names'].get(key, key)} | {judge} | {_share_cell(position)} | {_pct(position['flip_rate'])} % of {position['swapped_contexts']} contexts | {_share_cell(length)} |")
+            lines.append(
+                f"| {report['criterion_names'].get(key, key)} | {judge} | {_share_cell(position)} | {_pct(position['flip_rate'])} % of {position['swapped_contexts']} contexts | {_share_cell(length)} |"
+            )
     return lines
 
 
@@ -219,22 +272,34 @@ def _ranking_table(result: dict) -> list[str]:
     for row in result["systems"]:
         interval = "-" if row["ci_low"] is None else f"{row['ci_low']:.0f} to {row['ci_high']:.0f}"
         ranks = "-" if row["rank_low"] is None else f"{row['rank_low']}-{row['rank_high']}"
-        lines.append(f"| {row['rank']} | {row['system']} | {row['rating']:.0f} | {interval} | {ranks} | {row['battles']} | {row['wins']}/{row['ties']}/{row['losses']} |")
+        lines.append(
+            f"| {row['rank']} | {row['system']} | {row['rating']:.0f} | {interval} | {ranks} | {row['battles']} | {row['wins']}/{row['ties']}/{row['losses']} |"
+        )
     return lines
 
 
 def ranking_lines(ranking: dict, criterion_names: dict) -> list[str]:
     """The Bradley-Terry section: the plain ranking, then the length-controlled one."""
     plain, controlled = ranking["plain"], ranking["length_controlled"]
-    lines = ["", f"## Ranking (Bradley-Terry, {criterion_names.get(ranking['criterion'], ranking['criterion'])}, order rule {ranking['order_rule']})", "",
-             f"{plain['num_battles']} battles on {plain['num_contexts']} contexts; ratings on the Arena scale (mean 1000, 400/ln 10 points per "
-             f"logit), 95% percentile intervals and rank ranges from {plain['resamples']} bootstrap resamples of the contexts.", "",
-             *_ranking_table(plain)]
+    lines = [
+        "",
+        f"## Ranking (Bradley-Terry, {criterion_names.get(ranking['criterion'], ranking['criterion'])}, order rule {ranking['order_rule']})",
+        "",
+        f"{plain['num_battles']} battles on {plain['num_contexts']} contexts; ratings on the Arena scale (mean 1000, 400/ln 10 points per "
+        f"logit), 95% percentile intervals and rank ranges from {plain['resamples']} bootstrap resamples of the contexts.",
+        "",
+        *_ranking_table(plain),
+    ]
     if controlled:
         coefficient = controlled["length_coefficient"]
         interval = "" if coefficient["ci_low"] is None else f" (95% interval {coefficient['ci_low']:.2f} to {coefficient['ci_high']:.2f})"
-        lines += ["", "Length-controlled (one more coefficient on (len_a - len_b) / (len_a + len_b), agent words per conversation): "
-                  f"length coefficient {coefficient['value']:.2f} log-odds{interval}.", "", *_ranking_table(controlled)]
+        lines += [
+            "",
+            "Length-controlled (one more coefficient on (len_a - len_b) / (len_a + len_b), agent words per conversation): "
+            f"length coefficient {coefficient['value']:.2f} log-odds{interval}.",
+            "",
+            *_ranking_table(controlled),
+        ]
     return lines
 
 

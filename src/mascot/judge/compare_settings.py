@@ -18,15 +18,24 @@ class CompareSettings:
     blinded and in every order; win/tie/loss rates, a binomial test, order and judge agreement,
     each judge's position and length bias, and a Bradley-Terry ranking."""
 
-    systems: list[str] = setting(None, "Two or three episode files (or run folders holding episodes.jsonl), one per system.", argument=True, required=True)
+    systems: list[str] = setting(
+        None, "Two or three episode files (or run folders holding episodes.jsonl), one per system.", argument=True, required=True
+    )
     labels: Optional[str] = setting(None, "Comma-separated system names, in the order of the files (default: each file's metadata.system).")
-    judge: Optional[list[str]] = setting(None, "Judge model id; repeat for several judges (all on --judge-server-url, or the local model)." + vocab.PLUGIN_JUDGE_HELP, flags=("--judge-model", "--judge"))
+    judge: Optional[list[str]] = setting(
+        None,
+        "Judge model id; repeat for several judges (all on --judge-server-url, or the local model)." + vocab.PLUGIN_JUDGE_HELP,
+        flags=("--judge-model", "--judge"),
+    )
     judges_file: Optional[str] = setting(None, vocab.JUDGES_FILE_HELP)
     provider: str = setting("openai-compatible", vocab.PROVIDER_HELP)
     judge_server_url: Optional[list[str]] = setting(None, "Endpoint of the judge (no URL: local model); repeat or comma-separate to spread the load.")
     rubric_version: str = setting(vocab.DEFAULT_RUBRIC_VERSION, "Rubric version whose collective criteria are compared (plus overall).")
     orders: str = setting("all", "Presentation orders: all (every permutation: 2 for two systems, 6 for three) | rotations (3 for three systems).")
-    order_rule: str = setting("consistent", "How the orders of one context count: consistent (a judge's verdict counts only if every order names the same winner, a tie otherwise; MT-Bench's rule) | majority (every order's verdict pooled).")
+    order_rule: str = setting(
+        "consistent",
+        "How the orders of one context count: consistent (a judge's verdict counts only if every order names the same winner, a tie otherwise; MT-Bench's rule) | majority (every order's verdict pooled).",
+    )
     ranking_resamples: int = setting(1000, "Bootstrap resamples of the contexts for the Bradley-Terry ranking's intervals (0: none).")
     limit: Optional[int] = setting(None, "Compare only the first N shared contexts.")
     output_dir: Optional[str] = setting(None, f"Report folder (default: {DEFAULT_COMPARE_ROOT}/<A>_vs_<B>[_vs_<C>]).")

@@ -36,11 +36,11 @@ JUDGMENTS_FILE = "judgments_episodes.jsonl"
 VERDICTS_FILE = "verdicts.jsonl"
 METHODS = {
     "choice": "per rating: the person's choice (A / B / tie) against the judge's; accuracy without ties with a Wilson 95% interval, "
-              "Cohen's kappa (nominal) with its asymptotic 95% interval, read on the Landis-Koch bands",
+    "Cohen's kappa (nominal) with its asymptotic 95% interval, read on the Landis-Koch bands",
     "judge_choice": "a rubric judge: the episode with the higher collective overall (equal: tie); a head-to-head judge: its winner on "
-                    "overall when every order names the same one, else a tie (MT-Bench)",
+    "overall when every order names the same one, else a tie (MT-Bench)",
     "scores": "Spearman's rho between the judge's collective overall per episode and the people's mean score per episode, "
-              "with a bootstrap 95% interval over episodes",
+    "with a bootstrap 95% interval over episodes",
 }
 # Landis & Koch (1977), the usual reading of kappa: upper bound of each band -> its name.
 KAPPA_BANDS = ((0.0, "poor"), (0.20, "slight"), (0.40, "fair"), (0.60, "moderate"), (0.80, "substantial"), (1.0, "almost perfect"))
@@ -62,7 +62,7 @@ class JudgeOpinion:
     winners: dict[frozenset, str] = field(default_factory=dict)
 
     def choice(self, episode_a: str, episode_b: str) -> str | None:
-        """"a", "b" or "tie" on the pair; None where the judge said nothing about it."""
+        """ "a", "b" or "tie" on the pair; None where the judge said nothing about it."""
         if episode_a in self.scores and episode_b in self.scores:
             a, b = self.scores[episode_a], self.scores[episode_b]
             return TIE if a == b else ("a" if a > b else "b")
@@ -108,8 +108,10 @@ def episode_ids_from_sources(path: Path, info: dict) -> dict[str, dict[str, str]
 
     sources = [info.get("source_a"), info.get("source_b")]
     if not all(sources) or not all(Path(s).is_file() for s in sources):
-        raise AgreementInputError(f"{path}: the study records no episode ids and its episode files ({', '.join(map(str, sources))}) "
-                                  "are gone: put them back at those paths to match judges to its pairs")
+        raise AgreementInputError(
+            f"{path}: the study records no episode ids and its episode files ({', '.join(map(str, sources))}) "
+            "are gone: put them back at those paths to match judges to its pairs"
+        )
     a, b = episodes_by_context(Path(sources[0]), "--a"), episodes_by_context(Path(sources[1]), "--b")
     return {key: {"a": a[key].episode_id, "b": b[key].episode_id} for key in set(a) & set(b)}
 
@@ -148,11 +150,21 @@ def choice_agreement(label: str, study: StudyRatings, opinion: JudgeOpinion) -> 
     kappa = cohens_kappa(people, judge) if people else None
     rated_pairs = {r["pair_id"] for r in study.ratings}
     out = {
-        "ratings": len(study.ratings), "ratings_matched": len(people), "ratings_not_matched": len(study.ratings) - len(people),
-        "pairs_rated": len(rated_pairs), "pairs_matched": len(rated_pairs - unjudged_pairs), "pairs_not_matched": len(unjudged_pairs),
-        "decisive": len(decisive), "agree": agree, "person_ties": people.count(TIE), "judge_ties": judge.count(TIE),
-        "accuracy": agree / len(decisive) if decisive else None, "accuracy_ci95": list(interval) if interval else None,
-        "kappa": kappa["kappa"] if kappa else None, "kappa_ci95": _interval(kappa), "kappa_band": kappa_band(kappa["kappa"]) if kappa else None,
+        "ratings": len(study.ratings),
+        "ratings_matched": len(people),
+        "ratings_not_matched": len(study.ratings) - len(people),
+        "pairs_rated": len(rated_pairs),
+        "pairs_matched": len(rated_pairs - unjudged_pairs),
+        "pairs_not_matched": len(unjudged_pairs),
+        "decisive": len(decisive),
+        "agree": agree,
+        "person_ties": people.count(TIE),
+        "judge_ties": judge.count(TIE),
+        "accuracy": agree / len(decisive) if decisive else None,
+        "accuracy_ci95": list(interval) if interval else None,
+        "kappa": kappa["kappa"] if kappa else None,
+        "kappa_ci95": _interval(kappa),
+        "kappa_band": kappa_band(kappa["kappa"]) if kappa else None,
     }
     out["verdict"] = choice_verdict(label, out)
     return out
@@ -167,8 +179,13 @@ def score_agreement(label: str, study: StudyRatings, opinion: JudgeOpinion) -> d
     people = human_scores(study)
     rated = sorted(people[MEAN_OF_METRICS])
     matched = [e for e in rated if e in opinion.scores]
-    out: dict[str, Any] = {"episodes_rated": len(rated), "episodes_matched": len(matched), "episodes_not_matched": len(rated) - len(matched),
-                           "not_matched_examples": [e for e in rated if e not in opinion.scores][:3], "metrics": {}}
+    out: dict[str, Any] = {
+        "episodes_rated": len(rated),
+        "episodes_matched": len(matched),
+        "episodes_not_matched": len(rated) - len(matched),
+        "not_matched_examples": [e for e in rated if e not in opinion.scores][:3],
+        "metrics": {},
+    }
     for metric in (*METRICS, MEAN_OF_METRICS):
         both = [e for e in matched if e in people[metric]]
         rho = spearman([opinion.scores[e] for e in both], [people[metric][e] for e in both])
@@ -183,10 +200,19 @@ def judge_agreement(study_path: Path | str, opinions: dict[str, JudgeOpinion]) -
     study = load_study(Path(study_path))
     judges = {}
     for label, opinion in opinions.items():
-        judges[label] = {"source": opinion.source, "choice": choice_agreement(label, study, opinion),
-                         "scores": score_agreement(label, study, opinion)}
-    return {"study": str(study_path), "ratings_used": len(study.ratings), "pairs": len(study.pairs),
-            "episodes": len(study.episode_ids()), "methods": METHODS, "judges": judges}
+        judges[label] = {
+            "source": opinion.source,
+            "choice": choice_agreement(label, study, opinion),
+            "scores": score_agreement(label, study, opinion),
+        }
+    return {
+        "study": str(study_path),
+        "ratings_used": len(study.ratings),
+        "pairs": len(study.pairs),
+        "episodes": len(study.episode_ids()),
+        "methods": METHODS,
+        "judges": judges,
+    }
 
 
 def agreement_with_scores(study_path: Path | str, scores: dict[str, dict[str, float]]) -> dict[str, Any]:
@@ -235,8 +261,10 @@ def score_verdict(label: str, metric: str, entry: dict[str, Any], not_matched: i
     missing = f"; {plural(not_matched, 'rated episode')} not scored by the judge" if not_matched else ""
     if entry["rho"] is None:
         return f"judge {label} vs people on {what}: rho n/a over {entry['n']} episodes (fewer than 3, or no variation){missing}"
-    return (f"judge {label} ranks episodes like people on {what}: rho {entry['rho']:.2f} ({_ci(entry['rho_ci95'])}, n = {entry['n']}): "
-            f"{rho_band(entry['rho'])}{missing}")
+    return (
+        f"judge {label} ranks episodes like people on {what}: rho {entry['rho']:.2f} ({_ci(entry['rho_ci95'])}, n = {entry['n']}): "
+        f"{rho_band(entry['rho'])}{missing}"
+    )
 
 
 def format_agreement(report: dict[str, Any]) -> list[str]:
@@ -325,8 +353,9 @@ def opinions_from_verdicts(paths: list[Path]) -> tuple[dict[str, JudgeOpinion], 
             winner = record["winners"][OVERALL]
             said[str(record["judge"])][frozenset(episodes.values())].append(episodes.get(winner, TIE))
             per_file[path].update(episodes.values())
-    opinions = {label: JudgeOpinion("verdicts", winners={pair: consistent_winner(ws) for pair, ws in by_pair.items()})
-                for label, by_pair in said.items()}
+    opinions = {
+        label: JudgeOpinion("verdicts", winners={pair: consistent_winner(ws) for pair, ws in by_pair.items()}) for label, by_pair in said.items()
+    }
     return opinions, per_file
 
 
@@ -340,8 +369,10 @@ def read_opinions(study_path: Path | str, judgments: list[str], verdicts: list[s
     for flag, files in (("--judgments", scored_files), ("--verdicts", compared_files)):
         for path, episodes in files.items():
             if not episodes & found:
-                raise AgreementInputError(f"{flag} {path}: none of its {len(episodes)} judged episodes is in the study {study_path} "
-                                          f"(judge the episodes the study was made from)")
+                raise AgreementInputError(
+                    f"{flag} {path}: none of its {len(episodes)} judged episodes is in the study {study_path} "
+                    f"(judge the episodes the study was made from)"
+                )
     opinions = dict(scored)
     for label, opinion in compared.items():
         opinions[f"{label} (head-to-head)" if label in opinions else label] = opinion

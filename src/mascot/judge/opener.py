@@ -51,7 +51,9 @@ class JudgeConfig:
     template_version: str = DEFAULT_TEMPLATE_VERSION
 
 
-def rubric_judge(client: ChatClient, config: JudgeConfig, cache: JudgmentCache | None = None, *, name: str | None = None, counters: Counters | None = None) -> RubricJudge:
+def rubric_judge(
+    client: ChatClient, config: JudgeConfig, cache: JudgmentCache | None = None, *, name: str | None = None, counters: Counters | None = None
+) -> RubricJudge:
     return RubricJudge(
         client, config.rubric_version, config.template_version, cache, name=name, max_tokens=config.max_tokens,
         counters=counters if counters is not None else Counters(), strict=config.strict,
@@ -74,14 +76,30 @@ def judge_specs(judges: list[str] | None, judges_file: Path | str | None, provid
         raise MascotError(f"unknown --provider {provider!r}: use openai-compatible, vllm, openai, anthropic or gemini") from None
 
 
-def plugin_judge(name: str, config: JudgeConfig, cache: JudgmentCache | None = None, *, label: str | None = None,
-                 counters: Counters | None = None, function: Any = None) -> PluginJudge:
+def plugin_judge(
+    name: str,
+    config: JudgeConfig,
+    cache: JudgmentCache | None = None,
+    *,
+    label: str | None = None,
+    counters: Counters | None = None,
+    function: Any = None,
+) -> PluginJudge:
     """The plug-in judge `python:PATH_OR_MODULE:FUNCTION` names, told the run's rubric."""
-    return PluginJudge(function or load_judge_function(name), name, config.rubric_version, cache, name=label,
-                       counters=counters if counters is not None else Counters(), strict=config.strict)
+    return PluginJudge(
+        function or load_judge_function(name),
+        name,
+        config.rubric_version,
+        cache,
+        name=label,
+        counters=counters if counters is not None else Counters(),
+        strict=config.strict,
+    )
 
 
-def stage_judge(judge_model: str | None, client: ChatClient | None, config: JudgeConfig, cache: JudgmentCache | None = None) -> RubricJudge | PluginJudge:
+def stage_judge(
+    judge_model: str | None, client: ChatClient | None, config: JudgeConfig, cache: JudgmentCache | None = None
+) -> RubricJudge | PluginJudge:
     """Stage 1's judge: the function `--judge-model python:...` names, else a rubric judge on the
     run's judge client."""
     if is_plugin(judge_model):
@@ -121,8 +139,15 @@ def _local_judges_notice(backends, console) -> None:
 
 @asynccontextmanager
 async def open_judges(
-    specs: list[JudgeSpec], limits: ClientLimits, role: Any = None, *, cache_dir: Path | str | None = None, no_cache: bool = False,
-    rubric_version: str | None = None, console: Any = None, clients: dict[str, ChatClient] | None = None,
+    specs: list[JudgeSpec],
+    limits: ClientLimits,
+    role: Any = None,
+    *,
+    cache_dir: Path | str | None = None,
+    no_cache: bool = False,
+    rubric_version: str | None = None,
+    console: Any = None,
+    clients: dict[str, ChatClient] | None = None,
 ) -> AsyncIterator[OpenJudges]:
     """The judges of `specs`, asked before anything is judged (`mascot.runs.open.opened_backends`);
     `limits`: the client limits (a command's settings hold them); `role`: the judge role's settings
@@ -156,6 +181,13 @@ def panel_specs(s: JudgePanelSettings) -> list[JudgeSpec]:
 async def open_panel(s: JudgePanelSettings, console: Any = None, *, clients: dict[str, ChatClient] | None = None) -> AsyncIterator[JudgePanel]:
     """A panel for `JudgePanelSettings` (`mascot judge`, `mascot prefs group`)."""
     async with open_judges(
-        panel_specs(s), s, s.roles.get("judge"), cache_dir=s.cache_dir, no_cache=s.no_cache, rubric_version=s.rubric_version, console=console, clients=clients
+        panel_specs(s),
+        s,
+        s.roles.get("judge"),
+        cache_dir=s.cache_dir,
+        no_cache=s.no_cache,
+        rubric_version=s.rubric_version,
+        console=console,
+        clients=clients,
     ) as opened:
         yield opened.panel(panel_config(s))

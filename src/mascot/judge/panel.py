@@ -85,19 +85,23 @@ def judge_endpoint(spec: JudgeSpec, role: Any = None) -> RoleEndpoint:
     thinking, extra_body = (role.thinking, role.extra_body) if role is not None else (None, {})
     if spec.provider in ("anthropic", "gemini"):
         key_env = spec.api_key_env or ("ANTHROPIC_API_KEY" if spec.provider == "anthropic" else "GOOGLE_API_KEY")
-        return RoleEndpoint(spec.label, spec.model, spec.url or API_URLS[spec.provider], api_key_env=key_env,
-                            kind=spec.provider, role_tag="judge")
+        return RoleEndpoint(spec.label, spec.model, spec.url or API_URLS[spec.provider], api_key_env=key_env, kind=spec.provider, role_tag="judge")
     url = spec.url or (OPENAI_URL if spec.provider == "openai" else None)
     if spec.provider == "local":
         url = None
     key_env = spec.api_key_env or ("OPENAI_API_KEY" if spec.provider == "openai" else "JUDGE_API_KEY")
     hosted = spec.provider == "openai"  # OpenAI's API refuses chat_template_kwargs
-    return RoleEndpoint(spec.label, spec.model, url, api_key_env=key_env, template_kwargs=not hosted, role_tag="judge",
-                        thinking=thinking, extra_body=extra_body)
+    return RoleEndpoint(
+        spec.label, spec.model, url, api_key_env=key_env, template_kwargs=not hosted, role_tag="judge", thinking=thinking, extra_body=extra_body
+    )
 
 
 def build_judge_backends(
-    specs: list[JudgeSpec], limits: ClientLimits, role: Any = None, *, trace_path: Path | None = None,
+    specs: list[JudgeSpec],
+    limits: ClientLimits,
+    role: Any = None,
+    *,
+    trace_path: Path | None = None,
     overrides: dict[str, ChatClient] | None = None,
 ) -> Backends:
     """One metered client per judge, keyed by the judge's label. Judges on the same endpoint share

@@ -114,7 +114,7 @@ def _validate(found: dict[str, object], rubric: Rubric) -> ParsedScores:
         reason = ""
         if isinstance(value, dict):
             if "score" not in value:
-                raise JudgeParseError(f"criterion {key!r} has no \"score\"")
+                raise JudgeParseError(f'criterion {key!r} has no "score"')
             reason = value.get("reason") or value.get("justification") or ""
             value = value["score"]
         scores[key] = _as_int(value, key, rubric)

@@ -139,6 +139,6 @@ def corrective_message(problem: str, rubric: Rubric) -> Message:
         "role": "user",
         "content": (
             f"Your answer could not be used: {problem}. Reply again with only one JSON object with exactly the keys "
-            f"{keys}, each mapped to {{\"score\": <integer {rubric.scale_min}-{rubric.scale_max}>, \"reason\": \"<one sentence>\"}}."
+            f'{keys}, each mapped to {{"score": <integer {rubric.scale_min}-{rubric.scale_max}>, "reason": "<one sentence>"}}.'
         ),
     }

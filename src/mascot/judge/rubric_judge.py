@@ -39,7 +39,7 @@ UNPARSEABLE = "unparseable judgment after a corrective retry"
 
 
 def failure_kind(error: str | None) -> str:
-    """"judge-backend" or "judge-unparseable", from a failed Judgment's error."""
+    """ "judge-backend" or "judge-unparseable", from a failed Judgment's error."""
     return "judge-backend" if str(error or "").startswith(BACKEND_FAILED) else "judge-unparseable"
 
 

@@ -30,7 +30,10 @@ MARKERS: dict[str, tuple[str, re.Pattern[str]]] = {
     "The Catalyst": ("asks a question", re.compile(r"\?")),
     "The Beacon": ("points to a step or a strength", re.compile(r"\b(try|step|could|strength|strong|grow|next)\w*", re.I)),
     # emotional_support_four's practical advisor: a plan in order, or a step set in time
-    "The Action Guide": ("lays out a plan", re.compile(r"\b(first|then|plan|schedule|today|tonight|tomorrow|this week|list|write \w+ down)\b|^\s*\d[.)]", re.I | re.M)),
+    "The Action Guide": (
+        "lays out a plan",
+        re.compile(r"\b(first|then|plan|schedule|today|tonight|tomorrow|this week|list|write \w+ down)\b|^\s*\d[.)]", re.I | re.M),
+    ),
     "Minutes Scribe": ("sums up", re.compile(r"\b(so far|summar\w*|recap|to sum up)\b", re.I)),
     "Decision Logger": ("records a decision", re.compile(r"\b(decid\w*|decision|agreed|settled)\b", re.I)),
     "Action Item Captain": ("names an action", re.compile(r"\b(will|action|owner|by (monday|friday|next))\b", re.I)),

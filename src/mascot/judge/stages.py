@@ -37,7 +37,10 @@ STAGES: dict[str, tuple[tuple[str, re.Pattern[str]], ...]] = {
     "emotional_support": (
         ("exploration", re.compile(r"\?")),
         ("comforting", re.compile(r"\b(feel\w*|felt|sorry|understand\w*|sounds|must be|hard|difficult|normal|valid|okay to|natural)\b", re.I)),
-        ("action", re.compile(r"\b(try\w*|step\w*|plan\w*|start\w*|suggest\w*|consider\w*|could|might want|goal\w*|practice|today|tomorrow)\b", re.I)),
+        (
+            "action",
+            re.compile(r"\b(try\w*|step\w*|plan\w*|start\w*|suggest\w*|consider\w*|could|might want|goal\w*|practice|today|tomorrow)\b", re.I),
+        ),
     ),
     "meetings": (
         ("recap", re.compile(r"\b(so far|summar\w*|recap|to sum up|we discussed|discussed)\b", re.I)),

@@ -47,8 +47,9 @@ def estimate_tokens(messages: Sequence[Message]) -> int:
 
 
 def _cuttable(messages: list[Message]) -> list[int]:
-    return [i for i, m in enumerate(messages) if m.get("role") in ("user", "system")
-            and len(str(m.get("content") or "")) > MIN_KEPT_CHARS + len(CUT_MARK)]
+    return [
+        i for i, m in enumerate(messages) if m.get("role") in ("user", "system") and len(str(m.get("content") or "")) > MIN_KEPT_CHARS + len(CUT_MARK)
+    ]
 
 
 def _cut_middle(text: str, drop_chars: int) -> str:
@@ -73,7 +74,8 @@ def fit_messages(messages: list[Message], max_tokens: int, max_model_len: int) -
         if not cuttable:
             raise ContextTooLong(
                 f"a prompt of about {before} tokens cannot be cut to fit the model's context of {max_model_len} tokens "
-                f"with max_tokens {max_tokens}: shorten the prompt or lower max_tokens")
+                f"with max_tokens {max_tokens}: shorten the prompt or lower max_tokens"
+            )
         longest = max(cuttable, key=lambda i: len(fitted[i]["content"]))
         fitted[longest]["content"] = _cut_middle(fitted[longest]["content"], math.ceil(excess * CHARS_PER_TOKEN) + 1)
     return fitted, before - estimate_tokens(fitted)
@@ -91,6 +93,12 @@ def fitted_request(request: ChatRequest, max_model_len: int | None, label: str) 
     call.fitted, call.tokens_cut = call.fitted + 1, call.tokens_cut + cut
     level = logging.INFO if label in _logged else logging.WARNING
     _logged.add(label)
-    log.log(level, "%s: a %s prompt was cut by about %d tokens to fit the context of %d tokens (counted in prompts_fitted)",
-            label, request.role, cut, max_model_len)
+    log.log(
+        level,
+        "%s: a %s prompt was cut by about %d tokens to fit the context of %d tokens (counted in prompts_fitted)",
+        label,
+        request.role,
+        cut,
+        max_model_len,
+    )
     return dataclasses.replace(request, messages=messages)

@@ -95,8 +95,13 @@ class EndpointState:
             self.pause_s = min(TAKE_OUT_MAX_S, self.pause_s * 2)
 
     def usage(self) -> dict:
-        return {"requests": self.requests, "failures": self.failures, "retries": self.retries,
-                "preflight": self.preflight, "times_taken_out": self.times_taken_out}
+        return {
+            "requests": self.requests,
+            "failures": self.failures,
+            "retries": self.retries,
+            "preflight": self.preflight,
+            "times_taken_out": self.times_taken_out,
+        }
 
 
 AFFINITY_KEYS_KEPT = 4096  # per server: the oldest keys are forgotten (an episode long over)

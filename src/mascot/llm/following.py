@@ -86,8 +86,14 @@ class FollowCurrent(BaseClient):
         served = await asyncio.to_thread(self._served_name, current.id, current.folder)
         if served is None:
             if self._waiting_for != current.id:
-                log.warning("%s is the current %s but %s does not serve it yet (serve it with `mascot serve --follow-registry`): "
-                            "answering with %s until it does", current.id, ROLE_WORDS[self.role], ", ".join(self.urls), self.version)
+                log.warning(
+                    "%s is the current %s but %s does not serve it yet (serve it with `mascot serve --follow-registry`): "
+                    "answering with %s until it does",
+                    current.id,
+                    ROLE_WORDS[self.role],
+                    ", ".join(self.urls),
+                    self.version,
+                )
             self._waiting_for = current.id
             return
         log.warning("the %s now answers with %s (was %s)", ROLE_WORDS[self.role], current.id, self.version)

@@ -59,7 +59,9 @@ class AnthropicClient(BaseClient):
             texts.append("".join(getattr(block, "text", "") for block in message.content))
             prompt_tokens += message.usage.input_tokens
             completion_tokens += message.usage.output_tokens
-        return ChatResponse(texts=texts, model=self.model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, latency_s=time.perf_counter() - started)
+        return ChatResponse(
+            texts=texts, model=self.model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, latency_s=time.perf_counter() - started
+        )
 
     async def aclose(self) -> None:
         await self._client.close()

@@ -141,7 +141,9 @@ class ServerQuestions:
 
     async def _probe(self, endpoint: EndpointState) -> bool:
         body = {
-            "model": self.model, "max_tokens": 32, "temperature": 0.0,
+            "model": self.model,
+            "max_tokens": 32,
+            "temperature": 0.0,
             "messages": [{"role": "user", "content": 'Reply with the JSON object {"answer": "yes"}.'}],
             "response_format": {"type": "json_schema", "json_schema": {"name": "probe", "schema": PROBE_SCHEMA}},
             **self.extra_body,
@@ -159,6 +161,8 @@ class ServerQuestions:
 
 
 MAX_TIMEOUT_RETRIES = 2
+
+
 class HTTPClient(ServerQuestions, BaseClient):
     backend = "http"
 
@@ -233,8 +237,7 @@ class HTTPClient(ServerQuestions, BaseClient):
     def _body(self, request: ChatRequest, n: int, seed: int | None = None) -> dict:
         """The JSON body: sampling fields, the stop strings the server accepts, reasoning switch,
         structured output where supported, and the run's extra fields (`extra_body`)."""
-        body = dict(model=self.model, messages=request.messages, temperature=request.temperature,
-                    max_tokens=request.max_tokens, top_p=request.top_p)
+        body = dict(model=self.model, messages=request.messages, temperature=request.temperature, max_tokens=request.max_tokens, top_p=request.top_p)
         if n > 1:
             body["n"] = n
         if seed is not None:
@@ -244,8 +247,7 @@ class HTTPClient(ServerQuestions, BaseClient):
         if request.stop and self.max_stop_strings > 0:
             body["stop"] = list(request.stop[: self.max_stop_strings])  # callers list them by priority
         if request.json_schema is not None and self.structured_outputs:
-            body["response_format"] = {"type": "json_schema",
-                                       "json_schema": {"name": request.schema_name, "schema": request.json_schema}}
+            body["response_format"] = {"type": "json_schema", "json_schema": {"name": request.schema_name, "schema": request.json_schema}}
         body.update(self.extra_body)
         if request.thinking is not None and self.template_kwargs:
             kwargs = dict(self.extra_body.get("chat_template_kwargs") or {})
@@ -258,8 +260,15 @@ class HTTPClient(ServerQuestions, BaseClient):
 
     # ------------------------------------------------------------------ one attempt
 
-    async def _attempt(self, endpoint: EndpointState, payload: bytes, timeout_s: float, path: str = "/chat/completions",
-                       role_header: dict | None = None, counted: bool = True) -> dict:
+    async def _attempt(
+        self,
+        endpoint: EndpointState,
+        payload: bytes,
+        timeout_s: float,
+        path: str = "/chat/completions",
+        role_header: dict | None = None,
+        counted: bool = True,
+    ) -> dict:
         """One exchange with one server. `counted`: an attempt of a role's request (the endpoint
         table and the call's log count it); otherwise the client's own question (preflight)."""
         import aiohttp
@@ -277,8 +286,9 @@ class HTTPClient(ServerQuestions, BaseClient):
                 except (ValueError, aiohttp.InvalidURL) as exc:
                     raise RequestFailure("bad-request", f"{type(exc).__name__}: {one_line(exc)}", retryable=False) from None
                 except TimeoutError:
-                    raise RequestFailure("timeout", f"no reply within {timeout_s:.0f}s, and no sign of work at the server meanwhile",
-                                         retryable=True) from None
+                    raise RequestFailure(
+                        "timeout", f"no reply within {timeout_s:.0f}s, and no sign of work at the server meanwhile", retryable=True
+                    ) from None
                 except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
                     raise connection_failure(exc) from None
         finally:
@@ -313,8 +323,9 @@ class HTTPClient(ServerQuestions, BaseClient):
         log.log(level, "%s timed out after %.0fs; retrying with a %.0fs timeout", self._label, timeout_s, longer)
         return longer
 
-    def _retry_delay(self, failure: RequestFailure, endpoint: EndpointState, attempt: int, spent_s: float,
-                     timeouts: int, max_retries: int) -> float | None:
+    def _retry_delay(
+        self, failure: RequestFailure, endpoint: EndpointState, attempt: int, spent_s: float, timeouts: int, max_retries: int
+    ) -> float | None:
         """Seconds to wait before sending a failed attempt again; None when it is given up."""
         if not failure.retryable:
             return None
@@ -327,8 +338,15 @@ class HTTPClient(ServerQuestions, BaseClient):
         log.log(level, "retrying %s after %s (attempt %d, %.2fs)", endpoint.label, failure, attempt + 1, delay)
         return delay
 
-    async def _send(self, payload: bytes, *, path: str = "/chat/completions", max_retries: int | None = None,
-                    role_header: dict | None = None, affinity: str | None = None) -> dict:
+    async def _send(
+        self,
+        payload: bytes,
+        *,
+        path: str = "/chat/completions",
+        max_retries: int | None = None,
+        role_header: dict | None = None,
+        affinity: str | None = None,
+    ) -> dict:
         """One request with retries; raises LLMError (with the server's whole reason) when none is left.
         Every failed attempt is counted once at its server (`failures`), and once more as a retry
         there and in the call's log when it is sent again."""
@@ -348,8 +366,11 @@ class HTTPClient(ServerQuestions, BaseClient):
                 delay = self._retry_delay(failure, endpoint, attempt, spent_s, timeouts, max_retries)
                 if delay is None:
                     where = f"{endpoint.label}: " if len(self._endpoints) > 1 else ""
-                    tries = "" if not failure.retryable else f" (gave up after {attempt + 1} attempts" + (
-                        ")" if failure.cause == "timeout" else f" in {spent_s:.0f}s)")
+                    tries = (
+                        ""
+                        if not failure.retryable
+                        else f" (gave up after {attempt + 1} attempts" + (")" if failure.cause == "timeout" else f" in {spent_s:.0f}s)")
+                    )
                     current_call().given_up = failure.cause
                     raise self._error(f"{where}{failure}{tries}", failure.cause) from None
                 endpoint.retries += 1
@@ -379,9 +400,14 @@ class HTTPClient(ServerQuestions, BaseClient):
             finishes.append("stop" if stopped else choice.get("finish_reason") or "")
         usage = completion.get("usage") or {}
         return ChatResponse(
-            texts=texts, model=completion.get("model") or self.model,
-            prompt_tokens=usage.get("prompt_tokens") or 0, completion_tokens=usage.get("completion_tokens") or 0,
-            latency_s=time.perf_counter() - started, finish_reasons=finishes, reasoning=reasoning, structured=structured,
+            texts=texts,
+            model=completion.get("model") or self.model,
+            prompt_tokens=usage.get("prompt_tokens") or 0,
+            completion_tokens=usage.get("completion_tokens") or 0,
+            latency_s=time.perf_counter() - started,
+            finish_reasons=finishes,
+            reasoning=reasoning,
+            structured=structured,
         )
 
     def context_limit(self) -> int | None:

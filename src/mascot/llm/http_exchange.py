@@ -60,8 +60,9 @@ def server_reason(raw: bytes) -> str:
 class RequestFailure(Exception):
     """One failed attempt: its counted cause, whether another may help, and what the server said."""
 
-    def __init__(self, cause: str, message: str, *, retryable: bool, retry_after: float | None = None,
-                 connection: bool = False, refused: bool = False) -> None:
+    def __init__(
+        self, cause: str, message: str, *, retryable: bool, retry_after: float | None = None, connection: bool = False, refused: bool = False
+    ) -> None:
         super().__init__(message)
         self.cause = cause
         self.retryable = retryable
@@ -150,8 +151,9 @@ METRICS_TIMEOUT_S = 10.0  # a busy server answers /metrics late too: this wait i
 _WORK = re.compile(r"^vllm:(?:generation|prompt)_tokens(?:_total)?(?:\{[^}]*\})?\s+([0-9.eE+]+)$", re.MULTILINE)
 
 
-async def exchange_within(session, endpoint: EndpointState, payload: bytes, timeout_s: float, path: str,
-                          headers: dict | None) -> tuple[int, object, bytes]:
+async def exchange_within(
+    session, endpoint: EndpointState, payload: bytes, timeout_s: float, path: str, headers: dict | None
+) -> tuple[int, object, bytes]:
     """(status, headers, body) of one exchange; TimeoutError when the server showed no sign of
     work for `timeout_s` (see the module's docstring)."""
     task = asyncio.ensure_future(_exchange(session, endpoint, payload, timeout_s, path, headers))
@@ -176,8 +178,7 @@ async def exchange_within(session, endpoint: EndpointState, payload: bytes, time
             await task  # its outcome is retrieved even when this exchange ends otherwise
 
 
-async def _exchange(session, endpoint: EndpointState, payload: bytes, timeout_s: float, path: str,
-                    headers: dict | None) -> tuple[int, object, bytes]:
+async def _exchange(session, endpoint: EndpointState, payload: bytes, timeout_s: float, path: str, headers: dict | None) -> tuple[int, object, bytes]:
     import aiohttp
 
     kwargs = {"data": payload} if payload else {}

@@ -340,9 +340,7 @@ class LocalClient(BaseClient):
                     return
                 self.generate_calls += 1
                 single = dataclasses.replace(request, n=1)
-                generate(
-                    loaded, [prompt], [single], ignore_eos=self.ignore_eos, streamer=streamer.inner, extra_stopping=[cancelled]
-                )
+                generate(loaded, [prompt], [single], ignore_eos=self.ignore_eos, streamer=streamer.inner, extra_stopping=[cancelled])
         except Exception as exc:
             raise LLMError(f"{self.model}: generation failed: {first_line(exc)}") from exc
         finally:

@@ -68,9 +68,7 @@ def _cache_name(model: str) -> str:
     return str(path.resolve()) if path.exists() else model
 
 
-def load_local_model(
-    model: str = DEFAULT_LOCAL_MODEL, adapter: str | None = None, *, device: str | None = None, dtype: Any = None
-) -> LoadedModel:
+def load_local_model(model: str = DEFAULT_LOCAL_MODEL, adapter: str | None = None, *, device: str | None = None, dtype: Any = None) -> LoadedModel:
     """Loads `model` (plus an optional LoRA `adapter` folder) once per process; thread-safe."""
     torch_device = torch.device(device or default_device())
     torch_dtype = resolve_dtype(dtype, torch_device)

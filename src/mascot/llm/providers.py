@@ -127,9 +127,16 @@ def _openai_compatible(ep: RoleEndpoint, opts: ClientLimits, registry: EndpointR
         raise MascotError(f"{ep.role}: an openai-compatible endpoint needs a server URL")
     # One in-flight bound and one load figure per server, shared by every client calling it.
     return HTTPClient(
-        ep.urls, ep.model, api_key=api_key(ep), max_in_flight=opts.max_in_flight, timeout_s=opts.request_timeout,
-        max_retries=opts.max_retries, retry_budget_s=opts.retry_budget, extra_body=ep.extra_body,
-        max_stop_strings=opts.max_stop_strings, endpoints=[registry.get(url) for url in ep.urls],
+        ep.urls,
+        ep.model,
+        api_key=api_key(ep),
+        max_in_flight=opts.max_in_flight,
+        timeout_s=opts.request_timeout,
+        max_retries=opts.max_retries,
+        retry_budget_s=opts.retry_budget,
+        extra_body=ep.extra_body,
+        max_stop_strings=opts.max_stop_strings,
+        endpoints=[registry.get(url) for url in ep.urls],
         template_kwargs=ep.template_kwargs,
     )
 
@@ -150,7 +157,9 @@ def _scripted(ep: RoleEndpoint, opts: ClientLimits, registry: EndpointRegistry) 
 def _anthropic(ep: RoleEndpoint, opts: ClientLimits, registry: EndpointRegistry) -> ChatClient:
     from mascot.llm.hosted import AnthropicClient
 
-    return AnthropicClient(ep.model, api_key_env=ep.api_key_env or "ANTHROPIC_API_KEY", max_in_flight=opts.max_in_flight, timeout_s=opts.request_timeout)
+    return AnthropicClient(
+        ep.model, api_key_env=ep.api_key_env or "ANTHROPIC_API_KEY", max_in_flight=opts.max_in_flight, timeout_s=opts.request_timeout
+    )
 
 
 def _gemini(ep: RoleEndpoint, opts: ClientLimits, registry: EndpointRegistry) -> ChatClient:
@@ -159,8 +168,13 @@ def _gemini(ep: RoleEndpoint, opts: ClientLimits, registry: EndpointRegistry) ->
     return GeminiClient(ep.model, api_key_env=ep.api_key_env or "GOOGLE_API_KEY", max_in_flight=opts.max_in_flight)
 
 
-for _kind, _factory in (("openai-compatible", _openai_compatible), ("local", _local), ("scripted", _scripted),
-                        ("anthropic", _anthropic), ("gemini", _gemini)):
+for _kind, _factory in (
+    ("openai-compatible", _openai_compatible),
+    ("local", _local),
+    ("scripted", _scripted),
+    ("anthropic", _anthropic),
+    ("gemini", _gemini),
+):
     register_provider(_kind, _factory)
 
 
@@ -228,7 +242,9 @@ class Backends:
             if served and client.model not in served:
                 shown = ", ".join(served[:6]) + (f" and {len(served) - 6} more" if len(served) > 6 else "")
                 if serves_only_what_it_lists(entries):
-                    raise MascotError(f"the {role} endpoint {state.label} does not serve {client.model!r} (it serves {shown}): pass one of those names")
+                    raise MascotError(
+                        f"the {role} endpoint {state.label} does not serve {client.model!r} (it serves {shown}): pass one of those names"
+                    )
                 log.warning("%s does not list %s (it lists %s); going on: this server may load models on demand", state.label, client.model, shown)
         if not answering:  # one line: the run cannot start
             raise LLMError(f"cannot reach the {role} endpoint {'; '.join(problems)}", cause="connection")
@@ -253,8 +269,9 @@ def serves_only_what_it_lists(entries: list[dict]) -> bool:
 
 def _context_limits(entries: list[dict]) -> dict[str, int]:
     """Served model id -> the context its server announces (vLLM's `max_model_len`)."""
-    return {str(m["id"]): int(m["max_model_len"]) for m in entries
-            if m.get("id") and isinstance(m.get("max_model_len"), int) and m["max_model_len"] > 0}
+    return {
+        str(m["id"]): int(m["max_model_len"]) for m in entries if m.get("id") and isinstance(m.get("max_model_len"), int) and m["max_model_len"] > 0
+    }
 
 
 def _resolve_alias(ep: RoleEndpoint, entries: list[dict]) -> None:
@@ -312,6 +329,7 @@ def build_backends(
             inner = shared[key]
         if ep.follows and follow_registry:
             inner = following_client(inner, ep)
-        clients[role] = MeteredClient(inner, role, meter, tracer, endpoint=redact_url(ep.url) or inner.backend,
-                                      thinking=ep.thinking, role_tag=ep.role_tag)
+        clients[role] = MeteredClient(
+            inner, role, meter, tracer, endpoint=redact_url(ep.url) or inner.backend, thinking=ep.thinking, role_tag=ep.role_tag
+        )
     return Backends(endpoints, clients, meter, tracer, list(shared.values()), registry)

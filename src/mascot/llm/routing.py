@@ -62,8 +62,9 @@ def resolve_roles(settings: SpeakerEndpointSettings, roles: tuple[str, ...] = DI
         for role in ("director", "user"):
             if role in resolved:
                 own = resolved[role]
-                resolved[role] = RoleEndpoint(role, speaker.model, speaker.url, speaker.base_model, speaker.adapter,
-                                              thinking=own.thinking, extra_body=speaker.extra_body)
+                resolved[role] = RoleEndpoint(
+                    role, speaker.model, speaker.url, speaker.base_model, speaker.adapter, thinking=own.thinking, extra_body=speaker.extra_body
+                )
     return resolved
 
 
@@ -72,7 +73,9 @@ def require_adapter_folder(role: str, adapter: str) -> None:
     folder = Path(adapter).expanduser()
     if not (folder / "adapter_config.json").is_file():
         what = "does not exist" if not folder.exists() else "holds no adapter_config.json"
-        raise MascotError(f"--{role}-adapter {adapter} {what}: give the folder a LoRA training run wrote (or serve the adapter and pass its server URL)")
+        raise MascotError(
+            f"--{role}-adapter {adapter} {what}: give the folder a LoRA training run wrote (or serve the adapter and pass its server URL)"
+        )
 
 
 def send_served_adapter(ep: RoleEndpoint, url_flag: str, listings: dict[str, list[dict] | None]) -> None:
@@ -93,10 +96,14 @@ def send_served_adapter(ep: RoleEndpoint, url_flag: str, listings: dict[str, lis
             raise MascotError(_not_served(ep, url, url_flag, listings[url] or []))
         found[url] = match
     if not found:
-        raise MascotError(f"--{ep.role}-adapter {ep.adapter}: {_shown(ep.url)} ({url_flag}) did not answer /v1/models, so whether it serves the adapter cannot be checked")
+        raise MascotError(
+            f"--{ep.role}-adapter {ep.adapter}: {_shown(ep.url)} ({url_flag}) did not answer /v1/models, so whether it serves the adapter cannot be checked"
+        )
     if len({name for name, _, _ in found.values()}) > 1:
         names = ", ".join(sorted({name for name, _, _ in found.values()}))
-        raise MascotError(f"--{ep.role}-adapter {ep.adapter} is served under different names by the {url_flag} servers ({names}): serve it under one name")
+        raise MascotError(
+            f"--{ep.role}-adapter {ep.adapter} is served under different names by the {url_flag} servers ({names}): serve it under one name"
+        )
     ep.model, ep.base_model, ep.adapter = next(iter(found.values()))
 
 
@@ -121,9 +128,11 @@ def _not_served(ep: RoleEndpoint, url: str, url_flag: str, entries: list[dict]) 
     served = [str(m["id"]) for m in entries]
     listed = ", ".join(served[:6]) + (f" and {len(served) - 6} more" if len(served) > 6 else "") if served else "nothing"
     folder = ep.adapter if ep.adapter and Path(ep.adapter).expanduser().exists() else "DIR"
-    return (f"--{ep.role}-adapter {ep.adapter} is not served by {_shown(url)} ({url_flag}; it lists {listed}): serve it there "
-            f"(`mascot serve {folder}`, or vLLM --enable-lora --lora-modules NAME={folder}, then --{ep.role}-adapter NAME) "
-            f"or drop {url_flag} to run the {ep.role} in process with it")
+    return (
+        f"--{ep.role}-adapter {ep.adapter} is not served by {_shown(url)} ({url_flag}; it lists {listed}): serve it there "
+        f"(`mascot serve {folder}`, or vLLM --enable-lora --lora-modules NAME={folder}, then --{ep.role}-adapter NAME) "
+        f"or drop {url_flag} to run the {ep.role} in process with it"
+    )
 
 
 def with_safety(settings: SpeakerEndpointSettings, roles: tuple[str, ...]) -> tuple[str, ...]:

@@ -98,7 +98,9 @@ def _group_probs(loaded: LoadedModel, prefix: list[int], endings: list[list[int]
     ids, mask = left_pad(endings, loaded.pad_id, device)
     positions = len(prefix) + (mask.cumsum(-1) - 1).clamp(min=0)
     attention = torch.cat([torch.ones((len(endings), len(prefix)), dtype=torch.long, device=device), mask], dim=1)
-    logits = loaded.net(input_ids=ids, attention_mask=attention, position_ids=positions, logits_to_keep=1, **{forward_cache_keyword(loaded.net): cache}).logits
+    logits = loaded.net(
+        input_ids=ids, attention_mask=attention, position_ids=positions, logits_to_keep=1, **{forward_cache_keyword(loaded.net): cache}
+    ).logits
     return logits[:, -1, :].float().softmax(-1).cpu()
 
 

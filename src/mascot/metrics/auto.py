@@ -41,7 +41,13 @@ class EpisodeMetrics:
     values: dict[str, float | None] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        return {"episode_id": self.episode_id, "system": self.system, "num_agent_turns": self.num_agent_turns, "num_pairs": self.num_pairs, **self.values}
+        return {
+            "episode_id": self.episode_id,
+            "system": self.system,
+            "num_agent_turns": self.num_agent_turns,
+            "num_pairs": self.num_pairs,
+            **self.values,
+        }
 
 
 def on_current_scale(report: dict) -> dict:
@@ -52,7 +58,10 @@ def on_current_scale(report: dict) -> dict:
     bleu_settings = (report.get("settings") or {}).get("self_bleu") or {}
     if bleu_settings.get("scale") == SELF_BLEU_SCALE:
         return report
-    converted = {**report, "settings": {**(report.get("settings") or {}), "self_bleu": {**bleu_settings, "scale": SELF_BLEU_SCALE, "read_from_scale": "0-100"}}}
+    converted = {
+        **report,
+        "settings": {**(report.get("settings") or {}), "self_bleu": {**bleu_settings, "scale": SELF_BLEU_SCALE, "read_from_scale": "0-100"}},
+    }
     converted["per_episode"] = [_hundredth(row, ("self_bleu",)) for row in report.get("per_episode") or []]
     if isinstance(report.get("overall"), dict):
         converted["overall"] = _summary_hundredth(report["overall"])
@@ -152,7 +161,9 @@ def summarize(per_episode: list[EpisodeMetrics], pooled: dict, num_pairs: int) -
     overall = {name: describe([e.values[name] for e in per_episode if e.values.get(name) is not None]) for name in names}
     systems = sorted({e.system or "unknown" for e in per_episode})
     per_system = {
-        s: {name: describe([e.values[name] for e in per_episode if (e.system or "unknown") == s and e.values.get(name) is not None]) for name in names}
+        s: {
+            name: describe([e.values[name] for e in per_episode if (e.system or "unknown") == s and e.values.get(name) is not None]) for name in names
+        }
         for s in systems
     }
     report = {
@@ -180,7 +191,12 @@ def settings_block(settings: MetricsSettings, nli=None, embedder=None) -> dict:
         "statistics": "mean and population std (ddof=0) over episodes where the metric is defined",
     }
     if not settings.skip_nli:
-        block["nli"] = {"model": settings.nli_model, "label_indices": nli.labels if nli else None, "batch_size": settings.batch_size, "prediction": "argmax label per pair; rates = share of the episode's pairs"}
+        block["nli"] = {
+            "model": settings.nli_model,
+            "label_indices": nli.labels if nli else None,
+            "batch_size": settings.batch_size,
+            "prediction": "argmax label per pair; rates = share of the episode's pairs",
+        }
     if not settings.skip_embeddings:
         block["redundancy"] = {
             "model": settings.embedding_model,
@@ -202,8 +218,12 @@ def load_embedder(settings: MetricsSettings):
         return StaticEmbedder(settings.embedding_model)
     from mascot.llm.embeddings import Embedder
 
-    return Embedder(settings.embedding_model, batch_size=max(settings.batch_size, 64), precision=settings.embedding_precision,
-                    max_seq_length=settings.embedding_max_seq_length)
+    return Embedder(
+        settings.embedding_model,
+        batch_size=max(settings.batch_size, 64),
+        precision=settings.embedding_precision,
+        max_seq_length=settings.embedding_max_seq_length,
+    )
 
 
 def run_metrics_file(input_file: Path, settings: MetricsSettings, *, output_file: Path, dataset: str | None = None, nli=None, embedder=None) -> dict:
@@ -222,7 +242,13 @@ def run_metrics_file(input_file: Path, settings: MetricsSettings, *, output_file
             f"{report['num_episodes_without_pairs']} episode(s) have no round with two agent turns, so same-round pairing gives them no "
             "NLI or redundancy pairs (MASCOT rounds hold one agent turn); --pairing-mode adjacent-agent compares consecutive agents"
         )
-    result = {"input_file": str(input_file), "settings": settings_block(settings, nli, embedder), "num_rounds_inferred_episodes": len(infer), "warnings": warnings, **report}
+    result = {
+        "input_file": str(input_file),
+        "settings": settings_block(settings, nli, embedder),
+        "num_rounds_inferred_episodes": len(infer),
+        "warnings": warnings,
+        **report,
+    }
     if loaded.skipped_lines:  # malformed lines, named in `warnings`; the closing line counts them
         result["num_skipped_lines"] = len(loaded.skipped_lines)
 

@@ -33,7 +33,13 @@ def _bleu():
     from sacrebleu.metrics import BLEU
 
     s = SELF_BLEU_SETTINGS
-    return BLEU(tokenize=s["tokenizer"], max_ngram_order=s["max_ngram_order"], smooth_method=s["smooth_method"], effective_order=s["effective_order"], lowercase=s["lowercase"])
+    return BLEU(
+        tokenize=s["tokenizer"],
+        max_ngram_order=s["max_ngram_order"],
+        smooth_method=s["smooth_method"],
+        effective_order=s["effective_order"],
+        lowercase=s["lowercase"],
+    )
 
 
 @lru_cache(maxsize=1)

@@ -39,7 +39,6 @@ def require_reachable(name: str, skip_flag: str = SKIP_FLAG) -> None:
     (offline, the hub client would otherwise retry for about a minute before failing)."""
     from huggingface_hub import try_to_load_from_cache
 
-
     if Path(name).expanduser().exists():
         return
     try:

@@ -103,8 +103,15 @@ def distil(source: str, folder: Path) -> None:
         np.save(scratch / "vectors.npy", vectors)
         np.save(scratch / "weights.npy", rank_weights(len(vectors)))
         tokenizer.backend_tokenizer.save(str(scratch / "tokenizer.json"))
-        meta = {"source_model": source, "version": STATIC_VERSION, "dims": int(vectors.shape[1]), "vocabulary": int(vectors.shape[0]),
-                "pca_dims": PCA_DIMS, "sif_coefficient": SIF_COEFFICIENT, "pooling": "the token's output in [CLS] token [SEP]"}
+        meta = {
+            "source_model": source,
+            "version": STATIC_VERSION,
+            "dims": int(vectors.shape[1]),
+            "vocabulary": int(vectors.shape[0]),
+            "pca_dims": PCA_DIMS,
+            "sif_coefficient": SIF_COEFFICIENT,
+            "pooling": "the token's output in [CLS] token [SEP]",
+        }
         (scratch / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
         shutil.rmtree(folder, ignore_errors=True)
         scratch.rename(folder)

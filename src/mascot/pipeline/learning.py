@@ -35,7 +35,11 @@ SUBJECTS = {
     ("speaker_only", "speaker"): "With the trained Speaker alone (base Director), the Speaker's turns",
     ("director_only", "collective"): "With the trained Director alone (base Speaker), the conversations as a whole",
 }
-SYSTEM_WORDS = {"trained": "trained Speaker and Director", "speaker_only": "trained Speaker, base Director", "director_only": "base Speaker, trained Director"}
+SYSTEM_WORDS = {
+    "trained": "trained Speaker and Director",
+    "speaker_only": "trained Speaker, base Director",
+    "director_only": "base Speaker, trained Director",
+}
 ALPHA = 0.05
 
 
@@ -283,7 +287,9 @@ def _comparison_tables(comparisons: list[dict]) -> list[str]:
         for c in rows:
             ci = "–" if c["ci_low"] is None else f"{c['ci_low']:+.2f} to {c['ci_high']:+.2f}"
             diff = "–" if c["difference"] is None else f"{c['difference']:+.2f}"
-            lines.append(f"| {c['system']} | {c['n']} | {_num(c['base_mean'])} | {_num(c['trained_mean'])} | {diff} | {ci} | {_p(c['p_one_sided'])} | {_p(c['p_two_sided'])} |")
+            lines.append(
+                f"| {c['system']} | {c['n']} | {_num(c['base_mean'])} | {_num(c['trained_mean'])} | {diff} | {ci} | {_p(c['p_one_sided'])} | {_p(c['p_two_sided'])} |"
+            )
     return lines
 
 
@@ -296,8 +302,13 @@ def _director_table(systems: dict[str, dict]) -> list[str]:
              "|---|---|---|" + "---|" * len(personas) + "---|---|---|"]  # fmt: skip
     for system, c in choices.items():
         shares = " | ".join(f"{c['share'].get(p, 0.0):.0%}" for p in personas)
-        lines.append(f"| {system} | {c['episodes']} | {c['agent_turns']} | {shares} | {_num(c['repeat_rate'])} | {_num(c['mean_run_length'])} | {c['fallbacks']} |")
-    return lines + ["", "Shares: each persona's share of the agent turns; repeat rate: consecutive agent turns (user turns skipped) by the same persona."]
+        lines.append(
+            f"| {system} | {c['episodes']} | {c['agent_turns']} | {shares} | {_num(c['repeat_rate'])} | {_num(c['mean_run_length'])} | {c['fallbacks']} |"
+        )
+    return lines + [
+        "",
+        "Shares: each persona's share of the agent turns; repeat rate: consecutive agent turns (user turns skipped) by the same persona.",
+    ]
 
 
 def _persona_table(systems: dict[str, dict]) -> list[str]:
@@ -323,7 +334,9 @@ def _notes(figures: dict) -> list[str]:
                      "training changed no sampled token, so its differences from the base are the judge's noise at most.")  # fmt: skip
     failed = {s: f["failed_judgments"] for s, f in figures["systems"].items() if any((f.get("failed_judgments") or {}).values())}
     if failed:
-        lines.append("Failed judgments, left out: " + "; ".join(f"{s} {c['agent']} agent, {c['collective']} collective" for s, c in failed.items()) + ".")
+        lines.append(
+            "Failed judgments, left out: " + "; ".join(f"{s} {c['agent']} agent, {c['collective']} collective" for s, c in failed.items()) + "."
+        )
     lines += [f"System {s} left out: {reason}" for s, reason in figures["unreadable"].items()]
     return lines
 

@@ -51,7 +51,9 @@ def step_table(settings: PipelineSettings, entries: list[dict[str, Any]], estima
     for entry in entries:
         span = tuple(entry["estimate_s"]) if entry["estimate_s"] else None
         time = "-" if entry["state"] in (DONE, REUSED) else format_span(span)
-        table.add_row(entry["step"], short_command(entry["command"]), ", ".join(entry["inputs"]), Text(entry["state"], style=STATE_STYLES[entry["state"]]), time)
+        table.add_row(
+            entry["step"], short_command(entry["command"]), ", ".join(entry["inputs"]), Text(entry["state"], style=STATE_STYLES[entry["state"]]), time
+        )
     return table
 
 
@@ -115,4 +117,6 @@ def total_line(entries: list[dict[str, Any]], estimates: Estimates) -> str:
     if known is None:
         return f"Total: {steps}; estimated time unknown."
     where = f" on {estimates.machine}" if estimates.machine else ""
-    return f"Total: {steps}; estimated {'at least ' if unknown else ''}{format_span(known)}{where}" + (f" ({unknown} steps unknown)." if unknown else ".")
+    return f"Total: {steps}; estimated {'at least ' if unknown else ''}{format_span(known)}{where}" + (
+        f" ({unknown} steps unknown)." if unknown else "."
+    )

@@ -25,7 +25,18 @@ TIME_FILE = "wall_time.png"
 
 def write_report(root: Path, state: dict[str, Any]) -> Path:
     root = Path(root)
-    sections = [_header(root, state), _steps_table(root, state), _pairs(root), _reward_models(root), _curves(root), _evaluation(root), _conversation(root), learning_section(root), _versions(root), _commands(state)]
+    sections = [
+        _header(root, state),
+        _steps_table(root, state),
+        _pairs(root),
+        _reward_models(root),
+        _curves(root),
+        _evaluation(root),
+        _conversation(root),
+        learning_section(root),
+        _versions(root),
+        _commands(state),
+    ]
     path = root / REPORT_FILE
     tmp = path.with_suffix(".tmp")
     tmp.write_text("\n\n".join(s for s in sections if s) + "\n", encoding="utf-8")
@@ -43,8 +54,17 @@ def _header(root: Path, state: dict[str, Any]) -> str:
     s = state.get("settings") or {}
     config = fig.run_config(root / "candidates")
     episodes = fig.run_config(root / "episodes")
-    libraries = next((fig.artefact_metadata(root / n).get("library_versions") for n in ("reward_model", "speaker", "director")
-                      if fig.artefact_metadata(root / n)), None) or {}
+    libraries = (
+        next(
+            (
+                fig.artefact_metadata(root / n).get("library_versions")
+                for n in ("reward_model", "speaker", "director")
+                if fig.artefact_metadata(root / n)
+            ),
+            None,
+        )
+        or {}
+    )
     lines = [
         "# MASCOT pipeline report",
         f"- mascot {__version__}; preset {s.get('preset') or 'none'}; dataset {s.get('dataset')} ({s.get('data_file') or 'shipped samples'}, split {s.get('split')}); seed {s.get('seed')}",
@@ -88,7 +108,9 @@ def _steps_table(root: Path, state: dict[str, Any]) -> str:
             continue
         wall = float(r.get("wall_s") or 0.0)
         status = f"{r.get('status')}, reused ({float(r.get('wall_s_there') or 0.0):.0f} s where it ran)" if r.get("reused_from") else r.get("status")
-        lines.append(f"| {name} | {status} | {wall:.1f} | {wall / total:.0%} | {_fmt(r.get('tokens'))} | {r.get('attempts', 0)} | `{r.get('artefact', '–')}` |")
+        lines.append(
+            f"| {name} | {status} | {wall:.1f} | {wall / total:.0%} | {_fmt(r.get('tokens'))} | {r.get('attempts', 0)} | `{r.get('artefact', '–')}` |"
+        )
     if records:
         from mascot.pipeline.figures import plot_wall_time
 
@@ -103,11 +125,17 @@ def _pairs(root: Path) -> str:
         ("Stage 1 (persona)", fig.pair_figures(run / "pairs.jsonl", run / "pairs_stats.json") if run else None),
         ("Stage 2 (group)", fig.pair_figures(root / "group_pairs" / "group_pairs.jsonl", root / "group_pairs" / "group_pairs_stats.json")),
     ]
-    lines = ["## Preference pairs", "| stage | pairs | queries | margin filter | mean margin | min | max | dropped by margin |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "## Preference pairs",
+        "| stage | pairs | queries | margin filter | mean margin | min | max | dropped by margin |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for label, f in rows:
         if f:
-            lines.append(f"| {label} | {f['num_pairs']} | {_fmt(f['num_queries'])} | {_fmt(f['score_margin'])} | {_fmt(f['mean_margin'])} | "
-                         f"{_fmt(f['min_margin'])} | {_fmt(f['max_margin'])} | {_fmt(f['num_dropped_by_margin'])} |")
+            lines.append(
+                f"| {label} | {f['num_pairs']} | {_fmt(f['num_queries'])} | {_fmt(f['score_margin'])} | {_fmt(f['mean_margin'])} | "
+                f"{_fmt(f['min_margin'])} | {_fmt(f['max_margin'])} | {_fmt(f['num_dropped_by_margin'])} |"
+            )
     return "\n".join(lines) if len(lines) > 3 else ""
 
 
@@ -124,22 +152,33 @@ def _versions(root: Path) -> str:
 
 
 def _reward_models(root: Path) -> str:
-    lines = ["## Reward models", "| model | base | train pairs | held-out pairs | held-out accuracy | train accuracy | steps |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "## Reward models",
+        "| model | base | train pairs | held-out pairs | held-out accuracy | train accuracy | steps |",
+        "|---|---|---|---|---|---|---|",
+    ]
     notes: list[str] = []
     for name in ("reward_model", "group_reward_model"):
         meta = fig.artefact_metadata(root / name)
         if not meta:
             continue
         ev, tm = meta.get("evaluation") or {}, meta.get("train_metrics") or {}
-        lines.append(f"| {name} | `{meta.get('base_model')}` | {_fmt(meta.get('num_train_records'))} | {_fmt(ev.get('heldout_pairs'))} | "
-                     f"{_fmt(ev.get('heldout_pairwise_accuracy'))} | {_fmt(ev.get('train_pairwise_accuracy'))} | {_fmt(tm.get('global_steps'))} |")
+        lines.append(
+            f"| {name} | `{meta.get('base_model')}` | {_fmt(meta.get('num_train_records'))} | {_fmt(ev.get('heldout_pairs'))} | "
+            f"{_fmt(ev.get('heldout_pairwise_accuracy'))} | {_fmt(ev.get('train_pairwise_accuracy'))} | {_fmt(tm.get('global_steps'))} |"
+        )
         kinds = ev.get("heldout_by_kind") or {}
         if kinds:  # --cross-persona-pairs: the queries' own pairs and the borrowed ones apart
-            notes.append(f"{name}, held out by kind: " + "; ".join(f"{kind.replace('_', '-')} pairs {_fmt(k.get('accuracy'))} on {_fmt(k.get('pairs'))}" for kind, k in kinds.items()))
+            notes.append(
+                f"{name}, held out by kind: "
+                + "; ".join(f"{kind.replace('_', '-')} pairs {_fmt(k.get('accuracy'))} on {_fmt(k.get('pairs'))}" for kind, k in kinds.items())
+            )
     check = ((fig.artefact_metadata(root / "director") or {}).get("evaluation") or {}).get("group_reward_model_check") or {}
     if check.get("weak"):
-        notes.append(f"group_reward_model: not shown to rank conversations better than chance (one-sided p = {_fmt(check.get('p_above_chance'))} "
-                     "on its held-out pairs): the Director trained on it may have learnt its noise")
+        notes.append(
+            f"group_reward_model: not shown to rank conversations better than chance (one-sided p = {_fmt(check.get('p_above_chance'))} "
+            "on its held-out pairs): the Director trained on it may have learnt its noise"
+        )
     if len(lines) <= 3:
         return ""
     return "\n".join(lines + ([""] + notes if notes else []))
@@ -186,13 +225,20 @@ def _evaluation(root: Path) -> str:
     rows = fig.evaluation_table(root / "judge_base" / "metrics_episodes.json", root / "judge_trained" / "metrics_episodes.json")
     lines = []
     if rows:
-        lines += ["## Evaluation: trained vs base (the run's judge, its 1-5 scale as 0-100)", "| scope | criterion | base | trained | difference |", "|---|---|---|---|---|"]
+        lines += [
+            "## Evaluation: trained vs base (the run's judge, its 1-5 scale as 0-100)",
+            "| scope | criterion | base | trained | difference |",
+            "|---|---|---|---|---|",
+        ]
         for scope, criterion, base, trained in rows:
             lines.append(f"| {scope} | {criterion} | {_fmt(base, 1)} | {_fmt(trained, 1)} | {_difference(base, trained, 1)} |")
     base_talk, trained_talk = fig.conversations(root / "eval_base"), fig.conversations(root / "eval_trained")
     if rows and base_talk and base_talk == trained_talk:
-        lines += ["", "> The trained system's conversations are word for word the base system's: training moved the adapters too little "
-                  "to change one sampled token, so the two columns cannot differ. Train longer or at a higher learning rate."]
+        lines += [
+            "",
+            "> The trained system's conversations are word for word the base system's: training moved the adapters too little "
+            "to change one sampled token, so the two columns cannot differ. Train longer or at a higher learning rate.",
+        ]
     auto = fig.auto_metrics_table(root / "metrics_base" / "metrics_auto.json", root / "metrics_trained" / "metrics_auto.json")
     if auto:
         lines += ["", "### Automatic metrics (mean over episodes)", "| metric | base | trained | difference |", "|---|---|---|---|"]

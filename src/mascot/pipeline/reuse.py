@@ -62,7 +62,9 @@ def code_digest() -> str:
     return digest.hexdigest()[:16]
 
 
-def why_not_reused(step: Step, settings: PipelineSettings, data_file: Path | None, recorded: dict, reused: set[str]) -> tuple[str | None, Step | None]:
+def why_not_reused(
+    step: Step, settings: PipelineSettings, data_file: Path | None, recorded: dict, reused: set[str]
+) -> tuple[str | None, Step | None]:
     """(None, the other folder's step) when `step` can be copied from --reuse-from, else (why not, None)."""
     root, other = Path(settings.output_dir), Path(settings.reuse_from or "")
     if step.folder.exists() and any(step.folder.iterdir()):

@@ -32,7 +32,9 @@ EVALUATION = tuple(f"{kind}_{system}" for kind in ("eval", "judge", "metrics") f
 STEP_NAMES = (*STAGE_1, *STAGE_2, *EVALUATION, "report")
 ABLATION_STEPS = tuple(name for name in EVALUATION if name.split("_", 1)[1] in ABLATIONS)
 # Keys of `steps` that apply to several steps at once.
-STEP_GROUPS = {group: tuple(f"{kind}_{system}" for system in SYSTEMS) for group, kind in (("evaluation", "eval"), ("judging", "judge"), ("metrics", "metrics"))}
+STEP_GROUPS = {
+    group: tuple(f"{kind}_{system}" for system in SYSTEMS) for group, kind in (("evaluation", "eval"), ("judging", "judge"), ("metrics", "metrics"))
+}
 
 
 @dataclass
@@ -43,31 +45,42 @@ class PipelineSettings:
     Finished steps are skipped, interrupted ones resumed."""
 
     preset: Optional[str] = setting(
-        None, "Shipped config to start from: toy (embedded model, minutes on a CPU), learn (embedded model and a rule judge, a run that "
+        None,
+        "Shipped config to start from: toy (embedded model, minutes on a CPU), learn (embedded model and a rule judge, a run that "
         "visibly learns on held-out contexts in about 50 minutes on a CPU) or paper (Qwen3-8B / Qwen3-0.6B on vLLM).",
     )
     version: int = setting(CONFIG_VERSION, "Version of the pipeline config format.")
     output_dir: str = setting("outputs/pipeline", "Folder of the whole run: one sub-folder per step, pipeline.json and report.md.")
     dataset: str = setting("ESConv", "ESConv, EmpatheticDialogues (ED) or QMSum.")
-    data_file: Optional[str] = setting(None, "Dataset file in its hub export format; `hub`: the split from the Hugging Face hub. Default (ESConv only): the contexts shipped with mascot.")
+    data_file: Optional[str] = setting(
+        None,
+        "Dataset file in its hub export format; `hub`: the split from the Hugging Face hub. Default (ESConv only): the contexts shipped with mascot.",
+    )
     split: str = setting("test", "Dataset split of the training steps (Stage 1 and Stage 2), and of the evaluation unless --eval-split.")
-    eval_split: Optional[str] = setting(None, "Dataset split of the evaluation (default: --split); a held-out split keeps its contexts out of every training step.")
+    eval_split: Optional[str] = setting(
+        None, "Dataset split of the evaluation (default: --split); a held-out split keeps its contexts out of every training step."
+    )
     limit: Optional[int] = setting(None, "Contexts per generation step (Stage 1, Stage 2 and evaluation).")
     eval_limit: Optional[int] = setting(None, "Contexts of the evaluation (default: --limit).")
     ablations: bool = setting(False, "Also evaluate the trained Speaker with the base Director and the base Speaker with the trained Director.")
     seed: int = setting(42, "Seed of every step (the evaluation runs base and trained systems on the same contexts and seeds).")
-    policy_model: str = setting(vocab.DEFAULT_LOCAL_MODEL, "Base model of the Speaker, Director and simulated user (hub id or folder; the served id with a URL).")
+    policy_model: str = setting(
+        vocab.DEFAULT_LOCAL_MODEL, "Base model of the Speaker, Director and simulated user (hub id or folder; the served id with a URL)."
+    )
     reward_model: str = setting(vocab.DEFAULT_LOCAL_MODEL, "Base model of both reward models (hub id or folder).")
     judge_model: str = setting(
-        vocab.DEFAULT_LOCAL_MODEL, "Judge model (hub id or folder; the served id with --judge-url), or a Python function: python:PATH_OR_MODULE:FUNCTION.",
+        vocab.DEFAULT_LOCAL_MODEL,
+        "Judge model (hub id or folder; the served id with --judge-url), or a Python function: python:PATH_OR_MODULE:FUNCTION.",
         flags=("--judge-model", "--judge"),
     )
     group_judge_model: Optional[str] = setting(
-        None, "Judge of conversations: Stage 2's pairs and the evaluation (both scopes); default: --judge-model, which then judges Stage 1 alone. "
+        None,
+        "Judge of conversations: Stage 2's pairs and the evaluation (both scopes); default: --judge-model, which then judges Stage 1 alone. "
         "Two runs that differ only in it share Stage 1 (see --reuse-from).",
     )
     reuse_from: Optional[str] = setting(
-        None, "Another pipeline folder: each step whose command is the one that folder ran (its paths read as this folder's), complete there, "
+        None,
+        "Another pipeline folder: each step whose command is the one that folder ran (its paths read as this folder's), complete there, "
         "and whose inputs were reused too, is copied from it instead of run (e.g. Stage 1 and the base evaluation for a second judge).",
     )
     generation_url: Optional[str] = setting(None, "OpenAI-compatible endpoint (vLLM) for Director, Speakers and user; none: in-process local model.")

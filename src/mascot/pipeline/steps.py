@@ -75,7 +75,9 @@ def make_step(
         message = str(exc)
         raise MascotError(message if message.startswith(where) else f"{where}: {message}") from None
     names = aliases(cls)
-    return Step(name, kind, words, settings, folder, list(inputs or []), frozenset(names[k.lstrip("-").replace("-", "_")] for k in given), frozenset(served))
+    return Step(
+        name, kind, words, settings, folder, list(inputs or []), frozenset(names[k.lstrip("-").replace("-", "_")] for k in given), frozenset(served)
+    )
 
 
 def _merged(base: Flags, *extra: Flags) -> Flags:
@@ -166,30 +168,103 @@ class Plan:
         # Each step as (name, kind, command words, flags, folder, inputs): the config's `steps`
         # entries go over the flags before the command's settings are built from them.
         s = self.settings
-        candidates = self.run_dir("candidates")
-        episodes = self.episodes_file("episodes")
-        stage_2_episodes = ("episodes", "generation", ["generate"], {"mode": "group", "generation_mode": "independent", **self._data(),
-                            **self._generation_roles(trained_speaker=True, trained_director=False), "output_dir": self.folder("episodes")},
-                            self.folder("episodes"), [] if s.generation_url else [self.folder("speaker")], ("speaker",) if s.generation_url else ())
-        steps = [
-            ("candidates", "generation", ["generate"], {"mode": "individual", **self._data(), **self._generation_roles(trained_speaker=False, trained_director=False),
-                 **self._judge("judge_model", conversations=False), "output_dir": self.folder("candidates")}, self.folder("candidates")),
-            ("reward_model", "training", ["train", "reward-model"], {"data_path": candidates, **self._training("reward_model", s.reward_model)},
-                 self.folder("reward_model"), [candidates]),
-            ("speaker", "training", ["train", "speaker"], {"data_path": candidates, **self._training("speaker", s.policy_model),
-                 "reward_model_path": self.folder("reward_model")}, self.folder("speaker"), [candidates, self.folder("reward_model")]),
-            stage_2_episodes,
-            ("group_pairs", "judging", ["prefs", "group"], {"episodes": episodes, "mode": "trajectory", **self._judge("judge"), **self._contexts_of(stage_2_episodes),
-                 "output_dir": self.folder("group_pairs")}, self.folder("group_pairs"), [episodes]),
-            ("group_reward_model", "training", ["train", "group-reward-model"], {"data_path": self.folder("group_pairs") / "group_pairs.jsonl",
-                 **self._training("group_reward_model", s.reward_model)}, self.folder("group_reward_model"), [self.folder("group_pairs") / "group_pairs.jsonl"]),
-            ("director", "training", ["train", "director-grpo"], {"data_path": self.run_dir("episodes"), **self._training("director", s.policy_model),
-                 "group_reward_model_path": self.folder("group_reward_model"), **self._rollouts()}, self.folder("director"),
-                 [self.run_dir("episodes"), self.folder("group_reward_model")]),
-            *self._evaluation(),
-        ]
+        steps = [*self._stage_1(), *self._stage_2(), *self._evaluation()]
         planned = [make_step(name, kind, tuple(words), _merged(flags, _extra(s, name)), *rest) for name, kind, words, flags, *rest in steps]
         return [*planned, Step("report", "report", (), None, self.root)]
+
+    def _stage_1(self) -> list[tuple]:
+        """Candidates, the persona reward model, the Speaker."""
+        s = self.settings
+        candidates = self.run_dir("candidates")
+        return [
+            (
+                "candidates",
+                "generation",
+                ["generate"],
+                {
+                    "mode": "individual",
+                    **self._data(),
+                    **self._generation_roles(trained_speaker=False, trained_director=False),
+                    **self._judge("judge_model", conversations=False),
+                    "output_dir": self.folder("candidates"),
+                },
+                self.folder("candidates"),
+            ),
+            (
+                "reward_model",
+                "training",
+                ["train", "reward-model"],
+                {"data_path": candidates, **self._training("reward_model", s.reward_model)},
+                self.folder("reward_model"),
+                [candidates],
+            ),
+            (
+                "speaker",
+                "training",
+                ["train", "speaker"],
+                {"data_path": candidates, **self._training("speaker", s.policy_model), "reward_model_path": self.folder("reward_model")},
+                self.folder("speaker"),
+                [candidates, self.folder("reward_model")],
+            ),
+        ]
+
+    def _stage_2(self) -> list[tuple]:
+        """Episodes with the trained Speaker, group pairs, the group reward model, the Director."""
+        s = self.settings
+        episodes = self.episodes_file("episodes")
+        stage_2_episodes = (
+            "episodes",
+            "generation",
+            ["generate"],
+            {
+                "mode": "group",
+                "generation_mode": "independent",
+                **self._data(),
+                **self._generation_roles(trained_speaker=True, trained_director=False),
+                "output_dir": self.folder("episodes"),
+            },
+            self.folder("episodes"),
+            [] if s.generation_url else [self.folder("speaker")],
+            ("speaker",) if s.generation_url else (),
+        )
+        return [
+            stage_2_episodes,
+            (
+                "group_pairs",
+                "judging",
+                ["prefs", "group"],
+                {
+                    "episodes": episodes,
+                    "mode": "trajectory",
+                    **self._judge("judge"),
+                    **self._contexts_of(stage_2_episodes),
+                    "output_dir": self.folder("group_pairs"),
+                },
+                self.folder("group_pairs"),
+                [episodes],
+            ),
+            (
+                "group_reward_model",
+                "training",
+                ["train", "group-reward-model"],
+                {"data_path": self.folder("group_pairs") / "group_pairs.jsonl", **self._training("group_reward_model", s.reward_model)},
+                self.folder("group_reward_model"),
+                [self.folder("group_pairs") / "group_pairs.jsonl"],
+            ),
+            (
+                "director",
+                "training",
+                ["train", "director-grpo"],
+                {
+                    "data_path": self.run_dir("episodes"),
+                    **self._training("director", s.policy_model),
+                    "group_reward_model_path": self.folder("group_reward_model"),
+                    **self._rollouts(),
+                },
+                self.folder("director"),
+                [self.run_dir("episodes"), self.folder("group_reward_model")],
+            ),
+        ]
 
     def _rollouts(self) -> Flags:
         s = self.settings
@@ -216,8 +291,14 @@ class Plan:
     def _system_episodes(self, system: str, speaker: bool, director: bool) -> tuple:
         name = f"eval_{system}"
         label = {"base": "base", "trained": "mascot"}.get(system, f"mascot-{system.replace('_', '-')}")
-        flags = {"mode": "group", "generation_mode": "directed", "system": label, **self._data(evaluation=True),
-                 **self._generation_roles(trained_speaker=speaker, trained_director=director), "output_dir": self.folder(name)}
+        flags = {
+            "mode": "group",
+            "generation_mode": "directed",
+            "system": label,
+            **self._data(evaluation=True),
+            **self._generation_roles(trained_speaker=speaker, trained_director=director),
+            "output_dir": self.folder(name),
+        }
         local = not self.settings.generation_url
         trained = [role for role, is_trained in (("speaker", speaker), ("director", director)) if is_trained]
         inputs = [self.folder(role) for role in trained] if local else []

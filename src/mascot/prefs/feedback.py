@@ -226,7 +226,9 @@ def feedback_pairs(replies: list[RatedReply], *, max_pairs_per_reply: int = 4, s
     rng = random.Random(seed)
     pairs = []
     for helpful in (r for r in replies if r.helpful):
-        rejected = [r for r in replies if not r.helpful and (r.roster, r.persona) == (helpful.roster, helpful.persona) and r.response != helpful.response]
+        rejected = [
+            r for r in replies if not r.helpful and (r.roster, r.persona) == (helpful.roster, helpful.persona) and r.response != helpful.response
+        ]
         rng.shuffle(rejected)  # ties broken by the seed, not by file order
         rejected.sort(key=lambda r: (r.session_id != helpful.session_id, -similarity(helpful, r)))
         for other in rejected[:max_pairs_per_reply]:
@@ -274,7 +276,9 @@ def study_pairs(study_file: Path) -> tuple[list[PreferencePair], StudyCounts]:
         if chosen is None or rejected is None:
             counts.unusable += 1
             continue
-        pairs.append(_study_pair(chosen, rejected, {"source": "study", "study": str(study_file), "pair_id": rating["pair_id"], "rater_id": rating["rater_id"]}))
+        pairs.append(
+            _study_pair(chosen, rejected, {"source": "study", "study": str(study_file), "pair_id": rating["pair_id"], "rater_id": rating["rater_id"]})
+        )
         counts.choices += 1
     return pairs, counts
 

@@ -178,7 +178,11 @@ def items_for_mode(episodes: list[Episode], mode: GroupMode, contexts: dict[str,
     branches = [e for group in branch_groups(episodes).values() for e in group]
     skipped = sum(1 for e in branches if ran_on_fallback(e))
     if skipped:
-        log.warning("%d of %d branches ran on the Director's fallback (no usable directive): they are not judged and make no directive pair", skipped, len(branches))
+        log.warning(
+            "%d of %d branches ran on the Director's fallback (no usable directive): they are not judged and make no directive pair",
+            skipped,
+            len(branches),
+        )
     return [collective_item(e, contexts, prefix_turns=e.metadata.branch.prefix_turns) for e in branches if not ran_on_fallback(e)]  # type: ignore[union-attr]
 
 
@@ -222,7 +226,9 @@ def episode_pairs(
     return pairs, stats
 
 
-def directive_pairs(episodes: list[Episode], scores: dict[str, float | None], margin: float, contexts: dict[str, Context] | None = None) -> tuple[list[PreferencePair], PairStats]:
+def directive_pairs(
+    episodes: list[Episode], scores: dict[str, float | None], margin: float, contexts: dict[str, Context] | None = None
+) -> tuple[list[PreferencePair], PairStats]:
     """`scores`: collective Overall (1-5) of each branch's continuation, by episode_id."""
     stats = PairStats(score_margin=margin, dropped_director_fallbacks=0)
     pairs: list[PreferencePair] = []
@@ -296,7 +302,12 @@ def read_judgments(path: Path, items: list[JudgeItem]) -> tuple[dict[str, list[J
 
 
 def pairs_from_judgments(
-    episodes: list[Episode], per_judge: dict[str, list[Judgment]], *, mode: GroupMode, margin: float, contexts: dict[str, Context] | None = None,
+    episodes: list[Episode],
+    per_judge: dict[str, list[Judgment]],
+    *,
+    mode: GroupMode,
+    margin: float,
+    contexts: dict[str, Context] | None = None,
     usage: dict[str, dict] | None = None,
 ) -> GroupPreferences:
     """The pairs that collective judgments (by judge) make of the episodes."""

@@ -127,17 +127,23 @@ class PairStats:
         c = self.counts
 
         cross = f" and {plural(self.cross_persona_pairs, 'cross-persona pair')}" if self.cross_persona_pairs is not None else ""
-        return f"{plural(c.kept, 'pair')}{cross} (margin {self.score_margin}; {plural(c.dropped_ties, 'tie')}, {c.dropped_by_margin} below the margin)"
+        return (
+            f"{plural(c.kept, 'pair')}{cross} (margin {self.score_margin}; {plural(c.dropped_ties, 'tie')}, {c.dropped_by_margin} below the margin)"
+        )
 
     def no_pairs_reason(self) -> str:
         """Why a run made no pair, naming the setting to change and the figure that would have worked."""
         c = self.counts
         if c.largest_gap > 0:
-            return (f"no preference pair: {c.dropped_ties} ties, {c.dropped_by_margin} gaps below --score-margin {self.score_margin}; "
-                    f"the largest gap seen is {c.largest_gap:g}: set --score-margin {c.largest_gap:g} or lower (with --overwrite)")
+            return (
+                f"no preference pair: {c.dropped_ties} ties, {c.dropped_by_margin} gaps below --score-margin {self.score_margin}; "
+                f"the largest gap seen is {c.largest_gap:g}: set --score-margin {c.largest_gap:g} or lower (with --overwrite)"
+            )
         if c.dropped_ties:
-            return (f"no preference pair: all {c.dropped_ties} scored pairs are ties (every candidate of a query got the same Overall), "
-                    "so no --score-margin makes pairs: use a judge that tells the candidates apart")
+            return (
+                f"no preference pair: all {c.dropped_ties} scored pairs are ties (every candidate of a query got the same Overall), "
+                "so no --score-margin makes pairs: use a judge that tells the candidates apart"
+            )
         return "no preference pair: no query has two scored candidates with different texts (see the judgment failures and empty replies above)"
 
 

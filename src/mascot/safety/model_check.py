@@ -12,8 +12,7 @@ from mascot.llm.base import ChatRequest, LLMError
 
 log = logging.getLogger("mascot.safety")
 LABELS = ("suicide", "self_harm", "abuse", "danger_to_others", "none")
-_SPELLINGS = {"self-harm": "self_harm", "self harm": "self_harm", "danger to others": "danger_to_others",
-              "danger-to-others": "danger_to_others"}
+_SPELLINGS = {"self-harm": "self_harm", "self harm": "self_harm", "danger to others": "danger_to_others", "danger-to-others": "danger_to_others"}
 SYSTEM = (
     "You screen one message a person sent to an emotional-support chat, for a risk to them or to others now. "
     "Answer with exactly one label: suicide (wishing to be dead, thoughts of ending their life, a method, "
@@ -22,8 +21,7 @@ SYSTEM = (
     "may hurt someone), none (no such risk: idioms, fiction and media, a past resolved event, worry about "
     "someone else, a medical question)."
 )
-SCHEMA = {"type": "object", "properties": {"label": {"type": "string", "enum": list(LABELS)}}, "required": ["label"],
-          "additionalProperties": False}
+SCHEMA = {"type": "object", "properties": {"label": {"type": "string", "enum": list(LABELS)}}, "required": ["label"], "additionalProperties": False}
 
 
 # A constrained reply cut by max_tokens inside its object: grammars allow whitespace between the
@@ -57,8 +55,14 @@ class ModelCheck:
 
     async def label(self, text: str) -> str | None:
         self.asked += 1
-        request = ChatRequest(messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": text}],
-                              temperature=0.0, max_tokens=self.max_tokens, role="safety", json_schema=SCHEMA, schema_name="safety_label")
+        request = ChatRequest(
+            messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": text}],
+            temperature=0.0,
+            max_tokens=self.max_tokens,
+            role="safety",
+            json_schema=SCHEMA,
+            schema_name="safety_label",
+        )
         try:
             reply = (await self.client.chat(request)).text
         except LLMError as exc:

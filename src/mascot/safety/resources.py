@@ -38,7 +38,12 @@ class Resources:
         texts = {**self.messages, **(section.get("messages") or {})}
         services = "; ".join(f"{s['name']}: {s['contact']}" for s in self.services(name, category))
         opening = (texts.get("opening") or {}).get(category, "")
-        parts = [opening, texts["body"].format(services=services), texts["emergency"].format(emergency=section.get("emergency", "")), texts["closing"]]
+        parts = [
+            opening,
+            texts["body"].format(services=services),
+            texts["emergency"].format(emergency=section.get("emergency", "")),
+            texts["closing"],
+        ]
         return " ".join(p for p in parts if p)
 
 

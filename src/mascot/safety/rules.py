@@ -136,8 +136,14 @@ def _contexts(data: Any, source: str, terms: dict[str, str]) -> tuple[Context, .
         if not isinstance(spec, dict) or not spec.get("markers"):
             raise SafetyConfigError(f"{source}: context {name!r} has no markers")
         where = f"{source}: context {name}"
-        contexts.append(Context(str(name), tuple(_compile(p, where, terms) for p in spec["markers"]),
-                                tuple(_compile(p, where, terms) for p in spec.get("unless") or ()), bool(spec.get("spares_first_person", False))))
+        contexts.append(
+            Context(
+                str(name),
+                tuple(_compile(p, where, terms) for p in spec["markers"]),
+                tuple(_compile(p, where, terms) for p in spec.get("unless") or ()),
+                bool(spec.get("spares_first_person", False)),
+            )
+        )
     return tuple(contexts)
 
 

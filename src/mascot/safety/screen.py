@@ -41,8 +41,17 @@ class Screening:
 
 
 class SafetyScreen:
-    def __init__(self, *, locale: str | None = None, embeddings: bool = False, rules_file: Path | str = RULES_FILE,
-                 resources_file: Path | str = RESOURCES_FILE, embedder=None, model_check=None, model_scope: str = "unsure") -> None:
+    def __init__(
+        self,
+        *,
+        locale: str | None = None,
+        embeddings: bool = False,
+        rules_file: Path | str = RULES_FILE,
+        resources_file: Path | str = RESOURCES_FILE,
+        embedder=None,
+        model_check=None,
+        model_scope: str = "unsure",
+    ) -> None:
         self.rules = load_rules(rules_file)
         self.resources = load_resources(resources_file)
         self.locale = self.resources.resolve_locale(locale)
@@ -91,12 +100,20 @@ class SafetyScreen:
         return self.resources.message(finding.category, self.locale)
 
     def event(self, finding: Finding, turn_idx: int, response_turn_idx: int | None) -> SafetyEvent:
-        return SafetyEvent(turn_idx=turn_idx, category=finding.category, method=finding.method, rule=finding.rule, score=finding.score,
-                           rules_version=self.rules.version, locale=self.locale, response_turn_idx=response_turn_idx)
+        return SafetyEvent(
+            turn_idx=turn_idx,
+            category=finding.category,
+            method=finding.method,
+            rule=finding.rule,
+            score=finding.score,
+            rules_version=self.rules.version,
+            locale=self.locale,
+            response_turn_idx=response_turn_idx,
+        )
 
 
 def screen_applies(mode: str, roster_domain: str) -> bool:
-    """"auto": on for the emotional-support roster only; "on" / "off": as said."""
+    """ "auto": on for the emotional-support roster only; "on" / "off": as said."""
     if mode not in SAFETY_MODES:
         from mascot.errors import MascotError
 

@@ -78,7 +78,9 @@ def borrowed(query: str, source: Candidate, persona: Persona, prompt: list) -> C
     )  # fmt: skip
 
 
-def cross_pairs(own: Sequence[Candidate], others: Sequence[Candidate], margin: float, limit: int, seed_parts: tuple) -> list[tuple[IndexPair, Candidate, Candidate]]:
+def cross_pairs(
+    own: Sequence[Candidate], others: Sequence[Candidate], margin: float, limit: int, seed_parts: tuple
+) -> list[tuple[IndexPair, Candidate, Candidate]]:
     """At most `limit` pairs of one own and one borrowed reply whose scores (as this persona) differ by
     the margin, drawn with a seed: (index pair, chosen, rejected)."""
     pool = list(own) + list(others)
@@ -115,7 +117,13 @@ async def judge_across_personas(
             query, mine = query_of(context, persona), queries[persona.name]
             own = [mine[k] for k in sorted(mine) if mine[k].overall is not None]
             prompt = mine[min(mine)].prompt
-            others = [borrowed(query, c, persona, prompt) for other in personas if other.name != persona.name for _, c in sorted(queries[other.name].items()) if c.response]
+            others = [
+                borrowed(query, c, persona, prompt)
+                for other in personas
+                if other.name != persona.name
+                for _, c in sorted(queries[other.name].items())
+                if c.response
+            ]
             items.extend(judge_item(b.candidate_id, context, persona, b.response) for b in others)
             plans.append((query, own, others))
     judgments = iter(await judge.judge_many(items) if items else [])
@@ -130,7 +138,11 @@ async def judge_across_personas(
             outcome.pairs.append(make_pair(query, chosen, rejected, index_pair.margin))
     if outcome.failed:
         first = outcome.failed[0]
-        log.warning("%d of %d cross-persona judgments failed (no pair uses them); the first, %s: %s",
-                    len(outcome.failed), len(outcome.judgments), first.candidate_id, getattr(first, "judgment_error", None))
+        log.warning(
+            "%d of %d cross-persona judgments failed (no pair uses them); the first, %s: %s",
+            len(outcome.failed),
+            len(outcome.judgments),
+            first.candidate_id,
+            getattr(first, "judgment_error", None),
+        )
     return outcome
-

@@ -177,7 +177,10 @@ class IndividualRun:
         if chosen is None or rejected is None:
             return False
         texts = ((record.get("chosen") or [{}])[-1].get("content"), (record.get("rejected") or [{}])[-1].get("content"))
-        return texts == (chosen.response, rejected.response) and (record.get("chosen_score"), record.get("rejected_score")) == (chosen.overall, rejected.overall)
+        return texts == (chosen.response, rejected.response) and (record.get("chosen_score"), record.get("rejected_score")) == (
+            chosen.overall,
+            rejected.overall,
+        )
 
     # ------------------------------------------------------------------ one query
     def personas(self) -> list[Persona]:
@@ -220,7 +223,9 @@ class IndividualRun:
             provenance={"context_id": context.context_id},
         )
 
-    def _candidate(self, query: str, idx: int, context: Context, persona: Persona, prompt: list[Message], text: str, judgment: Judgment | None) -> Candidate:
+    def _candidate(
+        self, query: str, idx: int, context: Context, persona: Persona, prompt: list[Message], text: str, judgment: Judgment | None
+    ) -> Candidate:
         return apply_judgment(Candidate(
             candidate_id=candidate_id(query, idx),
             context_id=context.context_id,
@@ -239,13 +244,20 @@ class IndividualRun:
         route_together(query)  # the query's candidates and criteria on one server: its prefix cache holds their beginning
         existing = self.written.setdefault(query, {})
         missing = [k for k in range(self.settings.num_candidates) if k not in existing]
-        prompt = speaker_messages(persona, self.roster, context, [], None, think=self.speaker_thinks, version=getattr(self.settings, "prompt_version", PROMPT_VERSION))
+        prompt = speaker_messages(
+            persona, self.roster, context, [], None, think=self.speaker_thinks, version=getattr(self.settings, "prompt_version", PROMPT_VERSION)
+        )
         generated = await self._generate(query, prompt, context, len(missing)) if missing else []
         replies = [(k, clean_reply(t, persona.name), r) for k, (t, r) in zip(missing, generated or [])]
         retry = [k for k in sorted(existing) if judgment_failed(existing[k])]  # judged again, text kept
         to_judge = [(k, text) for k, text, _ in replies if text] + [(k, existing[k].response) for k in retry]
         self.store.counters.num_annotation_failures = max(0, self.store.counters.num_annotation_failures - len(retry))
-        judgments = dict(zip((k for k, _ in to_judge), await self.judge.judge_many([self._judge_item(candidate_id(query, k), context, persona, t) for k, t in to_judge])))
+        judgments = dict(
+            zip(
+                (k for k, _ in to_judge),
+                await self.judge.judge_many([self._judge_item(candidate_id(query, k), context, persona, t) for k, t in to_judge]),
+            )
+        )
         new = []
         for k, reply, reasoning in replies:
             if not reply:
@@ -284,7 +296,6 @@ class IndividualRun:
             self._scale_min = rubric_for(domain_of(queries[0][0].dataset), "agent", self.judge.rubric_version).scale_min
         semaphore = asyncio.Semaphore(max(1, self.settings.max_concurrent_episodes))  # --max-concurrent-episodes
         done = 0
-
 
         async def one(context: Context, persona: Persona) -> None:
             nonlocal done

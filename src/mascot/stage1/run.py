@@ -170,7 +170,9 @@ def fail_if_nothing_succeeded(store: RunStore) -> None:
     kept) and the command exits non-zero."""
     written = store.summary.num_records - store.summary.num_resumed_records
     if written == 0 and store.summary.failures.dropped:
-        raise GenerationFailed(f"no candidate could be generated ({failure_line(store)}; the first failure of each kind is shown above); fix the backend and rerun with --resume")
+        raise GenerationFailed(
+            f"no candidate could be generated ({failure_line(store)}; the first failure of each kind is shown above); fix the backend and rerun with --resume"
+        )
 
 
 def fail_on_judgments(store: RunStore) -> None:
@@ -179,9 +181,13 @@ def fail_on_judgments(store: RunStore) -> None:
     judging = store.summary.judging or {}
     failed, backend, judged = judging.get("num_failed", 0), judging.get("num_failed_backend", 0), judging.get("num_judged", 0)
     if failed and not judged:
-        raise GenerationFailed(f"every judgment failed ({failed} of {failed} candidates); the candidates are kept: fix the judge endpoint and rerun with --resume")
+        raise GenerationFailed(
+            f"every judgment failed ({failed} of {failed} candidates); the candidates are kept: fix the judge endpoint and rerun with --resume"
+        )
     if backend:
-        raise GenerationFailed(f"{backend} of {failed + judged} judgments failed (the judge backend gave no answer); the candidates are kept: rerun with --resume to judge them")
+        raise GenerationFailed(
+            f"{backend} of {failed + judged} judgments failed (the judge backend gave no answer); the candidates are kept: rerun with --resume to judge them"
+        )
 
 
 def fail_on_cross_judgments(store: RunStore) -> None:
@@ -192,9 +198,13 @@ def fail_on_cross_judgments(store: RunStore) -> None:
     if not cross:
         return
     if cross["num_failed_backend"]:
-        raise GenerationFailed(f"{cross['num_failed_backend']} of {cross['num_judged'] + cross['num_failed']} cross-persona judgments failed (the judge backend gave no answer); the candidates are kept: rerun with --resume")
+        raise GenerationFailed(
+            f"{cross['num_failed_backend']} of {cross['num_judged'] + cross['num_failed']} cross-persona judgments failed (the judge backend gave no answer); the candidates are kept: rerun with --resume"
+        )
     if cross["num_failed"] and not cross["num_judged"]:
-        raise GenerationFailed(f"every cross-persona judgment failed ({cross['num_failed']}; the first is shown above): no cross-persona pair was made")
+        raise GenerationFailed(
+            f"every cross-persona judgment failed ({cross['num_failed']}; the first is shown above): no cross-persona pair was made"
+        )
 
 
 def run_individual_generation(s: CandidateSettings, **kwargs: Any) -> Path:

@@ -30,7 +30,16 @@ from mascot.settings_groups import (
 
 
 @dataclass
-class CandidateSettings(OutputSettings, ScoreMarginSettings, JudgingSettings, RosterSettings, SpeakerSettings, JudgeEndpointSettings, SpeakerEndpointSettings, DataSettings):
+class CandidateSettings(
+    OutputSettings,
+    ScoreMarginSettings,
+    JudgingSettings,
+    RosterSettings,
+    SpeakerSettings,
+    JudgeEndpointSettings,
+    SpeakerEndpointSettings,
+    DataSettings,
+):
     """Stage 1 (--mode individual): K candidate replies per context and persona, each judged with the rubric, and the
     preference pairs between them, into OUTPUT_DIR/individual_<dataset>_<model>/."""
 

@@ -83,8 +83,10 @@ def system_names(a: dict[str, Episode], b: dict[str, Episode], system_a: str | N
     run's recorded label, told apart by what its system ran with where both share one ("mascot
     (directed)", "mascot (round-robin)"); two runs of one system under one name are refused."""
     first_a, first_b = next(iter(a.values())).metadata, next(iter(b.values())).metadata
-    runs = [(system_a, None) if system_a else (first_a.system, system_traits(first_a)),
-            (system_b, None) if system_b else (first_b.system, system_traits(first_b))]
+    runs = [
+        (system_a, None) if system_a else (first_a.system, system_traits(first_a)),
+        (system_b, None) if system_b else (first_b.system, system_traits(first_b)),
+    ]
     names = distinct_labels(runs)
     if names is not None:
         return names[0], names[1]
@@ -181,8 +183,18 @@ def _insert(conn, rows: list[tuple], num_raters: int, rng: random.Random) -> lis
     return tokens
 
 
-def create_study(a_path: Path, b_path: Path, out: Path, *, raters: int, attention_checks: int = 0, seed: int = 0,
-                 system_a: str | None = None, system_b: str | None = None, overwrite: bool = False) -> BuiltStudy:
+def create_study(
+    a_path: Path,
+    b_path: Path,
+    out: Path,
+    *,
+    raters: int,
+    attention_checks: int = 0,
+    seed: int = 0,
+    system_a: str | None = None,
+    system_b: str | None = None,
+    overwrite: bool = False,
+) -> BuiltStudy:
     refuse_identical(a_path, b_path)
     a, b = episodes_by_context(a_path, "--a"), episodes_by_context(b_path, "--b")
     contexts = matched_contexts(a, b)
@@ -196,9 +208,16 @@ def create_study(a_path: Path, b_path: Path, out: Path, *, raters: int, attentio
     rows = _pair_rows(contexts, a, b, attention_checks, rng)
     owner = secrets.token_urlsafe(24)
     info = {
-        "created_at": utc_now(), "seed": seed, "owner_token": owner, "csrf_secret": secrets.token_hex(32),
-        "system_a": system_a, "system_b": system_b,
-        "source_a": str(a_path), "source_b": str(b_path), "num_raters": raters, "attention_checks": attention_checks,
+        "created_at": utc_now(),
+        "seed": seed,
+        "owner_token": owner,
+        "csrf_secret": secrets.token_hex(32),
+        "system_a": system_a,
+        "system_b": system_b,
+        "source_a": str(a_path),
+        "source_b": str(b_path),
+        "num_raters": raters,
+        "attention_checks": attention_checks,
         # Never shown to raters: lets judges' files on the same episodes be matched to the pairs.
         "episode_ids": {key: {"a": a[key].episode_id, "b": b[key].episode_id} for key in contexts},
     }

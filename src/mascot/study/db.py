@@ -143,9 +143,17 @@ FROM items i JOIN pairs p ON p.pair_id = i.pair_id
 
 def _item(row: sqlite3.Row) -> Item:
     return Item(
-        item_id=row["item_id"], rater_id=row["rater_id"], pair_id=row["pair_id"], position=row["position"], left_side=row["left_side"],
-        kind=row["kind"], expected=row["expected"], situation=row["situation"], context=json.loads(row["context_json"]),
-        episode_a=json.loads(row["episode_a_json"]), episode_b=json.loads(row["episode_b_json"]),
+        item_id=row["item_id"],
+        rater_id=row["rater_id"],
+        pair_id=row["pair_id"],
+        position=row["position"],
+        left_side=row["left_side"],
+        kind=row["kind"],
+        expected=row["expected"],
+        situation=row["situation"],
+        context=json.loads(row["context_json"]),
+        episode_a=json.loads(row["episode_a_json"]),
+        episode_b=json.loads(row["episode_b_json"]),
     )
 
 
@@ -159,7 +167,8 @@ def rater_progress(conn: sqlite3.Connection, rater_id: int) -> tuple[int, int, i
     """(rated, total, first unrated position or None)."""
     rows = conn.execute(
         "SELECT i.position, r.item_id IS NOT NULL AS done FROM items i LEFT JOIN ratings r ON r.item_id = i.item_id "
-        "WHERE i.rater_id = ? ORDER BY i.position", (rater_id,)
+        "WHERE i.rater_id = ? ORDER BY i.position",
+        (rater_id,),
     ).fetchall()
     pending = [row["position"] for row in rows if not row["done"]]
     return len(rows) - len(pending), len(rows), (pending[0] if pending else None)

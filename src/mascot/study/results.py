@@ -33,7 +33,10 @@ def preference(ratings: list[dict]) -> dict[str, Any]:
     decided = wins_a + wins_b
     interval = proportion_interval(wins_a, decided)
     return {
-        "n": len(ratings), "a_preferred": wins_a, "b_preferred": wins_b, "ties": ties,
+        "n": len(ratings),
+        "a_preferred": wins_a,
+        "b_preferred": wins_b,
+        "ties": ties,
         "a_rate": (wins_a / decided) if decided else None,
         "a_rate_ci95": list(interval) if interval else None,
         "p_value": binomial_p(wins_a, decided),
@@ -70,12 +73,24 @@ def agreement(ratings: list[dict]) -> dict[str, Any]:
     if len(raters) == 2:
         shared = [p for p in by_pair.values() if len(p) == 2]
         kappa = cohens_kappa([p[raters[0]] for p in shared], [p[raters[1]] for p in shared]) or {}
-        return {"method": "Cohen's kappa", "value": kappa.get("kappa"), "ci_low": kappa.get("ci_low"), "ci_high": kappa.get("ci_high"),
-                "units": len(shared), "raters": 2}
+        return {
+            "method": "Cohen's kappa",
+            "value": kappa.get("kappa"),
+            "ci_low": kappa.get("ci_low"),
+            "ci_high": kappa.get("ci_high"),
+            "units": len(shared),
+            "raters": 2,
+        }
     units = [[p.get(rater) for rater in raters] for p in by_pair.values()]
     alpha = krippendorff_alpha(units, "nominal") if len(raters) > 2 else {}
-    return {"method": "Krippendorff's alpha (nominal)", "value": alpha.get("alpha"), "ci_low": alpha.get("ci_low"), "ci_high": alpha.get("ci_high"),
-            "units": sum(len(p) > 1 for p in by_pair.values()), "raters": len(raters)}
+    return {
+        "method": "Krippendorff's alpha (nominal)",
+        "value": alpha.get("alpha"),
+        "ci_low": alpha.get("ci_low"),
+        "ci_high": alpha.get("ci_high"),
+        "units": sum(len(p) > 1 for p in by_pair.values()),
+        "raters": len(raters),
+    }
 
 
 def score_agreement(ratings: list[dict]) -> dict[str, dict[str, Any]]:
@@ -92,8 +107,15 @@ def score_agreement(ratings: list[dict]) -> dict[str, dict[str, Any]]:
                     by_unit[(r["pair_id"], side)][r["rater_id"]] = r["scores"][side][metric]
         units = [[scored.get(rater) for rater in raters] for scored in by_unit.values()]
         alpha = krippendorff_alpha(units, "ordinal") if len(raters) > 1 else {"alpha": None, "units": 0, "ci_low": None, "ci_high": None}
-        entry = {"method": "Krippendorff's alpha (ordinal)", "value": alpha["alpha"], "ci_low": alpha["ci_low"], "ci_high": alpha["ci_high"],
-                 "units": alpha["units"], "raters": len(raters), "weighted_kappa": None}
+        entry = {
+            "method": "Krippendorff's alpha (ordinal)",
+            "value": alpha["alpha"],
+            "ci_low": alpha["ci_low"],
+            "ci_high": alpha["ci_high"],
+            "units": alpha["units"],
+            "raters": len(raters),
+            "weighted_kappa": None,
+        }
         if len(raters) == 2:
             shared = [u for u in units if None not in u]
             entry["weighted_kappa"] = cohens_kappa([u[0] for u in shared], [u[1] for u in shared], ordinal=True)
@@ -108,8 +130,11 @@ def _mean(values: list[float]) -> float | None:
 def attention(ratings: list[dict]) -> tuple[set[int], dict[str, int]]:
     checks = [r for r in ratings if r["kind"] == "attention"]
     failed_raters = {r["rater_id"] for r in checks if r["choice"] != r["expected"]}
-    return failed_raters, {"checks_answered": len(checks), "checks_failed": sum(r["choice"] != r["expected"] for r in checks),
-                           "raters_excluded": len(failed_raters)}
+    return failed_raters, {
+        "checks_answered": len(checks),
+        "checks_failed": sum(r["choice"] != r["expected"] for r in checks),
+        "raters_excluded": len(failed_raters),
+    }
 
 
 def kept_ratings(ratings: list[dict]) -> list[dict]:
@@ -124,18 +149,40 @@ def compute_results(path: Path) -> dict[str, Any]:
     failed, checks = attention(ratings)
     kept = kept_ratings(ratings)
     return {
-        "system_a": info.get("system_a"), "system_b": info.get("system_b"), "num_raters": info.get("num_raters"),
-        "ratings_total": len(ratings), "ratings_used": len(kept),
+        "system_a": info.get("system_a"),
+        "system_b": info.get("system_b"),
+        "num_raters": info.get("num_raters"),
+        "ratings_total": len(ratings),
+        "ratings_used": len(kept),
         "attention": {**checks, "excluded_rater_ids": sorted(failed)},
-        "methods": {"interval": INTERVAL_METHOD, "test": TEST_METHOD, "paired_test": PAIRED_TEST, "agreement": CHOICE_AGREEMENT,
-                    "score_agreement": SCORE_AGREEMENT},
-        "preference": preference(kept), "per_situation": per_situation(kept), "per_metric": per_metric(kept), "agreement": agreement(kept),
+        "methods": {
+            "interval": INTERVAL_METHOD,
+            "test": TEST_METHOD,
+            "paired_test": PAIRED_TEST,
+            "agreement": CHOICE_AGREEMENT,
+            "score_agreement": SCORE_AGREEMENT,
+        },
+        "preference": preference(kept),
+        "per_situation": per_situation(kept),
+        "per_metric": per_metric(kept),
+        "agreement": agreement(kept),
         "score_agreement": score_agreement(kept),
     }
 
 
-CSV_COLUMNS = ["rater_id", "pair_id", "context_id", "situation", "kind", "expected", "shown_first", "choice", "excluded", "submitted_at",
-               *[f"{metric}_{side}" for side in ("a", "b") for metric in METRICS]]
+CSV_COLUMNS = [
+    "rater_id",
+    "pair_id",
+    "context_id",
+    "situation",
+    "kind",
+    "expected",
+    "shown_first",
+    "choice",
+    "excluded",
+    "submitted_at",
+    *[f"{metric}_{side}" for side in ("a", "b") for metric in METRICS],
+]
 
 
 def ratings_csv(path: Path) -> str:
@@ -169,11 +216,15 @@ def format_results(results: dict[str, Any]) -> str:
         f"A preference rate {_fmt(pref['a_rate'])} [{_fmt(ci[0]) if ci else 'n/a'}, {_fmt(ci[1]) if ci else 'n/a'}] ({INTERVAL_METHOD}); "
         f"p = {_fmt(pref['p_value'], 4)} ({TEST_METHOD})",
         "per situation:",
-        *[f"  {name}: A {g['a_preferred']} / B {g['b_preferred']} / tie {g['ties']}, A rate {_fmt(g['a_rate'])}, p = {_fmt(g['p_value'], 4)}"
-          for name, g in results["per_situation"].items()],
+        *[
+            f"  {name}: A {g['a_preferred']} / B {g['b_preferred']} / tie {g['ties']}, A rate {_fmt(g['a_rate'])}, p = {_fmt(g['p_value'], 4)}"
+            for name, g in results["per_situation"].items()
+        ],
         f"per metric (mean A - B; {PAIRED_TEST}):",
-        *[f"  {metric}: A {_fmt(m['mean_a'], 2)}, B {_fmt(m['mean_b'], 2)}, difference {_fmt(m['mean_difference'], 2)}, p = {_fmt(m['p_value'], 4)}"
-          for metric, m in results["per_metric"].items()],
+        *[
+            f"  {metric}: A {_fmt(m['mean_a'], 2)}, B {_fmt(m['mean_b'], 2)}, difference {_fmt(m['mean_difference'], 2)}, p = {_fmt(m['p_value'], 4)}"
+            for metric, m in results["per_metric"].items()
+        ],
         f"agreement on the choice: {choice['method']} = {_with_interval(choice)} over {choice['units']} pairs",
         "agreement on the 1-5 scores (ordinal):",
         *[_score_agreement_line(metric, m) for metric, m in results.get("score_agreement", {}).items()],

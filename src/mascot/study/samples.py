@@ -7,20 +7,35 @@ from pathlib import Path
 
 from mascot.schema import Context, DialogueLine, Episode, EpisodeMetadata, Turn
 
-SITUATIONS = (("anxiety", "I have a job interview tomorrow and I cannot stop shaking."),
-              ("sadness", "My dog died last week and the flat feels empty."),
-              ("anger", "My flatmate ate my food again and lied about it."))
+SITUATIONS = (
+    ("anxiety", "I have a job interview tomorrow and I cannot stop shaking."),
+    ("sadness", "My dog died last week and the flat feels empty."),
+    ("anger", "My flatmate ate my food again and lied about it."),
+)
 
 
 def sample_episode(system: str, index: int, reply: str, follow_up: str = "One small step could help.") -> Episode:
     emotion, situation = SITUATIONS[index % len(SITUATIONS)]
-    context = Context(context_id=f"ctx-{index}", dataset="ESConv", situation=situation, emotion=emotion,
-                      opening_turns=[DialogueLine(speaker="seeker", text=situation)])
-    turns = [Turn(turn_idx=0, round_id=0, agent_name="The Anchor", response=reply),
-             Turn(turn_idx=1, round_id=0, agent_name="user", response="Thank you. It still feels heavy.", turn_type="user"),
-             Turn(turn_idx=2, round_id=1, agent_name="The Beacon", response=follow_up)]
-    return Episode(episode_id=f"ctx-{index}:{system}:e0", context_id=context.context_id, turns=turns, context=context,
-                   agents_spoken={"The Anchor": 1, "The Beacon": 1}, metadata=EpisodeMetadata(dataset="ESConv", system=system))
+    context = Context(
+        context_id=f"ctx-{index}",
+        dataset="ESConv",
+        situation=situation,
+        emotion=emotion,
+        opening_turns=[DialogueLine(speaker="seeker", text=situation)],
+    )
+    turns = [
+        Turn(turn_idx=0, round_id=0, agent_name="The Anchor", response=reply),
+        Turn(turn_idx=1, round_id=0, agent_name="user", response="Thank you. It still feels heavy.", turn_type="user"),
+        Turn(turn_idx=2, round_id=1, agent_name="The Beacon", response=follow_up),
+    ]
+    return Episode(
+        episode_id=f"ctx-{index}:{system}:e0",
+        context_id=context.context_id,
+        turns=turns,
+        context=context,
+        agents_spoken={"The Anchor": 1, "The Beacon": 1},
+        metadata=EpisodeMetadata(dataset="ESConv", system=system),
+    )
 
 
 def write_sample_systems(folder: Path, num_contexts: int = 3) -> tuple[Path, Path]:

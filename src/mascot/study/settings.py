@@ -37,7 +37,13 @@ class StudyResultsSettings:
     study: str = setting(None, "Study file made by `mascot study create`.", required=True, argument=True)
     csv: Optional[str] = setting(None, "Also write every rating to this CSV file.")
     json_out: Optional[str] = setting(None, "Also write the figures to this JSON file.", flags=("--json",))
-    judgments: list[str] = setting([], "A judge's judgments_episodes.jsonl (or the run folder holding it) on the study's episodes: "
-                                       "adds its agreement with the raters. Repeatable (one per system's run, or per judge).")
-    verdicts: list[str] = setting([], "A verdicts.jsonl of `mascot eval compare` (or its output folder) on the study's episodes: "
-                                      "adds each judge's agreement with the raters. Repeatable.")
+    judgments: list[str] = setting(
+        [],
+        "A judge's judgments_episodes.jsonl (or the run folder holding it) on the study's episodes: "
+        "adds its agreement with the raters. Repeatable (one per system's run, or per judge).",
+    )
+    verdicts: list[str] = setting(
+        [],
+        "A verdicts.jsonl of `mascot eval compare` (or its output folder) on the study's episodes: "
+        "adds each judge's agreement with the raters. Repeatable.",
+    )

@@ -167,7 +167,9 @@ def prose_user_responder(messages: list[dict], request: dict) -> str:
     """`stub_responder` with a simulated user that behaves like a small real model: it answers in
     plain prose and ignores the prompt's emotion format (a schema still makes it report one)."""
     role = request.get("role", DEFAULT_ROLE)
-    reply = f"I don't know, it still feels heavy. (seed {request.get('seed')})" if role == "user" else group_reply(messages, request.get("seed"), role)
+    reply = (
+        f"I don't know, it still feels heavy. (seed {request.get('seed')})" if role == "user" else group_reply(messages, request.get("seed"), role)
+    )
     return as_structured(reply, request, messages)
 
 

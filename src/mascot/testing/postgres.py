@@ -47,7 +47,9 @@ def throwaway_cluster(max_connections: int = 200) -> Iterator[str]:
     try:
         subprocess.run(as_postgres([initdb, "-D", str(data), "-A", "trust", "-U", "mascot", "--no-sync"]), check=True, capture_output=True)
         options = f"-p {port} -h 127.0.0.1 -k {folder} -F -c max_connections={max_connections}"
-        subprocess.run(as_postgres([pg_ctl, "-D", str(data), "-o", options, "-l", str(folder / "log"), "-w", "start"]), check=True, capture_output=True)
+        subprocess.run(
+            as_postgres([pg_ctl, "-D", str(data), "-o", options, "-l", str(folder / "log"), "-w", "start"]), check=True, capture_output=True
+        )
         yield f"postgresql://mascot@127.0.0.1:{port}"
     finally:
         subprocess.run(as_postgres([pg_ctl, "-D", str(data), "-m", "immediate", "stop"]), capture_output=True)

@@ -62,16 +62,35 @@ class _Drop(Exception):
 
 class StubServer:
     def __init__(
-        self, *,
-        host: str = "127.0.0.1", port: int = 0, latency_s: float = 0.05, responder: Responder | None = None,
-        model: str | None = None, fail_first: int = 0, fail_status: int = 500,
-        schedule: Sequence[Action] | None = None, max_choices: int | None = None, hang_s: float = 300.0,
-        chunk_delay_s: float = 0.0, keep_bodies: bool = True, vllm_limits: bool = False,
-        reject: tuple[int, str] | None = None, reasoning: str | None = None, structured_outputs: str = "honour",
-        max_concurrency: int | None = None, gather: int | None = None, max_model_len: int | None = None,
-        prefill_s_per_token: float | None = None, prefix_cache_blocks: int = 4096, down_s: float = 1.0,
-        lora_modules: dict[str, str] | None = None, served_models: Sequence[str] | None = None,
-        outage_after: int | None = None, json_whitespace: int = 0, token_limit: bool = False,
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        latency_s: float = 0.05,
+        responder: Responder | None = None,
+        model: str | None = None,
+        fail_first: int = 0,
+        fail_status: int = 500,
+        schedule: Sequence[Action] | None = None,
+        max_choices: int | None = None,
+        hang_s: float = 300.0,
+        chunk_delay_s: float = 0.0,
+        keep_bodies: bool = True,
+        vllm_limits: bool = False,
+        reject: tuple[int, str] | None = None,
+        reasoning: str | None = None,
+        structured_outputs: str = "honour",
+        max_concurrency: int | None = None,
+        gather: int | None = None,
+        max_model_len: int | None = None,
+        prefill_s_per_token: float | None = None,
+        prefix_cache_blocks: int = 4096,
+        down_s: float = 1.0,
+        lora_modules: dict[str, str] | None = None,
+        served_models: Sequence[str] | None = None,
+        outage_after: int | None = None,
+        json_whitespace: int = 0,
+        token_limit: bool = False,
     ) -> None:
         self.host, self.port = host, port
         self.latency_s = latency_s
@@ -178,8 +197,12 @@ class StubServer:
 
     async def _send(self, writer: asyncio.StreamWriter, status: int, payload: Any, extra: dict | None = None) -> None:
         body = json.dumps(payload).encode()
-        head = [f"HTTP/1.1 {status} {REASONS.get(status, 'Status')}", "Content-Type: application/json",
-                f"Content-Length: {len(body)}", "Connection: keep-alive"]
+        head = [
+            f"HTTP/1.1 {status} {REASONS.get(status, 'Status')}",
+            "Content-Type: application/json",
+            f"Content-Length: {len(body)}",
+            "Connection: keep-alive",
+        ]
         head += [f"{k}: {v}" for k, v in (extra or {}).items()]
         writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + body)
         await writer.drain()
@@ -194,8 +217,7 @@ class StubServer:
         base = listed[0] if listed else self.model
         owner = "vllm" if self.served_models is not None else "stub"  # like vLLM: it serves exactly what it lists
         entries = [{"id": m, "object": "model", "owned_by": owner, "root": m, "parent": None} for m in listed]
-        entries += [{"id": alias, "object": "model", "owned_by": owner, "root": path, "parent": base}
-                    for alias, path in self.lora_modules.items()]
+        entries += [{"id": alias, "object": "model", "owned_by": owner, "root": path, "parent": base} for alias, path in self.lora_modules.items()]
         if self.max_model_len:
             for entry in entries:
                 entry["max_model_len"] = self.max_model_len
@@ -306,7 +328,9 @@ class StubServer:
 
     async def _answer(self, request: dict, headers: dict, writer: asyncio.StreamWriter) -> None:
         """A request past the scripted actions: refused like vLLM would, or the responder's reply."""
-        if refused := self._unknown_model(request) or refusal(request, reject=self.reject, vllm_limits=self.vllm_limits, structured_outputs=self.structured_outputs):
+        if refused := self._unknown_model(request) or refusal(
+            request, reject=self.reject, vllm_limits=self.vllm_limits, structured_outputs=self.structured_outputs
+        ):
             await self._send(writer, refused[0], error_body(*refused))
             return
         try:
@@ -318,8 +342,15 @@ class StubServer:
         if request.get("stream"):
             await self._stream(writer, request, self._shaped(request, texts[0])[0])
         else:
-            reply = completion(request, texts, model=self.model, structured_outputs=self.structured_outputs, reasoning=self.reasoning,
-                               json_whitespace=self.json_whitespace, token_limit=self.token_limit)
+            reply = completion(
+                request,
+                texts,
+                model=self.model,
+                structured_outputs=self.structured_outputs,
+                reasoning=self.reasoning,
+                json_whitespace=self.json_whitespace,
+                token_limit=self.token_limit,
+            )
             await self._send(writer, 200, reply)
 
     def _unknown_model(self, request: dict) -> tuple[int, str] | None:
@@ -388,10 +419,13 @@ class StubServer:
 
     async def _stream(self, writer: asyncio.StreamWriter, request: dict, text: str) -> None:
         """Server-sent events in chunked transfer encoding, so that the connection stays open."""
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
-                     b"Connection: keep-alive\r\n\r\n")
-        base = {"id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion.chunk",
-                "created": int(time.time()), "model": request.get("model") or self.model}
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n")
+        base = {
+            "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": request.get("model") or self.model,
+        }
         words = text.split(" ")
         deltas = [{"role": "assistant", "content": ""}] + [{"content": w if i == 0 else " " + w} for i, w in enumerate(words)]
         for delta in deltas:

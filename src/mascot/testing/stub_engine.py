@@ -41,8 +41,10 @@ def context_refusal(messages: Sequence[dict], max_model_len: int | None) -> str 
     tokens = prompt_tokens(messages)
     if tokens <= max_model_len:
         return None
-    return (f"This model's maximum context length is {max_model_len} tokens. However, your prompt contains at least "
-            f"{max_model_len + 1} input tokens ({tokens} in the messages). Please reduce the length of the input prompt.")
+    return (
+        f"This model's maximum context length is {max_model_len} tokens. However, your prompt contains at least "
+        f"{max_model_len + 1} input tokens ({tokens} in the messages). Please reduce the length of the input prompt."
+    )
 
 
 class PrefixCache:
@@ -85,8 +87,10 @@ class PrefixCache:
     def prometheus(self, model: str) -> str:
         """The counters under the names vLLM's /metrics uses, so that a benchmark reads both alike."""
         label = f'{{model_name="{model}"}}'
-        return (f"# TYPE vllm:prefix_cache_queries_total counter\nvllm:prefix_cache_queries_total{label} {self.queries}\n"
-                f"# TYPE vllm:prefix_cache_hits_total counter\nvllm:prefix_cache_hits_total{label} {self.hits}\n")
+        return (
+            f"# TYPE vllm:prefix_cache_queries_total counter\nvllm:prefix_cache_queries_total{label} {self.queries}\n"
+            f"# TYPE vllm:prefix_cache_hits_total counter\nvllm:prefix_cache_hits_total{label} {self.hits}\n"
+        )
 
 
 def prefill_seconds(uncached_tokens: int, seconds_per_token: float) -> float:

@@ -157,13 +157,35 @@ class StubServerProcess:
 
 
 def start_stub_server_process(
-    *, port: int = 0, latency_ms: float = 50.0, responder: str | None = None, model: str | None = None,
-    fail_first: int = 0, fail_status: int = 500, vllm_limits: bool = False, max_in_flight: int | None = None, outage_after: int | None = None,
-    max_model_len: int | None = None, prefill_ms_per_token: float | None = None, prefix_cache_blocks: int = 4096,
+    *,
+    port: int = 0,
+    latency_ms: float = 50.0,
+    responder: str | None = None,
+    model: str | None = None,
+    fail_first: int = 0,
+    fail_status: int = 500,
+    vllm_limits: bool = False,
+    max_in_flight: int | None = None,
+    outage_after: int | None = None,
+    max_model_len: int | None = None,
+    prefill_ms_per_token: float | None = None,
+    prefix_cache_blocks: int = 4096,
 ) -> StubServerProcess:
     """Runs `python -m mascot.testing.stub_server` and waits for the URL it prints."""
-    cmd = [sys.executable, "-m", "mascot.testing.stub_server", "--port", str(port), "--latency-ms", str(latency_ms),
-           "--fail-first", str(fail_first), "--fail-status", str(fail_status), "--no-keep-bodies"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mascot.testing.stub_server",
+        "--port",
+        str(port),
+        "--latency-ms",
+        str(latency_ms),
+        "--fail-first",
+        str(fail_first),
+        "--fail-status",
+        str(fail_status),
+        "--no-keep-bodies",
+    ]
     if model:
         cmd += ["--model", model]
     if responder:

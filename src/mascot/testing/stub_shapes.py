@@ -15,8 +15,17 @@ from typing import Any
 # body with the role tag added as "role".
 Responder = Callable[[list[dict], dict], Any]
 
-REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 408: "Request Timeout",
-           429: "Too Many Requests", 500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable"}
+REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    404: "Not Found",
+    408: "Request Timeout",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+}
 
 
 def echo_responder(messages: list[dict], request: dict) -> str:
@@ -148,8 +157,16 @@ def shape(request: dict, text: str, *, structured_outputs: str, reasoning: str |
     return text, ""
 
 
-def completion(request: dict, texts: list[str], *, model: str, structured_outputs: str, reasoning: str | None,
-               json_whitespace: int = 0, token_limit: bool = False) -> dict:
+def completion(
+    request: dict,
+    texts: list[str],
+    *,
+    model: str,
+    structured_outputs: str,
+    reasoning: str | None,
+    json_whitespace: int = 0,
+    token_limit: bool = False,
+) -> dict:
     """A chat completion of `texts`; with `token_limit` each is cut at the request's `max_tokens`
     (in stub tokens) and ends with finish reason "length", as a real server does."""
     shaped = [shape(request, t, structured_outputs=structured_outputs, reasoning=reasoning, json_whitespace=json_whitespace) for t in texts]
@@ -167,6 +184,5 @@ def completion(request: dict, texts: list[str], *, model: str, structured_output
             {"index": i, "message": assistant_message(content, thinking), "finish_reason": "length" if cut else "stop"}
             for i, ((content, thinking), (_, cut)) in enumerate(zip(shaped, cuts))
         ],
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                  "total_tokens": prompt_tokens + completion_tokens},
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens},
     }

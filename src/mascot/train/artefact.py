@@ -94,7 +94,6 @@ def library_versions() -> dict[str, str]:
 def hardware_summary() -> dict[str, Any]:
     import torch
 
-
     info: dict[str, Any] = {"world_size": world_size(), "device": "cpu"}
     if torch.cuda.is_available():
         info["device"] = torch.cuda.get_device_name(0)

@@ -215,7 +215,14 @@ def apply_best(trainer, selection: Selection | None, output: Path) -> dict[str, 
         if is_main_process():  # one line on stdout, beside the closing line that says which step was kept
             print(message, flush=True)
     elif keep_last:
-        log.info("kept step %d (%s %.4f) as the artefact; the last step, %d, is in %s/", selection.best_step, selection.figure, selection.best_value, last_step, LAST_FOLDER)
+        log.info(
+            "kept step %d (%s %.4f) as the artefact; the last step, %d, is in %s/",
+            selection.best_step,
+            selection.figure,
+            selection.best_value,
+            last_step,
+            LAST_FOLDER,
+        )
     return selection.as_record(last_step, last_saved=keep_last)
 
 

@@ -37,7 +37,6 @@ def open_output(settings: TrainSettings, default: Path) -> tuple[Path, Path | No
     the same in every process for a run to be reproducible and a resumed run to match."""
     from transformers import set_seed
 
-
     require_schedule(settings)  # before the folder exists: a run of zero steps writes nothing
     require_measuring(settings)  # a negative --eval-steps or --patience, refused before the folder exists too
     set_seed(settings.seed)
@@ -270,12 +269,18 @@ def validate_grpo(settings: GRPOSettings) -> None:
     if settings.vllm_mode not in ("server", "colocate"):
         raise TrainingSetupError(f"--vllm-mode must be server or colocate, got {settings.vllm_mode!r}")
     if settings.multi_objective_aggregation not in MULTI_OBJECTIVE_AGGREGATIONS:
-        raise TrainingSetupError(f"--multi-objective-aggregation must be {' or '.join(MULTI_OBJECTIVE_AGGREGATIONS)}, got {settings.multi_objective_aggregation!r}")
+        raise TrainingSetupError(
+            f"--multi-objective-aggregation must be {' or '.join(MULTI_OBJECTIVE_AGGREGATIONS)}, got {settings.multi_objective_aggregation!r}"
+        )
     if settings.scale_rewards not in REWARD_SCALINGS:
-        raise TrainingSetupError(f"--scale-rewards must be {', '.join(REWARD_SCALINGS[:-1])} or {REWARD_SCALINGS[-1]}, got {settings.scale_rewards!r}")
+        raise TrainingSetupError(
+            f"--scale-rewards must be {', '.join(REWARD_SCALINGS[:-1])} or {REWARD_SCALINGS[-1]}, got {settings.scale_rewards!r}"
+        )
     if settings.scale_rewards != "group" and settings.multi_objective_aggregation == "normalize_then_sum":
-        raise TrainingSetupError(f"--scale-rewards {settings.scale_rewards} has no effect with --multi-objective-aggregation normalize_then_sum "
-                                 "(each reward is divided by its group's deviation): choose sum_then_normalize to use it")
+        raise TrainingSetupError(
+            f"--scale-rewards {settings.scale_rewards} has no effect with --multi-objective-aggregation normalize_then_sum "
+            "(each reward is divided by its group's deviation): choose sum_then_normalize to use it"
+        )
     require_gpu_for_vllm(settings.use_vllm)
     validate_generation(settings)
 

@@ -38,6 +38,7 @@ def resolve_registry_references(settings: "TrainSettings", **roles: str) -> None
             if version:
                 settings.registry_versions[name] = version
 
+
 DEFAULT_POLICY_MODEL = "Qwen/Qwen3-8B"
 DEFAULT_REWARD_BASE_MODEL = "Qwen/Qwen3-0.6B"
 LORA_TARGET_MODULES = "q_proj,k_proj,v_proj,o_proj"
@@ -53,9 +54,7 @@ class TrainSettings:
 
     data_path: str = setting(None, "Run directory or JSONL file with the training records.", required=True)
     model_name: str = setting(DEFAULT_POLICY_MODEL, "Base model: hub id or local folder.", flags=("--model",))
-    dataset: Optional[str] = setting(
-        None, f"Dataset name ({DATASET_CHOICES}); read from the run's run_config.json when omitted."
-    )
+    dataset: Optional[str] = setting(None, f"Dataset name ({DATASET_CHOICES}); read from the run's run_config.json when omitted.")
     output_dir: Optional[str] = setting(None, "Artefact folder. Default: derived from the stage, dataset and model under outputs/.")
     seed: int = setting(42, "Seed for data order, held-out split, LoRA init and sampling.")
     num_train_epochs: float = setting(1.0, "Passes over the training data.", flags=("--epochs",))
@@ -138,7 +137,8 @@ class RewardModelSettings(TrainSettings, BestStepSettings):
         "0: the last token, the stock classifier that any server scores.",
     )
     score_layers: int = setting(
-        0, "Keep only the first N decoder layers of the base and score their output (faster; a small model's middle layers can rank replies better); 0: all."
+        0,
+        "Keep only the first N decoder layers of the base and score their output (faster; a small model's middle layers can rank replies better); 0: all.",
     )
     max_per_device_batch: int = field(default=16, metadata={"cli": False})
     # Memory follows tokens, not pairs: the per-device batch is also capped so that one device
@@ -173,7 +173,9 @@ class GRPOSettings(TrainSettings):
         "Base URL of the `trl vllm-serve` process that generates for GRPO in --vllm-mode server (not an OpenAI endpoint).",
         deprecated=("--vllm-server-url", "--vllm-server-base-url"),
     )
-    thinking: bool = setting(False, "Reasoning mode of the policy's chat template (enable_thinking) while it samples.", flags=("--thinking/--no-thinking",))
+    thinking: bool = setting(
+        False, "Reasoning mode of the policy's chat template (enable_thinking) while it samples.", flags=("--thinking/--no-thinking",)
+    )
     multi_objective_aggregation: str = setting(
         "normalize_then_sum",
         "How the reward functions combine into one advantage: normalize_then_sum (each reward normalised within its group, "
@@ -187,34 +189,44 @@ class GRPOSettings(TrainSettings):
         "(not divided). normalize_then_sum divides each reward by its group's deviation whatever this says.",
     )
     share_prompts: bool = setting(
-        True, "Score a group's completions with their prompt run once (its keys and values given to each completion) instead of once per "
+        True,
+        "Score a group's completions with their prompt run once (its keys and values given to each completion) instead of once per "
         "completion: the same log-probabilities and gradients, a fraction of the work when prompts are long and completions short. Applies "
-        "without gradient checkpointing, ZeRO-3 or FSDP (there TRL's own pass runs).", flags=("--share-prompts/--no-share-prompts",),
+        "without gradient checkpointing, ZeRO-3 or FSDP (there TRL's own pass runs).",
+        flags=("--share-prompts/--no-share-prompts",),
     )
     lora_last_layers: int = setting(
-        0, "LoRA on the last N decoder layers only (0: every layer): the backward pass stops below the lowest adapted layer, so a step "
+        0,
+        "LoRA on the last N decoder layers only (0: every layer): the backward pass stops below the lowest adapted layer, so a step "
         "over long prompts costs a fraction of its gradient work; the layers kept are named in the adapter's config.",
     )
     merged_generation: bool = setting(
-        True, "Sample with each LoRA folded into its base weight (one matrix product per adapted layer, in eval mode) and the base weights "
+        True,
+        "Sample with each LoRA folded into its base weight (one matrix product per adapted layer, in eval mode) and the base weights "
         "put back bit for bit afterwards; --no-merged-generation samples with the adapter beside the base. Refused under ZeRO-3 and FSDP, "
-        "whose sharded weights cannot be swapped.", flags=("--merged-generation/--no-merged-generation",),
+        "whose sharded weights cannot be swapped.",
+        flags=("--merged-generation/--no-merged-generation",),
     )
     compiled_decode: bool = setting(
-        False, "Sample with a static cache and transformers' compiled forward, prompts padded to a multiple of --prompt-bucket so that it "
+        False,
+        "Sample with a static cache and transformers' compiled forward, prompts padded to a multiple of --prompt-bucket so that it "
         "compiles once per bucket (pays a compile at the start: worth it on a GPU for long runs, see benchmarks/README.md).",
     )
     prompt_bucket: int = setting(64, "With --compiled-decode: prompts are left-padded to a multiple of this many tokens.")
     steps_per_generation: int = setting(
-        1, "Optimizer steps taken on each generated batch: generation runs once for this many steps (TRL's steps_per_generation is this "
+        1,
+        "Optimizer steps taken on each generated batch: generation runs once for this many steps (TRL's steps_per_generation is this "
         "times the gradient accumulation); 1: every step samples afresh from the current policy.",
     )
     vllm_gpu_memory_utilization: float = setting(0.3, "With --use-vllm colocate: the share of GPU memory vLLM may take (weights and KV cache).")
     vllm_enable_sleep_mode: bool = setting(
-        False, "With --use-vllm colocate: vLLM releases its GPU memory while the policy trains and takes it back to generate.",
+        False,
+        "With --use-vllm colocate: vLLM releases its GPU memory while the policy trains and takes it back to generate.",
         flags=("--vllm-enable-sleep-mode/--no-vllm-enable-sleep-mode",),
     )
-    vllm_max_model_length: Optional[int] = setting(None, "With --use-vllm colocate: vLLM's context length (prompt + completion); default: the model's.")
+    vllm_max_model_length: Optional[int] = setting(
+        None, "With --use-vllm colocate: vLLM's context length (prompt + completion); default: the model's."
+    )
     max_per_device_batch: int = field(default=8, metadata={"cli": False})
 
 
@@ -235,7 +247,9 @@ class SpeakerGRPOSettings(GRPOSettings, BestStepSettings):
     )
     algorithm: str = setting("grpo", "Policy optimisation algorithm (grpo).")
     reward_model_weight: float = setting(1.0, "Weight of the persona reward model's score.")
-    format_weight: float = setting(0.2, "Weight of the format reward (<think>...</think> then a non-empty reply; with --no-thinking: a non-empty reply without reasoning).")
+    format_weight: float = setting(
+        0.2, "Weight of the format reward (<think>...</think> then a non-empty reply; with --no-thinking: a non-empty reply without reasoning)."
+    )
     conciseness_weight: float = setting(0.2, "Weight of the conciseness reward.")
     length_budget: int = setting(80, "Words a reply may have before the conciseness reward penalises it.")
     reward_max_length: int = setting(1024, "Longest (prompt, reply) the reward model reads; longer ones keep their end.")
@@ -254,16 +268,16 @@ class SpeakerGRPOSettings(GRPOSettings, BestStepSettings):
 class DirectorGRPOSettings(GRPOSettings, BestStepSettings):
     """Stage 2 (the paper's method): the Director with GRPO over prefix-suffix rollouts."""
 
-    data_path: str = setting(
-        None, "Episode run directory or episodes JSONL (schema.Episode).", flags=("--episode-dataset-path",), required=True
-    )
+    data_path: str = setting(None, "Episode run directory or episodes JSONL (schema.Episode).", flags=("--episode-dataset-path",), required=True)
     group_reward_model_path: Optional[str] = setting(
         None,
         "Trained group reward model (artefact folder). Default: where `mascot train group-reward-model` writes it for this dataset "
         "(outputs/reward_model/group_reward_<dataset>_Qwen3-0.6B); unused when --group-reward-weight is 0." + REFERENCE_HELP,
     )
     roster: Optional[str] = setting(None, "Roster name or file; default: the dataset's roster.")
-    rollout_server_url: Optional[str] = setting(None, "OpenAI-compatible endpoint for the frozen Speaker, user and later-round Director during rollouts (default: in-process local model).")
+    rollout_server_url: Optional[str] = setting(
+        None, "OpenAI-compatible endpoint for the frozen Speaker, user and later-round Director during rollouts (default: in-process local model)."
+    )
     rollout_model: Optional[str] = setting(
         None, "Base model the rollouts call: served model id, or hub id / folder locally. Default: the policy being trained (--model)."
     )
@@ -272,18 +286,21 @@ class DirectorGRPOSettings(GRPOSettings, BestStepSettings):
         None, "The trained Speaker for rollouts: its served LoRA alias (with a rollout URL) or its adapter folder (local)." + REFERENCE_HELP
     )
     rollouts: str = setting(
-        "live", "Where a sampled directive's reward comes from: live (its conversation rolled out to the end of --suffix-rounds and scored) | "
+        "live",
+        "Where a sampled directive's reward comes from: live (its conversation rolled out to the end of --suffix-rounds and scored) | "
         "recorded (the scores of the recorded conversations that went on with the companion it names, averaged: episodes of "
         "`mascot generate --generation-mode tree` hold one for every companion at every decision point; no Speaker or user runs, so "
         "a step costs the Director's own sampling, and only the choice of companion is learnt, not the directive's wording).",
     )
     rollout_director: str = setting(
-        "base", "Who decides a rollout's rounds after the sampled directive: base (the frozen base Director, on the rollout backend) | policy "
+        "base",
+        "Who decides a rollout's rounds after the sampled directive: base (the frozen base Director, on the rollout backend) | policy "
         "(the Director being trained, in process, as it stands at that step: each rollout is the conversation the trained Director would "
         "go on to hold, so a choice is not rewarded for what a different Director does next).",
     )
     suffix_rounds: int = setting(
-        2, "Rounds rolled out after the Director's directive (its own included); 0: to the end of the episode the decision point comes from, "
+        2,
+        "Rounds rolled out after the Director's directive (its own included); 0: to the end of the episode the decision point comes from, "
         "so that every rollout is a whole conversation, as the episodes the group reward model learnt from.",
     )
     # The rollouts should read like the episodes the Director is judged on: same reply lengths and
@@ -296,7 +313,8 @@ class DirectorGRPOSettings(GRPOSettings, BestStepSettings):
     )
     rollout_temperature: float = setting(vocab.TEMPERATURE, "Sampling temperature of the rollouts' Speakers, user and later-round Director.")
     rollout_repetition_penalty: Optional[float] = setting(
-        None, "Repetition penalty of the rollouts' Speakers (as --repetition-penalty of `mascot generate`; 1.0: off). Default: the one "
+        None,
+        "Repetition penalty of the rollouts' Speakers (as --repetition-penalty of `mascot generate`; 1.0: off). Default: the one "
         "the episodes were generated with (their run_config.json; 1.0 when it records none).",
     )
     decision_points_per_episode: int = setting(2, "Decision points sampled from each recorded episode.")
@@ -308,31 +326,38 @@ class DirectorGRPOSettings(GRPOSettings, BestStepSettings):
     # The diversity term rewards not repeating the last Speaker. When most recorded prefixes end
     # with one companion, a Director that simply avoids that one earns it, and collapses onto another.
     balance_last_speaker: bool = setting(
-        False, "Sample as many decision points after each companion's turn (and at the opening, with no companion before) as after any "
+        False,
+        "Sample as many decision points after each companion's turn (and at the opening, with no companion before) as after any "
         "other, reusing a scarce kind's prefixes, so that only a Director that varies on the last Speaker earns the diversity term.",
     )
     user_response_probability: float = setting(0.5, "Chance that the simulated user speaks after a round.")
     group_reward_weight: float = setting(1.0, "Weight of the group's reward: the group reward model's score, or the --reward-judge's.")
     reward_judge: Optional[str] = setting(
-        None, "Score every rollout with this judge's collective Overall (1-5) instead of the group reward model, as online RLAIF does: "
+        None,
+        "Score every rollout with this judge's collective Overall (1-5) instead of the group reward model, as online RLAIF does: "
         "a Python function (python:PATH_OR_MODULE:FUNCTION) or a model (on --reward-judge-url; none: in process). One judgment per rollout.",
     )
     reward_judge_url: Optional[str] = setting(None, "OpenAI-compatible endpoint of a --reward-judge model (never the rollout endpoint's by default).")
     diversity_weight: float = setting(
-        0.5, "Weight of the diversity term: +1 when the last Speaker before the decision and the rolled-out Speakers are not all the same persona, -1 otherwise."
+        0.5,
+        "Weight of the diversity term: +1 when the last Speaker before the decision and the rolled-out Speakers are not all the same persona, -1 otherwise.",
     )
     parse_failure_reward: float = setting(
         -1.0, "What a completion that does not parse as a directive scores on each reward, the group reward and the diversity term (counted)."
     )
     max_completion_length: int = setting(128, "Most tokens of one directive.")
     directive_opening: bool = setting(
-        True, "Each sampled directive continues the directive block's opening (`<directive>` and `agent:`), written at the start of the "
+        True,
+        "Each sampled directive continues the directive block's opening (`<directive>` and `agent:`), written at the start of the "
         "Director's answer as the local backend's Director writes it in episodes, and opens with a roster name (sampled among the names, as "
         "the local backend's slot and a server's schema hold the Director when it runs); off: the Director writes its whole answer.",
     )
-    group_reward_max_length: int = setting(2048, "Longest (context, trajectory) the group reward model reads; as in its training, a longer one loses the middle of its context.")
+    group_reward_max_length: int = setting(
+        2048, "Longest (context, trajectory) the group reward model reads; as in its training, a longer one loses the middle of its context."
+    )
     rollout_concurrency: Optional[int] = setting(
-        None, "Suffix rollouts in flight at once, and the batch of the in-process rollout models; default: every completion a process "
+        None,
+        "Suffix rollouts in flight at once, and the batch of the in-process rollout models; default: every completion a process "
         "samples in a step, so that each round of a step's rollouts runs as one batch (a lower bound caps memory).",
     )
     registry_versions: dict = registry_versions_field()
@@ -356,7 +381,9 @@ class DirectorDPOSettings(TrainSettings, BestStepSettings):
     learning_rate: float = setting(5e-6, "Peak learning rate (linear decay).")
     beta: float = setting(0.1, "DPO temperature: how far the policy may move from the frozen base.")
     loss_type: str = setting("sigmoid", "DPO loss (TRL loss_type; comma-separate several).")
-    max_length: int = setting(2048, "Longest tokenized prompt + directive; a longer pair loses the middle of its longest prompt message (the transcript).")
+    max_length: int = setting(
+        2048, "Longest tokenized prompt + directive; a longer pair loses the middle of its longest prompt message (the transcript)."
+    )
     eval_fraction: float = setting(0.1, "Share of decision points held out to report preference accuracy.")
     max_per_device_batch: int = field(default=4, metadata={"cli": False})
 

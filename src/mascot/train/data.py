@@ -148,7 +148,9 @@ def tokenized_pair_rows(pairs: Sequence[PreferencePair], tokenizer, max_length: 
 FIT_SLACK_TOKENS = 8  # re-tokenising cut text can merge or split a few tokens at the seams
 
 
-def shorten_prompt(tokenizer, prompt: list[dict[str, str]], completions: Sequence[list[dict[str, str]]], max_length: int) -> tuple[list[dict[str, str]], bool]:
+def shorten_prompt(
+    tokenizer, prompt: list[dict[str, str]], completions: Sequence[list[dict[str, str]]], max_length: int
+) -> tuple[list[dict[str, str]], bool]:
     """The prompt with the middle of its longest message cut, so that prompt + each completion fits
     in `max_length` tokens (for trainers that tokenize text themselves, like TRL's DPOTrainer)."""
 

@@ -126,7 +126,9 @@ def recorded_continuations(episodes: list[Episode], points: list[DecisionPoint])
             by_prefix.setdefault(key, {}).setdefault(first, {})[prefix_key(suffix)] = suffix
     sources = {e.episode_id: e.context_id or e.episode_id for e in episodes}
     return {
-        p.point_id: {name: list(found.values()) for name, found in by_prefix.get((sources[p.episode_id], p.decision_round, prefix_key(p.prefix)), {}).items()}
+        p.point_id: {
+            name: list(found.values()) for name, found in by_prefix.get((sources[p.episode_id], p.decision_round, prefix_key(p.prefix)), {}).items()
+        }
         for p in points
     }
 
@@ -217,7 +219,11 @@ def load_decision_inputs(settings: DirectorGRPOSettings) -> DecisionInputs:
 
     roster = load_roster(settings.roster) if settings.roster else None
     points, bare = sample_decision_points(
-        episodes, settings.decision_points_per_episode, settings.seed, contexts=context_index(data_file, run), roster=roster,
+        episodes,
+        settings.decision_points_per_episode,
+        settings.seed,
+        contexts=context_index(data_file, run),
+        roster=roster,
         balance_last_speaker=settings.balance_last_speaker,
     )
     if bare:
@@ -228,8 +234,12 @@ def load_decision_inputs(settings: DirectorGRPOSettings) -> DecisionInputs:
     if settings.limit is not None and held_out:  # --limit caps the held-out points in the same proportion: each is sampled and rolled out
         held_out = data.limit_records(held_out, max(1, round(settings.limit * settings.eval_fraction / (1 - settings.eval_fraction))), settings.seed)
     if held_out:
-        log.info("%d decision points of %d contexts held out: sampled and rewarded every --eval-steps (%d completions each time)",
-                 len(held_out), len({p.context.context_id for p in held_out}), len(held_out) * settings.num_generations)
+        log.info(
+            "%d decision points of %d contexts held out: sampled and rewarded every --eval-steps (%d completions each time)",
+            len(held_out),
+            len({p.context.context_id for p in held_out}),
+            len(held_out) * settings.num_generations,
+        )
     if not points:
         raise data.TrainingDataError(f"{data_file}: no decision points (no episode has a Speaker turn)")
     require_decision_points(settings, len(points), sampled, data_file, len(source_episodes(episodes)))
@@ -254,8 +264,11 @@ def held_out_contexts(points: list[DecisionPoint], eval_fraction: float, seed: i
 
 def validate_rollouts(settings: DirectorGRPOSettings) -> None:
     """Rollout settings that would roll out nothing, refused before anything is loaded."""
-    for flag, value in (("--rollout-max-tokens", settings.rollout_max_tokens), ("--rollout-user-max-tokens", settings.rollout_user_max_tokens),
-                        ("--rollout-director-max-tokens", settings.rollout_director_max_tokens or 1)):
+    for flag, value in (
+        ("--rollout-max-tokens", settings.rollout_max_tokens),
+        ("--rollout-user-max-tokens", settings.rollout_user_max_tokens),
+        ("--rollout-director-max-tokens", settings.rollout_director_max_tokens or 1),
+    ):
         if value < 1:
             raise TrainingSetupError(f"{flag} must be at least 1, got {value}")
     if settings.rollouts not in ROLLOUT_SOURCES:

@@ -41,7 +41,9 @@ def copies_in_pair(pair: PreferencePair) -> bool:
 def without_example_copies(pairs: list[PreferencePair], source) -> list[PreferencePair]:
     kept = [p for p in pairs if not copies_in_pair(p)]
     if len(kept) < len(pairs):
-        log.warning("%s: dropped %d of %d directive pairs with a side that copies the Director prompt's example", source, len(pairs) - len(kept), len(pairs))
+        log.warning(
+            "%s: dropped %d of %d directive pairs with a side that copies the Director prompt's example", source, len(pairs) - len(kept), len(pairs)
+        )
     return kept
 
 
@@ -74,7 +76,9 @@ def train_director_dpo(settings: DirectorDPOSettings) -> TrainOutcome:
     tokenizer = load_tokenizer(settings.model_name)
     rows, num_cut = data.fitted_pair_rows(train_pairs, tokenizer, settings.max_length)
     if num_cut:
-        log.warning("%d of %d directive pairs are longer than --max-length %d: the middle of their prompt was cut", num_cut, len(rows), settings.max_length)
+        log.warning(
+            "%d of %d directive pairs are longer than --max-length %d: the middle of their prompt was cut", num_cut, len(rows), settings.max_length
+        )
     trainer = DPOTrainer(
         model=load_causal_lm(settings.model_name),
         args=config,
@@ -83,13 +87,22 @@ def train_director_dpo(settings: DirectorDPOSettings) -> TrainOutcome:
         peft_config=lora_config(settings, "CAUSAL_LM") if settings.lora else None,
     )
     data.require_records_left(
-        len(trainer.train_dataset), what="directive pairs", source=data_file, read=len(pairs), held_out=len(held_out),
-        dropped=len(train_pairs) - len(trainer.train_dataset), dropped_by="--max-length",
+        len(trainer.train_dataset),
+        what="directive pairs",
+        source=data_file,
+        read=len(pairs),
+        held_out=len(held_out),
+        dropped=len(train_pairs) - len(trainer.train_dataset),
+        dropped_by="--max-length",
     )
     heldout_rows = data.to_dataset(data.fitted_pair_rows(held_out, tokenizer, settings.max_length)[0]) if held_out else None
     selection = keep_best(
-        trainer, figure="held-out preference accuracy", measure=lambda: trainer.evaluate(heldout_rows).get("eval_rewards/accuracies"),
-        higher_is_better=True, every=settings.eval_interval() if held_out else 0, patience=settings.patience,
+        trainer,
+        figure="held-out preference accuracy",
+        measure=lambda: trainer.evaluate(heldout_rows).get("eval_rewards/accuracies"),
+        higher_is_better=True,
+        every=settings.eval_interval() if held_out else 0,
+        patience=settings.patience,
     )
     figures = run_training(trainer, checkpoint, selection)
     figures.update(count_parameters(trainer.model))

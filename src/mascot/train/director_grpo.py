@@ -216,11 +216,16 @@ def group_reward_model_check(settings: DirectorGRPOSettings) -> dict[str, Any] |
     check = {"heldout_accuracy": accuracy, "heldout_pairs": pairs, "p_above_chance": None if p_value is None else round(p_value, 4)}
     check["weak"] = p_value is None or p_value >= ABOVE_CHANCE_P
     if check["weak"]:
-        ranked = f"ranks its held-out pairs {accuracy:.3f} ({wins} of {pairs}; one-sided p = {p_value:.3f} against chance)" if pairs else "reports no held-out pairs"
+        ranked = (
+            f"ranks its held-out pairs {accuracy:.3f} ({wins} of {pairs}; one-sided p = {p_value:.3f} against chance)"
+            if pairs
+            else "reports no held-out pairs"
+        )
         log.warning(
             "the group reward model %s %s: nothing shows it ranks conversations better than chance, so the Director would learn "
             "its noise and may give one companion every turn (watch director/choice_entropy); train it on more contexts",
-            settings.group_reward_model_path, ranked,
+            settings.group_reward_model_path,
+            ranked,
         )
     return check
 
@@ -248,7 +253,9 @@ def train_director_grpo(
     """`rollout_clients` and `trajectory_scorer` replace the rollout backend and the group reward
     model (tests, custom rewards); clients passed in are left open for their owner to close."""
     inputs = load_decision_inputs(settings)  # also checks the GRPO settings and the points one step needs
-    settings.rollout_repetition_penalty = rollout_repetition_penalty(settings, inputs.run)  # resolved as the reward model path is: rolled out and recorded as used
+    settings.rollout_repetition_penalty = rollout_repetition_penalty(
+        settings, inputs.run
+    )  # resolved as the reward model path is: rolled out and recorded as used
     plan = derive_batch(settings.batch_size, world_size(), settings.max_per_device_batch, settings.per_device_batch_size)
     director_reward_weights(settings)  # both weights 0 refused before the output folder exists
     if trajectory_scorer is None:
@@ -284,8 +291,12 @@ def train_director_grpo(
         if isinstance(scorer, JudgeTrajectoryScorer):
             trainer.add_callback(silent_judge_stop(scorer))
         selection = keep_best(
-            trainer, figure="held-out mean reward", measure=held_out_reward(trainer, rewards.rollouts), higher_is_better=True,
-            every=settings.eval_interval() if inputs.held_out else 0, patience=settings.patience,
+            trainer,
+            figure="held-out mean reward",
+            measure=held_out_reward(trainer, rewards.rollouts),
+            higher_is_better=True,
+            every=settings.eval_interval() if inputs.held_out else 0,
+            patience=settings.patience,
         )
         figures = run_training(trainer, checkpoint, selection)
         heldout = held_out_reward(trainer, rewards.rollouts)() if selection is not None else None  # the kept weights, sampled afresh
@@ -444,4 +455,3 @@ def choices_moved(evaluation: dict) -> str:
     entropy = evaluation.get("choice_entropy")
     bits = f", choice entropy {entropy['first']:.2f} -> {entropy['last']:.2f} bits" if entropy else ""
     return f"; {top} {shares[top]['first']:.0%} -> {shares[top]['last']:.0%} of the sampled directives{bits}"
-

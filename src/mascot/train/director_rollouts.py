@@ -195,9 +195,7 @@ class DirectorRollouts:
         if not failed:
             return
         total = self.stats.rollout_failures + failed
-        log.warning(
-            "step %d: %d of %d rollouts failed (%d so far); they get their group's mean reward", step, failed, attempted, total
-        )
+        log.warning("step %d: %d of %d rollouts failed (%d so far); they get their group's mean reward", step, failed, attempted, total)
         if failed == attempted:
             self.stats.rollout_failures = total
             raise RolloutFailure(
@@ -322,7 +320,10 @@ def director_reward_weights(settings: DirectorGRPOSettings, with_group_reward: b
 
 
 def director_rewards(
-    points: dict[str, DecisionPoint], clients: dict[str, ChatClient], scorer: TrajectoryScorer | None, settings: DirectorGRPOSettings,
+    points: dict[str, DecisionPoint],
+    clients: dict[str, ChatClient],
+    scorer: TrajectoryScorer | None,
+    settings: DirectorGRPOSettings,
     recorded: dict[str, dict[str, list[list[Turn]]]] | None = None,
 ) -> DirectorRewards:
     weights = director_reward_weights(settings, with_group_reward=scorer is not None)

@@ -100,7 +100,9 @@ def require_schedule(settings: TrainSettings) -> None:
     if settings.max_steps == 0:
         raise TrainingDataError("--max-steps 0 trains zero optimizer steps: give a positive number, or -1 to run --epochs")
     if settings.max_steps < 0 and settings.num_train_epochs <= 0:
-        raise TrainingDataError(f"--epochs {settings.num_train_epochs:g} trains zero optimizer steps: give a positive number of epochs or --max-steps")
+        raise TrainingDataError(
+            f"--epochs {settings.num_train_epochs:g} trains zero optimizer steps: give a positive number of epochs or --max-steps"
+        )
 
 
 def require_measuring(settings: TrainSettings) -> None:
@@ -133,8 +135,7 @@ def require_steps_taken(figures: dict, output: Path | str) -> None:
         return
     _remove_if_empty(Path(output))
     raise NothingTrained(
-        "training ended after 0 optimizer steps (the data loader gave no complete batch): nothing was saved; "
-        "lower --batch-size or give more records"
+        "training ended after 0 optimizer steps (the data loader gave no complete batch): nothing was saved; lower --batch-size or give more records"
     )
 
 

@@ -41,7 +41,9 @@ def fit_head_by_probe(model, rows: Sequence[dict[str, Any]], pad_token_id: int) 
     with torch.no_grad():
         head.copy_(weight.to(head.dtype).reshape(head.shape))
     figures = {"probe_train_accuracy": round(accuracy, 4), "probe_sequences": len(sequences), "probe_seconds": round(time.monotonic() - start, 1)}
-    log.info("score head fitted on the frozen model: %d sequences, training-pair accuracy %.3f, %.0f s", len(sequences), accuracy, figures["probe_seconds"])
+    log.info(
+        "score head fitted on the frozen model: %d sequences, training-pair accuracy %.3f, %.0f s", len(sequences), accuracy, figures["probe_seconds"]
+    )
     return figures
 
 

@@ -39,7 +39,6 @@ def _task_type(adapter: Path) -> str:
 def _load_base(base: str, task_type: str, dtype, num_layers: int = 0):
     from transformers import AutoModelForCausalLM
 
-
     silence_library_warnings()  # PEFT reads a deprecated property of the base as it wraps it
     if task_type != "SEQ_CLS":
         return AutoModelForCausalLM.from_pretrained(model_ref(base), dtype=dtype)
@@ -63,7 +62,6 @@ def merge_adapter(
 ) -> Path:
     """Merges `adapter` into its base and writes a full checkpoint with tokenizer and metadata."""
     from peft import PeftModel
-
 
     adapter, output = Path(adapter), Path(output)
     if not is_adapter(adapter):
@@ -94,9 +92,7 @@ def merge_adapter(
 def _write_merged_metadata(adapter: Path, output: Path, base: str, task_type: str) -> None:
     meta = artefact.read_metadata(adapter)
     if meta is None:  # an adapter trained elsewhere: describe what is known
-        meta = artefact.TrainingMetadata(
-            role="persona_reward_model" if task_type == "SEQ_CLS" else "speaker", trainer="merge", base_model=base
-        )
+        meta = artefact.TrainingMetadata(role="persona_reward_model" if task_type == "SEQ_CLS" else "speaker", trainer="merge", base_model=base)
     meta = meta.model_copy(deep=True)
     meta.weights = "full"
     meta.registered_as = None  # the adapter's version, not this folder's

@@ -78,7 +78,6 @@ def load_tokenizer(name: str):
 def load_causal_lm(name: str):
     from transformers import AutoModelForCausalLM
 
-
     return _load(AutoModelForCausalLM.from_pretrained, model_ref(name), dtype=model_dtype())
 
 
@@ -91,11 +90,12 @@ def load_sequence_classifier(name: str, pad_token_id: int | None, *, new_head_ex
     replaces it right after; other weights that did not load are still reported."""
     from transformers import AutoModelForSequenceClassification
 
-
     source = model_ref(name)
     kwargs = {"config": truncated_config(source, num_layers)} if num_layers > 0 else {"num_labels": 1}
     with quiet_load_report():
-        model, info = _load(AutoModelForSequenceClassification.from_pretrained, source, dtype=dtype or model_dtype(), output_loading_info=True, **kwargs)
+        model, info = _load(
+            AutoModelForSequenceClassification.from_pretrained, source, dtype=dtype or model_dtype(), output_loading_info=True, **kwargs
+        )
     info["unexpected_keys"] = [k for k in info.get("unexpected_keys") or [] if not dropped_layer_key(k, num_layers)]
     report_loading(info, source, new_head_expected=new_head_expected)
     model.config.pad_token_id = pad_token_id
@@ -163,7 +163,9 @@ def load_reward_model(path: str, device=None):
         from peft import PeftModel
 
         layers = meta.score_layers if meta is not None else 0  # full weights carry their depth in config.json; an adapter's base does not
-        base = load_sequence_classifier(adapter_base_model(path), tokenizer.pad_token_id, new_head_expected=False, num_layers=layers)  # the adapter holds the head
+        base = load_sequence_classifier(
+            adapter_base_model(path), tokenizer.pad_token_id, new_head_expected=False, num_layers=layers
+        )  # the adapter holds the head
         install_score_window(base, window)
         model = PeftModel.from_pretrained(base, model_ref(path))
         model = model.merge_and_unload()

@@ -82,6 +82,8 @@ def register_trained(folder: Path) -> str | None:
     try:
         version, _ = register(Registry(place), folder)
     except (MascotError, OSError) as exc:
-        log.warning("the artefact in %s was not registered in %s: %s (register it later with `mascot adapters register %s`)", folder, place, exc, folder)
+        log.warning(
+            "the artefact in %s was not registered in %s: %s (register it later with `mascot adapters register %s`)", folder, place, exc, folder
+        )
         return None
     return version.id

@@ -61,13 +61,23 @@ def train_pairwise_reward_model(settings: RewardModelSettings, *, kind: str, rol
     trainer, tokenizer, num_cut, probe = _reward_trainer(settings, output, plan, train_pairs, resuming=checkpoint is not None)
     skipped = len(train_pairs) - len(trainer.train_dataset)
     data.require_records_left(
-        len(trainer.train_dataset), what="preference pairs", source=data_file, read=len(pairs), held_out=len(held_out), dropped=skipped, dropped_by="--max-length"
+        len(trainer.train_dataset),
+        what="preference pairs",
+        source=data_file,
+        read=len(pairs),
+        held_out=len(held_out),
+        dropped=skipped,
+        dropped_by="--max-length",
     )
     if probe and held_out:  # what the head alone ranks before fine-tuning (LoRA starts as the identity), to set beside the final figure
         probe["probe_heldout_accuracy"] = heldout_accuracy(trainer.model, tokenizer, held_out, settings.max_length)
     selection = keep_best(
-        trainer, figure="held-out pairwise accuracy", measure=lambda: heldout_accuracy(trainer.model, tokenizer, held_out, settings.max_length),
-        higher_is_better=True, every=settings.eval_interval() if held_out else 0, patience=settings.patience,
+        trainer,
+        figure="held-out pairwise accuracy",
+        measure=lambda: heldout_accuracy(trainer.model, tokenizer, held_out, settings.max_length),
+        higher_is_better=True,
+        every=settings.eval_interval() if held_out else 0,
+        patience=settings.patience,
     )
     figures = run_training(trainer, checkpoint, selection)
     figures.update(count_parameters(trainer.model), **probe, num_truncated_pairs=num_cut, num_skipped_too_long=skipped)
@@ -105,7 +115,9 @@ def _reward_trainer(settings: RewardModelSettings, output: Path, plan, train_pai
     tokenizer = load_tokenizer(settings.model_name)
     rows, num_cut = data.tokenized_pair_rows(train_pairs, tokenizer, settings.max_length, settings.margin_scale)
     if num_cut:
-        log.warning("%d of %d training pairs are longer than --max-length %d: the middle of their prompt was cut", num_cut, len(rows), settings.max_length)
+        log.warning(
+            "%d of %d training pairs are longer than --max-length %d: the middle of their prompt was cut", num_cut, len(rows), settings.max_length
+        )
     model = load_sequence_classifier(settings.model_name, tokenizer.pad_token_id, num_layers=settings.score_layers)
     install_score_window(model, settings.score_window)  # before LoRA wraps it and before the probe reads its pooling
     probe = {} if resuming else initial_head(settings, model, rows, tokenizer.pad_token_id)  # a checkpoint brings its own head

@@ -63,9 +63,7 @@ def derive_batch(batch_size: int, devices: int, cap: int, per_device: int | None
     if per_device is None:
         per_device = max(d for d in range(1, min(cap, share) + 1) if share % d == 0)
     elif share % per_device:
-        raise TrainingSetupError(
-            f"per-device batch {per_device} does not divide the batch share {share} (batch {batch_size} over {devices} devices)"
-        )
+        raise TrainingSetupError(f"per-device batch {per_device} does not divide the batch share {share} (batch {batch_size} over {devices} devices)")
     return BatchPlan(per_device=per_device, accumulation=share // per_device, devices=devices)
 
 

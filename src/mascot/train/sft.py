@@ -63,7 +63,9 @@ def train_sft(settings: SFTSettings) -> TrainOutcome:
     tokenizer = load_tokenizer(settings.model_name)
     rows, num_cut = fitted_rows(train, tokenizer, settings.max_length)  # prompts cut here, so TRL never cuts a reply
     if num_cut:
-        log.warning("%d of %d SFT examples are longer than --max-length %d: the middle of their prompt was cut", num_cut, len(rows), settings.max_length)
+        log.warning(
+            "%d of %d SFT examples are longer than --max-length %d: the middle of their prompt was cut", num_cut, len(rows), settings.max_length
+        )
     eval_rows = fitted_rows(held_out, tokenizer, settings.max_length)[0] if held_out else None
     trainer = SFTTrainer(
         model=load_causal_lm(settings.model_name),
@@ -74,8 +76,12 @@ def train_sft(settings: SFTSettings) -> TrainOutcome:
         peft_config=lora_config(settings, "CAUSAL_LM") if settings.lora else None,
     )
     selection = keep_best(
-        trainer, figure="held-out loss", measure=lambda: trainer.evaluate().get("eval_loss"), higher_is_better=False,
-        every=settings.eval_interval() if eval_rows else 0, patience=settings.patience,
+        trainer,
+        figure="held-out loss",
+        measure=lambda: trainer.evaluate().get("eval_loss"),
+        higher_is_better=False,
+        every=settings.eval_interval() if eval_rows else 0,
+        patience=settings.patience,
     )
     figures = run_training(trainer, checkpoint, selection)
     figures.update(count_parameters(trainer.model))
@@ -112,7 +118,14 @@ def dry_run_summary(settings: SFTSettings) -> dict:
     train = data.limit_records(train, settings.limit, settings.seed)
     data.require_records_left(len(train), what="SFT examples", source=loaded.source, read=len(loaded.examples), held_out=len(held_out))
     output = Path(settings.output_dir) if settings.output_dir else artefact.default_output_dir("speaker_sft", dataset, settings.model_name)
-    return {"data_file": loaded.source, "num_records": len(loaded.examples), "num_train_records": len(train), "sft_data": settings.sft_data, "dataset": dataset, "output_dir": output}
+    return {
+        "data_file": loaded.source,
+        "num_records": len(loaded.examples),
+        "num_train_records": len(train),
+        "sft_data": settings.sft_data,
+        "dataset": dataset,
+        "output_dir": output,
+    }
 
 
 def describe(outcome: TrainOutcome) -> str:

@@ -59,7 +59,8 @@ def best_candidates(path: str | Path) -> SFTData:
         if held is None or (c.overall, -c.candidate_idx) > (held.overall, -held.candidate_idx):
             best[key] = c
     examples = [
-        SFTExample(c.prompt, [{"role": "assistant", "content": c.response}], f"{c.context_id}\x1f{c.persona}", c.persona, c.overall) for c in best.values()
+        SFTExample(c.prompt, [{"role": "assistant", "content": c.response}], f"{c.context_id}\x1f{c.persona}", c.persona, c.overall)
+        for c in best.values()
     ]
     if not examples:
         raise TrainingDataError(f"{file}: no judged, non-empty candidate to learn from ({len(candidates)} read)")

@@ -116,7 +116,9 @@ def _policy_generate(model, generate, pad_id: int, *, constraint=None, share: bo
                 cache = shared_prompt_cache(loaded, rows, input_ids.size(1)) if share and not compiled else None
                 extra = {cache_keyword(): cache} if cache is not None else {}
                 if constraint is not None:
-                    extra["logits_processor"] = LogitsProcessorList([*(kwargs.pop("logits_processor", None) or []), constraint(len(rows), input_ids.size(1))])
+                    extra["logits_processor"] = LogitsProcessorList(
+                        [*(kwargs.pop("logits_processor", None) or []), constraint(len(rows), input_ids.size(1))]
+                    )
                 if compiled and kwargs.get("generation_config") is not None:
                     kwargs["generation_config"] = compiled_config(kwargs["generation_config"])
                 return generate(*args, input_ids=input_ids, attention_mask=attention_mask, **extra, **kwargs)
@@ -215,7 +217,9 @@ def prompt_sharing(trainer_class: type) -> type:
             finally:
                 trl_grpo.shuffle_sequence_dict = row_shuffle
 
-        def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False, **kwargs):
+        def _get_per_token_logps_and_entropies(
+            self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False, **kwargs
+        ):
             if not (self.share_prompts and sharing_applies(self, kwargs)) or input_ids.size(1) - logits_to_keep < 2:
                 return super()._get_per_token_logps_and_entropies(
                     model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size, compute_entropy=compute_entropy, **kwargs

@@ -126,8 +126,12 @@ def train_speaker(settings: SpeakerGRPOSettings) -> TrainOutcome:
         peft_config=lora_config(settings, "CAUSAL_LM", model) if settings.lora else None,
     )
     selection = keep_best(
-        trainer, figure="held-out mean reward", measure=lambda: trainer.evaluate().get("eval_reward"), higher_is_better=True,
-        every=settings.eval_interval() if held_out else 0, patience=settings.patience,
+        trainer,
+        figure="held-out mean reward",
+        measure=lambda: trainer.evaluate().get("eval_reward"),
+        higher_is_better=True,
+        every=settings.eval_interval() if held_out else 0,
+        patience=settings.patience,
     )
     figures = run_training(trainer, checkpoint, selection)
     figures.update(count_parameters(trainer.model))

@@ -137,7 +137,9 @@ def listening_socket(host: str, port: int) -> socket.socket:
     except OSError as exc:
         sock.close()
         if exc.errno == errno.EADDRINUSE:
-            raise MascotError(f"port {port} on {host} is taken by another program: pick another with --port (e.g. --port {port % 65535 + 1})") from None
+            raise MascotError(
+                f"port {port} on {host} is taken by another program: pick another with --port (e.g. --port {port % 65535 + 1})"
+            ) from None
         raise MascotError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     sock.set_inheritable(True)
     return sock
@@ -178,8 +180,9 @@ def serve_workers(settings: WebSettings, on_bound: Callable[[], None] | None = N
         sock.close()
 
 
-def serve(settings: WebSettings, app: FastAPI | None = None, *, on_bound: Callable[[], None] | None = None,
-          on_listening: Callable[[], None] | None = None) -> None:
+def serve(
+    settings: WebSettings, app: FastAPI | None = None, *, on_bound: Callable[[], None] | None = None, on_listening: Callable[[], None] | None = None
+) -> None:
     """Serves the app (built from the settings unless given) until Ctrl-C. `on_bound` runs once
     the port is held, `on_listening` once the app has started (models loaded) and accepts
     connections. With `--workers N` the processes start on their own and `on_listening` is not called."""

@@ -99,7 +99,9 @@ async def session_page(request: Request, session_id: str) -> HTMLResponse:
     try:
         session = sessions_of(request).get(session_id)
     except SessionNotFound as exc:
-        return page(request, "error.html", 404, title="No such session", message=sentence(f"{exc}: it may have been removed, or the address is mistyped"))
+        return page(
+            request, "error.html", 404, title="No such session", message=sentence(f"{exc}: it may have been removed, or the address is mistyped")
+        )
     except MascotError as exc:
         return page(request, "error.html", 422, title="This session cannot be continued", message=sentence(scrub(str(exc))))
     names = session.roster.names
@@ -107,9 +109,18 @@ async def session_page(request: Request, session_id: str) -> HTMLResponse:
     started = readable_time(session.created_at)
     settings = request.app.state.settings
     ratings = sessions_of(request).latest_ratings(session_id) if settings.feedback else {}
-    return page(request, "session.html", session=session, session_id=session_id, colours=colours, started=started,
-                max_chars=settings.max_message_chars, fallback_note=fallback_note, feedback=settings.feedback,
-                ratings={turn: r.rating for turn, r in ratings.items()})
+    return page(
+        request,
+        "session.html",
+        session=session,
+        session_id=session_id,
+        colours=colours,
+        started=started,
+        max_chars=settings.max_message_chars,
+        fallback_note=fallback_note,
+        feedback=settings.feedback,
+        ratings={turn: r.rating for turn, r in ratings.items()},
+    )
 
 
 @router.get("/sessions/{session_id}/export.jsonl")
@@ -140,7 +151,9 @@ async def delete_session(request: Request, session_id: str) -> Response:
     try:
         slot = await sessions.claim(session_id)  # never while a reply is being written into it
         if slot is None:
-            raise HTTPException(status_code=409, detail="The group is still answering in this conversation: wait for the reply to end, then delete it.")
+            raise HTTPException(
+                status_code=409, detail="The group is still answering in this conversation: wait for the reply to end, then delete it."
+            )
         try:
             sessions.delete(session_id)
         finally:
@@ -167,8 +180,10 @@ async def send_message(request: Request, session_id: str, message: MessageIn) ->
     sessions.check_message_rate()
     slot = await sessions.claim(session_id)
     if slot is None:
-        raise HTTPException(status_code=409, detail="The group is still answering the last message: wait for the reply to end, then send yours."
-                            + getattr(sessions, "busy_note", ""))
+        raise HTTPException(
+            status_code=409,
+            detail="The group is still answering the last message: wait for the reply to end, then send yours." + getattr(sessions, "busy_note", ""),
+        )
     sessions.alternatives.pop(session_id, None)  # a reply offered beside the last one is no longer to choose
     queue: asyncio.Queue = asyncio.Queue()
     task = asyncio.create_task(answer(session, text, queue, slot))
@@ -266,8 +281,12 @@ async def choose_reply(request: Request, session_id: str, choice: ChoiceIn) -> d
         alternative_of="direction" if direction else "reply", chosen_directive=chosen.directive if direction else None,
         rejected_directive=rejected.directive if direction else None, rejected_agent=rejected.agent_name if direction else None,
         consent=sessions.feedback_consent))  # fmt: skip
-    return {"turn_idx": choice.turn_idx, "response": chosen.response, "agent": chosen.agent_name,
-            "colour": colour_index(chosen.agent_name or "", session.roster.names)}
+    return {
+        "turn_idx": choice.turn_idx,
+        "response": chosen.response,
+        "agent": chosen.agent_name,
+        "colour": colour_index(chosen.agent_name or "", session.roster.names),
+    }
 
 
 def version_of(turn) -> str | None:

@@ -52,7 +52,9 @@ def unreadable(errors: list[dict]) -> str:
     field = field.replace("_", " ")
     if first.get("type") == "missing":
         return sentence(f"the request has no {field}" if field else "the request has no body")
-    return sentence(f"the {field} in the request is not valid: {first.get('msg', 'unreadable')}" if field else first.get("msg", "the request could not be read"))
+    return sentence(
+        f"the {field} in the request is not valid: {first.get('msg', 'unreadable')}" if field else first.get("msg", "the request could not be read")
+    )
 
 
 def wants_json(request: Request) -> bool:

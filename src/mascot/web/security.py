@@ -66,7 +66,9 @@ async def require_csrf(request: Request) -> None:
     if not sent and request.headers.get("content-type", "").startswith(("application/x-www-form-urlencoded", "multipart/form-data")):
         sent = str((await request.form()).get(CSRF_FORM_FIELD, ""))
     if not (_TOKEN.match(cookie) and secrets.compare_digest(cookie, sent)):
-        raise HTTPException(status_code=403, detail="This page's security token is missing or out of date (CSRF check): reload the page and try again.")
+        raise HTTPException(
+            status_code=403, detail="This page's security token is missing or out of date (CSRF check): reload the page and try again."
+        )
 
 
 def scrub(text: str) -> str:

@@ -151,7 +151,9 @@ class WebSessions:
         """A new session under an unguessable id, saved at once: a person who leaves before the
         first message finds it in the list."""
         path = self.path_of(new_id(SESSION_PREFIX))
-        session, _ = open_session(path, self.clients, self.settings, roster=self.roster_for(roster_key), situation=situation, role_identities=self.identities)
+        session, _ = open_session(
+            path, self.clients, self.settings, roster=self.roster_for(roster_key), situation=situation, role_identities=self.identities
+        )
         session.save()
         self._open[path.stem] = session
         return session

@@ -86,7 +86,10 @@ def rater_home(request: Request, token: str) -> HTMLResponse:
 
 
 def _item_values(item: Item, token: str, secret: str, total: int, previous: dict | None) -> dict[str, Any]:
-    conversations = [("1", item.episode_a if item.left_side == "a" else item.episode_b), ("2", item.episode_b if item.left_side == "a" else item.episode_a)]
+    conversations = [
+        ("1", item.episode_a if item.left_side == "a" else item.episode_b),
+        ("2", item.episode_b if item.left_side == "a" else item.episode_a),
+    ]
     shown: dict[str, int] = {}
     chosen = None
     if previous:
@@ -94,8 +97,15 @@ def _item_values(item: Item, token: str, secret: str, total: int, previous: dict
         for side, scores in previous["scores"].items():
             shown.update({f"{metric}_{item.shown_of(side)}": value for metric, value in scores.items()})
     return {
-        "token": token, "position": item.position, "total": total, "context": item.context, "conversations": conversations,
-        "metrics": [(m, METRIC_LABELS[m]) for m in METRICS], "csrf": csrf_token(secret, token), "chosen": chosen, "previous": shown,
+        "token": token,
+        "position": item.position,
+        "total": total,
+        "context": item.context,
+        "conversations": conversations,
+        "metrics": [(m, METRIC_LABELS[m]) for m in METRICS],
+        "csrf": csrf_token(secret, token),
+        "chosen": chosen,
+        "previous": shown,
     }
 
 

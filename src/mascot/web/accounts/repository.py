@@ -157,7 +157,9 @@ class Accounts:
             turns = dict(db.execute(select(Conversation.owner_id, func.count()).join(TurnRow, TurnRow.conversation_id == Conversation.id)
                                     .group_by(Conversation.owner_id)).all())  # fmt: skip
             people = db.scalars(select(Person).order_by(Person.created_at)).all()
-        return [Usage(p.id, p.username, p.role, p.disabled, p.created_at, p.last_seen_at, conversations.get(p.id, 0), turns.get(p.id, 0)) for p in people]
+        return [
+            Usage(p.id, p.username, p.role, p.disabled, p.created_at, p.last_seen_at, conversations.get(p.id, 0), turns.get(p.id, 0)) for p in people
+        ]
 
     def set_role(self, person_id: str, role: str) -> None:
         if role not in ROLES:
@@ -291,7 +293,11 @@ class PersonData:
         with self.factory.begin() as db:
             row = db.get(Conversation, episode.episode_id)
             if row is None:
-                db.add(Conversation(id=episode.episode_id, owner_id=self.owner_id, created_at=parse_time(episode.metadata.created_at) or utcnow(), **values))
+                db.add(
+                    Conversation(
+                        id=episode.episode_id, owner_id=self.owner_id, created_at=parse_time(episode.metadata.created_at) or utcnow(), **values
+                    )
+                )
                 db.flush()
             elif row.owner_id != self.owner_id:
                 raise NotFound(f"no session {episode.episode_id!r}")
@@ -337,7 +343,11 @@ class PersonData:
 
     def rosters(self) -> dict[str, bytes]:
         with self.factory() as db:
-            return dict(db.execute(select(UploadedRoster.key, UploadedRoster.data).where(UploadedRoster.owner_id == self.owner_id).order_by(UploadedRoster.key)).all())
+            return dict(
+                db.execute(
+                    select(UploadedRoster.key, UploadedRoster.data).where(UploadedRoster.owner_id == self.owner_id).order_by(UploadedRoster.key)
+                ).all()
+            )
 
     def add_roster(self, key: str, data: bytes) -> None:
         with self.factory.begin() as db:

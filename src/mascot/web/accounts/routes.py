@@ -201,5 +201,3 @@ def admin_action(request: Request, person_id: str, action: str, admin: Person = 
     except AccountError as exc:
         return page(request, "admin.html", 422, people=accounts.usage(), me=admin, invitation="", mode=signup_mode(request), error=str(exc))
     return RedirectResponse("/admin", status_code=303)
-
-
