@@ -171,7 +171,7 @@ def test_the_hub_error_names_the_split_asked_for(monkeypatch):
 
     monkeypatch.setitem(__import__("sys").modules, "datasets", SimpleNamespace(load_dataset=offline))
     with pytest.raises(MascotError) as failed:
-        list(__import__("mascot.data", fromlist=["iter_contexts"]).iter_contexts("QMSum", split="val"))
+        list(__import__("mascot.data.loaders", fromlist=["iter_contexts"]).iter_contexts("QMSum", split="val"))
     assert "split 'val'" in str(failed.value) and "'train'" not in str(failed.value)
     assert sources.load_hub_split  # the one loader every hub split goes through
 

@@ -128,30 +128,40 @@ def test_the_stage1_run_folder_follows_the_speaker_model():
     assert individual_run_dir(s) == Path("o/individual_ESConv_m")
 
 
-def _declarations(classes) -> dict[str, list[str]]:
-    """Flag name -> the classes that declare it (a field with help text: a flag)."""
+def _option_fields(classes):
+    """(class, field) of every option (a flag: help text, not a positional argument) each class itself annotates."""
     import dataclasses
 
-    declared: dict[str, list[str]] = {}
-    for cls in (c for c in classes if dataclasses.is_dataclass(c)):
+    for cls in dict.fromkeys(c for c in classes if dataclasses.is_dataclass(c)):
         fields = {f.name: f for f in dataclasses.fields(cls)}
         for name in cls.__dict__.get("__annotations__", {}):
-            if name in fields and "help" in fields[name].metadata:
-                declared.setdefault(name, []).append(f"{cls.__module__}.{cls.__qualname__}")
-    return declared
+            f = fields.get(name)
+            if f is not None and "help" in f.metadata and not f.metadata.get("argument"):
+                yield cls, f
 
 
-def test_the_shared_setting_groups_declare_each_flag_once():
-    """A setting the runs share (sampling, safety, endpoints, judging, data, output) has one
-    declaration: one help text, one default, one set of spellings."""
-    import inspect
+def _every_settings_class():
+    from mascot.commands import COMMANDS
 
-    from mascot import settings_groups
-    from mascot.dialogue import settings as dialogue_settings
+    return [c for entry in COMMANDS for c in entry.settings_class().__mro__]
 
-    groups = [c for m in (settings_groups, dialogue_settings) for _, c in inspect.getmembers(m, inspect.isclass) if c.__module__ == m.__name__]
-    twice = {name: owners for name, owners in _declarations(groups).items() if len(owners) > 1}
-    assert twice == {}
+
+def test_every_flag_has_one_declaration():
+    """A flag name has one declaration (type of value, spellings, checks, help) across every
+    command; a command that takes it composes the group that declares it, or (`default_for`) gives
+    it its own default and says what it reads there."""
+    declared: dict[str, list[str]] = {}
+    borrowed = []
+    for cls, f in _option_fields(_every_settings_class()):
+        owner = f.metadata.get("declared_by")
+        if owner is None:
+            declared.setdefault(f.name, []).append(f"{cls.__module__}.{cls.__qualname__}")
+        else:
+            borrowed.append((f"{cls.__module__}.{cls.__qualname__}", f.name, owner))
+    assert {name: owners for name, owners in declared.items() if len(owners) > 1} == {}
+    assert borrowed and all(owner in declared.get(name, []) for _, name, owner in borrowed), [
+        b for b in borrowed if b[2] not in declared.get(b[1], [])
+    ]
 
 
 @pytest.mark.parametrize("words, mode", [(("generate",), "group"), (("generate",), "individual"), (("chat",), None), (("web",), None)])
@@ -160,8 +170,10 @@ def test_a_run_s_settings_take_each_flag_from_one_declaration(words, mode):
     from mascot.commands import command
 
     cls = command(*words, mode=mode).settings_class()
-    twice = {name: owners for name, owners in _declarations(cls.__mro__).items() if len(owners) > 1}
-    assert twice == {}
+    owners: dict[str, list[str]] = {}
+    for owner, f in _option_fields(cls.__mro__):
+        owners.setdefault(f.name, []).append(owner.__name__)
+    assert {name: found for name, found in owners.items() if len(found) > 1} == {}
     assert GroupEpisodeSettings().num_episodes == EngineSettings().num_episodes == 2  # one default
 
 

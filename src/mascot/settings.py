@@ -50,6 +50,44 @@ def setting(
     return field(default=default, metadata=metadata)
 
 
+KEEP = object()  # default_for: the declaration's own default
+
+
+def default_for(
+    owner: type,
+    name: str,
+    default: Any = KEEP,
+    *,
+    help: str | None = None,
+    required: bool | None = None,
+    also: tuple[str, ...] = (),
+    panel: str | None = None,
+    deprecated: tuple[str, ...] = (),
+) -> Any:
+    """A flag another settings class declares, with this command's default (and, where the command
+    reads something more specific, its own help or requiredness): the flag's spellings, type and
+    checks stay that one declaration's, as a subclass of a TRL config sets its own defaults; `also`:
+    spellings this command adds (the reference code's names). `owner`: the class that declares the flag (`tests/test_command_settings.py` checks that every
+    flag name has one declaration and that every other use is made here)."""
+    declared = owner.__dataclass_fields__[name]
+    metadata = dict(declared.metadata)
+    metadata["declared_by"] = declared.metadata.get("declared_by") or f"{owner.__module__}.{owner.__qualname__}"
+    if help is not None:
+        metadata["help"] = help
+    if required is not None:
+        metadata["required"] = required
+    if also:
+        metadata["flags"] = tuple(dict.fromkeys((*also, *(metadata.get("flags") or ()))))
+    if panel is not None:
+        metadata["panel"] = panel
+    if deprecated:
+        metadata["deprecated"] = tuple(dict.fromkeys((*deprecated, *(metadata.get("deprecated") or ()))))
+    value = default_of(declared) if default is KEEP else default
+    if isinstance(value, (list, dict, set)):
+        return field(default_factory=lambda: type(value)(value), metadata=metadata)
+    return field(default=value, metadata=metadata)
+
+
 def fixed(default: Any) -> Any:
     """A field that is not a flag (fixed per command or filled in by code)."""
     return field(default=default, metadata={"cli": False})

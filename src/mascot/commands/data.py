@@ -6,9 +6,8 @@ from dataclasses import dataclass
 
 import typer
 
-from mascot.data.registry import DATASET_CHOICES
-from mascot.settings import setting
-from mascot.settings_groups import DataSettings
+from mascot.settings import default_for, setting
+from mascot.settings_groups import DataSettings, SeedSettings
 
 TRANSCRIPT_PREVIEW_TURNS = 6
 
@@ -17,9 +16,9 @@ TRANSCRIPT_PREVIEW_TURNS = 6
 class PreviewSettings(DataSettings):
     """Print the first contexts of a split (or --jsonl records for other tools)."""
 
-    dataset: str = setting(None, f"{DATASET_CHOICES}.", required=True)
-    limit: int = setting(3, "Use at most this many contexts.")
-    seed: int = setting(0, "Seed of --shuffle.")
+    dataset: str = default_for(DataSettings, "dataset", None, required=True)
+    limit: int = default_for(DataSettings, "limit", 3)
+    seed: int = default_for(SeedSettings, "seed", 0, help="Seed of --shuffle.")
     shuffle: bool = setting(False, "Pick contexts at random (with --seed).")
     jsonl: bool = setting(False, "Print Context records as JSON lines.")
 

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Optional
 
 from mascot import vocab
-from mascot.settings import setting
-from mascot.settings_groups import MODEL_NAME_HELP, SHARED_URL_HELP
+from mascot.dialogue.settings import EngineSettings
+from mascot.settings import default_for, setting
+from mascot.settings_groups import MODEL_NAME_HELP, SHARED_URL_HELP, OutputSettings, SeedSettings, SpeakerEndpointSettings
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples" / "contexts.jsonl"
 DEMO_MAX_TOKENS = 96
@@ -26,11 +27,11 @@ DEMO_MAX_TOKENS = 96
 class DemoSettings:
     """Run directed group episodes on built-in sample contexts and print the transcripts."""
 
-    num_turns: int = setting(3, "Rounds per episode.")
-    output_dir: Path = setting(Path("outputs/demo"), "Parent folder of the run directory.")
-    model_name: Optional[str] = setting(None, MODEL_NAME_HELP, flags=("--model",))
-    vllm_server_url: Optional[list[str]] = setting(None, SHARED_URL_HELP)
-    seed: int = setting(42, "Run seed; every episode's seed derives from it.")
+    num_turns: int = default_for(EngineSettings, "num_turns", 3, help="Rounds per episode.")
+    output_dir: Path = default_for(OutputSettings, "output_dir", Path("outputs/demo"))
+    model_name: Optional[str] = default_for(SpeakerEndpointSettings, "model_name", None, help=MODEL_NAME_HELP)
+    vllm_server_url: Optional[list[str]] = default_for(SpeakerEndpointSettings, "vllm_server_url", None, help=SHARED_URL_HELP)
+    seed: int = default_for(SeedSettings, "seed", 42)
     threads: Optional[int] = setting(None, "CPU threads for the local model (default: the cores other processes leave free).")
 
 

@@ -13,8 +13,8 @@ from typing import Optional
 import typer
 
 from mascot.errors import MascotError
-from mascot.settings import require, setting
-from mascot.settings_groups import SPLIT_HELP, JudgePanelSettings, check_judge_panel
+from mascot.settings import default_for, require, setting
+from mascot.settings_groups import SPLIT_HELP, DataSettings, JudgePanelSettings, OutputSettings, check_judge_panel
 
 SCOPES = {"both": ("agent", "collective"), "agent": ("agent",), "collective": ("collective",)}
 
@@ -23,12 +23,15 @@ SCOPES = {"both": ("agent", "collective"), "agent": ("agent",), "collective": ("
 class JudgedFileSettings(JudgePanelSettings):
     """An episode file to judge: the panel, the contexts to judge in, where to write."""
 
-    dataset: Optional[str] = setting(None, "Override the dataset (default: each record's metadata.dataset).")
-    data_file: Optional[Path] = setting(
-        None, "Dataset file or folder to look up each episode's context by context_id (otherwise judged on the conversation)."
+    dataset: Optional[str] = default_for(DataSettings, "dataset", None, help="Override the dataset (default: each record's metadata.dataset).")
+    data_file: Optional[Path] = default_for(
+        DataSettings,
+        "data_file",
+        None,
+        help="Dataset file or folder to look up each episode's context by context_id (otherwise judged on the conversation).",
     )
-    split: Optional[str] = setting(None, SPLIT_HELP)
-    output_dir: Optional[Path] = setting(None, "Where to write (default: next to the input file).")
+    split: Optional[str] = default_for(DataSettings, "split", None, help=SPLIT_HELP)
+    output_dir: Optional[Path] = default_for(OutputSettings, "output_dir", None, help="Where to write (default: next to the input file).")
 
     def __post_init__(self) -> None:
         check_judged_file(self)
@@ -51,7 +54,7 @@ class JudgeSettings(JudgedFileSettings):
 
     input_file: Path = setting(None, "Episode JSONL to judge.", required=True)
     scope: str = setting("both", "agent | collective | both.")
-    limit: Optional[int] = setting(None, "Judge only the first N episodes.")
+    limit: Optional[int] = default_for(DataSettings, "limit", None, help="Judge only the first N episodes.")
 
     def __post_init__(self) -> None:
         check_judged_file(self)

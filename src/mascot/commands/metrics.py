@@ -9,9 +9,11 @@ from typing import Optional
 
 import typer
 
+from mascot.commands.judge import JudgeSettings
 from mascot.errors import MascotError
 from mascot.metrics.settings import MetricsSettings
-from mascot.settings import part, setting
+from mascot.settings import default_for, part, setting
+from mascot.settings_groups import DataSettings
 
 
 @dataclass
@@ -21,9 +23,9 @@ class MetricsCommandSettings(MetricsSettings):
     Per episode and overall (mean and std), written with the settings used.
     """
 
-    input_file: Path = setting(None, "Episode JSONL.", required=True)
+    input_file: Path = default_for(JudgeSettings, "input_file", None, help="Episode JSONL.", required=True)
     output_file: Optional[Path] = setting(None, "Report path (default: metrics_auto.json next to the input).")
-    dataset: Optional[str] = setting(None, "Dataset label for legacy files without metadata.")
+    dataset: Optional[str] = default_for(DataSettings, "dataset", None, help="Dataset label for legacy files without metadata.")
 
     def writable_output(self) -> Path:
         """The report path, checked writable before any model loads."""

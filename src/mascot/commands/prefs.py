@@ -12,8 +12,10 @@ import typer
 
 from mascot.commands.judge import JudgedFileSettings, check_judged_file
 from mascot.errors import MascotError
-from mascot.settings import require, setting
-from mascot.settings_groups import ScoreMarginSettings, check_score_margin
+from mascot.settings import default_for, require, setting
+from mascot.settings_groups import DataSettings, OutputSettings, ScoreMarginSettings, SeedSettings, check_score_margin
+from mascot.study.settings import StudyResultsSettings
+from mascot.web.settings import WebSettings
 
 OUTPUT_NAMES = {"episode": "group_pairs", "trajectory": "group_pairs", "directive": "directive_pairs"}
 MODES = ("auto", "episode", "trajectory", "directive")
@@ -28,9 +30,11 @@ class PrefsGroupSettings(ScoreMarginSettings, JudgedFileSettings):
     """
 
     episodes: Path = setting(None, "Episode JSONL from `mascot generate --mode group`.", flags=("--input-file",), required=True)
-    judgments: Optional[Path] = setting(
+    judgments: Optional[Path] = default_for(
+        StudyResultsSettings,
+        "judgments",
         None,
-        "Judgments from `mascot judge` (its judgments_<stem>.jsonl); default: that file next to the episodes when it judges every item with these judges and --rubric-version, else the episodes are judged here.",
+        help="Judgments from `mascot judge` (its judgments_<stem>.jsonl); default: that file next to the episodes when it judges every item with these judges and --rubric-version, else the episodes are judged here.",
     )
     mode: str = setting(
         "auto",
@@ -252,21 +256,37 @@ class PrefsFeedbackSettings:
     similar). Only ratings given with consent (`mascot web --feedback-consent`) are used. Writes
     pairs.jsonl (the Stage-1 pair format, each pair with its provenance) and pairs_stats.json."""
 
-    session_dir: Path = setting(Path("outputs/chat"), "Folder of the web app's sessions (its --session-dir); ratings are in its feedback/ folder.")
-    output_dir: Path = setting(Path("outputs/feedback_pairs"), "Where pairs.jsonl, pairs_stats.json and run_config.json go.")
+    session_dir: Path = default_for(
+        WebSettings,
+        "session_dir",
+        Path("outputs/chat"),
+        help="Folder of the web app's sessions (its --session-dir); ratings are in its feedback/ folder.",
+    )
+    output_dir: Path = default_for(
+        OutputSettings, "output_dir", Path("outputs/feedback_pairs"), help="Where pairs.jsonl, pairs_stats.json and run_config.json go."
+    )
     max_pairs_per_reply: int = setting(4, "Replies rated not helpful paired with each helpful one, at most.")
-    study: Optional[Path] = setting(
-        None, "A study file (`mascot study create`): each blinded choice becomes an episode-level pair for the group reward model."
+    study: Optional[Path] = default_for(
+        WebSettings,
+        "study",
+        None,
+        help="A study file (`mascot study create`): each blinded choice becomes an episode-level pair for the group reward model.",
     )
     with_pairs: Optional[list[Path]] = setting(None, "Judge-built pair files to mix in (repeatable): the reward model trains on both.")
-    dataset: Optional[str] = setting(None, "Dataset recorded for the trainers (default: the sessions' own, when they agree).")
-    seed: int = setting(0, "Seed of the order ties are broken in.")
-    accounts: bool = setting(
+    dataset: Optional[str] = default_for(
+        DataSettings, "dataset", None, help="Dataset recorded for the trainers (default: the sessions' own, when they agree)."
+    )
+    seed: int = default_for(SeedSettings, "seed", 0, help="Seed of the order ties are broken in.")
+    accounts: bool = default_for(
+        WebSettings,
+        "accounts",
         False,
-        "Read the ratings of `mascot web --accounts` from its database (mascot.db in --session-dir, or --database-url): "
+        help="Read the ratings of `mascot web --accounts` from its database (mascot.db in --session-dir, or --database-url): "
         "only of people who consent on their account page.",
     )
-    database_url: Optional[str] = setting(None, "The accounts database to read with --accounts (as `mascot web --database-url`).")
+    database_url: Optional[str] = default_for(
+        WebSettings, "database_url", None, help="The accounts database to read with --accounts (as `mascot web --database-url`)."
+    )
 
     def __post_init__(self) -> None:
         require(self.max_pairs_per_reply >= 1, "--max-pairs-per-reply must be at least 1")

@@ -18,13 +18,16 @@ from typing import Optional
 
 from mascot.dialogue.chat_settings import DEFAULT_SESSION_DIR
 from mascot.errors import MascotError
-from mascot.settings import require, setting
+from mascot.settings import default_for, require, setting
+from mascot.web.settings import WebSettings
 
 
 @dataclass
 class DatabaseFields:
-    session_dir: Path = setting(DEFAULT_SESSION_DIR, "The app's session folder (its mascot.db is the default database).")
-    database_url: Optional[str] = setting(None, "The accounts database (as `mascot web --database-url`).")
+    session_dir: Path = default_for(
+        WebSettings, "session_dir", DEFAULT_SESSION_DIR, help="The app's session folder (its mascot.db is the default database)."
+    )
+    database_url: Optional[str] = default_for(WebSettings, "database_url", None, help="The accounts database (as `mascot web --database-url`).")
 
     @property
     def database(self) -> str:

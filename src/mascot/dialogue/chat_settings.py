@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Optional
 
 from mascot.dialogue.settings import SafetySettings, SamplingSettings, check_safety, check_sampling
-from mascot.settings import fixed, require, setting
-from mascot.settings_groups import GroupEndpointSettings, RosterSettings, TraceSettings, check_endpoints
+from mascot.settings import default_for, fixed, require, setting
+from mascot.settings_groups import DataSettings, GroupEndpointSettings, RosterSettings, TraceSettings, check_endpoints
 
 CHAT_SYSTEM = "mascot-chat"
 DEFAULT_SESSION_DIR = Path("outputs/chat")
@@ -40,7 +40,9 @@ def check_conversation(s: ConversationSettings) -> None:
 class ChatSettings(TraceSettings, RosterSettings, GroupEndpointSettings, ConversationSettings):
     """Chat with the group: the Director picks who answers each message; replies stream as they are written."""
 
-    dataset: Optional[str] = setting(None, "Choose the roster by dataset (ESConv, ED, QMSum); recorded in metadata.")
+    dataset: Optional[str] = default_for(
+        DataSettings, "dataset", None, help="Choose the roster by dataset (ESConv, ED, QMSum); recorded in metadata."
+    )
     situation: Optional[str] = setting(None, "What the conversation is about (meetings: the participant's question).")
     meeting_file: Optional[Path] = setting(None, "Meetings roster: a transcript ('Speaker: text' lines, JSONL, or a QMSum record).")
     session: Optional[Path] = setting(None, "Session file; an existing one is shown and continued (default: outputs/chat/session-<time>.jsonl).")

@@ -9,9 +9,23 @@ from dataclasses import dataclass
 from typing import Optional
 
 from mascot import vocab
-from mascot.dialogue.settings import check_repetition_penalty
-from mascot.settings import require, setting
-from mascot.settings_groups import JUDGE_SCORING_HELP, check_judge_scoring
+from mascot.dialogue.settings import EngineSettings, SamplingSettings, check_repetition_penalty
+from mascot.metrics.settings import MetricsSettings
+from mascot.settings import default_for, require, setting
+from mascot.settings_groups import (
+    JUDGE_SCORING_HELP,
+    ClientLimits,
+    DataSettings,
+    JudgePanelSettings,
+    JudgeServerSettings,
+    JudgingSettings,
+    OutputSettings,
+    RubricSettings,
+    SeedSettings,
+    SpeakerEndpointSettings,
+    check_judge_scoring,
+)
+from mascot.web.settings import WebSettings
 
 DEFAULT_OUTPUT_ROOT = "outputs/mascot_eval"
 DEFAULT_REFERENCE = "mascot_emnlp2026_v1"  # src/mascot/eval/references/<name>.yaml
@@ -29,33 +43,46 @@ class EvalSettings:
     systems_file: Optional[str] = setting(
         None, "YAML file of extra systems and adapter locations (same layout as systems_v1.yaml; same names replace)."
     )
-    dataset: str = setting("EmpatheticDialogues", "ESConv, EmpatheticDialogues (ED) or QMSum.")
-    split: str = setting(
+    dataset: str = default_for(DataSettings, "dataset", "EmpatheticDialogues")
+    split: str = default_for(
+        DataSettings,
+        "split",
         "test",
-        "Comma-separated splits: train/valid/test or an evaluation split (ED: positive, neutral, negative; QMSum: product, academic, committee; ESConv: ood).",
+        help="Comma-separated splits: train/valid/test or an evaluation split (ED: positive, neutral, negative; QMSum: product, academic, committee; ESConv: ood).",
     )
-    data_file: Optional[str] = setting(None, "Local dataset file or folder (otherwise the Hugging Face hub).")
-    limit: Optional[int] = setting(None, "Contexts per split (the first N in file order).")
-    seed: int = setting(42, "Seed of every system's generation (same contexts, same seeds).")
-    num_turns: int = setting(5, "Rounds per episode.")
-    user_response_probability: float = setting(0.5, "Chance the simulated user speaks after a round.")
-    temperature: float = setting(0.7, "Sampling temperature of Speakers and User.")
-    max_tokens: int = setting(160, "Longest reply in tokens.")
-    repetition_penalty: float = setting(1.0, vocab.REPETITION_PENALTY_HELP)
-    model_name: Optional[str] = setting(None, "Default model of every role a system leaves null.")
-    vllm_server_url: Optional[str] = setting(None, "Default OpenAI-compatible endpoint of every role a system leaves null.")
-    judges: list[str] = setting([], "Judge model id; repeat for a panel." + vocab.PLUGIN_JUDGE_HELP, flags=("--judge",))
-    judges_file: Optional[str] = setting(None, vocab.JUDGES_FILE_HELP)
-    judge_server_url: Optional[str] = setting(None, "OpenAI-compatible endpoint of the --judge models.")
-    rubric_version: str = setting(vocab.DEFAULT_RUBRIC_VERSION, "Rubric version (built-in name or a rubric YAML file).")
-    judge_scoring: str = setting("auto", JUDGE_SCORING_HELP)
-    cache_dir: Optional[str] = setting(None, "Judgment cache folder (default: OUTPUT_DIR/judge_cache, shared by reruns).")
+    data_file: Optional[str] = default_for(DataSettings, "data_file", None, help="Local dataset file or folder (otherwise the Hugging Face hub).")
+    limit: Optional[int] = default_for(DataSettings, "limit", None, help="Contexts per split (the first N in file order).")
+    seed: int = default_for(SeedSettings, "seed", 42, help="Seed of every system's generation (same contexts, same seeds).")
+    num_turns: int = default_for(EngineSettings, "num_turns", 5, help="Rounds per episode.")
+    user_response_probability: float = default_for(EngineSettings, "user_response_probability", 0.5)
+    temperature: float = default_for(SamplingSettings, "temperature", 0.7, help="Sampling temperature of Speakers and User.")
+    max_tokens: int = default_for(SamplingSettings, "max_tokens", 160)
+    repetition_penalty: float = default_for(SamplingSettings, "repetition_penalty", 1.0, help=vocab.REPETITION_PENALTY_HELP)
+    model_name: Optional[str] = default_for(SpeakerEndpointSettings, "model_name", None, help="Default model of every role a system leaves null.")
+    vllm_server_url: Optional[str] = default_for(
+        SpeakerEndpointSettings, "vllm_server_url", None, help="Default OpenAI-compatible endpoint of every role a system leaves null."
+    )
+    judges: list[str] = default_for(JudgePanelSettings, "judges", [], help="Judge model id; repeat for a panel." + vocab.PLUGIN_JUDGE_HELP)
+    judges_file: Optional[str] = default_for(JudgePanelSettings, "judges_file", None, help=vocab.JUDGES_FILE_HELP)
+    judge_server_url: Optional[str] = default_for(
+        JudgeServerSettings, "judge_server_url", None, help="OpenAI-compatible endpoint of the --judge models."
+    )
+    rubric_version: str = default_for(RubricSettings, "rubric_version", vocab.DEFAULT_RUBRIC_VERSION)
+    judge_scoring: str = default_for(JudgingSettings, "judge_scoring", "auto", help=JUDGE_SCORING_HELP)
+    cache_dir: Optional[str] = default_for(
+        JudgingSettings, "cache_dir", None, help="Judgment cache folder (default: OUTPUT_DIR/judge_cache, shared by reruns)."
+    )
     nli: bool = setting(True, "Run the NLI model for the entailment/neutral/contradiction table.", flags=("--nli/--no-nli",))
-    nli_model: str = setting("FacebookAI/roberta-large-mnli", "NLI model of the automatic metrics.")
+    nli_model: str = default_for(MetricsSettings, "nli_model", "FacebookAI/roberta-large-mnli", help="NLI model of the automatic metrics.")
     big_five: Optional[str] = setting(None, '"all": every context under each of the ten Big Five user profiles (or one profile name).')
-    user_profile: Optional[str] = setting(None, '"all": every context under each profile of --user-profile-set (or one profile name, e.g. INTJ).')
-    user_profile_set: Optional[str] = setting(
-        None, f"Profile set of --user-profile: {' | '.join(vocab.USER_PROFILE_SETS)} (default {vocab.DEFAULT_USER_PROFILE_SET})."
+    user_profile: Optional[str] = default_for(
+        EngineSettings, "user_profile", None, help='"all": every context under each profile of --user-profile-set (or one profile name, e.g. INTJ).'
+    )
+    user_profile_set: Optional[str] = default_for(
+        EngineSettings,
+        "user_profile_set",
+        None,
+        help=f"Profile set of --user-profile: {' | '.join(vocab.USER_PROFILE_SETS)} (default {vocab.DEFAULT_USER_PROFILE_SET}).",
     )
     sweep: list[str] = setting([], "Model-scale sweep, repeatable: director=MODEL,MODEL or speaker=MODEL,MODEL (every combination is run).")
     adapters: list[str] = setting(
@@ -67,12 +94,15 @@ class EvalSettings:
     baseline: Optional[str] = setting(
         None, "Reference system of the delta table (default: the best-scoring baseline of each split).", flags=("--baseline", "--reference-system")
     )
-    study: Optional[str] = setting(
-        None, "A human study (mascot study create) built from this evaluation's episodes: the report sets each judge against its people."
+    study: Optional[str] = default_for(
+        WebSettings,
+        "study",
+        None,
+        help="A human study (mascot study create) built from this evaluation's episodes: the report sets each judge against its people.",
     )
     bootstrap_samples: int = setting(2000, "Bootstrap resamples of contexts for the 95% intervals.")
-    max_in_flight: int = setting(vocab.MAX_IN_FLIGHT, "Requests in flight per endpoint.")
-    output_dir: str = setting(DEFAULT_OUTPUT_ROOT, "Root folder of the evaluation.")
+    max_in_flight: int = default_for(ClientLimits, "max_in_flight", vocab.MAX_IN_FLIGHT)
+    output_dir: str = default_for(OutputSettings, "output_dir", DEFAULT_OUTPUT_ROOT, help="Root folder of the evaluation.")
     report_only: bool = setting(False, "Rebuild the tables, plots and report from what is saved; generate and judge nothing.")
 
     def __post_init__(self) -> None:

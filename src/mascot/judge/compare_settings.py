@@ -6,8 +6,17 @@ from dataclasses import dataclass
 from typing import Optional
 
 from mascot import vocab
-from mascot.settings import require, setting
-from mascot.settings_groups import check_provider
+from mascot.settings import default_for, require, setting
+from mascot.settings_groups import (
+    ClientLimits,
+    DataSettings,
+    JudgePanelSettings,
+    JudgeServerSettings,
+    JudgingSettings,
+    OutputSettings,
+    RubricSettings,
+    check_provider,
+)
 
 DEFAULT_COMPARE_ROOT = "outputs/mascot_eval/compare"
 
@@ -27,23 +36,34 @@ class CompareSettings:
         "Judge model id; repeat for several judges (all on --judge-server-url, or the local model)." + vocab.PLUGIN_JUDGE_HELP,
         flags=("--judge-model", "--judge"),
     )
-    judges_file: Optional[str] = setting(None, vocab.JUDGES_FILE_HELP)
-    provider: str = setting("openai-compatible", vocab.PROVIDER_HELP)
-    judge_server_url: Optional[list[str]] = setting(None, "Endpoint of the judge (no URL: local model); repeat or comma-separate to spread the load.")
-    rubric_version: str = setting(vocab.DEFAULT_RUBRIC_VERSION, "Rubric version whose collective criteria are compared (plus overall).")
+    judges_file: Optional[str] = default_for(JudgePanelSettings, "judges_file", None, help=vocab.JUDGES_FILE_HELP)
+    provider: str = default_for(JudgePanelSettings, "provider", "openai-compatible", help=vocab.PROVIDER_HELP)
+    judge_server_url: Optional[list[str]] = default_for(
+        JudgeServerSettings,
+        "judge_server_url",
+        None,
+        help="Endpoint of the judge (no URL: local model); repeat or comma-separate to spread the load.",
+    )
+    rubric_version: str = default_for(
+        RubricSettings, "rubric_version", vocab.DEFAULT_RUBRIC_VERSION, help="Rubric version whose collective criteria are compared (plus overall)."
+    )
     orders: str = setting("all", "Presentation orders: all (every permutation: 2 for two systems, 6 for three) | rotations (3 for three systems).")
     order_rule: str = setting(
         "consistent",
         "How the orders of one context count: consistent (a judge's verdict counts only if every order names the same winner, a tie otherwise; MT-Bench's rule) | majority (every order's verdict pooled).",
     )
     ranking_resamples: int = setting(1000, "Bootstrap resamples of the contexts for the Bradley-Terry ranking's intervals (0: none).")
-    limit: Optional[int] = setting(None, "Compare only the first N shared contexts.")
-    output_dir: Optional[str] = setting(None, f"Report folder (default: {DEFAULT_COMPARE_ROOT}/<A>_vs_<B>[_vs_<C>]).")
-    cache_dir: Optional[str] = setting(None, "Judgment cache folder (default $MASCOT_JUDGE_CACHE_DIR, $MASCOT_CACHE_DIR or ~/.cache/mascot).")
-    no_cache: bool = setting(False, "Judge everything again instead of reusing cached verdicts.")
-    judge_max_tokens: int = setting(vocab.JUDGE_MAX_TOKENS, "Longest judge reply in tokens.")
-    max_in_flight: int = setting(vocab.MAX_IN_FLIGHT, "Requests in flight per endpoint.")
-    request_timeout: float = setting(vocab.REQUEST_TIMEOUT_S, "Seconds a server may take to answer one request.")
+    limit: Optional[int] = default_for(DataSettings, "limit", None, help="Compare only the first N shared contexts.")
+    output_dir: Optional[str] = default_for(
+        OutputSettings, "output_dir", None, help=f"Report folder (default: {DEFAULT_COMPARE_ROOT}/<A>_vs_<B>[_vs_<C>])."
+    )
+    cache_dir: Optional[str] = default_for(JudgingSettings, "cache_dir", None)
+    no_cache: bool = default_for(JudgingSettings, "no_cache", False, help="Judge everything again instead of reusing cached verdicts.")
+    judge_max_tokens: int = default_for(JudgingSettings, "judge_max_tokens", vocab.JUDGE_MAX_TOKENS)
+    max_in_flight: int = default_for(ClientLimits, "max_in_flight", vocab.MAX_IN_FLIGHT)
+    request_timeout: float = default_for(
+        ClientLimits, "request_timeout", vocab.REQUEST_TIMEOUT_S, help="Seconds a server may take to answer one request."
+    )
 
     def __post_init__(self) -> None:
         require(self.systems is not None and 2 <= len(self.systems) <= 3, "mascot eval compare takes two or three episode files (A B [C])")

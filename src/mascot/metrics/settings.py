@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from mascot.settings import require, setting
+from mascot.settings import default_for, require, setting
+from mascot.train.config import TrainSettings
 
 PAIRING_MODES = ("same-round", "all-pairs", "adjacent-agent")
 DIRECTIONS = ("temporal", "bidirectional")
@@ -33,7 +34,7 @@ class MetricsSettings:
     )
     skip_nli: bool = setting(False, "Do not run NLI.")
     skip_embeddings: bool = setting(False, "Do not compute semantic redundancy.")
-    batch_size: int = setting(32, "NLI batch size (embeddings use at least 64).")
+    batch_size: int = default_for(TrainSettings, "batch_size", 32, help="NLI batch size (embeddings use at least 64).")
     # benchmarks/metrics_speed.py measures what int8 and a shorter limit cost in agreement.
     embedding_precision: str = setting("fp32", "Redundancy embeddings: fp32 or int8 (dynamic quantisation; see benchmarks/README.md).")
     embedding_max_seq_length: Optional[int] = setting(None, "Token limit of the redundancy embeddings (default: the model's own).")

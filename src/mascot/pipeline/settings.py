@@ -17,7 +17,8 @@ from typing import Any, Optional
 
 from mascot import vocab
 from mascot.errors import MascotError, flag_json_error
-from mascot.settings import require, setting
+from mascot.settings import default_for, require, setting
+from mascot.settings_groups import DataSettings, JudgeEndpointSettings, OutputSettings, SeedSettings
 
 CONFIG_VERSION = 1
 PRESETS_DIR = Path(__file__).resolve().parent.parent / "configs"
@@ -50,28 +51,38 @@ class PipelineSettings:
         "visibly learns on held-out contexts in about 50 minutes on a CPU) or paper (Qwen3-8B / Qwen3-0.6B on vLLM).",
     )
     version: int = setting(CONFIG_VERSION, "Version of the pipeline config format.")
-    output_dir: str = setting("outputs/pipeline", "Folder of the whole run: one sub-folder per step, pipeline.json and report.md.")
-    dataset: str = setting("ESConv", "ESConv, EmpatheticDialogues (ED) or QMSum.")
-    data_file: Optional[str] = setting(
-        None,
-        "Dataset file in its hub export format; `hub`: the split from the Hugging Face hub. Default (ESConv only): the contexts shipped with mascot.",
+    output_dir: str = default_for(
+        OutputSettings, "output_dir", "outputs/pipeline", help="Folder of the whole run: one sub-folder per step, pipeline.json and report.md."
     )
-    split: str = setting("test", "Dataset split of the training steps (Stage 1 and Stage 2), and of the evaluation unless --eval-split.")
+    dataset: str = default_for(DataSettings, "dataset", "ESConv")
+    data_file: Optional[str] = default_for(
+        DataSettings,
+        "data_file",
+        None,
+        help="Dataset file in its hub export format; `hub`: the split from the Hugging Face hub. Default (ESConv only): the contexts shipped with mascot.",
+    )
+    split: str = default_for(
+        DataSettings, "split", "test", help="Dataset split of the training steps (Stage 1 and Stage 2), and of the evaluation unless --eval-split."
+    )
     eval_split: Optional[str] = setting(
         None, "Dataset split of the evaluation (default: --split); a held-out split keeps its contexts out of every training step."
     )
-    limit: Optional[int] = setting(None, "Contexts per generation step (Stage 1, Stage 2 and evaluation).")
+    limit: Optional[int] = default_for(DataSettings, "limit", None, help="Contexts per generation step (Stage 1, Stage 2 and evaluation).")
     eval_limit: Optional[int] = setting(None, "Contexts of the evaluation (default: --limit).")
     ablations: bool = setting(False, "Also evaluate the trained Speaker with the base Director and the base Speaker with the trained Director.")
-    seed: int = setting(42, "Seed of every step (the evaluation runs base and trained systems on the same contexts and seeds).")
+    seed: int = default_for(
+        SeedSettings, "seed", 42, help="Seed of every step (the evaluation runs base and trained systems on the same contexts and seeds)."
+    )
     policy_model: str = setting(
         vocab.DEFAULT_LOCAL_MODEL, "Base model of the Speaker, Director and simulated user (hub id or folder; the served id with a URL)."
     )
     reward_model: str = setting(vocab.DEFAULT_LOCAL_MODEL, "Base model of both reward models (hub id or folder).")
-    judge_model: str = setting(
+    judge_model: str = default_for(
+        JudgeEndpointSettings,
+        "judge_model",
         vocab.DEFAULT_LOCAL_MODEL,
-        "Judge model (hub id or folder; the served id with --judge-url), or a Python function: python:PATH_OR_MODULE:FUNCTION.",
-        flags=("--judge-model", "--judge"),
+        help="Judge model (hub id or folder; the served id with --judge-url), or a Python function: python:PATH_OR_MODULE:FUNCTION.",
+        also=("--judge-model", "--judge"),
     )
     group_judge_model: Optional[str] = setting(
         None,

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from mascot.settings import require, setting
+from mascot.settings import default_for, require, setting
+from mascot.settings_groups import OutputSettings, SeedSettings
 
 
 @dataclass
@@ -17,11 +18,11 @@ class StudyCreateSettings:
     out: str = setting(None, "Study file to write (SQLite).", required=True)
     raters: int = setting(2, "Number of raters; each gets one private link and rates every pair.")
     attention_checks: int = setting(0, "Attention-check pairs per rater (one side an obviously broken copy).")
-    seed: int = setting(0, "Seed for pair order, left/right placement and attention checks (recorded in the file).")
+    seed: int = default_for(SeedSettings, "seed", 0, help="Seed for pair order, left/right placement and attention checks (recorded in the file).")
     system_a: Optional[str] = setting(None, "Name of system A in the results (default: the episodes' metadata.system).")
     system_b: Optional[str] = setting(None, "Name of system B in the results (default: the episodes' metadata.system).")
     base_url: str = setting("http://127.0.0.1:8000", "Address the links are printed with (where `mascot web` will serve the study).")
-    overwrite: bool = setting(False, "Replace an existing study file.")
+    overwrite: bool = default_for(OutputSettings, "overwrite", False, help="Replace an existing study file.")
 
     def __post_init__(self) -> None:
         require(self.raters >= 1, "--raters must be at least 1")

@@ -14,7 +14,9 @@ from typing import Optional
 
 from mascot import vocab
 from mascot.data.registry import DATASET_CHOICES
-from mascot.settings import setting
+from mascot.dialogue.settings import EngineSettings, SamplingSettings
+from mascot.settings import default_for, setting
+from mascot.settings_groups import DataSettings, OutputSettings, RosterSettings, RubricSettings, SeedSettings, SpeakerEndpointSettings
 
 REFERENCE_HELP = " A registry version works too: current, previous or its id."
 
@@ -53,10 +55,14 @@ class TrainSettings:
     """What every trainer shares: model, data, output, schedule, batch, LoRA, resume."""
 
     data_path: str = setting(None, "Run directory or JSONL file with the training records.", required=True)
-    model_name: str = setting(DEFAULT_POLICY_MODEL, "Base model: hub id or local folder.", flags=("--model",))
-    dataset: Optional[str] = setting(None, f"Dataset name ({DATASET_CHOICES}); read from the run's run_config.json when omitted.")
-    output_dir: Optional[str] = setting(None, "Artefact folder. Default: derived from the stage, dataset and model under outputs/.")
-    seed: int = setting(42, "Seed for data order, held-out split, LoRA init and sampling.")
+    model_name: str = default_for(SpeakerEndpointSettings, "model_name", DEFAULT_POLICY_MODEL, help="Base model: hub id or local folder.")
+    dataset: Optional[str] = default_for(
+        DataSettings, "dataset", None, help=f"Dataset name ({DATASET_CHOICES}); read from the run's run_config.json when omitted."
+    )
+    output_dir: Optional[str] = default_for(
+        OutputSettings, "output_dir", None, help="Artefact folder. Default: derived from the stage, dataset and model under outputs/."
+    )
+    seed: int = default_for(SeedSettings, "seed", 42, help="Seed for data order, held-out split, LoRA init and sampling.")
     num_train_epochs: float = setting(1.0, "Passes over the training data.", flags=("--epochs",))
     max_steps: int = setting(-1, "Stop after this many optimizer steps (-1: run the epochs).")
     learning_rate: float = setting(1e-5, "Peak learning rate (linear decay).")
@@ -72,13 +78,15 @@ class TrainSettings:
     lora_alpha: int = setting(32, "LoRA alpha.")
     lora_dropout: float = setting(0.1, "LoRA dropout.")
     lora_target_modules: str = setting(LORA_TARGET_MODULES, "Comma-separated module names that get LoRA.")
-    limit: Optional[int] = setting(None, "Use at most this many training records (smoke runs).")
+    limit: Optional[int] = default_for(DataSettings, "limit", None, help="Use at most this many training records (smoke runs).")
     logging_steps: int = setting(10, "Log metrics every N optimizer steps.")
     save_steps: int = setting(100, "Write a resumable checkpoint every N optimizer steps.")
     keep_checkpoints: bool = setting(False, "Keep checkpoint-* folders after the final artefact is written.")
-    rubric_version: Optional[str] = setting(None, "Rubric version the data was judged with; read from the run when omitted.")
-    resume: bool = setting(False, "Continue from the last checkpoint in the output folder.")
-    overwrite: bool = setting(False, "Delete an existing output folder and train from scratch.")
+    rubric_version: Optional[str] = default_for(
+        RubricSettings, "rubric_version", None, help="Rubric version the data was judged with; read from the run when omitted."
+    )
+    resume: bool = default_for(OutputSettings, "resume", False, help="Continue from the last checkpoint in the output folder.")
+    overwrite: bool = default_for(OutputSettings, "overwrite", False, help="Delete an existing output folder and train from scratch.")
 
     # Not flags: fixed per trainer.
     max_per_device_batch: int = field(default=8, metadata={"cli": False})
@@ -102,6 +110,9 @@ class BestStepSettings:
         0,
         "Stop once this many held-out measurements in a row are worse than the best (a collapsing run), keeping the best; 0: never.",
     )
+    eval_fraction: float = setting(
+        0.1, "Share of the data held out, whole prompts or contexts with all their examples, to measure the trainer's held-out figure."
+    )
 
     def eval_interval(self) -> int:
         """Steps between held-out measurements (0: none)."""
@@ -112,13 +123,15 @@ class BestStepSettings:
 class RewardModelSettings(TrainSettings, BestStepSettings):
     """Stage 1: the scalar persona reward model (Bradley-Terry over judged pairs)."""
 
-    model_name: str = setting(DEFAULT_REWARD_BASE_MODEL, "Reward-model base: hub id or local folder.", flags=("--model",))
-    learning_rate: float = setting(1e-4, "Peak learning rate (linear decay).")
-    batch_size: int = setting(32, "Effective batch of pairs per optimizer step.")
+    model_name: str = default_for(TrainSettings, "model_name", DEFAULT_REWARD_BASE_MODEL, help="Reward-model base: hub id or local folder.")
+    learning_rate: float = default_for(TrainSettings, "learning_rate", 1e-4)
+    batch_size: int = default_for(TrainSettings, "batch_size", 32, help="Effective batch of pairs per optimizer step.")
     max_length: int = setting(
         1024, "Longest tokenized prompt + response; a longer pair loses the middle of its prompt (its start and end and the whole response stay)."
     )
-    eval_fraction: float = setting(0.1, "Share of prompts held out (with all their pairs) to report pairwise accuracy.")
+    eval_fraction: float = default_for(
+        BestStepSettings, "eval_fraction", help="Share of prompts held out (with all their pairs) to report pairwise accuracy."
+    )
     margin_scale: float = setting(
         1.0,
         "TRL subtracts the pair's margin inside the logistic loss, -log sigmoid(r_c - r_r - margin); the rubric "
@@ -150,21 +163,32 @@ class RewardModelSettings(TrainSettings, BestStepSettings):
 class GroupRewardModelSettings(RewardModelSettings):
     """Stage 2: the sequence-level group reward model over (directive, whole trajectory)."""
 
-    model_name: str = setting(DEFAULT_REWARD_BASE_MODEL, "Reward-model base: hub id or local folder.", flags=("--group-reward-model-name", "--model"))
-    max_length: int = setting(
-        2048, "Longest tokenized (context, trajectory) sequence; a longer pair loses the middle of its context (the trajectory stays whole)."
+    model_name: str = default_for(
+        TrainSettings, "model_name", DEFAULT_REWARD_BASE_MODEL, help="Reward-model base: hub id or local folder.", also=("--group-reward-model-name",)
+    )
+    max_length: int = default_for(
+        RewardModelSettings,
+        "max_length",
+        2048,
+        help="Longest tokenized (context, trajectory) sequence; a longer pair loses the middle of its context (the trajectory stays whole).",
     )
     max_per_device_batch: int = field(default=8, metadata={"cli": False})
 
 
 @dataclass
-class GRPOSettings(TrainSettings):
+class BaseAnchorSettings:
+    """The policy trainers' pull towards the frozen base."""
+
+    beta: float = setting(0.04, "KL coefficient against the frozen base (0: no KL term, no reference pass).")
+
+
+@dataclass
+class GRPOSettings(BaseAnchorSettings, TrainSettings):
     """What the Speaker and Director GRPO trainers share."""
 
     num_generations: int = setting(8, "Completions sampled per prompt (the GRPO group).")
-    temperature: float = setting(1.0, "Sampling temperature of the policy during training.")
+    temperature: float = default_for(SamplingSettings, "temperature", 1.0, help="Sampling temperature of the policy during training.")
     max_completion_length: int = setting(512, "Most tokens the policy generates per completion.")
-    beta: float = setting(0.04, "KL coefficient against the frozen base (0: no KL term, no reference pass).")
     use_vllm: bool = setting(False, "Generate with vLLM (GPU only).")
     vllm_mode: str = setting("colocate", "server (a `trl vllm-serve` process) or colocate (vLLM inside each training process).")
     # Not --vllm-server-url: in `mascot generate` that flag names an OpenAI-compatible endpoint.
@@ -239,11 +263,12 @@ class SpeakerGRPOSettings(GRPOSettings, BestStepSettings):
         "Trained persona reward model (artefact folder). Default: where `mascot train reward-model` writes it for this dataset "
         "(outputs/reward_model/Individual_<dataset>_Qwen3-0.6B); unused when --reward-model-weight is 0." + REFERENCE_HELP,
     )
-    thinking: bool = setting(
+    thinking: bool = default_for(
+        GRPOSettings,
+        "thinking",
         True,
-        "The Speaker reasons inside <think>...</think> before replying: its prompts ask for it, its chat template enables it and the "
+        help="The Speaker reasons inside <think>...</think> before replying: its prompts ask for it, its chat template enables it and the "
         "format reward requires it. --no-thinking: prompts without it, thinking disabled, and the format reward asks for a plain reply.",
-        flags=("--thinking/--no-thinking",),
     )
     algorithm: str = setting("grpo", "Policy optimisation algorithm (grpo).")
     reward_model_weight: float = setting(1.0, "Weight of the persona reward model's score.")
@@ -253,9 +278,11 @@ class SpeakerGRPOSettings(GRPOSettings, BestStepSettings):
     conciseness_weight: float = setting(0.2, "Weight of the conciseness reward.")
     length_budget: int = setting(80, "Words a reply may have before the conciseness reward penalises it.")
     reward_max_length: int = setting(1024, "Longest (prompt, reply) the reward model reads; longer ones keep their end.")
-    eval_fraction: float = setting(
+    eval_fraction: float = default_for(
+        BestStepSettings,
+        "eval_fraction",
         0.0,
-        "Share of contexts held out (every persona's prompt of each): the policy samples for them every --eval-steps and the step "
+        help="Share of contexts held out (every persona's prompt of each): the policy samples for them every --eval-steps and the step "
         "with the best mean reward there is kept (costs that generation); 0: none, the last step is kept.",
     )
     registry_versions: dict = registry_versions_field()
@@ -268,13 +295,20 @@ class SpeakerGRPOSettings(GRPOSettings, BestStepSettings):
 class DirectorGRPOSettings(GRPOSettings, BestStepSettings):
     """Stage 2 (the paper's method): the Director with GRPO over prefix-suffix rollouts."""
 
-    data_path: str = setting(None, "Episode run directory or episodes JSONL (schema.Episode).", flags=("--episode-dataset-path",), required=True)
+    data_path: str = default_for(
+        TrainSettings,
+        "data_path",
+        None,
+        help="Episode run directory or episodes JSONL (schema.Episode).",
+        required=True,
+        also=("--episode-dataset-path",),
+    )
     group_reward_model_path: Optional[str] = setting(
         None,
         "Trained group reward model (artefact folder). Default: where `mascot train group-reward-model` writes it for this dataset "
         "(outputs/reward_model/group_reward_<dataset>_Qwen3-0.6B); unused when --group-reward-weight is 0." + REFERENCE_HELP,
     )
-    roster: Optional[str] = setting(None, "Roster name or file; default: the dataset's roster.")
+    roster: Optional[str] = default_for(RosterSettings, "roster", None, help="Roster name or file; default: the dataset's roster.")
     rollout_server_url: Optional[str] = setting(
         None, "OpenAI-compatible endpoint for the frozen Speaker, user and later-round Director during rollouts (default: in-process local model)."
     )
@@ -282,8 +316,11 @@ class DirectorGRPOSettings(GRPOSettings, BestStepSettings):
         None, "Base model the rollouts call: served model id, or hub id / folder locally. Default: the policy being trained (--model)."
     )
     rollout_endpoints: Optional[str] = setting(None, "Comma-separated extra rollout endpoints; requests go to the one with the fewest outstanding.")
-    speaker_adapter: Optional[str] = setting(
-        None, "The trained Speaker for rollouts: its served LoRA alias (with a rollout URL) or its adapter folder (local)." + REFERENCE_HELP
+    speaker_adapter: Optional[str] = default_for(
+        SpeakerEndpointSettings,
+        "speaker_adapter",
+        None,
+        help="The trained Speaker for rollouts: its served LoRA alias (with a rollout URL) or its adapter folder (local)." + REFERENCE_HELP,
     )
     rollouts: str = setting(
         "live",
@@ -318,9 +355,11 @@ class DirectorGRPOSettings(GRPOSettings, BestStepSettings):
         "the episodes were generated with (their run_config.json; 1.0 when it records none).",
     )
     decision_points_per_episode: int = setting(2, "Decision points sampled from each recorded episode.")
-    eval_fraction: float = setting(
+    eval_fraction: float = default_for(
+        BestStepSettings,
+        "eval_fraction",
         0.0,
-        "Share of contexts whose decision points are held out: the Director samples for them every --eval-steps, they are rewarded as "
+        help="Share of contexts whose decision points are held out: the Director samples for them every --eval-steps, they are rewarded as "
         "in training, and the step with the best mean reward there is kept (costs that sampling and its rollouts); 0: the last step is kept.",
     )
     # The diversity term rewards not repeating the last Speaker. When most recorded prefixes end
@@ -330,7 +369,9 @@ class DirectorGRPOSettings(GRPOSettings, BestStepSettings):
         "Sample as many decision points after each companion's turn (and at the opening, with no companion before) as after any "
         "other, reusing a scarce kind's prefixes, so that only a Director that varies on the last Speaker earns the diversity term.",
     )
-    user_response_probability: float = setting(0.5, "Chance that the simulated user speaks after a round.")
+    user_response_probability: float = default_for(
+        EngineSettings, "user_response_probability", 0.5, help="Chance that the simulated user speaks after a round."
+    )
     group_reward_weight: float = setting(1.0, "Weight of the group's reward: the group reward model's score, or the --reward-judge's.")
     reward_judge: Optional[str] = setting(
         None,
@@ -345,7 +386,7 @@ class DirectorGRPOSettings(GRPOSettings, BestStepSettings):
     parse_failure_reward: float = setting(
         -1.0, "What a completion that does not parse as a directive scores on each reward, the group reward and the diversity term (counted)."
     )
-    max_completion_length: int = setting(128, "Most tokens of one directive.")
+    max_completion_length: int = default_for(GRPOSettings, "max_completion_length", 128, help="Most tokens of one directive.")
     directive_opening: bool = setting(
         True,
         "Each sampled directive continues the directive block's opening (`<directive>` and `agent:`), written at the start of the "
@@ -369,22 +410,29 @@ class DirectorGRPOSettings(GRPOSettings, BestStepSettings):
 
 
 @dataclass
-class DirectorDPOSettings(TrainSettings, BestStepSettings):
+class DirectorDPOSettings(BaseAnchorSettings, TrainSettings, BestStepSettings):
     """Stage 2 (optional offline alternative): DPO over directive-level pairs from branching episodes."""
 
-    data_path: str = setting(
+    data_path: str = default_for(
+        TrainSettings,
+        "data_path",
         None,
-        "Branching run directory (with directive_pairs.jsonl) or a directive pairs JSONL.",
-        flags=("--episode-dataset-path",),
+        help="Branching run directory (with directive_pairs.jsonl) or a directive pairs JSONL.",
         required=True,
+        also=("--episode-dataset-path",),
     )
-    learning_rate: float = setting(5e-6, "Peak learning rate (linear decay).")
-    beta: float = setting(0.1, "DPO temperature: how far the policy may move from the frozen base.")
+    learning_rate: float = default_for(TrainSettings, "learning_rate", 5e-6, help="Peak learning rate (linear decay).")
+    beta: float = default_for(BaseAnchorSettings, "beta", 0.1, help="DPO temperature: how far the policy may move from the frozen base.")
     loss_type: str = setting("sigmoid", "DPO loss (TRL loss_type; comma-separate several).")
-    max_length: int = setting(
-        2048, "Longest tokenized prompt + directive; a longer pair loses the middle of its longest prompt message (the transcript)."
+    max_length: int = default_for(
+        RewardModelSettings,
+        "max_length",
+        2048,
+        help="Longest tokenized prompt + directive; a longer pair loses the middle of its longest prompt message (the transcript).",
     )
-    eval_fraction: float = setting(0.1, "Share of decision points held out to report preference accuracy.")
+    eval_fraction: float = default_for(
+        BestStepSettings, "eval_fraction", 0.1, help="Share of decision points held out to report preference accuracy."
+    )
     max_per_device_batch: int = field(default=4, metadata={"cli": False})
 
 
@@ -392,18 +440,31 @@ class DirectorDPOSettings(TrainSettings, BestStepSettings):
 class SFTSettings(TrainSettings, BestStepSettings):
     """The `sft` baseline (and optional Stage-1 starting policy): Speakers fine-tuned on replies with TRL's SFTTrainer."""
 
-    data_path: str = setting(
-        None, "Stage-1 run directory or candidates.jsonl (--sft-data candidates), or the dataset file (--sft-data dataset).", required=True
+    data_path: str = default_for(
+        TrainSettings,
+        "data_path",
+        None,
+        help="Stage-1 run directory or candidates.jsonl (--sft-data candidates), or the dataset file (--sft-data dataset).",
+        required=True,
     )
     sft_data: str = setting(
         "candidates",
         "candidates: the best-scored Stage-1 candidate per query (context, persona) | dataset: the dataset's own supporter turns, "
         "each written with a persona's Speaker prompt (personas in rotation).",
     )
-    roster: Optional[str] = setting(None, "Roster name or file for --sft-data dataset prompts; default: the dataset's roster.")
-    learning_rate: float = setting(1e-4, "Peak learning rate (linear decay).")
-    max_length: int = setting(1024, "Longest tokenized prompt + reply; a longer example loses the middle of its prompt (the reply stays whole).")
-    eval_fraction: float = setting(0.1, "Share of queries held out (with all their examples) to report the held-out loss.")
+    roster: Optional[str] = default_for(
+        RosterSettings, "roster", None, help="Roster name or file for --sft-data dataset prompts; default: the dataset's roster."
+    )
+    learning_rate: float = default_for(TrainSettings, "learning_rate", 1e-4, help="Peak learning rate (linear decay).")
+    max_length: int = default_for(
+        RewardModelSettings,
+        "max_length",
+        1024,
+        help="Longest tokenized prompt + reply; a longer example loses the middle of its prompt (the reply stays whole).",
+    )
+    eval_fraction: float = default_for(
+        BestStepSettings, "eval_fraction", 0.1, help="Share of queries held out (with all their examples) to report the held-out loss."
+    )
 
 
 @dataclass
@@ -414,4 +475,4 @@ class MergeSettings:
     output: str = setting(None, "Folder for the merged full model.", required=True)
     base_model: Optional[str] = setting(None, "Base model (default: read from adapter_config.json / mascot_metadata.json).")
     dtype: str = setting("auto", "Weights dtype of the merged model: auto (the base's), bfloat16, float16 or float32.")
-    overwrite: bool = setting(False, "Replace an existing output folder.")
+    overwrite: bool = default_for(OutputSettings, "overwrite", False, help="Replace an existing output folder.")
