@@ -185,7 +185,7 @@ def test_a_run_pointed_at_current_uses_that_version_and_records_it(tmp_path, reg
     assert {model for role, model in asked if role == "director"} == {"mascot-director"}
     (run_dir,) = (tmp_path / "out").iterdir()
     config = json.loads((run_dir / "run_config.json").read_text())
-    assert config["settings"]["endpoints"]["adapter_versions"] == {"director": "director-v1"}
+    assert config["settings"]["resolved"]["adapter_versions"] == {"director": "director-v1"}
     assert config["roles"]["director"]["adapter"] == str(folder.resolve())
 
 

@@ -28,7 +28,7 @@ def test_directed_episode_on_the_embedded_model(tmp_path, es_context, es_roster,
     assert any(t.response for t in episode.turns)
     assert sum(1 for t in episode.turns if t.is_user) == 2
     config = json.loads((run_dir / "run_config.json").read_text())
-    assert config["settings"]["local_backend_roles"] == ["director", "speaker", "user"]
+    assert config["settings"]["resolved"]["local_backend_roles"] == ["director", "speaker", "user"]
     assert config["roles"]["speaker"]["backend"] == "local"
     assert episode.metadata.speaker_model == str(embedded_model)
     usage = store.summary.usage

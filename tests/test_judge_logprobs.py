@@ -195,7 +195,7 @@ async def test_many_items_score_concurrently_without_failures():
     assert all(not j.failed and j.scoring == "logprobs" for j in judgments) and judge.counters.num_annotation_failures == 0
 
 
-@pytest.mark.parametrize("command", [["judge"], ["prefs", "group"], ["generate"]])
+@pytest.mark.parametrize("command", [["judge"], ["prefs", "group"], ["generate", "--mode", "individual"]])
 def test_every_judging_command_takes_the_scoring_mode(command):
     from typer.testing import CliRunner
 

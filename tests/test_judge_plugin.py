@@ -350,7 +350,13 @@ def test_stage1_with_the_rules_judge_opens_no_judge_client_and_records_its_versi
     run_mascot(args)
     [run] = tmp_path.glob("individual_*")
     config = json.loads((run / "run_config.json").read_text())
-    assert config["settings"]["models"]["judge"] == {"model": RULES, "version": rules.VERSION, "adapter": None, "extra_body": None}
+    assert config["settings"]["resolved"]["roles"]["judge"] == {
+        "model": RULES,
+        "version": rules.VERSION,
+        "adapter": None,
+        "extra_body": None,
+        "thinking": None,
+    }
     assert "judge" not in speaker.stats.roles
     candidates = lines(run / "candidates.jsonl")
     assert len(candidates) == 9 and {c["judge_model"] for c in candidates} == {RULES} and all(c["overall"] is not None for c in candidates)

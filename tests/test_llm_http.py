@@ -8,6 +8,7 @@ import json
 import socket
 import sys
 import types
+from dataclasses import dataclass
 
 import pytest
 
@@ -16,12 +17,17 @@ from mascot.llm.http import HTTPClient
 from mascot.llm.metered import CallTracer, MeteredClient, UsageMeter
 from mascot.llm.providers import build_backends
 from mascot.llm.routing import resolve_roles
-from mascot.settings_groups import EndpointSettings
+from mascot.settings_groups import EndpointSettings, JudgeEndpointSettings
 from mascot.testing.stub_server import load_responder, start_stub_server_process
 from mascot.vocab import DEFAULT_LOCAL_MODEL
 
 HELLO = ChatRequest(messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello there friend"}])
 SECRET = "sk-test-0123456789-do-not-log"
+
+
+@dataclass
+class EveryRole(JudgeEndpointSettings, EndpointSettings):
+    """Every role's endpoint flags, as a command that runs the group and a judge composes them."""
 
 
 def client_for(server, **kwargs) -> HTTPClient:
@@ -321,7 +327,7 @@ def test_shared_url_serves_director_speaker_and_user_but_not_the_judge():
 
 
 def test_per_role_urls_and_models_override_the_shared_ones():
-    opts = EndpointSettings(
+    opts = EveryRole(
         vllm_server_url="http://shared:8008/v1",
         speaker_server_url="http://speaker:8009/v1",
         judge_server_url="http://judge:9000/v1",
@@ -371,7 +377,7 @@ async def test_dotenv_supplies_the_key_without_overriding_the_environment(stub, 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("JUDGE_API_KEY", "judge-key-from-env")
     server = stub()
-    opts = EndpointSettings(vllm_server_url=server.url, judge_server_url=server.url)
+    opts = EveryRole(vllm_server_url=server.url, judge_server_url=server.url)
     backends = build_backends(resolve_roles(opts, roles=("speaker", "judge")), opts)
     try:
         await backends["speaker"].chat(HELLO)

@@ -127,10 +127,10 @@ def test_resume_refuses_other_settings_and_run_folders_name_their_variant(stub, 
     run = tmp_path / "directed_ESConv_stub-model_round-robin_big5"
     saved = {name: (run / name).read_bytes() for name in ("episodes.jsonl", "run_config.json", "run_summary.json")}
     message = one_line_error(generate(stub.url, tmp_path, *variant, "--num-turns", "2", "--resume"))
-    assert "engine.num_turns: saved 3, now 2" in message
+    assert "num_turns: saved 3, now 2" in message
     assert {name: (run / name).read_bytes() for name in saved} == saved  # the saved run is untouched
     assert generate(stub.url, tmp_path, *variant, "--resume").exit_code == 0
-    assert json.loads((run / "run_config.json").read_text())["settings"]["engine"]["max_tokens"] == 160  # a setting, not a secret
+    assert json.loads((run / "run_config.json").read_text())["settings"]["max_tokens"] == 160  # a setting, not a secret
 
     def named(**endpoints):
         return run_dir_for(GroupEpisodeSettings(dataset="QMSum", generation_mode="independent", model_name="Qwen/Qwen3-8B", **endpoints)).name
@@ -340,8 +340,8 @@ def test_a_run_written_before_ids_had_a_tag_resumes_with_its_own_ids(stub, tmp_p
     first["episode_id"] = f"{first['context_id']}:e0"  # the id an older mascot wrote
     (run / "episodes.jsonl").write_text(json.dumps(first) + "\n")
     config = json.loads((run / "run_config.json").read_text())
-    del config["settings"]["engine"]["run_tag"]
-    config["settings"]["engine"]["max_tokens"] = "***"  # and how it redacted a setting
+    del config["settings"]["run_tag"]
+    config["settings"]["max_tokens"] = "***"  # and how it redacted a setting
     (run / "run_config.json").write_text(json.dumps(config))
     assert generate(stub.url, tmp_path, "--resume").exit_code == 0
     assert [e.episode_id for e in read_jsonl(run / "episodes.jsonl", Episode)] == ["esconv-test-1:e0", "esconv-test-2:e0"]

@@ -345,7 +345,7 @@ def test_generate_runs_the_model_stage_on_a_served_endpoint(tmp_path, stub, scop
     summary = json.loads((run_dir / "run_summary.json").read_text(encoding="utf-8"))
     assert summary.get("num_safety_events", 0) == asked and summary["usage"].get("safety", {}).get("requests", 0) == asked
     config = json.loads((run_dir / "run_config.json").read_text(encoding="utf-8"))
-    assert "safety" in config["roles"] and config["settings"]["engine"]["safety_model_scope"] == scope
+    assert "safety" in config["roles"] and config["settings"]["safety_model_scope"] == scope
     assert ("safety repl" in result.output) == bool(asked)  # the closing line says what the run made
 
 

@@ -72,20 +72,21 @@ def resolved_group(s: GroupEpisodeSettings) -> str:
     from mascot.rosters import load_roster, roster_for_dataset
 
     roster = load_roster(s.roster) if s.roster else roster_for_dataset(s.dataset)
-    roles = {role: ep.describe() for role, ep in resolve_roles(s, roles_needed(s)).items()}
-    return json.dumps([run_settings(s, roster, 1), roles, str(run_dir_for(s)), run_tag(s, roster)], sort_keys=True, default=str)
+    endpoints = resolve_roles(s, roles_needed(s))
+    roles = {role: ep.describe() for role, ep in endpoints.items()}
+    return json.dumps([run_settings(s, roster, 1, endpoints), roles, str(run_dir_for(s)), run_tag(s, roster)], sort_keys=True, default=str)
 
 
 def resolved_individual(s: CandidateSettings) -> str:
     """What a Stage-1 run records: run_config.json's settings and roles, its folder."""
     from mascot.llm.routing import resolve_roles
     from mascot.rosters import load_roster, roster_for_dataset
-    from mascot.stage1.run import _run_settings, individual_run_dir
+    from mascot.stage1.run import individual_run_dir, run_settings
 
     roster = load_roster(s.roster) if s.roster else roster_for_dataset(s.dataset)
     roles = resolve_roles(s, ("speaker", "judge"))
     cache = None if s.no_cache else SimpleNamespace(path=Path(s.cache_dir or "default-cache"))  # the path only, nothing opened
-    settings = _run_settings(s, roles, roster.ident, 1, cache)
+    settings = run_settings(s, roles, roster.ident, 1, cache)
     described = {role: ep.describe() for role, ep in roles.items()}
     return json.dumps([settings, described, str(individual_run_dir(s))], sort_keys=True, default=str)
 

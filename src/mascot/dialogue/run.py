@@ -40,10 +40,11 @@ from mascot.runs.open import (
     open_run,
     require_contexts,
 )
+from mascot.runs.record import resolved_roles, settings_record, settings_view
 from mascot.runs.store import RunStore
 from mascot.safety.screen import screen_applies
 from mascot.schema import Context, Episode, RoleIdentity, Roster
-from mascot.settings_groups import ClientLimits, RoleSettings, parse_extra_body
+from mascot.settings_groups import RoleSettings, parse_extra_body
 from mascot.vocab import DEFAULT_LOCAL_MODEL, ROLES, SAFETY, TREE_MAX_CONVERSATIONS
 
 
@@ -104,9 +105,9 @@ _DIGESTED_UNLESS = {"prompt_version": "v1", "max_consecutive_turns": 0}
 
 
 def engine_record(s: GroupEpisodeSettings) -> dict:
-    """The engine's resolved configuration (run_config.json's `engine`, the tag's digest): its
-    settings, the labels the episodes carry and each role's reasoning mode (under the names runs
-    have always recorded them by)."""
+    """What the episode ids' tag digests of the engine (`run_tag`): its settings, the labels the
+    episodes carry and each role's reasoning mode, under the names runs have always digested them
+    by, so that a run keeps its ids (run_config.json records the settings whole: `run_settings`)."""
     labels = {
         "rubric_version": s.rubric_version, "dataset": s.dataset, "director_temperature": s.temperature,
         "speaker_think": _role(s, "speaker").thinking is True, "director_thinking": _role(s, "director").thinking is True,
@@ -132,19 +133,6 @@ def endpoint_identity(s: GroupEpisodeSettings) -> dict:
     return {"model_name": s.model_name, "share_model": s.share_model, **models, **adapters}
 
 
-def endpoint_record(s: GroupEpisodeSettings) -> dict:
-    """run_config.json's `endpoints`: models, adapters, extra bodies, reasoning modes and client
-    limits (never a URL: the roles' endpoints are recorded, redacted, under `roles`)."""
-    per_role = {}
-    for role in ROLES:
-        per_role[f"{role}_extra_body"] = _role(s, role).extra_body or None
-        per_role[f"{role}_thinking"] = _role(s, role).thinking
-    limits = {f.name: getattr(s, f.name) for f in fields(ClientLimits)}
-    versions = {role: _role(s, role).adapter_version for role in ("director", "speaker") if _role(s, role).adapter_version}
-    registry = {"adapter_versions": versions} if versions else {}  # only then: earlier runs' records stay as they were (--resume compares them)
-    return {**endpoint_identity(s), "extra_body": parse_extra_body(s.extra_body), **per_role, **limits, **registry}
-
-
 def run_tag(s: GroupEpisodeSettings, roster: Roster) -> str:
     """`<system>-<6 hex>`: the system label and a digest of every setting that shapes the episodes
     (policy, models, adapters, seed, turns, users...), so that two systems or runs on the same
@@ -164,20 +152,20 @@ def saved_run_tag(run_dir: Path, resume: bool) -> str | None:
     if not (resume and path.is_file()):
         return None
     try:
-        engine = json.loads(path.read_text(encoding="utf-8")).get("settings", {}).get("engine", {})
+        recorded = settings_view(json.loads(path.read_text(encoding="utf-8")).get("settings") or {})
     except (OSError, ValueError, AttributeError):
         return None
-    return engine.get("run_tag") or ""
+    return recorded.get("run_tag") or ""
 
 
-def run_settings(s: GroupEpisodeSettings, roster: Roster, num_contexts: int) -> dict:
-    """The `settings` block of run_config.json; --resume compares it with the saved one."""
-    data = {
-        "dataset": s.dataset, "data_file": str(s.data_file) if s.data_file else None, "split": s.split, "limit": s.limit,
-        "transcript_window": s.transcript_window, "output_dir": str(s.output_dir), "resume": s.resume, "overwrite": s.overwrite,
-        "strict": s.strict, "trace_role_calls": s.trace_role_calls,
-    }  # fmt: skip
-    return {**data, "engine": engine_record(s), "endpoints": endpoint_record(s), "roster": roster.ident, "num_contexts": num_contexts}
+def run_settings(s: GroupEpisodeSettings, roster: Roster, num_contexts: int, endpoints: dict) -> dict:
+    """The `settings` block of run_config.json (`mascot.runs.record`): the settings whole, and what
+    the run resolved from them; --resume compares it with the saved one."""
+    versions = {role: _role(s, role).adapter_version for role in ("director", "speaker") if _role(s, role).adapter_version}
+    return settings_record(
+        s, roster=roster.ident, num_contexts=num_contexts, roles=resolved_roles(endpoints), extra_body=parse_extra_body(s.extra_body),
+        **({"adapter_versions": versions} if versions else {}),
+    )  # fmt: skip
 
 
 def roles_needed(settings: GroupEpisodeSettings) -> tuple[str, ...]:
@@ -243,9 +231,10 @@ async def generate_group(
     if not s.run_tag:
         legacy = saved_run_tag(run_dir, s.resume)
         s.run_tag = legacy if legacy is not None else run_tag(s, roster)
+    endpoints = resolve_roles(s, roles_needed(s))
     spec = RunSpec(
-        run_dir, ("episodes.jsonl",), command, resolve_roles(s, roles_needed(s)), s,
-        run_settings(s, roster, len(contexts)), resume=s.resume, overwrite=s.overwrite, trace_role_calls=s.trace_role_calls,
+        run_dir, ("episodes.jsonl",), command, endpoints, s,
+        run_settings(s, roster, len(contexts), endpoints), resume=s.resume, overwrite=s.overwrite, trace_role_calls=s.trace_role_calls,
         record_local_roles=True, clients=clients,
     )  # fmt: skip
     async with open_run(spec, console) as run:

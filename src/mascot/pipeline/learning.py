@@ -20,6 +20,7 @@ from mascot.dialogue.turn_taking import runs as speaker_runs
 from mascot.errors import MascotError
 from mascot.eval.stats import paired_test
 from mascot.pipeline import figures as fig
+from mascot.runs.record import settings_view
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +167,7 @@ def system_figures(root: Path, system: str) -> dict[str, Any]:
     episodes = _episodes_file(root, system)
     keys = episode_keys(episodes) if episodes else {}
     judgments = root / f"judge_{system}" / JUDGMENTS_FILE
-    out: dict[str, Any] = {"split": (fig.run_config(root / f"eval_{system}").get("settings") or {}).get("split"),
+    out: dict[str, Any] = {"split": settings_view(fig.run_config(root / f"eval_{system}").get("settings") or {}).get("split"),
                            "director": director_choices(episodes) if episodes else None}  # fmt: skip
     if judgments.is_file():
         speaker, collective = speaker_scores(judgments, keys), collective_scores(judgments, keys)

@@ -15,6 +15,7 @@ from mascot.pipeline.figures import plot_curves
 from mascot.pipeline.learning import learning_section
 from mascot.pipeline.settings import STEP_NAMES
 from mascot.pipeline.status import read_json
+from mascot.runs.record import settings_view
 
 REPORT_FILE = "report.md"
 CURVES_FILE = "grpo_rewards.png"
@@ -70,7 +71,7 @@ def _header(root: Path, state: dict[str, Any]) -> str:
         f"- mascot {__version__}; preset {s.get('preset') or 'none'}; dataset {s.get('dataset')} ({s.get('data_file') or 'shipped samples'}, split {s.get('split')}); seed {s.get('seed')}",
         f"- models: policy (Speaker, Director, user) `{s.get('policy_model')}`, reward models `{s.get('reward_model')}`, judge `{s.get('judge_model')}`"
         + (f" (Stage 1), judge of conversations `{s['group_judge_model']}` (Stage 2 and the evaluation)" if s.get("group_judge_model") else ""),
-        f"- rubric version {(config.get('settings') or {}).get('rubric_version', '–')}; prompt version {_prompt_version(root)}; "
+        f"- rubric version {settings_view(config.get('settings') or {}).get('rubric_version', '–')}; prompt version {_prompt_version(root)}; "
         f"episodes made with {episodes.get('mascot_version', config.get('mascot_version', '–'))}",
     ]
     if libraries:

@@ -111,7 +111,9 @@ def announce_local_roles(backends: Any, console: Console) -> None:
 
 
 def _write_config(spec: RunSpec, run: OpenRun) -> None:
-    settings = {**spec.settings, "local_backend_roles": run.backends.local_roles} if spec.record_local_roles else spec.settings
+    settings = spec.settings
+    if spec.record_local_roles:  # resolved: which roles run on the in-process model
+        settings = {**settings, "resolved": {**settings.get("resolved", {}), "local_backend_roles": run.backends.local_roles}}
     run.store.write_config(
         RunConfig(
             run_id=spec.run_dir.name,

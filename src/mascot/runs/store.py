@@ -347,6 +347,7 @@ RESUMABLE_SETTINGS = frozenset(
         "resume", "overwrite", "limit", "strict", "trace_role_calls", "num_contexts", "output_dir", "run_name",
         "max_concurrent_episodes", "max_concurrent_queries", "max_in_flight", "local_batch_size", "local_backend_roles", "judge_cache",
         "run_tag",  # derived from the settings compared here
+        "cache_dir",  # where cached judgments are kept, not what they are
     }
 )
 
@@ -384,7 +385,10 @@ def check_resume_settings(run_dir: Path, settings: dict, ignore: frozenset[str] 
         saved = json.loads(path.read_text(encoding="utf-8")).get("settings") or {}
     except (OSError, json.JSONDecodeError, AttributeError):
         raise StoreError(f"{path} is unreadable: cannot check that --resume continues the same run (move it aside or --overwrite)") from None
-    differences = settings_differences(saved, redact(json.loads(json.dumps(settings, default=str))), ignore)
+    from mascot.runs.record import read_settings
+
+    current = redact(json.loads(json.dumps(settings, default=str)))
+    differences = settings_differences(read_settings(saved), read_settings(current), ignore)
     if differences:
         shown = "; ".join(differences[:4]) + (f"; and {len(differences) - 4} more" if len(differences) > 4 else "")
         raise StoreError(

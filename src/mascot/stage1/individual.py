@@ -26,7 +26,7 @@ import logging
 from collections.abc import Callable, Iterable
 
 from mascot.dialogue.agents import Speaker
-from mascot.dialogue.prompts import PROMPT_VERSION, speaker_messages
+from mascot.dialogue.prompts import speaker_messages
 from mascot.dialogue.reasoning import response_parts
 from mascot.dialogue.reply_stream import clean_reply
 from mascot.dialogue.seeds import derive_seed
@@ -234,7 +234,7 @@ class IndividualRun:
             response=text,
             candidate_idx=idx,
             model=self.speaker.model,
-            prompt_version=getattr(self.settings, "prompt_version", PROMPT_VERSION),
+            prompt_version=self.settings.prompt_version,
             roster=self.roster.name,
             roster_version=self.roster.version,
         ), judgment)  # fmt: skip
@@ -244,9 +244,7 @@ class IndividualRun:
         route_together(query)  # the query's candidates and criteria on one server: its prefix cache holds their beginning
         existing = self.written.setdefault(query, {})
         missing = [k for k in range(self.settings.num_candidates) if k not in existing]
-        prompt = speaker_messages(
-            persona, self.roster, context, [], None, think=self.speaker_thinks, version=getattr(self.settings, "prompt_version", PROMPT_VERSION)
-        )
+        prompt = speaker_messages(persona, self.roster, context, [], None, think=self.speaker_thinks, version=self.settings.prompt_version)
         generated = await self._generate(query, prompt, context, len(missing)) if missing else []
         replies = [(k, clean_reply(t, persona.name), r) for k, (t, r) in zip(missing, generated or [])]
         retry = [k for k in sorted(existing) if judgment_failed(existing[k])]  # judged again, text kept

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +28,9 @@ from mascot.progress import ProgressLine, calls_and_tokens, plural, raise_if_sto
 from mascot.rosters import load_roster, roster_for_dataset
 from mascot.rubrics import rubric_for
 from mascot.runs.open import GenerationFailed, OpenRun, RunSpec, failure_line, model_basename, open_run, require_contexts
+from mascot.runs.record import resolved_roles, settings_record
 from mascot.runs.store import RunStore
-from mascot.settings_groups import ClientLimits
+from mascot.settings_groups import parse_extra_body
 from mascot.stage1.individual import OUTPUTS, candidate_key, run_individual
 from mascot.stage1.settings import CandidateSettings
 from mascot.vocab import DEFAULT_LOCAL_MODEL
@@ -60,29 +60,20 @@ def client_roles(s: CandidateSettings) -> tuple[str, ...]:
 
 
 def _judge_record(s: CandidateSettings) -> dict:
-    """run_config.json's entry of a plug-in judge: its name and declared version (--resume compares them)."""
+    """A plug-in judge's name and declared version (--resume compares them)."""
     name = judge_model(s)
     if not is_plugin(name):
         return {}
-    return {"judge": {"model": name, "version": declared_version(load_judge_function(name)), "adapter": None, "extra_body": None}}
+    return {"judge": {"model": name, "version": declared_version(load_judge_function(name)), "adapter": None, "extra_body": None, "thinking": None}}
 
 
-def _run_settings(s: CandidateSettings, roles: dict, roster_ident: str, num_contexts: int, cache) -> dict:
-    """The `settings` block of run_config.json; --resume compares it with the saved one (under the
-    names Stage-1 runs have always recorded them by)."""
-    speaker = s.roles.get("speaker")
-    return {
-        "dataset": s.dataset, "split": s.split, "data_file": str(s.data_file) if s.data_file else None, "limit": s.limit,
-        "transcript_window": s.transcript_window, "roster": roster_ident, "rubric_version": s.rubric_version, "judge_scoring": s.judge_scoring,
-        "judge_max_tokens": s.judge_max_tokens, "num_contexts": num_contexts, "judge_cache": str(cache.path) if cache else None,
-        "models": {**{role: {"model": ep.model, "adapter": ep.adapter, "extra_body": ep.extra_body or None} for role, ep in roles.items()}, **_judge_record(s)},
-        "client_limits": {f.name: getattr(s, f.name) for f in fields(ClientLimits)}, "trace_role_calls": s.trace_role_calls, "resume": s.resume, "overwrite": s.overwrite,
-        "num_candidates": s.num_candidates, "score_margin": s.score_margin, "temperature": s.temperature, "max_tokens": s.max_tokens,
-        "repetition_penalty": s.repetition_penalty,
-        "seed": s.seed, "personas": s.personas, "max_concurrent_queries": s.max_concurrent_episodes,
-        "speaker_think": speaker is not None and speaker.thinking is True, "reasoning_allowance": s.reasoning_allowance, "strict": s.strict,
-        "prompt_version": s.prompt_version, **({"cross_persona_pairs": s.cross_persona_pairs} if s.cross_persona_pairs else {}),
-    }  # fmt: skip
+def run_settings(s: CandidateSettings, endpoints: dict, roster_ident: str, num_contexts: int, cache: JudgmentCache | None) -> dict:
+    """The `settings` block of run_config.json (`mascot.runs.record`): the settings whole, and what
+    the run resolved from them; --resume compares it with the saved one."""
+    return settings_record(
+        s, roster=roster_ident, num_contexts=num_contexts, judge_cache=str(cache.path) if cache else None,
+        roles={**resolved_roles(endpoints), **_judge_record(s)}, extra_body=parse_extra_body(s.extra_body),
+    )  # fmt: skip
 
 
 async def generate_individual(s: CandidateSettings, *, clients: dict | None = None, console: Console | None = None) -> Path:
@@ -96,7 +87,7 @@ async def generate_individual(s: CandidateSettings, *, clients: dict | None = No
     require_contexts(contexts, s.dataset, s.split)
     roles = resolve_roles(s, client_roles(s))
     cache = None if s.no_cache else JudgmentCache(s.cache_dir)
-    settings = _run_settings(s, roles, roster.ident, len(contexts), cache)
+    settings = run_settings(s, roles, roster.ident, len(contexts), cache)
     spec = RunSpec(
         individual_run_dir(s), OUTPUTS, COMMAND, roles, s, settings, resume=s.resume, overwrite=s.overwrite,
         trace_role_calls=s.trace_role_calls, key_of=candidate_key, clients=clients,

@@ -22,6 +22,7 @@ from mascot.files import read_jsonl
 from mascot.llm.context_fit import (
     CUT_MARK,  # one mark for a cut prompt, in training and at the server
 )
+from mascot.runs.record import settings_view
 from mascot.schema import Episode, PreferencePair
 from mascot.train.scoring import chat_ids, encode_fitted
 
@@ -229,7 +230,7 @@ def run_settings(data_file: Path) -> dict[str, Any]:
             except (OSError, json.JSONDecodeError):
                 log.warning("%s is unreadable; dataset and rubric version must come from flags", config)
                 return {}
-            settings = dict(data.get("settings") or {})
+            settings = settings_view(data.get("settings") or {})
             settings.setdefault("_roles", data.get("roles") or {})
             return settings
     return {}

@@ -99,11 +99,11 @@ def rollout_engine_settings(settings: DirectorGRPOSettings, prompt_version: str 
 
 def rollout_repetition_penalty(settings: DirectorGRPOSettings, run: dict[str, Any]) -> float:
     """--rollout-repetition-penalty, else the Speakers' penalty of the run the episodes come from
-    (run_config.json's engine record: the rollouts continue conversations sampled with it), else
+    (its run_config.json: the rollouts continue conversations sampled with it), else
     1.0 (a run recorded before the setting existed sampled without one)."""
     if settings.rollout_repetition_penalty is not None:
         return settings.rollout_repetition_penalty
-    return float((run.get("engine") or {}).get("repetition_penalty", 1.0))
+    return float(run.get("repetition_penalty", 1.0))
 
 
 class DirectorRollouts:
