@@ -232,3 +232,12 @@ def test_the_users_emotion_report_is_split_from_the_message():
     reply = split_emotion("I guess that helps a bit.\n\n**Emotion:** Hopeful.")
     assert reply.text == "I guess that helps a bit." and reply.emotion == "hopeful"
     assert split_emotion("No report here.").emotion is None
+
+
+def test_the_turn_policies_are_the_vocabulary_s():
+    """Every policy class names itself by a word of `vocab.TURN_POLICIES`, and every word has one."""
+    from mascot.dialogue.multiagentesc import MultiAgentESCPolicy
+    from mascot.dialogue.policies import DirectorPolicy, RandomPolicy, RoundRobinPolicy
+    from mascot.vocab import TURN_POLICIES
+
+    assert [p.name for p in (DirectorPolicy, RoundRobinPolicy, RandomPolicy, MultiAgentESCPolicy)] == list(TURN_POLICIES)

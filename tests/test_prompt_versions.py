@@ -11,13 +11,14 @@ import pytest
 from mascot.dialogue.director import DirectorDecision
 from mascot.dialogue.engine import EpisodeEngine
 from mascot.dialogue.policies import limit_run, longest_silent, run_length
-from mascot.dialogue.prompts import PROMPT_VERSION, director_messages, speaker_messages, user_messages, versioned
+from mascot.dialogue.prompts import director_messages, speaker_messages, user_messages, versioned
 from mascot.dialogue.settings import EngineSettings
 from mascot.dialogue.tally import Tally
 from mascot.errors import MascotError
 from mascot.schema import Directive, Turn
 from mascot.testing.players import group_reply
 from mascot.testing.scripted import ScriptedClient
+from mascot.vocab import PROMPT_VERSION
 
 
 def agent(idx: int, name: str) -> Turn:

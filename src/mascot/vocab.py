@@ -25,11 +25,13 @@ REPETITION_PENALTY_HELP = (
 )
 
 # ---- how a conversation unfolds
-TURN_POLICIES = ("director", "round-robin", "random", "multiagentesc")
+MULTIAGENTESC = "multiagentesc"  # the MultiAgentESC baseline: strategists vote, then one writes the reply
+TURN_POLICIES = ("director", "round-robin", "random", MULTIAGENTESC)
 # Versions of the Director, Speaker and user prompts (mascot.dialogue.prompts); the default is the
 # one the conversation checks (mascot.metrics.conversation) measured better (docs/judging_and_metrics.md).
 PROMPT_VERSIONS = ("v1", "v2")
 PROMPT_VERSION = "v2"
+FIRST_PROMPT_VERSION = PROMPT_VERSIONS[0]  # what runs recorded before prompts had versions used
 MAX_CONSECUTIVE_TURNS = 2
 PROMPT_FAMILIES = ("persona", "zero-shot", "zero-shot-cot", "few-shot", "few-shot-cot")
 GENERATION_MODES = ("directed", "independent", "branching", "tree")

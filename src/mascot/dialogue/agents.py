@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING, Any
 
 from mascot.dialogue.consistency import CONSISTENCY_RULE, consistency_scores, most_consistent
 from mascot.dialogue.emotion import UserReply, read_user_reply, user_turn_schema
-from mascot.dialogue.prompts import PROMPT_VERSION, speaker_messages, user_label, user_messages
+from mascot.dialogue.prompts import speaker_messages, user_label, user_messages
 from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE, completion_budget, response_parts
 from mascot.dialogue.reply_stream import ReplyStream, RoundListener, clean_reply, first_paragraph
 from mascot.dialogue.seeds import derive_seed
 from mascot.dialogue.tally import Tally
 from mascot.llm.base import ChatClient, ChatRequest, cut_at_stop, split_reasoning
 from mascot.schema import Context, Directive, Persona, Roster, Turn, UserProfile
-from mascot.vocab import USER_MAX_TOKENS
+from mascot.vocab import PROMPT_VERSION, USER_MAX_TOKENS
 
 if TYPE_CHECKING:
     from mascot.dialogue.settings import SpeakerSettings

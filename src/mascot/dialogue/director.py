@@ -33,12 +33,13 @@ import re
 from dataclasses import dataclass
 
 from mascot.dialogue.examples import copies_example
-from mascot.dialogue.prompts import PROMPT_VERSION, director_correction, director_messages
+from mascot.dialogue.prompts import director_correction, director_messages
 from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE, OutputPaths, completion_budget, response_parts
 from mascot.dialogue.structured import bounded_text, compact_object, widest_json
 from mascot.dialogue.tally import Tally
 from mascot.llm.base import ChatClient, ChatRequest, ChatResponse, ChoiceSlot, strip_think
 from mascot.schema import Context, Directive, Roster, Turn
+from mascot.vocab import PROMPT_VERSION
 
 NEUTRAL_ACTION = "Respond in your role to the latest message."
 NEUTRAL_TONE = "warm and natural"

@@ -22,7 +22,6 @@ from mascot.dialogue.director import Director, DirectorDecision
 from mascot.dialogue.emotion import EmotionReports
 from mascot.dialogue.policies import TurnLimit, TurnPolicy, make_policy
 from mascot.dialogue.prompt_families import check_prompt_family, family_prompt_version, family_thinks
-from mascot.dialogue.prompts import PROMPT_VERSION
 from mascot.dialogue.reasoning import OutputPaths, role_thinks
 from mascot.dialogue.reply_stream import RoundListener
 from mascot.dialogue.seeds import derive_seed, derived_rng
@@ -45,7 +44,7 @@ from mascot.schema import (
     UserProfile,
     utc_now,
 )
-from mascot.vocab import DEFAULT_RUBRIC_VERSION, MAX_CONSECUTIVE_TURNS
+from mascot.vocab import DEFAULT_RUBRIC_VERSION, MAX_CONSECUTIVE_TURNS, PROMPT_VERSION
 
 
 @dataclass

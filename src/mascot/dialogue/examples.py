@@ -32,7 +32,8 @@ def ngrams(tokens: list[str], n: int) -> set[tuple[str, ...]]:
 def example_directives() -> tuple[tuple[str, str], ...]:
     """(action, tone) of every prompt version's worked example, for every kind of roster and
     context the example template tells apart."""
-    from mascot.dialogue.prompts import PROMPT_VERSIONS, director_example
+    from mascot.dialogue.prompts import director_example
+    from mascot.vocab import PROMPT_VERSIONS
 
     found = set()
     for version in PROMPT_VERSIONS:

@@ -31,6 +31,7 @@ from mascot.dialogue.tally import Tally
 from mascot.errors import MascotError
 from mascot.llm.base import ChatClient, ChatRequest, Message
 from mascot.schema import Context, Directive, Persona, Roster, Turn
+from mascot.vocab import MULTIAGENTESC
 
 PROMPT_VERSION = "mesc_v1"
 ASPECTS = ("emotion", "cause", "intention")
@@ -94,7 +95,7 @@ def ranked_strategies(proposals: list[str | None]) -> list[str]:
 
 
 class MultiAgentESCPolicy:
-    name = "multiagentesc"
+    name = MULTIAGENTESC
 
     def __init__(
         self, client: ChatClient, roster: Roster, tally: Tally, *, strategists: int = 3, temperature: float = 0.7, max_tokens: int = 160

@@ -12,7 +12,7 @@ from mascot.dialogue.tally import Tally
 from mascot.dialogue.turn_taking import trailing_run
 from mascot.errors import MascotError
 from mascot.schema import Context, Directive, Roster, Turn
-from mascot.vocab import TURN_POLICIES
+from mascot.vocab import MULTIAGENTESC, TURN_POLICIES
 
 if TYPE_CHECKING:
     from mascot.dialogue.settings import EngineSettings
@@ -108,15 +108,15 @@ def make_policy(
     name: str, roster: Roster, director: Director | None, *, speaker_client=None, settings: EngineSettings | None = None, tally=None
 ) -> TurnPolicy:
     """`multiagentesc` runs its backstage agents on `speaker_client` with the engine `settings`."""
-    if name == "director":
+    if name == DirectorPolicy.name:
         if director is None:
             raise ValueError("the director policy needs a Director")
         return DirectorPolicy(director)
-    if name == "round-robin":
+    if name == RoundRobinPolicy.name:
         return RoundRobinPolicy(roster)
-    if name == "random":
+    if name == RandomPolicy.name:
         return RandomPolicy(roster)
-    if name == "multiagentesc" and speaker_client is not None:
+    if name == MULTIAGENTESC and speaker_client is not None:
         from mascot.dialogue.multiagentesc import MultiAgentESCPolicy
         from mascot.dialogue.tally import Tally
 

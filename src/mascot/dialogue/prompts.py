@@ -19,9 +19,9 @@ from mascot.errors import MascotError
 from mascot.llm.base import Message
 from mascot.prompt_text import PROMPT_DIR, Trusted, neutralize, prompt_environment, transcript_text
 from mascot.schema import Context, Directive, Persona, Roster, Turn, UserProfile
-from mascot.vocab import PROMPT_VERSION, PROMPT_VERSIONS
+from mascot.vocab import FIRST_PROMPT_VERSION, PROMPT_VERSION, PROMPT_VERSIONS
 
-__all__ = ["PROMPT_DIR", "PROMPT_VERSION", "PROMPT_VERSIONS", "neutralize", "director_messages", "speaker_messages", "user_messages"]
+__all__ = ["PROMPT_DIR", "neutralize", "director_messages", "speaker_messages", "user_messages"]
 THINK_INSTRUCTION = "First reason briefly inside <think>...</think>, then give the reply."
 
 
@@ -30,14 +30,14 @@ def versioned(template: str, version: str = PROMPT_VERSION) -> str:
     where that version changed it, else the v1 file."""
     if version not in PROMPT_VERSIONS:
         raise MascotError(f"unknown --prompt-version {version!r}: choose one of {', '.join(PROMPT_VERSIONS)}")
-    if version == "v1":
+    if version == FIRST_PROMPT_VERSION:
         return template
     role, _, part = template.partition("_")
     candidate = f"{role}_{version}_{part}"
     return candidate if (PROMPT_DIR / candidate).is_file() else template
 
 
-def render(template: str, version: str = "v1", **values) -> str:
+def render(template: str, version: str = FIRST_PROMPT_VERSION, **values) -> str:
     return prompt_environment().get_template(versioned(template, version)).render(**values).strip()
 
 

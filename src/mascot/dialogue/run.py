@@ -45,7 +45,7 @@ from mascot.runs.store import RunStore
 from mascot.safety.screen import screen_applies
 from mascot.schema import Context, Episode, RoleIdentity, Roster
 from mascot.settings_groups import RoleSettings, parse_extra_body
-from mascot.vocab import DEFAULT_LOCAL_MODEL, ROLES, SAFETY, TREE_MAX_CONVERSATIONS
+from mascot.vocab import DEFAULT_LOCAL_MODEL, FIRST_PROMPT_VERSION, ROLES, SAFETY, TREE_MAX_CONVERSATIONS
 
 
 def _slug(text: str) -> str:
@@ -101,7 +101,7 @@ _TAGGED_ALWAYS = (
 _ENGINE_DEFAULTS = {f.name: getattr(EngineSettings(), f.name) for f in fields(EngineSettings)}
 # Settings whose default changed: the tag digests them unless they hold the value runs had before
 # the setting existed, so that those runs keep their ids and the new defaults get new ones.
-_DIGESTED_UNLESS = {"prompt_version": "v1", "max_consecutive_turns": 0}
+_DIGESTED_UNLESS = {"prompt_version": FIRST_PROMPT_VERSION, "max_consecutive_turns": 0}
 
 
 def engine_record(s: GroupEpisodeSettings) -> dict:

@@ -176,7 +176,7 @@ def check_engine(s: EngineSettings) -> None:
     require(s.mesc_strategists >= 1, "--mesc-strategists must be at least 1")
     require(s.self_consistency_samples >= 1, "--self-consistency-samples must be at least 1")
     require(
-        s.self_consistency_samples == 1 or s.turn_policy != "multiagentesc",
+        s.self_consistency_samples == 1 or s.turn_policy != vocab.MULTIAGENTESC,
         "--self-consistency-samples: multiagentesc writes its replies itself (no Speaker samples to choose among)",
     )
     require(0.0 <= s.user_response_probability <= 1.0, "--user-response-probability must lie between 0 and 1")

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from mascot.dialogue.examples import copies_example, example_directives, ngrams, words
 from mascot.dialogue.turn_taking import repeats, runs
 from mascot.schema import Episode, Roster, Turn
+from mascot.vocab import FIRST_PROMPT_VERSION, PROMPT_VERSIONS
 
 CHECKS = (
     "directive_example_copies", "directive_without_instruction", "same_speaker_repeats", "instruction_restatements", "third_person_user",
@@ -135,10 +136,10 @@ def persona_prompts(roster: Roster | None, version: str) -> dict[str, list[str]]
     """Each companion's system prompt as words (what a reply must not read back)."""
     if roster is None:
         return {}
-    from mascot.dialogue.prompts import PROMPT_VERSIONS, speaker_messages
+    from mascot.dialogue.prompts import speaker_messages
     from mascot.schema import Context
 
-    version = version if version in PROMPT_VERSIONS else "v1"
+    version = version if version in PROMPT_VERSIONS else FIRST_PROMPT_VERSION
     context = Context(context_id="check", dataset="check")
     return {p.name: words(speaker_messages(p, roster, context, [], version=version)[0]["content"]) for p in roster.personas}
 
@@ -146,10 +147,10 @@ def persona_prompts(roster: Roster | None, version: str) -> dict[str, list[str]]
 def user_prompt_words(version: str) -> list[str]:
     """The simulated user's system prompt as words, its situation and emotion left empty (the
     person may well repeat their own situation)."""
-    from mascot.dialogue.prompts import PROMPT_VERSIONS, user_messages
+    from mascot.dialogue.prompts import user_messages
     from mascot.schema import Context
 
-    version = version if version in PROMPT_VERSIONS else "v1"
+    version = version if version in PROMPT_VERSIONS else FIRST_PROMPT_VERSION
     return words(user_messages(Context(context_id="check", dataset="ESConv"), [], report_emotion=True, version=version)[0]["content"])
 
 
@@ -200,8 +201,8 @@ def check_episode(episode: Episode, roster: Roster | None = None) -> EpisodeChec
     agents = [t for t in episode.turns if not t.is_user]
     speaker_balance(agents, checks)
     companions = list(roster.names) if roster else sorted({t.agent_name for t in agents})
-    prompts = persona_prompts(roster, episode.metadata.prompt_version or "v1")
-    user_words = user_prompt_words(episode.metadata.prompt_version or "v1")
+    prompts = persona_prompts(roster, episode.metadata.prompt_version or FIRST_PROMPT_VERSION)
+    user_words = user_prompt_words(episode.metadata.prompt_version or FIRST_PROMPT_VERSION)
     examples = example_directives()
     user_as_speaker = name_pattern(companions)
     said: Counter[str] = Counter()

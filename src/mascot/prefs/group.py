@@ -29,7 +29,7 @@ from typing import Literal
 
 from mascot.dialogue.director import NEUTRAL_ACTION, NEUTRAL_TONE, render_directive
 from mascot.dialogue.examples import copies_example
-from mascot.dialogue.prompts import PROMPT_VERSION, director_messages
+from mascot.dialogue.prompts import director_messages
 from mascot.episodes import episode_context, episode_domain, episode_roster
 from mascot.files import read_jsonl
 from mascot.judge.items import collective_item, opening_lines, render_context, user_label
@@ -40,6 +40,7 @@ from mascot.prefs.pairs import PairStats, max_pairs, preference_index_pairs
 from mascot.prompt_text import Trusted, render_prompt, transcript_text
 from mascot.rosters import roster_for_dataset
 from mascot.schema import Context, Directive, Episode, Judgment, PreferencePair, Turn
+from mascot.vocab import PROMPT_VERSION
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mascot.data.loaders import load_contexts
-from mascot.dialogue.prompts import PROMPT_VERSION, director_messages
+from mascot.dialogue.prompts import director_messages
 from mascot.episodes import episode_context, episode_domain, episode_roster
 from mascot.errors import MascotError
 from mascot.llm.base import Message
@@ -21,6 +21,7 @@ from mascot.train.common import validate_grpo
 from mascot.train.config import DirectorGRPOSettings
 from mascot.train.guard import require_group_prompts
 from mascot.train.runtime import TrainingSetupError
+from mascot.vocab import PROMPT_VERSION
 
 log = logging.getLogger(__name__)
 

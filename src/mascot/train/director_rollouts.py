@@ -15,7 +15,6 @@ from typing import Any
 
 from mascot.dialogue.director import DIRECTIVE_OPENING, parse_directive
 from mascot.dialogue.engine import EpisodeEngine
-from mascot.dialogue.prompts import PROMPT_VERSION
 from mascot.dialogue.settings import EngineSettings, engine_settings_from
 from mascot.dialogue.tally import Tally
 from mascot.llm.base import ChatClient, LLMError, strip_think
@@ -25,7 +24,7 @@ from mascot.train.decision_points import DecisionPoint
 from mascot.train.rewards import completion_text, diversity_score
 from mascot.train.runtime import TrainingSetupError, world_size
 from mascot.train.trajectory_scores import JudgeTrajectoryScorer, Rollout, TrajectoryScorer, block_speakers
-from mascot.vocab import DEFAULT_RUBRIC_VERSION
+from mascot.vocab import DEFAULT_RUBRIC_VERSION, PROMPT_VERSION
 
 log = logging.getLogger(__name__)
 
