@@ -183,7 +183,7 @@ def _selector_parameter(settings_cls: type) -> list[inspect.Parameter]:
         f"{' | '.join(str(c) for c in choices)}: which run (default {chosen.metadata['cli_default']}); each has its own flags, "
         f"shown by `mascot {' '.join(words)} {chosen.metadata['selector']} MODE --help`."
     )
-    option = typer.Option(chosen.metadata["selector"], help=help_text, rich_help_panel=RUN_PANEL)
+    option = typer.Option(chosen.metadata["selector"], help=help_text)  # first, in Options: it chooses the flags below
     return [inspect.Parameter(chosen.name, inspect.Parameter.KEYWORD_ONLY, default=chosen.default, annotation=Annotated[str, option])]
 
 

@@ -22,8 +22,8 @@ from mascot import __version__
 from mascot.errors import MascotError
 from mascot.llm.metered import CallTracer
 from mascot.llm.providers import build_backends
-from mascot.schema import RoleUsage, RunConfig
 from mascot.runs.store import RunStore, check_resume_settings, flush_summary_periodically, log_meter_usage
+from mascot.schema import RoleUsage, RunConfig
 
 
 class GenerationFailed(MascotError):
@@ -103,7 +103,9 @@ def announce_local_roles(backends: Any, console: Console) -> None:
     local = backends.local_roles
     if local:
         models = sorted({backends.endpoints[r].model for r in local})
-        text = f"{', '.join(r.capitalize() for r in local)} run in-process on the local backend ({', '.join(models)}): no server URL was given for them."
+        text = (
+            f"{', '.join(r.capitalize() for r in local)} run in-process on the local backend ({', '.join(models)}): no server URL was given for them."
+        )
         said = console.__dict__.setdefault("_mascot_notices", set())
         if text not in said:
             said.add(text)
@@ -147,7 +149,9 @@ async def open_run(spec: RunSpec, console: Console | None = None) -> AsyncIterat
     # folder, is attached once the store has opened it.
     backends = build_backends(spec.roles, spec.limits, overrides=spec.clients)
     async with opened_backends(backends, console):
-        with RunStore(spec.run_dir, outputs=spec.outputs, resume=spec.resume, overwrite=spec.overwrite, command=spec.command, key_of=spec.key_of) as store:
+        with RunStore(
+            spec.run_dir, outputs=spec.outputs, resume=spec.resume, overwrite=spec.overwrite, command=spec.command, key_of=spec.key_of
+        ) as store:
             if spec.trace_role_calls:
                 attach_trace(backends, spec.run_dir / "role_call_trace.jsonl")
             async with _running(spec, store, backends) as run:

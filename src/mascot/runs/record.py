@@ -41,7 +41,10 @@ def settings_record(settings: SettingsObject, **resolved: Any) -> dict[str, Any]
 def resolved_roles(endpoints: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Each role's model, adapter, request fields and reasoning as the run resolved them (never a
     URL: the roles' endpoints are recorded, redacted, beside the settings)."""
-    return {role: {"model": ep.model, "adapter": ep.adapter, "extra_body": ep.extra_body or None, "thinking": ep.thinking} for role, ep in endpoints.items()}
+    return {
+        role: {"model": ep.model, "adapter": ep.adapter, "extra_body": ep.extra_body or None, "thinking": ep.thinking}
+        for role, ep in endpoints.items()
+    }
 
 
 def read_settings(block: dict[str, Any]) -> dict[str, Any]:

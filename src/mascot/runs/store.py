@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from mascot.errors import failure_cause
 from mascot.files import (
     JsonlAppender,
     StoreError,
@@ -32,7 +33,6 @@ from mascot.files import (
     repair_torn_tail,
     write_json_atomic,
 )
-from mascot.errors import failure_cause
 from mascot.progress import forget_exit_hook, on_exit_at_once
 from mascot.runs.folder import existing_run_refusal
 from mascot.schema import Counters, RoleUsage, RunConfig, RunSummary, utc_now
@@ -172,7 +172,9 @@ class RunStore:
                     self.done_keys.add(self.key_of(json.loads(raw)))
                 except (json.JSONDecodeError, TypeError, AttributeError):
                     why = line_json_problem(raw) or "not a record"
-                    raise StoreError(f"{first}:{number}: unreadable line ({why}); cannot resume safely (move the file aside or --overwrite)") from None
+                    raise StoreError(
+                        f"{first}:{number}: unreadable line ({why}); cannot resume safely (move the file aside or --overwrite)"
+                    ) from None
         self.summary.num_resumed_records = len(self.done_keys)
         self.summary.num_records = len(self.done_keys)
 
@@ -339,13 +341,27 @@ def mark_failed(report_path: Path, error: str) -> None:
         data = {"report": data}
     data["status"], data["error"] = "failed", error
     write_json_atomic(Path(report_path), data)
+
+
 # ---------------------------------------------------------------------------- resume settings
 
 # Settings that may change between sessions of one run: how fast or how far it goes, not what it makes.
 RESUMABLE_SETTINGS = frozenset(
     {
-        "resume", "overwrite", "limit", "strict", "trace_role_calls", "num_contexts", "output_dir", "run_name",
-        "max_concurrent_episodes", "max_concurrent_queries", "max_in_flight", "local_batch_size", "local_backend_roles", "judge_cache",
+        "resume",
+        "overwrite",
+        "limit",
+        "strict",
+        "trace_role_calls",
+        "num_contexts",
+        "output_dir",
+        "run_name",
+        "max_concurrent_episodes",
+        "max_concurrent_queries",
+        "max_in_flight",
+        "local_batch_size",
+        "local_backend_roles",
+        "judge_cache",
         "run_tag",  # derived from the settings compared here
         "cache_dir",  # where cached judgments are kept, not what they are
     }
