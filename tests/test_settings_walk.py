@@ -243,3 +243,14 @@ def test_every_role_flag_reaches_the_role_mapping():
                 probe = SimpleNamespace(**{f"{role}_{kind}": value})
                 got = getattr(role_mapping(probe)[role], kind)
                 assert got == expected[kind] or (kind == "extra_body" and expected[kind].items() <= got.items()), (entry.name, role, kind)
+
+
+def test_a_config_file_s_mode_picks_the_settings_class(tmp_path):
+    from mascot.cli.lazy import chosen_mode
+    from mascot.commands import modes
+
+    config = tmp_path / "stage1.yaml"
+    config.write_text("mode: individual\nnum_candidates: 4\n")
+    assert chosen_mode(modes("generate"), ["--config", str(config)]).settings_class() is CandidateSettings
+    assert chosen_mode(modes("generate"), [f"--config={config}", "--mode", "group"]).settings_class() is GroupEpisodeSettings  # the flag wins
+    assert chosen_mode(modes("generate"), []).settings_class() is GroupEpisodeSettings
