@@ -76,3 +76,16 @@ def test_a_sampling_setting_reaches_the_speaker_on_every_path(path, name):
     assert getattr(settings, name) == CHANGED[name], f"{path} does not pass --{name.replace('_', '-')} on"
     if name != "seed":  # the seed seeds each turn's request, not the Speaker
         assert getattr(speaker_of(settings), name) == CHANGED[name]
+
+
+def test_eval_takes_several_servers_per_endpoint_as_every_command_does():
+    from mascot.eval.plan import Cell, generate_settings, judge_settings
+    from mascot.eval.settings import EvalSettings
+    from mascot.eval.systems import Catalogue
+
+    urls = ["http://127.0.0.1:8001/v1", "http://127.0.0.1:8002/v1"]
+    catalogue = Catalogue()
+    s = EvalSettings(systems="zero-shot", dataset="ESConv", model_name="m", vllm_server_url=urls, judge_server_url=urls, judges=["j"])
+    cell = Cell("test", "zero-shot", catalogue.get("zero-shot"), Path("cell"))
+    assert generate_settings(cell, s, catalogue, "ESConv").vllm_server_url == urls
+    assert judge_settings(Path("cell/run/episodes.jsonl"), cell, s, "ESConv").judge_server_url == urls

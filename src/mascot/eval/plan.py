@@ -163,7 +163,7 @@ def generate_settings(cell: Cell, settings: EvalSettings, catalogue: Catalogue, 
                  temperature=s.temperature, max_tokens=s.max_tokens, turn_policy=cell.spec.turn_policy, system=cell.system, max_in_flight=s.max_in_flight,
                  repetition_penalty=s.repetition_penalty, output_dir=cell.folder, resume=True, prompt_family=cell.spec.prompt_family,
                  self_consistency_samples=cell.spec.self_consistency_samples, data_file=s.data_file, limit=s.limit, model_name=s.model_name,
-                 vllm_server_url=[s.vllm_server_url] if s.vllm_server_url else None)  # fmt: skip
+                 vllm_server_url=s.vllm_server_url or None)  # fmt: skip
     return cell_settings("generate", cell, {**flags, **profile_flags(cell), **role_flags(cell, settings, catalogue, dataset)})
 
 
@@ -172,7 +172,7 @@ def judge_settings(episodes: Path, cell: Cell, settings: EvalSettings, dataset: 
     flags = dict(input_file=episodes, output_dir=episodes.parent, rubric_version=s.rubric_version, judge_scoring=s.judge_scoring,
                  cache_dir=s.cache_dir or Path(s.output_dir) / "judge_cache",
                  dataset=dataset, max_in_flight=s.max_in_flight, judges=list(s.judges) or None, judges_file=s.judges_file,
-                 judge_server_url=[s.judge_server_url] if s.judge_server_url else None)  # fmt: skip
+                 judge_server_url=s.judge_server_url or None)  # fmt: skip
     if s.data_file:  # the judge sees each episode's dataset context
         flags.update(data_file=s.data_file, split=cell.split)
     return cell_settings("judge", cell, flags)

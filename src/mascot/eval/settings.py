@@ -59,13 +59,19 @@ class EvalSettings:
     max_tokens: int = default_for(SamplingSettings, "max_tokens", 160)
     repetition_penalty: float = default_for(SamplingSettings, "repetition_penalty", 1.0, help=vocab.REPETITION_PENALTY_HELP)
     model_name: Optional[str] = default_for(SpeakerEndpointSettings, "model_name", None, help="Default model of every role a system leaves null.")
-    vllm_server_url: Optional[str] = default_for(
-        SpeakerEndpointSettings, "vllm_server_url", None, help="Default OpenAI-compatible endpoint of every role a system leaves null."
+    vllm_server_url: Optional[list[str]] = default_for(
+        SpeakerEndpointSettings,
+        "vllm_server_url",
+        None,
+        help="Default OpenAI-compatible endpoint of every role a system leaves null. Repeat (or separate with commas) for several servers sharing the load.",
     )
     judges: list[str] = default_for(JudgePanelSettings, "judges", [], help="Judge model id; repeat for a panel." + vocab.PLUGIN_JUDGE_HELP)
     judges_file: Optional[str] = default_for(JudgePanelSettings, "judges_file", None, help=vocab.JUDGES_FILE_HELP)
-    judge_server_url: Optional[str] = default_for(
-        JudgeServerSettings, "judge_server_url", None, help="OpenAI-compatible endpoint of the --judge models."
+    judge_server_url: Optional[list[str]] = default_for(
+        JudgeServerSettings,
+        "judge_server_url",
+        None,
+        help="OpenAI-compatible endpoint of the --judge models. Repeat (or separate with commas) for several servers sharing the load.",
     )
     rubric_version: str = default_for(RubricSettings, "rubric_version", vocab.DEFAULT_RUBRIC_VERSION)
     judge_scoring: str = default_for(JudgingSettings, "judge_scoring", "auto", help=JUDGE_SCORING_HELP)
