@@ -214,3 +214,13 @@ def test_no_library_function_takes_settings_untyped():
                         if shown in (None, "Any", "object", "typing.Any"):
                             untyped.append(f"{path.relative_to(src)}:{node.lineno} {node.name}({arg.arg}: {shown})")
     assert untyped == []
+
+
+def test_a_config_file_that_is_not_yaml_is_one_line(tmp_path):
+    from mascot.settings import read_config_file
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("mode: [oops\n")
+    with pytest.raises(MascotError) as failed:
+        read_config_file(bad)
+    assert "\n" not in str(failed.value) and "not valid YAML (line 2, column 1)" in str(failed.value)

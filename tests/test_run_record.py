@@ -73,3 +73,10 @@ def test_a_run_folder_written_in_format_1_resumes_and_refuses_a_changed_setting(
         run_mascot([*args, "--resume"])
     assert [e.episode_id for e in read_jsonl(run / "episodes.jsonl", Episode)] == ids
     assert recorded(run / "run_config.json")["format"] == FORMAT  # written in today's form once resumed
+
+
+def test_a_settings_format_this_mascot_does_not_know_is_one_line():
+    from mascot.files import StoreError
+
+    with pytest.raises(StoreError, match=r"^run_config.json: settings format 7 is not one this mascot reads \(1 or 2\)"):
+        read_settings({"format": 7, "num_turns": 3})

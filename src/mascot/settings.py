@@ -141,8 +141,12 @@ def read_config_file(path: str | Path | None) -> dict[str, Any]:
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise MascotError(f"cannot read --config {path}: {exc}") from None
+    except OSError as exc:
+        raise MascotError(f"cannot read --config {path}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        raise MascotError(f"--config {path}: not valid YAML{where}: {getattr(exc, 'problem', None) or exc}") from None
     if not isinstance(data, dict):
         raise MascotError(f"--config {path}: expected a mapping of setting names to values")
     return {str(k).replace("-", "_"): v for k, v in data.items()}

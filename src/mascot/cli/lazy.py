@@ -72,19 +72,25 @@ def chosen_mode(entries: list[Command], args: list[str]) -> Command:
     command's modes; the first without one. An unknown mode is a usage error naming the modes."""
     from mascot.errors import MascotError
 
-    flag = "--mode"
-    value = next((args[i + 1] for i, a in enumerate(args[:-1]) if a == flag), None)
-    value = value or next((a.split("=", 1)[1] for a in args if a.startswith(flag + "=")), None)
+    value = _given(args, "--mode")
     if value is None:
-        config = next((args[i + 1] for i, a in enumerate(args[:-1]) if a == "--config"), None)
-        config = config or next((a.split("=", 1)[1] for a in args if a.startswith("--config=")), None)
-        value = _config_mode(config)
+        value = _config_mode(_given(args, "--config"))
     if value is None:
         return entries[0]
     chosen = next((e for e in entries if e.mode == value), None)
     if chosen is None:
         raise MascotError(f"unknown --mode {value!r}: choose {' or '.join(str(e.mode) for e in entries)}")
     return chosen
+
+
+def _given(args: list[str], flag: str) -> str | None:
+    """The value of `flag` on a command line not parsed yet: `FLAG VALUE` or `FLAG=VALUE`."""
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return None
 
 
 def _config_mode(config: str | None) -> str | None:

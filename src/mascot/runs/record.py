@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from mascot.files import StoreError
 from mascot.settings import SettingsObject, as_dict
 
 FORMAT = 2
@@ -48,10 +49,14 @@ def resolved_roles(endpoints: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def read_settings(block: dict[str, Any]) -> dict[str, Any]:
-    """Any run_config.json `settings` block in the current form (format 2)."""
-    if int(block.get("format") or 1) >= FORMAT:
-        return block
-    return _from_format_1(block)
+    """Any run_config.json `settings` block in the current form (format 2); a format this mascot
+    does not know is one line."""
+    given = block.get("format") or 1
+    if not isinstance(given, int) or given > FORMAT:
+        raise StoreError(
+            f"run_config.json: settings format {given!r} is not one this mascot reads (1 or {FORMAT}): a newer mascot wrote it, or it was edited"
+        )
+    return block if given == FORMAT else _from_format_1(block)
 
 
 def settings_view(block: dict[str, Any]) -> dict[str, Any]:

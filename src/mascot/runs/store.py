@@ -364,6 +364,8 @@ RESUMABLE_SETTINGS = frozenset(
         "judge_cache",
         "run_tag",  # derived from the settings compared here
         "cache_dir",  # where cached judgments are kept, not what they are
+        "request_timeout",
+        "retry_budget",  # how long a request may take, not what it asks
     }
 )
 
