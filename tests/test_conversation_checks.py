@@ -171,7 +171,7 @@ def test_the_safety_reply_and_the_fallback_are_not_judged_as_the_directors_or_a_
 def test_the_examples_of_every_prompt_version_are_known():
     actions = {action for action, _ in example_directives()}
     assert "ask what went wrong this time and what they could practise" in actions  # v1
-    assert any(action.startswith("[EXAMPLE ONLY") for action in actions)  # v2
+    assert "one sentence naming what they just said and what to do about it" in actions  # v2, without its mark
     assert not copies_example("name the fear of the new job and ask what part feels biggest", "steady", example_directives())
 
 

@@ -244,3 +244,37 @@ def test_the_web_app_shows_a_fallback_as_such(tmp_path):
     page = client.get(f"/sessions/{session_id}").text
     assert f'<li class="directive fallback hidden">Director &rarr; The Beacon: ({FALLBACK_NOTE.replace(chr(39), "&#39;")})</li>' in page
     assert NEUTRAL_ACTION not in page
+
+
+# --------------------------------------------------------------------------- the placeholder mark
+
+
+@pytest.mark.parametrize(
+    "action, tone",
+    [
+        ("[EXAMPLE ONLY: ask which evening this week was the hardest]", "[EXAMPLE ONLY: gentle, curious]"),
+        ("[Example here only: ask which evening this week was the hardest]", "gentle, curious"),
+        ("[example only: ask which evening this week was the hardest", "[EXAMPLE ONLY: gentle, curious]"),
+    ],
+)
+def test_an_own_instruction_written_inside_the_mark_is_read_as_that_instruction(action, tone, es_roster):
+    answer = f"<directive>\nagent: The Anchor\naction: {action}\ntone: {tone}\n</directive>"
+    assert parse_directive(answer, es_roster).directive == Directive(
+        agent_name="The Anchor", action="ask which evening this week was the hardest", tone="gentle, curious"
+    )
+
+
+@pytest.mark.parametrize(
+    "action, tone",
+    [
+        PLACEHOLDER,  # the example as it stands
+        ("[EXAMPLE ONLY: one sentence naming what they just said]", "warm"),  # its placeholder text, cut
+        ("name the week", "[EXAMPLE ONLY: two or three words]"),  # its tone placeholder
+        ("[EXAMPLE ONLY: ]", "warm"),  # the mark around nothing
+        ("name the week [EXAMPLE ONLY: more]", "warm"),  # the mark inside an action
+    ],
+)
+def test_the_placeholders_themselves_are_still_copies(action, tone, es_roster):
+    assert copies_example(action, tone)
+    result = parse_directive(f"<directive>\nagent: The Anchor\naction: {action}\ntone: {tone}\n</directive>", es_roster)
+    assert result.directive is None and result.copied is not None

@@ -32,7 +32,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from mascot.dialogue.examples import copies_example
+from mascot.dialogue.examples import copies_example, without_example_mark
 from mascot.dialogue.prompts import director_correction, director_messages
 from mascot.dialogue.reasoning import DEFAULT_REASONING_ALLOWANCE, OutputPaths, completion_budget, response_parts
 from mascot.dialogue.structured import bounded_text, compact_object, widest_json
@@ -165,7 +165,8 @@ def parse_directive(text: str, roster: Roster) -> ParseResult:
     for fields in named:
         name = match_roster_name(fields["agent"], roster)
         if name:
-            action, tone = _clip(fields.get("action", ""), ACTION_MAX_CHARS), _clip(fields.get("tone", ""), TONE_MAX_CHARS)
+            action = _clip(without_example_mark(fields.get("action", "")), ACTION_MAX_CHARS)
+            tone = _clip(without_example_mark(fields.get("tone", "")), TONE_MAX_CHARS)
             if copies_example(action, tone):
                 return ParseResult(None, COPIED_EXAMPLE, copied=Directive(agent_name=name, action=action, tone=tone))
             return ParseResult(Directive(agent_name=name, action=action, tone=tone))

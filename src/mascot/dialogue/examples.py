@@ -2,8 +2,11 @@
 
 A directive copies an example when its action shares at least half of its word trigrams with an
 action of a prompt version's worked example (`director_example.j2`, `director_v2_example.j2`), is
-such an action cut after one or two words ("ask"), carries the example's placeholder mark ("[EXAMPLE ONLY: ...]"),
-or its tone is an example's tone word for word. The Director treats such an answer as unusable and
+such an action cut after one or two words ("ask"), or its tone is an example's tone word for word.
+The v2 example's placeholder mark is format, not content: small models write their own instruction
+inside it ("[EXAMPLE ONLY: ask which evening was the hardest]"), so a field wrapped in the mark is
+read as what it wraps (`without_example_mark`) and judged as above; a mark left anywhere else, or
+one that wraps nothing, is a copy. The Director treats such an answer as unusable and
 `mascot metrics` counts it (`directive_example_copies`); both use this one definition. Light to
 import: the prompts are rendered on first use only.
 """
@@ -18,6 +21,15 @@ COPY_OVERLAP = 0.5  # share of a directive action's trigrams found in an example
 EXAMPLE_MARK = "example only"
 
 _WORD = re.compile(r"[a-z0-9']+")
+# "[EXAMPLE ONLY: text]", and the variants small models write ("[Example here only: text]"): the
+# word "example", at most three more words, a colon, the text, the closing bracket if any.
+_WRAPPING_MARK = re.compile(r"^\s*\[?\s*example\b(?:\s+[a-z]+){0,3}\s*:\s*(.*?)\s*\]?\s*$", re.IGNORECASE | re.DOTALL)
+
+
+def without_example_mark(text: str) -> str:
+    """The text a field wrapped in the example's placeholder mark wraps; any other text as it is."""
+    wrapped = _WRAPPING_MARK.match(text or "")
+    return wrapped.group(1).strip() if wrapped and wrapped.group(1).strip() else (text or "")
 
 
 def words(text: str) -> list[str]:
@@ -43,13 +55,14 @@ def example_directives() -> tuple[tuple[str, str], ...]:
                 answer = director_example(roster, SimpleNamespace(is_meeting=is_meeting), version)[1]  # type: ignore[arg-type]
                 action = re.search(r"^action:\s*(.*)$", answer, re.MULTILINE)
                 tone = re.search(r"^tone:\s*(.*)$", answer, re.MULTILINE)
-                found.add((action.group(1).strip() if action else "", tone.group(1).strip() if tone else ""))
+                found.add(tuple(without_example_mark(field.group(1).strip() if field else "") for field in (action, tone)))
     return tuple(sorted(found))
 
 
 def copies_example(action: str, tone: str, examples: tuple[tuple[str, str], ...] | None = None) -> bool:
     """Whether a directive's action or tone is one of the examples' (see the module's definition);
     `examples` defaults to every prompt version's."""
+    action, tone = without_example_mark(action), without_example_mark(tone)
     if EXAMPLE_MARK in (action or "").lower() or EXAMPLE_MARK in (tone or "").lower():
         return True
     mine = words(action)
