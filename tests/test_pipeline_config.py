@@ -392,3 +392,45 @@ def test_shipped_contexts_are_named_and_unknown_ones_refused(tmp_path):
                 assert seen.setdefault(text, split) == split, f"{text!r} is in {seen[text]} and {split}"
     with pytest.raises(MascotError, match="mascot ships no such contexts .*learn"):
         pipeline_data_file("ESConv", "shipped:nope", tmp_path)
+
+
+def _without(settings, *names):
+    return {k: v for k, v in _plain(settings).items() if k not in names}
+
+
+@pytest.mark.parametrize(
+    "system, eval_system", [("base", "base"), ("trained", "mascot"), ("speaker_only", "mascot-c"), ("director_only", "mascot-p")]
+)
+def test_the_evaluation_runs_the_cells_of_mascot_eval(system, eval_system, tmp_path):
+    """Each evaluation step is what `mascot eval --systems SYSTEM --adapter ...` runs on the same
+    contexts, seeds and judge: only the folders differ, and the config's evaluation entries on top."""
+    from mascot.eval.plan import Cell, generate_settings, judge_settings, metrics_settings
+    from mascot.eval.settings import EvalSettings
+    from mascot.eval.systems import Catalogue
+
+    pipeline = PipelineSettings(output_dir=str(tmp_path), split="train", eval_split="test", eval_limit=3, seed=5, ablations=True,
+                                judge_model="python:mascot.judge.rules:persona_rules", steps={"evaluation": {"num_turns": 2}})  # fmt: skip
+    plan = Plan(pipeline, tmp_path / "contexts.jsonl")  # the adapters do not exist yet: they are what training writes
+    (tmp_path / "speaker").mkdir()
+    (tmp_path / "director").mkdir()
+    evaluation = EvalSettings(systems=eval_system, dataset="ESConv", split="test", data_file=str(tmp_path / "contexts.jsonl"), limit=3, seed=5,
+                              num_turns=2, model_name=pipeline.policy_model, judges=[pipeline.judge_model], nli=False, output_dir=str(tmp_path))  # fmt: skip
+    catalogue = Catalogue(adapters={"speaker_grpo": str(tmp_path / "speaker"), "director_grpo": str(tmp_path / "director")})
+    cell = Cell("test", eval_system, catalogue.get(eval_system), tmp_path / f"eval_{system}")
+    episodes = plan.episodes_file(f"eval_{system}")
+    assert _without(plan.step(f"eval_{system}").settings, "resume") == _without(generate_settings(cell, evaluation, catalogue, "ESConv"), "resume")
+    assert _without(plan.step(f"judge_{system}").settings, "output_dir") == _without(
+        judge_settings(episodes, cell, evaluation, "ESConv"), "output_dir"
+    )
+    assert _without(plan.step(f"metrics_{system}").settings, "output_file") == _without(metrics_settings(episodes, cell, evaluation), "output_file")
+    assert plan.step(f"judge_{system}").settings.output_dir == tmp_path / f"judge_{system}"
+
+
+def test_with_a_generation_server_the_evaluation_names_the_served_adapters(tmp_path):
+    pipeline = PipelineSettings(output_dir=str(tmp_path), generation_url="http://127.0.0.1:8000/v1", ablations=True)
+    plan = Plan(pipeline, None)
+    trained = plan.step("eval_trained")
+    assert (trained.settings.speaker_model, trained.settings.director_model) == ("mascot-speaker", "mascot-director")
+    assert trained.settings.speaker_adapter is None and trained.settings.director_adapter is None
+    assert trained.served == {"speaker", "director"} and plan.step("eval_director_only").served == {"director"}
+    assert plan.step("eval_base").settings.speaker_model is None and not plan.step("eval_base").served

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,7 +107,9 @@ def check_supported(cell: Cell) -> None:
         raise MascotError(f"system {cell.system!r}: the user role takes no adapter (give it a model or an endpoint)")
 
 
-def role_flags(cell: Cell, settings: EvalSettings, catalogue: Catalogue, dataset: str) -> dict[str, Any]:
+def role_flags(cell: Cell, settings: EvalSettings, catalogue: Catalogue, dataset: str, pending: Collection[Path] = ()) -> dict[str, Any]:
+    """Each role's model, endpoint and adapter flags. An adapter folder must exist unless it is one
+    of `pending`: folders an earlier step writes (the pipeline plans its evaluation before training)."""
     flags: dict[str, Any] = {}
     for role in vocab.DIALOGUE_ROLES:
         spec = cell.spec.role(role)
@@ -120,7 +123,7 @@ def role_flags(cell: Cell, settings: EvalSettings, catalogue: Catalogue, dataset
         elif spec.adapter:
             base = model or settings.model_name or default_model()
             path = catalogue.adapter_path(spec.adapter, dataset=dataset, model=base)
-            if not path.exists():
+            if not path.exists() and path not in pending:
                 raise MascotError(
                     f"system {cell.system!r}: {role} adapter {spec.adapter!r} not found at {path} "
                     f"(train it, or point it elsewhere with --adapter {spec.adapter}=PATH or --systems-file)"
@@ -157,17 +160,20 @@ def cell_settings(words: str, cell: Cell, flags: dict[str, Any]) -> Any:
     return settings_from(command(*words.split(), mode=given.get("mode")).settings_class(), given, f"eval {cell.label}: mascot {words}")
 
 
-def generate_settings(cell: Cell, settings: EvalSettings, catalogue: Catalogue, dataset: str) -> Any:
+def generate_flags(cell: Cell, settings: EvalSettings, catalogue: Catalogue, dataset: str, pending: Collection[Path] = ()) -> dict[str, Any]:
+    """The flags of the `mascot generate` call of a cell: the same contexts, seeds and decoding for
+    every system, the system's turn policy, prompt family and roles."""
     s = settings
     flags = dict(mode="group", dataset=dataset, split=cell.split, seed=s.seed, num_turns=s.num_turns, user_response_probability=s.user_response_probability,
                  temperature=s.temperature, max_tokens=s.max_tokens, turn_policy=cell.spec.turn_policy, system=cell.system, max_in_flight=s.max_in_flight,
-                 repetition_penalty=s.repetition_penalty, output_dir=cell.folder, resume=True, prompt_family=cell.spec.prompt_family,
+                 repetition_penalty=s.repetition_penalty, output_dir=cell.folder, prompt_family=cell.spec.prompt_family,
                  self_consistency_samples=cell.spec.self_consistency_samples, data_file=s.data_file, limit=s.limit, model_name=s.model_name,
                  vllm_server_url=s.vllm_server_url or None)  # fmt: skip
-    return cell_settings("generate", cell, {**flags, **profile_flags(cell), **role_flags(cell, settings, catalogue, dataset)})
+    return {**flags, **profile_flags(cell), **role_flags(cell, settings, catalogue, dataset, pending)}
 
 
-def judge_settings(episodes: Path, cell: Cell, settings: EvalSettings, dataset: str) -> Any:
+def judge_flags(episodes: Path, cell: Cell, settings: EvalSettings, dataset: str) -> dict[str, Any]:
+    """The flags of the `mascot judge` call of a cell, on the episodes its generation wrote."""
     s = settings
     flags = dict(input_file=episodes, output_dir=episodes.parent, rubric_version=s.rubric_version, judge_scoring=s.judge_scoring,
                  cache_dir=s.cache_dir or Path(s.output_dir) / "judge_cache",
@@ -175,10 +181,25 @@ def judge_settings(episodes: Path, cell: Cell, settings: EvalSettings, dataset: 
                  judge_server_url=s.judge_server_url or None)  # fmt: skip
     if s.data_file:  # the judge sees each episode's dataset context
         flags.update(data_file=s.data_file, split=cell.split)
-    return cell_settings("judge", cell, flags)
+    return flags
+
+
+def metrics_flags(episodes: Path, settings: EvalSettings) -> dict[str, Any]:
+    """The flags of the `mascot metrics` call of a cell: the tables read no semantic redundancy, so
+    no embedding model runs."""
+    flags: dict[str, Any] = dict(input_file=episodes, output_file=episodes.parent / "metrics_auto.json", skip_embeddings=True)
+    flags.update(nli_model=settings.nli_model) if settings.nli else flags.update(skip_nli=True)
+    return flags
+
+
+def generate_settings(cell: Cell, settings: EvalSettings, catalogue: Catalogue, dataset: str) -> Any:
+    # `mascot eval` resumes every cell: rerunning reuses every finished episode
+    return cell_settings("generate", cell, {**generate_flags(cell, settings, catalogue, dataset), "resume": True})
+
+
+def judge_settings(episodes: Path, cell: Cell, settings: EvalSettings, dataset: str) -> Any:
+    return cell_settings("judge", cell, judge_flags(episodes, cell, settings, dataset))
 
 
 def metrics_settings(episodes: Path, cell: Cell, settings: EvalSettings) -> Any:
-    flags = dict(input_file=episodes, output_file=episodes.parent / "metrics_auto.json", skip_embeddings=True)
-    flags.update(nli_model=settings.nli_model) if settings.nli else flags.update(skip_nli=True)
-    return cell_settings("metrics", cell, flags)
+    return cell_settings("metrics", cell, metrics_flags(episodes, settings))

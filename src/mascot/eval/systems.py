@@ -77,7 +77,8 @@ def read_systems_file(path: Path | str) -> SystemsFile:
 
 
 class Catalogue:
-    """The shipped systems, then users' files on top (same names replace), then --adapter overrides."""
+    """The shipped systems, then users' files on top (same names replace), then --adapter overrides
+    (`mascot eval --adapter NAME=PATH`, and the pipeline's trained adapters)."""
 
     def __init__(self, user_files: list[str] | None = None, adapters: dict[str, str] | None = None) -> None:
         shipped = read_systems_file(SYSTEMS_FILE)

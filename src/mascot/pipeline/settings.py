@@ -27,7 +27,9 @@ STAGE_1 = ("candidates", "reward_model", "speaker")
 STAGE_2 = ("episodes", "group_pairs", "group_reward_model", "director")
 # The evaluated systems: (trained Speaker, trained Director). The last two are the ablations
 # (`ablations: true`): each stage's share, on the same contexts and seeds.
-SYSTEMS = {"base": (False, False), "trained": (True, True), "speaker_only": (True, False), "director_only": (False, True)}
+# The evaluation's systems, each a `mascot eval` system of the shipped catalogue (systems_v1.yaml)
+# run on this pipeline's adapters: step name -> system name.
+SYSTEMS = {"base": "base", "trained": "mascot", "speaker_only": "mascot-c", "director_only": "mascot-p"}
 ABLATIONS = ("speaker_only", "director_only")
 EVALUATION = tuple(f"{kind}_{system}" for kind in ("eval", "judge", "metrics") for system in SYSTEMS)
 STEP_NAMES = (*STAGE_1, *STAGE_2, *EVALUATION, "report")

@@ -1,8 +1,9 @@
 """The plan: each step's command and settings, its folder and how its output is found.
 
-The evaluation is `Plan._evaluation`: directed episodes of the base and the trained system on the
-same contexts and seeds, then `mascot judge` and `mascot metrics` on each; a dedicated evaluation
-command replaces those steps there.
+The evaluation is `mascot eval`'s cells (`mascot.eval.plan`): each system (`base`, `mascot`, and
+with ablations `mascot-c` and `mascot-p` of the shipped catalogue, on this pipeline's adapters) runs
+the same `mascot generate`, `mascot judge` and `mascot metrics` calls as in `mascot eval`, with the
+same contexts and seeds, each call a step of its own here (skipped, resumed or reused as any step).
 
 A step's flags are the pipeline's (models, endpoints, data, inputs from earlier steps) with the
 config's `steps` entries on top (a config entry replaces a flag, or removes it with null). The
@@ -23,6 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from mascot.errors import MascotError
+from mascot.eval.plan import Cell, generate_flags, judge_flags, metrics_flags
+from mascot.eval.settings import EvalSettings
+from mascot.eval.systems import Catalogue, RoleSpec
 from mascot.pipeline.settings import STEP_GROUPS, SYSTEMS, PipelineSettings
 
 Flags = dict[str, Any]
@@ -274,35 +278,56 @@ class Plan:
         return {"speaker_adapter": self.folder("speaker")}
 
     def _evaluation(self) -> list[tuple]:
-        """Per system: its episodes on the evaluation contexts, their judgments and metrics."""
-        systems = self.settings.systems
-        steps = [self._system_episodes(system, *SYSTEMS[system]) for system in systems]
+        """Per system, the `mascot eval` cell of it on the evaluation contexts: its episodes, their
+        judgments and metrics, each with this pipeline's step config on top and in its own folder."""
+        evaluation, catalogue = self._eval_settings(), self._catalogue()
+        steps, systems = [], self.settings.systems
+        for system in systems:
+            cell, served = self._eval_cell(system, catalogue)
+            trained = [self.folder(role) for role in ("speaker", "director") if cell.spec.role(role).adapter]
+            flags = generate_flags(cell, evaluation, catalogue, self.settings.dataset, pending=trained)  # writes under the cell's folder
+            steps.append((f"eval_{system}", "generation", ["generate"], flags, self.folder(f"eval_{system}"), trained, served))
         for system, generation in zip(systems, list(steps)):
-            episodes = self.episodes_file(f"eval_{system}")
-            flags = {"input_file": episodes, **self._judge("judge"), **self._contexts_of(generation), "output_dir": self.folder(f"judge_{system}")}
+            episodes, cell = self.episodes_file(f"eval_{system}"), self._eval_cell(system, catalogue)[0]
+            flags = {
+                **judge_flags(episodes, cell, evaluation, self.settings.dataset),
+                **self._contexts_of(generation),
+                "output_dir": self.folder(f"judge_{system}"),
+            }
             steps.append((f"judge_{system}", "judging", ["judge"], flags, self.folder(f"judge_{system}"), [episodes]))
         for system in systems:
             episodes = self.episodes_file(f"eval_{system}")
-            # No NLI model loads offline: NLI is opt-in (metrics: {skip_nli: false}).
-            flags = {"input_file": episodes, "output_file": self.folder(f"metrics_{system}") / "metrics_auto.json", "skip_nli": True}
+            flags = {**metrics_flags(episodes, evaluation), "output_file": self.folder(f"metrics_{system}") / "metrics_auto.json"}
             steps.append((f"metrics_{system}", "metrics", ["metrics"], flags, self.folder(f"metrics_{system}"), [episodes]))
         return steps
 
-    def _system_episodes(self, system: str, speaker: bool, director: bool) -> tuple:
-        name = f"eval_{system}"
-        label = {"base": "base", "trained": "mascot"}.get(system, f"mascot-{system.replace('_', '-')}")
-        flags = {
-            "mode": "group",
-            "generation_mode": "directed",
-            "system": label,
-            **self._data(evaluation=True),
-            **self._generation_roles(trained_speaker=speaker, trained_director=director),
-            "output_dir": self.folder(name),
-        }
-        local = not self.settings.generation_url
-        trained = [role for role, is_trained in (("speaker", speaker), ("director", director)) if is_trained]
-        inputs = [self.folder(role) for role in trained] if local else []
-        return (name, "generation", ["generate"], flags, self.folder(name), inputs, () if local else tuple(trained))
+    def _eval_settings(self) -> EvalSettings:
+        """The `mascot eval` settings of this pipeline's evaluation (its decoding: the command's
+        defaults, with the config's `evaluation` entries over each cell's flags). No NLI model loads
+        offline: NLI is opt-in (metrics: {skip_nli: false})."""
+        s, data = self.settings, self._data(evaluation=True)
+        return EvalSettings(
+            systems=",".join(SYSTEMS[name] for name in s.systems), dataset=s.dataset, split=data["split"],
+            data_file=str(self.data_file) if self.data_file else None, limit=data["limit"], seed=s.seed, model_name=s.policy_model,
+            vllm_server_url=[s.generation_url] if s.generation_url else None, judges=[s.group_judge_model or s.judge_model],
+            judge_server_url=[s.judge_url] if s.judge_url else None, nli=False, output_dir=str(self.root),
+        )  # fmt: skip
+
+    def _catalogue(self) -> Catalogue:
+        """The shipped systems, their adapters this pipeline's trained ones (`mascot eval --adapter`)."""
+        return Catalogue(adapters={"speaker_grpo": str(self.folder("speaker")), "director_grpo": str(self.folder("director"))})
+
+    def _eval_cell(self, system: str, catalogue: Catalogue) -> tuple[Cell, tuple[str, ...]]:
+        """The cell of one system, and the trained roles a server reaches by name: with
+        --generation-url the server serves the trained adapters as models (--speaker-served-name,
+        --director-served-name), so those roles name a model instead of an adapter folder."""
+        s, name = self.settings, SYSTEMS[system]
+        spec = catalogue.get(name)
+        served = tuple(role for role in ("speaker", "director") if spec.role(role).adapter) if s.generation_url else ()
+        if served:
+            names = {"speaker": s.speaker_served_name, "director": s.director_served_name}
+            spec = spec.model_copy(update={"roles": {**spec.roles, **{role: RoleSpec(model=names[role]) for role in served}}})
+        return Cell(self._data(evaluation=True)["split"], name, spec, self.folder(f"eval_{system}")), served
 
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples" / "contexts.jsonl"
