@@ -410,4 +410,5 @@ def test_settings_come_from_a_config_file_and_flags_win(tmp_path, capsys):
     config.write_text("systems: round-robin\ndataset: ED\nsplit: negative\nlimit: 7\nadapter: [speaker_grpo=/tmp]\n")
     run_command(["eval", "--config", config, "--limit", "3", "--dry-run", "--output-dir", tmp_path / "out"])
     printed = json.loads(capsys.readouterr().out)
-    assert printed["resolved"]["runs"] == ["negative/round-robin"] and printed["settings"]["limit"] == 3
+    assert list(printed["resolved"]["runs"]) == ["negative/round-robin"] and printed["settings"]["limit"] == 3
+    assert " --limit 3 " in printed["resolved"]["runs"]["negative/round-robin"]["generate"]  # the call the cell makes

@@ -203,3 +203,20 @@ def judge_settings(episodes: Path, cell: Cell, settings: EvalSettings, dataset: 
 
 def metrics_settings(episodes: Path, cell: Cell, settings: EvalSettings) -> Any:
     return cell_settings("metrics", cell, metrics_flags(episodes, settings))
+
+
+def cell_commands(cell: Cell, settings: EvalSettings, catalogue: Catalogue, dataset: str) -> dict[str, str]:
+    """The command line of each call a cell makes, as a user would type it (the judge and the
+    metrics read the episodes where the generation will write them): what `mascot eval --dry-run`
+    shows."""
+    from mascot.dialogue.run import run_dir_for
+    from mascot.settings import command_line
+
+    generate = generate_settings(cell, settings, catalogue, dataset)
+    episodes = run_dir_for(generate) / "episodes.jsonl"
+    calls = {
+        "generate": (generate, {*generate_flags(cell, settings, catalogue, dataset), "resume"}),
+        "judge": (judge_settings(episodes, cell, settings, dataset), set(judge_flags(episodes, cell, settings, dataset))),
+        "metrics": (metrics_settings(episodes, cell, settings), set(metrics_flags(episodes, settings))),
+    }
+    return {words: command_line([words], built, frozenset(given)) for words, (built, given) in calls.items()}

@@ -17,7 +17,7 @@ import typer
 
 from mascot.errors import MascotError
 from mascot.eval.collect import AUTO_REPORT, EPISODES, CellResult, check_one_rubric, find_run_dir, read_cell
-from mascot.eval.plan import Cell, check_supported, generate_settings, judge_settings, metrics_settings, plan_cells
+from mascot.eval.plan import Cell, cell_commands, check_supported, generate_settings, judge_settings, metrics_settings, plan_cells
 from mascot.eval.settings import EvalSettings
 from mascot.eval.systems import Catalogue, parse_adapter_overrides
 
@@ -190,8 +190,11 @@ def dry_run_eval(command: str, settings: EvalSettings) -> None:
 
     from mascot.commands.dryrun import print_settings
 
-    dataset, _, cells = prepare(settings)
-    resolved: dict = {"dataset": dataset, "runs": [c.label for c in cells]}
+    dataset, catalogue, cells = prepare(settings)
+    runs: dict | str = "none: --report-only rebuilds the report from what is saved"
+    if not settings.report_only:
+        runs = {c.label: cell_commands(c, settings, catalogue, dataset) for c in cells}
+    resolved: dict = {"dataset": dataset, "runs": runs}
     if functions := plugin_judges(settings):
         resolved["plug-in judges"] = functions
     if settings.data_file:  # each split's contexts are there (and the split is not empty)
