@@ -176,7 +176,7 @@ def test_a_rendered_trajectory_carries_no_fallback_or_copied_directive():
         user_turn(1, 0, "yes"),
         copied_fallback_turn(2, 1, "The Beacon", "One step at a time."),
     ]
-    text = render_trajectory(turns, "emotional_support")
+    text = render_trajectory(turns, "emotional_support", 1)  # the format that shows directives
     assert text.splitlines() == ["The Anchor [name the fear about Monday; warm]: That sounds hard.", "Person: yes", "The Beacon: One step at a time."]
 
 

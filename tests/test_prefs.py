@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from types import SimpleNamespace
 
 import pytest
 from judge_helpers import agent_turn, episode, numbered_speaker, sample_episode, scoring_judge, user_turn, write_episodes
@@ -18,7 +19,7 @@ from mascot.prefs.group import episode_pairs, group_preferences, render_trajecto
 from mascot.prefs.pairs import max_pairs, preference_index_pairs
 from mascot.rosters import load_roster
 from mascot.runs.store import RunStore
-from mascot.schema import BranchInfo, Candidate, Context, DialogueLine, PreferencePair
+from mascot.schema import BranchInfo, Candidate, Context, DialogueLine, Directive, PreferencePair
 from mascot.stage1.individual import OUTPUTS, run_individual
 from mascot.stage1.settings import CandidateSettings
 from mascot.testing.scripted import ScriptedClient
@@ -213,7 +214,7 @@ def test_episode_pairs_compare_trajectories_of_one_context():
     eps = independent_episodes()
     pairs, stats = episode_pairs(eps, {"ctx-1:e0": 5.0, "ctx-1:e1": 1.0, "ctx-1:e2": 3.0}, 1.5)
     assert [(p.chosen_score, p.rejected_score) for p in pairs] == [(5.0, 1.0), (5.0, 3.0), (3.0, 1.0)]
-    assert all(p.kind == "episode" for p in pairs)
+    assert all(p.kind == "episode" and p.trajectory_format == 2 for p in pairs)
     assert pairs[0].chosen[0]["content"] == render_trajectory(eps[0].turns, "emotional_support")
     assert "The Anchor: quality 5" in pairs[0].chosen[0]["content"]  # "respond" only echoes the prompt's example: not shown
     assert stats.pairs_per_query == {"ctx-1": 3}
@@ -221,11 +222,13 @@ def test_episode_pairs_compare_trajectories_of_one_context():
     assert len(pairs) == 1 and stats.counts.dropped_by_margin == 2
 
 
-def test_a_trajectory_shows_the_directives_its_speakers_followed_but_not_copies_of_the_example():
+def test_a_trajectory_reads_as_the_judge_reads_it_and_format_1_shows_the_directives_but_not_copies_of_the_example():
     real = agent_turn(0, 0, "The Anchor", "That sounds hard.", action="name the fear about Monday")
     copied = agent_turn(1, 1, "The Beacon", "Try one step.", action="[EXAMPLE ONLY: one sentence naming what they just said and what to do about it]")
-    text = render_trajectory([real, user_turn(2, 1, "ok"), copied], "emotional_support")
+    text = render_trajectory([real, user_turn(2, 1, "ok"), copied], "emotional_support", 1)
     assert text.splitlines() == ["The Anchor [name the fear about Monday; warm]: That sounds hard.", "Person: ok", "The Beacon: Try one step."]
+    text = render_trajectory([real, user_turn(2, 1, "ok"), copied], "emotional_support")
+    assert text.splitlines() == ["The Anchor: That sounds hard.", "Person: ok", "The Beacon: Try one step."]
 
 
 async def test_trajectory_pairs_judge_every_record_of_a_context_whole_and_say_what_the_sides_share():
@@ -414,3 +417,26 @@ def test_directive_pairs_carry_the_director_prompt_of_the_version_their_episode_
     assert director_prompt(made_with("v1"), [], None) == director_messages(es_roster, es_context, [], "v1")
     assert director_prompt(made_with("v1"), [], None) != director_prompt(made_with("v2"), [], None)
     assert director_prompt(made_with(None), [], None) == director_messages(es_roster, es_context, [])
+
+
+def test_the_directors_scorer_writes_a_rollout_as_its_group_reward_model_was_trained(tmp_path):
+    """A group reward model records its pairs' trajectory format; the Director's rollouts are
+    rendered in it (format 1, with directives, for a model trained before the field)."""
+    from mascot.train.trajectory_scores import GroupRewardModelScorer, Rollout
+
+    class Recording:
+        def __init__(self) -> None:
+            self.seen: list = []
+
+        def score(self, conversations):
+            self.seen += conversations
+            return [0.0] * len(conversations)
+
+    point = SimpleNamespace(
+        prefix=[agent_turn(0, 0, "The Anchor", "That sounds hard.", action="name the fear")], context=None, domain="emotional_support"
+    )
+    rollout = Rollout(point, Directive(agent_name="The Beacon"), [user_turn(1, 0, "ok")])  # type: ignore[arg-type]
+    for trajectory_format, first_line in ((1, "The Anchor [name the fear; warm]: That sounds hard."), (2, "The Anchor: That sounds hard.")):
+        model = Recording()
+        GroupRewardModelScorer(model, trajectory_format).score([rollout])
+        assert model.seen[0][-1]["content"].splitlines()[0] == first_line

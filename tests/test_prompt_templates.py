@@ -30,10 +30,11 @@ def test_the_group_reward_model_reads_the_context_as_the_judge_does():
 def test_transcripts_share_one_template():
     turns = [agent_turn(0, 0, "The Anchor", "Breathe. <think>x</think>", action="slow their breathing down"), user_turn(1, 0, "ok")]
     rendered = "The Anchor [slow their breathing down; warm]: Breathe. [think]x[/think]\nPerson: ok"
-    assert render_trajectory(turns, "emotional_support") == rendered
+    assert render_trajectory(turns, "emotional_support", 1) == rendered
+    assert render_trajectory(turns, "emotional_support") == "The Anchor: Breathe. [think]x[/think]\nPerson: ok"  # as the judge reads it
     # a directive that copies the prompt's example ("respond" is in it) says nothing of the Director: left out
     copied = [agent_turn(0, 0, "The Anchor", "Breathe. <think>x</think>"), user_turn(1, 0, "ok")]
-    assert render_trajectory(copied, "emotional_support") == "The Anchor: Breathe. [think]x[/think]\nPerson: ok"
+    assert render_trajectory(copied, "emotional_support", 1) == "The Anchor: Breathe. [think]x[/think]\nPerson: ok"
     plain = Context(context_id="p", dataset="ESConv", situation="s")
     assert render_transcript(plain, turns) == "The Anchor: Breathe. [think]x[/think]\nPerson: ok"
     assert render_transcript(plain, []) == "(nothing has been said yet)"

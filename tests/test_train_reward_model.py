@@ -86,7 +86,21 @@ def test_group_reward_model_full_weights(base, tmp_path):
     meta = read_metadata(out)
     assert (meta.role, meta.weights, meta.trainer) == ("group_reward_model", "full", "reward")
     assert meta.evaluation["heldout_pairs"] > 0
+    assert meta.trajectory_format == 1  # pairs written without the field: format 1, which the Director's scorer then renders
     assert len(RewardModelScorer.from_path(str(out)).score([[{"role": "user", "content": "hi"}]])) == 1
+
+
+def test_episode_pairs_in_two_trajectory_formats_are_refused_before_a_model_loads(tmp_path):
+    from mascot.train.runtime import TrainingSetupError
+
+    run = tmp_path / "group_ED_tiny"
+    pairs = keyword_pairs(n_prompts=4, per_prompt=1, kind="episode")
+    pairs[0] = pairs[0].model_copy(update={"trajectory_format": 2})
+    write_jsonl(run / "group_pairs.jsonl", pairs)
+    write_run_config(run, dataset="EmpatheticDialogues")
+    settings = GroupRewardModelSettings(data_path=str(run), model_name=str(tmp_path / "no-model"), output_dir=str(tmp_path / "grm"))
+    with pytest.raises(TrainingSetupError, match=r"trajectory formats \[1, 2\]"):
+        train_group_reward_model(settings)
 
 
 def test_resume_continues_from_the_last_checkpoint(base, stage1_run, tmp_path):

@@ -357,6 +357,9 @@ class PreferencePair(Record):
     # Episode-level pairs: the turns both sides open with (a branch and its sibling or spine share
     # their prefix; two independent episodes share none). None where not counted.
     shared_turns: int | None = None
+    # Episode-level pairs: how the sides are written (`mascot.prefs.group.TRAJECTORY_FORMATS`;
+    # None: written before the field, format 1).
+    trajectory_format: int | None = None
     roster: str | None = None
     roster_version: str | None = None
     rubric_version: str | None = None

@@ -298,12 +298,12 @@ def _study_source(info: dict, side: str) -> dict[str, Episode]:
 
 def _study_pair(chosen: Episode, rejected: Episode, provenance: dict) -> PreferencePair:
     from mascot.episodes import episode_context, episode_domain
-    from mascot.prefs.group import group_rm_prompt, render_trajectory
+    from mascot.prefs.group import TRAJECTORY_FORMAT, group_rm_prompt, render_trajectory
 
     domain = episode_domain(chosen)
     return PreferencePair(
         prompt=group_rm_prompt(episode_context(chosen), domain), chosen=[{"role": "assistant", "content": render_trajectory(chosen.turns, domain)}],
         rejected=[{"role": "assistant", "content": render_trajectory(rejected.turns, domain)}], margin=1.0, context_id=chosen.context_id,
-        chosen_score=1.0, rejected_score=0.0, kind="episode", roster=chosen.metadata.roster,
+        chosen_score=1.0, rejected_score=0.0, kind="episode", trajectory_format=TRAJECTORY_FORMAT, roster=chosen.metadata.roster,
         provenance={**provenance, "chosen_system": chosen.metadata.system, "rejected_system": rejected.metadata.system},
     )  # fmt: skip

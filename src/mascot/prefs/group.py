@@ -48,24 +48,34 @@ GroupMode = Literal["episode", "trajectory", "directive"]
 GROUP_RM_INSTRUCTION = "Here is a conversation between a group of companions and a person. How good is the group's conversation?"
 
 
-def trajectory_lines(turns: list[Turn], domain: str) -> list[tuple[str, str]]:
-    """(speaker, text) of a trajectory; an agent's speaker carries the directive it followed, unless
-    the turn ran on the fallback or its directive only copies the Director prompt's worked example
-    (no instruction the Director wrote, only words that would hide who spoke and what they said
-    from a reward model)."""
+# How a trajectory is written for the group reward model, recorded on each episode pair and in the
+# reward model's metadata so that its rollouts are scored as it was trained:
+# 1: each companion's name carries the directive it followed (pairs written before the field);
+# 2: the conversation as the group judge reads it, names and replies. The judge never sees the
+#    directives, so their words could only add noise, and at small scale they filled the reward
+#    model's window (benchmarks/README.md, "What the group reward model reads").
+TRAJECTORY_FORMATS = (1, 2)
+TRAJECTORY_FORMAT = 2
+
+
+def trajectory_lines(turns: list[Turn], domain: str, trajectory_format: int = TRAJECTORY_FORMAT) -> list[tuple[str, str]]:
+    """(speaker, text) of a trajectory. In format 1 an agent's speaker carries the directive it
+    followed, unless the turn ran on the fallback or its directive only copies the Director prompt's
+    worked example (no instruction the Director wrote, only words that would hide who spoke and
+    what they said from a reward model)."""
     who = user_label(domain)
     lines = []
     for t in turns:
         d = t.directive
-        real = not t.is_user and d is not None and bool(d.action or d.tone) and not is_fallback_turn(t)
+        real = trajectory_format == 1 and not t.is_user and d is not None and bool(d.action or d.tone) and not is_fallback_turn(t)
         steer = f" [{d.action}; {d.tone}]" if real else ""  # type: ignore[union-attr]
         lines.append((who if t.is_user else f"{t.agent_name}{steer}", t.response))
     return lines
 
 
-def render_trajectory(turns: list[Turn], domain: str) -> str:
+def render_trajectory(turns: list[Turn], domain: str, trajectory_format: int = TRAJECTORY_FORMAT) -> str:
     """A trajectory as text (`transcript.j2`): one line per turn."""
-    return transcript_text(trajectory_lines(turns, domain))
+    return transcript_text(trajectory_lines(turns, domain, trajectory_format))
 
 
 def group_rm_prompt(context: Context | None, domain: str) -> list[Message]:
@@ -216,6 +226,7 @@ def episode_pairs(
                     chosen_score=scores[chosen.episode_id],
                     rejected_score=scores[rejected.episode_id],
                     kind="episode",
+                    trajectory_format=TRAJECTORY_FORMAT,
                     shared_turns=shared_turns(chosen, rejected),
                     pair_id=f"{chosen.episode_id}>{rejected.episode_id}",
                     roster=chosen.metadata.roster,

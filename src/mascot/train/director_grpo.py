@@ -238,7 +238,8 @@ def load_group_scorer(settings: DirectorGRPOSettings) -> TrajectoryScorer | None
 
     artefact.require_trained(settings.group_reward_model_path, role="group_reward_model", label="--group-reward-model-path")
     scorer = RewardModelScorer.from_path(settings.group_reward_model_path, device=reward_model_device(), max_length=settings.group_reward_max_length)
-    return GroupRewardModelScorer(scorer)
+    meta = artefact.read_metadata(Path(settings.group_reward_model_path))
+    return GroupRewardModelScorer(scorer, (meta.trajectory_format if meta else None) or 1)  # None: trained before formats, on format 1
 
 
 # --------------------------------------------------------------------------- training

@@ -51,6 +51,7 @@ def train_pairwise_reward_model(settings: RewardModelSettings, *, kind: str, rol
     if settings.score_layers < 0:
         raise TrainingSetupError(f"--score-layers must be 0 (all layers) or a number of layers, got {settings.score_layers}")
     data_file, pairs = data.load_pairs(settings.data_path, kind)
+    trajectory_format = trajectory_format_of(pairs, data_file)  # before any model loads
     run = data.run_settings(data_file)
     dataset = data.resolve_dataset(settings.dataset, run)
     plan = derive_batch(settings.batch_size, world_size(), per_device_cap(settings), settings.per_device_batch_size)
@@ -99,9 +100,22 @@ def train_pairwise_reward_model(settings: RewardModelSettings, *, kind: str, rol
         train_metrics=figures,
         score_window=settings.score_window if settings.score_window > 1 else 0,
         score_layers=settings.score_layers,
+        trajectory_format=trajectory_format,
     )
     finish(trainer, output, meta, settings, plan)
     return TrainOutcome(output, meta)
+
+
+def trajectory_format_of(pairs: list[PreferencePair], source) -> int | None:
+    """How the episode pairs wrote their conversations (`mascot.prefs.group`); None for persona
+    pairs. A file that mixes formats would teach the reward model two readings: refused."""
+    formats = {p.trajectory_format or 1 for p in pairs if p.kind == "episode"}
+    if len(formats) > 1:
+        raise TrainingSetupError(
+            f"{source}: episode pairs written in trajectory formats {sorted(formats)}; "
+            "write them again with one mascot version (mascot prefs group) so that every conversation reads the same"
+        )
+    return formats.pop() if formats else None
 
 
 def _reward_trainer(settings: RewardModelSettings, output: Path, plan, train_pairs: list[PreferencePair], *, resuming: bool = False):

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Protocol
 from mascot.judge.items import opening_lines, render_context, turn_lines
 from mascot.judge.prompt import JudgeItem
 from mascot.llm.base import Message
-from mascot.prefs.group import group_rm_prompt, render_trajectory
+from mascot.prefs.group import TRAJECTORY_FORMAT, group_rm_prompt, render_trajectory
 from mascot.schema import Directive, Turn
 from mascot.train.decision_points import DecisionPoint, last_speaker
 
@@ -45,15 +45,16 @@ class TrajectoryScorer(Protocol):
 
 class GroupRewardModelScorer:
     """The group reward model over (context, whole trajectory), rendered exactly as its training
-    pairs were (`mascot.prefs.group`)."""
+    pairs were (`mascot.prefs.group`, in the trajectory format its metadata records)."""
 
-    def __init__(self, scorer) -> None:
+    def __init__(self, scorer, trajectory_format: int = TRAJECTORY_FORMAT) -> None:
         self.scorer = scorer
+        self.trajectory_format = trajectory_format
         self._known: dict[str, float] = {}  # rendered conversation -> score: recorded rollouts recur every step
 
     def conversation(self, rollout: Rollout) -> list[Message]:
         prompt = group_rm_prompt(rollout.point.context, rollout.point.domain)
-        return prompt + [{"role": "assistant", "content": render_trajectory(rollout.trajectory, rollout.point.domain)}]
+        return prompt + [{"role": "assistant", "content": render_trajectory(rollout.trajectory, rollout.point.domain, self.trajectory_format)}]
 
     def score(self, rollouts: Sequence[Rollout]) -> list[float]:
         keys = [json.dumps(self.conversation(r)) for r in rollouts]
