@@ -7,6 +7,7 @@ and `agent:` as the in-process client's name slot opens it), then counts the ans
 companion, those that carry the mark, and those `parse_directive` still counts as copies.
 
     python benchmarks/director_example_mark.py --data-file ../shared/data/esconv/valid.jsonl
+    python benchmarks/director_example_mark.py      # the validation contexts shipped for the learning preset
 
 CPU, about a minute.
 """
@@ -18,7 +19,7 @@ import argparse
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-file", required=True, help="an ESConv file in its hub export format")
+    parser.add_argument("--data-file", default=None, help="an ESConv file in its hub export format (default: mascot/samples/learn)")
     parser.add_argument("--split", default="validation")
     parser.add_argument("--contexts", type=int, default=3)
     parser.add_argument("--samples", type=int, default=6, help="answers per context")
@@ -37,6 +38,10 @@ def main() -> None:
     from mascot.rosters import roster_for_dataset
     from mascot.train.models import load_tokenizer
 
+    if args.data_file is None:
+        from mascot.pipeline.steps import shipped_data
+
+        args.data_file = str(shipped_data("learn"))
     torch.manual_seed(args.seed)
     tokenizer = load_tokenizer(str(embedded_model_dir()))
     model = AutoModelForCausalLM.from_pretrained(embedded_model_dir()).eval()
