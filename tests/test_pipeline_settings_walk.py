@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+from test_pipeline_config import stand_in_hub  # noqa: F401  (fixture)
 from typer.testing import CliRunner
 
 from mascot.cli.app import app
@@ -35,17 +36,6 @@ COMPANIONS = {
     "speaker_served_name": ("--generation-url", URL),
     "director_served_name": ("--generation-url", URL),
 }
-
-
-@pytest.fixture
-def stand_in_hub(monkeypatch):
-    import mascot.commands.dryrun as dryrun
-    import mascot.llm.served as served
-
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr("mascot.hub.hub_online", lambda: True)
-    monkeypatch.setattr(dryrun, "_check_on_hub", lambda model, label: "hub")
-    monkeypatch.setattr(served, "list_served_models", lambda url, **kw: [])
 
 
 def planned(*args: str) -> tuple[int, object]:

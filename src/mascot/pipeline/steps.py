@@ -282,15 +282,15 @@ class Plan:
         judgments and metrics, each with this pipeline's step config on top and in its own folder."""
         evaluation, catalogue = self._eval_settings(), self._catalogue()
         steps, systems = [], self.settings.systems
-        for system in systems:
-            cell, served = self._eval_cell(system, catalogue)
+        cells = {system: self._eval_cell(system, catalogue) for system in systems}
+        for system, (cell, served) in cells.items():
             trained = [self.folder(role) for role in ("speaker", "director") if cell.spec.role(role).adapter]
             flags = generate_flags(cell, evaluation, catalogue, self.settings.dataset, pending=trained)  # writes under the cell's folder
             steps.append((f"eval_{system}", "generation", ["generate"], flags, self.folder(f"eval_{system}"), trained, served))
         for system, generation in zip(systems, list(steps)):
-            episodes, cell = self.episodes_file(f"eval_{system}"), self._eval_cell(system, catalogue)[0]
+            episodes = self.episodes_file(f"eval_{system}")
             flags = {
-                **judge_flags(episodes, cell, evaluation, self.settings.dataset),
+                **judge_flags(episodes, cells[system][0], evaluation, self.settings.dataset),
                 **self._contexts_of(generation),
                 "output_dir": self.folder(f"judge_{system}"),
             }
