@@ -212,11 +212,7 @@ def cell_commands(cell: Cell, settings: EvalSettings, catalogue: Catalogue, data
     from mascot.dialogue.run import run_dir_for
     from mascot.settings import command_line
 
-    generate = generate_settings(cell, settings, catalogue, dataset)
-    episodes = run_dir_for(generate) / "episodes.jsonl"
-    calls = {
-        "generate": (generate, {*generate_flags(cell, settings, catalogue, dataset), "resume"}),
-        "judge": (judge_settings(episodes, cell, settings, dataset), set(judge_flags(episodes, cell, settings, dataset))),
-        "metrics": (metrics_settings(episodes, cell, settings), set(metrics_flags(episodes, settings))),
-    }
-    return {words: command_line([words], built, frozenset(given)) for words, (built, given) in calls.items()}
+    generate = {**generate_flags(cell, settings, catalogue, dataset), "resume": True}
+    episodes = run_dir_for(cell_settings("generate", cell, generate)) / "episodes.jsonl"
+    calls = {"generate": generate, "judge": judge_flags(episodes, cell, settings, dataset), "metrics": metrics_flags(episodes, settings)}
+    return {words: command_line([words], cell_settings(words, cell, flags), frozenset(flags)) for words, flags in calls.items()}
