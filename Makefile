@@ -8,7 +8,7 @@ TORCH ?= torch==2.13.0
 CPU_BENCHMARKS := client_concurrency multi_endpoint local_batching shared_prefill episode_throughput judge_throughput metrics_speed train_speed judge_scoring_agreement safety_screen safety_real_messages conversation_checks pipeline_toy prefix_affinity persona_swap generation_paths web_accounts_load director_example_mark
 # benchmarks/group_rm_probe_sweep.py and preset_grpo_stages.py read a finished `mascot pipeline` folder: run them by hand (benchmarks/README.md).
 
-.PHONY: install demo test format test-slow test-postgres test-server test-realdata test-vllm test-web test-pipeline test-learn test-walkthrough test-multiprocess bench bench-client clean
+.PHONY: install demo test format test-slow test-postgres test-server test-realdata test-vllm test-web test-pipeline test-learn test-walkthrough test-walk test-multiprocess bench bench-client clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -71,6 +71,9 @@ test-walkthrough: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -s -m walkthrough tests/test_walkthrough_real.py
 
 # Every trainer in two processes (torchrun, gloo on the CPU) checked against one process.
+test-walk: $(STAMP)
+	$(VENV)/bin/python -m pytest -q -m walk tests/test_trainer_effects_walk.py
+
 test-multiprocess: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -s -m multiprocess tests/test_train_multiprocess.py
 

@@ -238,14 +238,22 @@ def test_a_trained_director_whose_top_companion_gains_over_ten_points_is_flagged
     fake_system(tmp_path, "director_only", names=["The Guide", "user", "The Guide", "The Guide"])  # The Guide on every turn
     collapse = learning_figures(tmp_path)["director_collapse"]
     assert collapse["trained"]["flagged"] is False and collapse["trained"]["excess"] == pytest.approx(0.0)
-    assert collapse["director_only"] == pytest.approx({"top": "The Guide", "share": 1.0, "base_top": "The Anchor", "base_share": 2 / 3,
-                                                       "excess": 1 / 3, "flagged": True})  # fmt: skip
+    assert collapse["director_only"] == pytest.approx({"top": "The Guide", "share": 1.0, "base_share_of_top": 1 / 3, "base_top": "The Anchor",
+                                                       "base_share": 2 / 3, "excess": 2 / 3, "flagged": True})  # fmt: skip
     section = learning_section(tmp_path)
     assert (
-        "**Collapse?** The director_only system's Director (base Speaker, trained Director) gives The Guide 100% of the turns, 33 points more"
-        in section
+        "**Collapse?** The director_only system's Director (base Speaker, trained Director) gives The Guide 100% of the turns, 67 points more"
+        " than the base Director gives it (33%; the base's top companion is The Anchor, 67%)" in section
     )
     assert "The trained system's Director" not in section
+
+
+def test_a_trained_director_that_swaps_the_base_favourite_for_another_is_flagged(tmp_path):
+    fake_system(tmp_path, "base")  # The Anchor 67%, The Guide 33%
+    fake_system(tmp_path, "trained", names=["The Guide", "user", "The Guide", "The Anchor"])  # The Guide 67%: the same top share
+    collapse = learning_figures(tmp_path)["director_collapse"]["trained"]
+    assert collapse["top"] == "The Guide" and collapse["share"] == pytest.approx(collapse["base_share"])
+    assert collapse["excess"] == pytest.approx(1 / 3) and collapse["flagged"] is True
 
 
 def test_a_system_missing_is_left_out_and_a_copy_of_the_base_is_said_plainly(tmp_path):

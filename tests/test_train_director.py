@@ -205,17 +205,23 @@ def write_episode_run(folder, episodes):
     return folder
 
 
-def warmed_director(tmp_path, **extra) -> DirectorGRPOSettings:
-    """Two-step GRPO settings over four recorded episodes, from a tiny Director warmed up on their
-    decision points: most of its directives parse, some may not, and both are counted."""
+@pytest.fixture(scope="module")
+def warm_director(tmp_path_factory) -> Path:
+    """A tiny Director warmed up on the decision points of four recorded episodes (once per module:
+    the warm-up is most of these tests' time). Trainers read it and write their LoRA elsewhere."""
     episodes = [episode(i) for i in range(4)]
-    run = write_episode_run(tmp_path / "directed_ED_tiny", episodes)
-    base = tiny_model(tmp_path / "base")
+    base = tiny_model(tmp_path_factory.mktemp("warm_director") / "base")
     points, _ = sample_decision_points(episodes, per_episode=2, seed=42)
-    sft_warm_start(base, [p.prompt() for p in points], [directive(ROSTER.names[i % 3]) for i in range(len(points))], steps=150)
+    return sft_warm_start(base, [p.prompt() for p in points], [directive(ROSTER.names[i % 3]) for i in range(len(points))], steps=150)
+
+
+def warmed_director(tmp_path, warm_director: Path, **extra) -> DirectorGRPOSettings:
+    """Two-step GRPO settings over four recorded episodes, from the warmed-up tiny Director: most
+    of its directives parse, some may not, and both are counted."""
+    run = write_episode_run(tmp_path / "directed_ED_tiny", [episode(i) for i in range(4)])
     return DirectorGRPOSettings(
         data_path=str(run),
-        model_name=str(base),
+        model_name=str(warm_director),
         output_dir=str(tmp_path / "director"),
         batch_size=4,
         num_generations=2,
@@ -227,8 +233,8 @@ def warmed_director(tmp_path, **extra) -> DirectorGRPOSettings:
     )
 
 
-def test_director_grpo_runs_rollouts_counts_failures_and_serves(tmp_path):
-    settings = warmed_director(tmp_path, multi_objective_aggregation="normalize_then_sum")
+def test_director_grpo_runs_rollouts_counts_failures_and_serves(tmp_path, warm_director):
+    settings = warmed_director(tmp_path, warm_director, multi_objective_aggregation="normalize_then_sum")
     clients = scripted_clients()
     outcome = train_director_grpo(settings, rollout_clients=clients, trajectory_scorer=Favour("The Anchor"))
     ev = outcome.metadata.evaluation
@@ -506,8 +512,8 @@ def judge_file(tmp_path, favoured: str = "The Anchor"):
     return f"python:{path}:score"
 
 
-def test_the_director_can_be_rewarded_by_the_judge_itself_without_a_group_reward_model(tmp_path):
-    settings = warmed_director(tmp_path, diversity_weight=0.0, suffix_rounds=1, reward_judge=judge_file(tmp_path))
+def test_the_director_can_be_rewarded_by_the_judge_itself_without_a_group_reward_model(tmp_path, warm_director):
+    settings = warmed_director(tmp_path, warm_director, diversity_weight=0.0, suffix_rounds=1, reward_judge=judge_file(tmp_path))
     outcome = train_director_grpo(settings, rollout_clients=scripted_clients())
     ev = outcome.metadata.evaluation
     assert set(ev["rewards"]) == {"judge"} and ev["num_reward_judge_failures"] == 0
@@ -737,12 +743,12 @@ def test_recorded_rollouts_need_a_tree_and_no_rollout_director(tmp_path, flags, 
     assert not (tmp_path / "director").exists()
 
 
-def test_a_reward_judge_that_never_answers_stops_the_run_in_one_line(tmp_path):
+def test_a_reward_judge_that_never_answers_stops_the_run_in_one_line(tmp_path, warm_director):
     from mascot.train.trajectory_scores import SILENT_JUDGE_STEPS, RewardJudgeSilent
 
     path = tmp_path / "broken_judge.py"
     path.write_text("def score(item):\n    raise RuntimeError('judge unreachable')\n")
-    settings = warmed_director(tmp_path, diversity_weight=0.0, suffix_rounds=1, reward_judge=f"python:{path}:score")
+    settings = warmed_director(tmp_path, warm_director, diversity_weight=0.0, suffix_rounds=1, reward_judge=f"python:{path}:score")
     settings.max_steps = 6
     with pytest.raises(RewardJudgeSilent, match=rf"gave no usable judgment in \d+ tries over {SILENT_JUDGE_STEPS} steps") as info:
         train_director_grpo(settings, rollout_clients=scripted_clients())

@@ -25,7 +25,9 @@ class MetricsCommandSettings(MetricsSettings):
 
     input_file: Path = default_for(JudgeSettings, "input_file", None, help="Episode JSONL.", required=True)
     output_file: Optional[Path] = setting(None, "Report path (default: metrics_auto.json next to the input).")
-    dataset: Optional[str] = default_for(DataSettings, "dataset", None, help="Dataset label for legacy files without metadata.")
+    dataset: Optional[str] = default_for(
+        DataSettings, "dataset", None, help="Dataset of legacy files without metadata (their roster for the conversation checks)."
+    )
 
     def writable_output(self) -> Path:
         """The report path, checked writable before any model loads."""

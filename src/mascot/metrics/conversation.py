@@ -243,13 +243,15 @@ def agent_turn_checks(turn: Turn, text: str, others: list[str], prompts: dict[st
 
 
 def episode_roster(episode: Episode, tally: Counter) -> Roster | None:
-    """The roster an episode names, or None (counted: names then come from the episode)."""
+    """The roster an episode names; a record that names none (a legacy file) has its dataset's
+    (`mascot metrics --dataset` gives it where the file does not); else None (counted: names then
+    come from the episode)."""
     from mascot.errors import MascotError
-    from mascot.rosters import load_roster
+    from mascot.rosters import load_roster, roster_for_dataset
 
     name = episode.metadata.roster
     try:
-        return load_roster(name) if name else None
+        return load_roster(name) if name else roster_for_dataset(episode.metadata.dataset)
     except (MascotError, OSError, ValueError):
         tally["num_episodes_without_roster"] += 1
         return None
@@ -258,12 +260,12 @@ def episode_roster(episode: Episode, tally: Counter) -> Roster | None:
 def conversation_report(episodes: list[Episode], examples_per_check: int = 3) -> tuple[dict, list[dict]]:
     """(the pooled report, each episode's counts in episode order)."""
     tally: Counter = Counter()
-    rosters: dict[str | None, Roster | None] = {}
+    rosters: dict[tuple[str | None, str | None], Roster | None] = {}
     totals = {name: [0, 0] for name in CHECKS}
     shown: dict[str, list[dict]] = {name: [] for name in CHECKS}
     per_episode, shares, runs = [], [], []
     for episode in episodes:
-        key = episode.metadata.roster
+        key = (episode.metadata.roster, episode.metadata.dataset)
         if key not in rosters:
             rosters[key] = episode_roster(episode, tally)
         checks = check_episode(episode, rosters[key])

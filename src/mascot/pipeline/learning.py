@@ -194,26 +194,29 @@ def held_out_split(systems: dict[str, dict]) -> str | None:
     return ", ".join(splits) if splits else None
 
 
-COLLAPSE_POINTS = 0.10  # a trained Director's top companion may take this much more of the turns than the base's top one
+COLLAPSE_POINTS = 0.10  # a trained Director may give its top companion this much more of the turns than the base gives it
 
 
 def director_collapse(systems: dict[str, dict]) -> dict[str, dict[str, Any]]:
     """Per system with a trained Director: its top companion's share of the turns against the base
-    Director's top companion's, and whether it exceeds it by more than COLLAPSE_POINTS (a Director
-    that collapses onto one companion, unless the judge rewards that companion)."""
+    Director's share of that same companion, flagged when it exceeds it by more than COLLAPSE_POINTS
+    (a Director that collapses onto one companion, unless the judge rewards that companion). Measured
+    against the same companion, a Director that swaps the base's favourite for another is caught too.
+    The base Director's own top companion is recorded beside it."""
     base = (systems.get("base") or {}).get("director") or {}
     if not base.get("share"):
         return {}
-    base_top = max(base["share"], key=lambda p: base["share"][p])
+    base_share = base["share"]
+    base_top = max(base_share, key=lambda p: base_share[p])
     out = {}
     for system in ("trained", "director_only"):
         shares = ((systems.get(system) or {}).get("director") or {}).get("share")
         if not shares:
             continue
         top = max(shares, key=lambda p: shares[p])
-        excess = shares[top] - base["share"][base_top]
-        out[system] = {"top": top, "share": shares[top], "base_top": base_top, "base_share": base["share"][base_top],
-                       "excess": excess, "flagged": excess > COLLAPSE_POINTS}  # fmt: skip
+        excess = shares[top] - base_share.get(top, 0.0)
+        out[system] = {"top": top, "share": shares[top], "base_share_of_top": base_share.get(top, 0.0), "base_top": base_top,
+                       "base_share": base_share[base_top], "excess": excess, "flagged": excess > COLLAPSE_POINTS}  # fmt: skip
     return out
 
 
@@ -328,7 +331,8 @@ def _notes(figures: dict) -> list[str]:
     for system, c in (figures.get("director_collapse") or {}).items():
         if c["flagged"]:
             lines.append(f"> **Collapse?** The {system} system's Director ({SYSTEM_WORDS.get(system, system)}) gives {c['top']} {c['share']:.0%} of the turns, "
-                         f"{c['excess'] * 100:.0f} points more than the base Director gives its top companion ({c['base_top']}, {c['base_share']:.0%}): "
+                         f"{c['excess'] * 100:.0f} points more than the base Director gives it ({c['base_share_of_top']:.0%}; the base's top companion is "
+                         f"{c['base_top']}, {c['base_share']:.0%}): "
                          "unless the judge rewards that companion, the Director has collapsed onto it.")  # fmt: skip
     for system in figures["identical_to_base"]:
         lines.append(f"> The {system} system's conversations ({SYSTEM_WORDS.get(system, system)}) are word for word the base system's: "

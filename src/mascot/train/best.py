@@ -61,6 +61,7 @@ class Selection:
             "figure": self.figure,
             "higher_is_better": self.higher_is_better,
             "eval_steps": self.every,
+            "patience": self.patience,  # the stopping rule it trained under, whether or not it fired
             "best_step": self.best_step,
             "best_value": self.best_value,
             "last_step": last_step,

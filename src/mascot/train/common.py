@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import shutil
@@ -301,17 +302,34 @@ def validate_generation(settings: GRPOSettings) -> None:
         raise TrainingSetupError("--compiled-decode applies to transformers' generation: vLLM compiles its own (drop one of the two flags)")
     if not 0 < settings.vllm_gpu_memory_utilization <= 1:
         raise TrainingSetupError(f"--vllm-gpu-memory-utilization must be in (0, 1], got {settings.vllm_gpu_memory_utilization}")
-    colocate_only = [flag for flag, used in (("--vllm-enable-sleep-mode", settings.vllm_enable_sleep_mode), ("--vllm-max-model-length", settings.vllm_max_model_length))
-                     if used]  # fmt: skip
-    if colocate_only and not (settings.use_vllm and settings.vllm_mode == "colocate"):
-        verb = "set" if len(colocate_only) > 1 else "sets"
-        raise TrainingSetupError(f"{' and '.join(colocate_only)} {verb} the colocated vLLM engine: add --use-vllm --vllm-mode colocate, or drop them")
+    refuse_unread_vllm_settings(settings)
     if settings.vllm_max_model_length is not None and settings.vllm_max_model_length <= settings.max_completion_length:
         raise TrainingSetupError(f"--vllm-max-model-length {settings.vllm_max_model_length} leaves no room for a prompt before "
                                  f"--max-completion-length {settings.max_completion_length}")  # fmt: skip
     refuse_unmergeable_launch(settings.merged_generation and not settings.use_vllm)
     if settings.use_vllm:
         warn_unsupported_vllm()
+
+
+def refuse_unread_vllm_settings(settings: GRPOSettings) -> None:
+    """A vLLM setting that the run's generation would not read (`vllm_arguments`) is one line, never
+    accepted and ignored: the colocated engine's settings need --use-vllm in colocate mode, the
+    `trl vllm-serve` URL needs server mode, and the mode itself needs --use-vllm."""
+    defaults = {f.name: f.default for f in dataclasses.fields(settings)}
+    given = {flag: getattr(settings, name) != defaults[name] for name, flag in VLLM_FLAGS.items()}
+    colocate = [flag for flag in ("--vllm-gpu-memory-utilization", "--vllm-enable-sleep-mode", "--vllm-max-model-length") if given[flag]]
+    if colocate and not (settings.use_vllm and settings.vllm_mode == "colocate"):
+        verb = "set" if len(colocate) > 1 else "sets"
+        raise TrainingSetupError(f"{' and '.join(colocate)} {verb} the colocated vLLM engine: add --use-vllm --vllm-mode colocate, or drop them")
+    if given["--trl-vllm-server-url"] and not (settings.use_vllm and settings.vllm_mode == "server"):
+        raise TrainingSetupError("--trl-vllm-server-url names the `trl vllm-serve` process: add --use-vllm --vllm-mode server, or drop it")
+    if given["--vllm-mode"] and not settings.use_vllm:
+        raise TrainingSetupError(f"--vllm-mode {settings.vllm_mode} chooses how vLLM generates: add --use-vllm, or drop it")
+
+
+# The vLLM settings of GRPOSettings and their flags (`refuse_unread_vllm_settings`).
+VLLM_FLAGS = {"vllm_mode": "--vllm-mode", "trl_vllm_server_url": "--trl-vllm-server-url", "vllm_gpu_memory_utilization": "--vllm-gpu-memory-utilization",
+              "vllm_enable_sleep_mode": "--vllm-enable-sleep-mode", "vllm_max_model_length": "--vllm-max-model-length"}  # fmt: skip
 
 
 def warn_unsupported_vllm() -> str | None:

@@ -106,9 +106,19 @@ def require_schedule(settings: TrainSettings) -> None:
 
 
 def require_measuring(settings: TrainSettings) -> None:
-    """A negative --eval-steps or --patience (`train.best`) would measure or stop nonsensically."""
-    if (getattr(settings, "eval_steps", None) or 0) < 0 or getattr(settings, "patience", 0) < 0:
+    """A negative --eval-steps or --patience (`train.best`) would measure or stop nonsensically; a
+    measuring setting with nothing to measure would be accepted and ignored."""
+    eval_steps, patience = getattr(settings, "eval_steps", None) or 0, getattr(settings, "patience", 0)
+    if eval_steps < 0 or patience < 0:
         raise TrainingSetupError(f"--eval-steps and --patience must be 0 or more, got {settings.eval_steps} and {settings.patience}")
+    nothing_held_out = getattr(settings, "eval_fraction", None) == 0
+    interval = settings.eval_interval() if hasattr(settings, "eval_interval") else 0
+    if patience and (not interval or nothing_held_out):
+        raise TrainingSetupError(f"--patience {patience} stops after held-out measurements this run makes none of "
+                                 "(--eval-steps 0 or --eval-fraction 0): measure, or drop it")  # fmt: skip
+    if eval_steps and nothing_held_out:
+        raise TrainingSetupError(f"--eval-steps {eval_steps} measures on held-out data that --eval-fraction 0 leaves none of: "
+                                 "add --eval-fraction (e.g. 0.1), or drop it")  # fmt: skip
 
 
 def group_prompts_per_step(settings: GRPOSettings) -> int:
