@@ -24,8 +24,10 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/mascot demo
 
+# One process per core (at most 4), each test module in one process: its module fixtures (a
+# warmed-up tiny model) are made once.
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q -n auto --maxprocesses 4 --dist loadscope
 
 format: $(STAMP)
 	$(VENV)/bin/ruff format src tests benchmarks

@@ -100,7 +100,7 @@ def problem_list(problems: list[str]):
 
     grid = Table.grid(padding=(0, 1))
     grid.add_column(no_wrap=True)
-    grid.add_column()
+    grid.add_column(overflow="fold")  # a long path folds onto the next line, never cut to "…"
     for problem in problems:
         grid.add_row("  -", problem)
     return grid
