@@ -6,7 +6,7 @@ STAMP := $(VENV)/.mascot-installed
 TORCH ?= torch==2.13.0
 # The benchmark scripts that need no GPU (benchmarks/gpu_train_profile.py needs CUDA); each prints its figures.
 CPU_BENCHMARKS := client_concurrency multi_endpoint local_batching shared_prefill episode_throughput judge_throughput metrics_speed train_speed judge_scoring_agreement safety_screen safety_real_messages conversation_checks pipeline_toy prefix_affinity persona_swap generation_paths web_accounts_load director_example_mark
-# benchmarks/group_rm_probe_sweep.py and preset_grpo_stages.py read a finished `mascot pipeline` folder: run them by hand (benchmarks/README.md).
+# benchmarks/group_rm_probe_sweep.py, group_rm_by_margin.py and preset_grpo_stages.py read a finished `mascot pipeline` folder: run them by hand (benchmarks/README.md).
 
 .PHONY: install demo test format test-slow test-postgres test-server test-realdata test-vllm test-web test-pipeline test-learn test-walkthrough test-walk test-multiprocess bench bench-client clean
 
