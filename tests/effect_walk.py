@@ -28,6 +28,9 @@ from dataclasses import MISSING
 from pathlib import Path
 from typing import Any
 
+import click
+import typer
+
 from mascot.errors import MascotError
 from mascot.settings import cli_fields, settings_from
 
@@ -181,8 +184,8 @@ def outcome(run: Callable[[Any], Any], settings: Any, root: Path, setup: Callabl
     try:
         with clients.installed(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             run(settings() if callable(settings) else settings)
-    except (MascotError, SystemExit) as exc:
-        error = f"{type(exc).__name__}: {exc}"
+    except (MascotError, SystemExit, click.exceptions.Exit, typer.Exit) as exc:  # a refusal, or a command that ends with a status
+        error = f"{type(exc).__name__}: {exc} {getattr(exc, 'exit_code', '')}"
     finally:
         os.chdir(cwd)
         sys.stdin = saved_stdin

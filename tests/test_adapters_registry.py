@@ -283,3 +283,15 @@ def test_compare_dry_run_shows_the_runs_it_would_make_and_writes_nothing(tmp_pat
     held_out = write_jsonl(tmp_path / "held_out.jsonl", keyword_pairs(n_prompts=3, per_prompt=2))
     counted = cli("adapters", "compare", rm_b.id, rm_a.id, "--pairs", str(held_out), "--dry-run")
     assert counted.exit_code == 0 and '"pairs": 6' in counted.output, said(counted)
+
+
+def test_a_comparison_whose_paired_differences_are_all_the_same_is_told_without_an_interval():
+    from mascot.adapter_registry import Comparison
+    from mascot.adapters.promotion import describe_comparison
+
+    same = Comparison(candidate="speaker-v2", reference="speaker-v1", figure="Speaker score", verdict="untestable", n=4,
+                      candidate_mean=3.2, reference_mean=3.2, difference=0.0)  # fmt: skip
+    assert describe_comparison(same) == (
+        "speaker-v2 against speaker-v1: 3.200 vs 3.200 Speaker score (difference +0.000, no interval: "
+        "every one of the 4 paired differences is the same): untestable"
+    )

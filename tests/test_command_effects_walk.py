@@ -518,6 +518,30 @@ def test_every_web_flag_changes_the_app_or_how_it_is_served(tmp_path, monkeypatc
     require_effects(walk, tmp_path / "walk")
 
 
+def test_every_adapters_compare_flag_changes_the_comparison(tmp_path, persona_pairs_file):
+    from mascot.adapters.command import CompareSettings, run_compare
+
+    episodes_config = tmp_path / "inputs" / "episodes.yaml"
+    episodes_config.write_text("num_turns: 1\n", encoding="utf-8")
+    walk = Walk(
+        CompareSettings, run_compare,
+        {"registry": Path("reg"), "candidate": "speaker-v1", "reference": "speaker-v2", "data_file": str(ESCONV), "limit": 2, "output_dir": Path("out")},
+        values={"registry": Path("elsewhere"), "candidate": "speaker-v3", "reference": "current", "dataset": "QMSum", "data_file": str(QMSUM),
+                "split": "train", "limit": 1, "judge_model": "python:mascot.judge.rules:persona_rules", "episodes_config": episodes_config,
+                "pairs": persona_pairs_file, "output_dir": Path("elsewhere")},
+        companions={"dataset": {"data_file": str(QMSUM)}, "data_file": {"dataset": "QMSum"}},
+        prepare=registry_with_versions,
+    )  # fmt: skip
+    require_effects(walk, tmp_path / "walk")
+
+
+@pytest.fixture
+def persona_pairs_file(tmp_path) -> Path:
+    from train_helpers import keyword_pairs, write_jsonl
+
+    return write_jsonl(tmp_path / "inputs" / "persona_pairs.jsonl", keyword_pairs(n_prompts=3))
+
+
 def system_file(tmp_path: Path, system: str, episodes: Path) -> Path:
     """`episodes` as another system's: its label and a word of its own in every reply."""
     from mascot.episodes import load_episode_file

@@ -54,6 +54,9 @@ def evidence(state: State, candidate: str, current: str) -> tuple[bool, str]:
 def describe_comparison(c: Comparison) -> str:
     if c.difference is None:
         return f"{c.candidate} against {c.reference}: {c.verdict} ({c.n} paired {c.figure})"
+    if c.ci_low is None or c.ci_high is None:  # no spread to test (every paired difference the same): the means, no interval
+        return (f"{c.candidate} against {c.reference}: {c.candidate_mean:.3f} vs {c.reference_mean:.3f} {c.figure} "
+                f"(difference {c.difference:+.3f}, no interval: every one of the {c.n} paired differences is the same): {c.verdict}")  # fmt: skip
     p = c.p_better if c.difference >= 0 else c.p_worse
     return (f"{c.candidate} against {c.reference}: {c.candidate_mean:.3f} vs {c.reference_mean:.3f} {c.figure} "
             f"(difference {c.difference:+.3f}, 95% CI {c.ci_low:+.3f} to {c.ci_high:+.3f}, one-sided p = {p:.3g}, n = {c.n}): {c.verdict}")  # fmt: skip
