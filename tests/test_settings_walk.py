@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import MISSING
 from pathlib import Path
 from types import SimpleNamespace
 
+import effect_walk
 import pytest
 from judge_helpers import judged_block, numbered_speaker, scoring_judge
 from rich.console import Console
@@ -45,24 +45,7 @@ COMPANIONS = {"safety_model": {"safety_server_url": ["http://127.0.0.1:9/v1"]}}
 
 def changed_value(f):
     """A valid value for field `f` other than its default."""
-    name, default = f.name, (f.default if f.default is not MISSING else f.default_factory())  # type: ignore[misc]
-    if name in VALUES:
-        return VALUES[name]
-    if isinstance(default, bool):  # before the names: share_model is a switch, not a model id
-        return not default
-    if name.endswith("_thinking"):
-        return "on"
-    if name.endswith("_extra_body"):
-        return '{"k": 1}'
-    if name.endswith("_server_url"):
-        return ["http://127.0.0.1:9/v1"]
-    if name.endswith(("_model", "_adapter")) or name == "model_name":
-        return f"some/{name}"
-    if isinstance(default, (int, float)):
-        return default + 1
-    if default is None and "int" in str(f.type):
-        return 7
-    raise AssertionError(f"no changed value for {name}: add one to VALUES")
+    return effect_walk.changed_value(f, VALUES)
 
 
 def resolved_group(s: GroupEpisodeSettings) -> str:
