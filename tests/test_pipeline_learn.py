@@ -59,6 +59,11 @@ def missed_criteria(out: Path, judge: str) -> list[str]:
             missed.append(f"{judge}: the {system} Director collapsed: {collapse}")
     report = (out / "report.md").read_text()
     assert "held-out" in report and "(split test)" in report
+    reach = learning["judge_reach"]  # measured on every tree of the Stage-2 episodes, before the Director trains
+    assert reach is not None and reach["conversations"] >= 9 * 16 and "How far the Director's choices move the group judge" in report
+    if missed and not reach["responds"]:  # the reason the Director's criteria cannot be met under this judge, with the misses
+        missed.append(f"{judge}: the judge does not respond to whom the Director picks (the companion sequence explains "
+                      f"{reach['explained']:.1%} of its variation within a context, p = {reach['p']:.2g})")  # fmt: skip
     return missed
 
 

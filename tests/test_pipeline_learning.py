@@ -311,3 +311,67 @@ def test_the_report_names_the_versions_its_artefacts_were_registered_as(tmp_path
     report = write_report(tmp_path, {"settings": {}, "steps": {}}).read_text(encoding="utf-8")
     assert "## Versions" in report and "- speaker: `speaker-v4` (`mascot adapters compare speaker-v4`" in report
     assert "- director:" not in report  # registered nowhere: nothing to say
+
+
+# --------------------------------------------------------------------------- how far the Director's choices move the judge
+
+
+def stage_2_folder(root: Path, score) -> Path:
+    """A pipeline folder's Stage-2 episodes: for 12 contexts, every two-turn sequence of A and B,
+    judged by `score(context index, sequence, index of the episode within its context)`."""
+    sequences = [["A", "A"], ["A", "B"], ["B", "A"], ["B", "B"]]
+    episodes, records = [], []
+    for c in range(12):
+        for i, names in enumerate(sequences):
+            e = episode(f"c{c}", [names[0], "user", names[1]], tag="mascot-c50894", idx=i)
+            episodes.append(e)
+            records.append(judgment(e.episode_id, e.context_id, scope="collective", overall=score(c, " > ".join(names), i)))
+    run_folder(root / "episodes" / "tree_ESConv_tiny", episodes)
+    write_lines(root / "group_pairs" / "group_pairs_judgments.jsonl", records)
+    return root
+
+
+def run_folder(run: Path, episodes: list) -> None:
+    """A generation run's folder as a pipeline step leaves it: its episodes and its run config."""
+    write_lines(run / "episodes.jsonl", episodes)
+    (run / "run_config.json").write_text(json.dumps({"run_id": run.name, "settings": {"split": "train"}}), encoding="utf-8")
+
+
+def test_a_judge_that_rewards_taking_turns_responds_to_the_directors_choices(tmp_path):
+    from mascot.pipeline.judge_reach import judge_reach, reach_lines
+
+    noise = [0.1, -0.2, 0.15, -0.05, 0.0, 0.2, -0.1, 0.05, -0.15, 0.1, 0.0, -0.1]
+    root = stage_2_folder(tmp_path, lambda c, seq, i: 2.0 + c * 0.1 + (1.5 if seq in ("A > B", "B > A") else 0.0) + noise[(c + i) % 12])
+    run_folder(root / "eval_base" / "group_ESConv_tiny", [episode(f"t{c}", ["A", "user", "A"]) for c in range(4)])
+    reach = judge_reach(root)
+    assert reach["conversations"] == 48 and reach["contexts"] == 12 and reach["sequences"] == 4 and reach["unscored"] == 0
+    assert reach["responds"] and reach["p"] < 1e-6 and reach["explained"] > 0.9 and reach["df_factor"] == 3
+    assert {reach["effects"][0]["sequence"], reach["effects"][1]["sequence"]} == {"A > B", "B > A"}
+    # the base Director always repeats A: the best sequence gains about the 1.5 the judge pays for taking turns
+    assert reach["base_coverage"] == 1.0 and reach["best_gain_over_base"] == pytest.approx(1.5, abs=0.25)
+    text = "\n".join(reach_lines(reach))
+    assert "responds to whom the Director picks" in text and "| A > B |" in text and "above the base Director's choices" in text
+
+
+def test_a_judge_of_the_speakers_words_alone_is_said_not_to_respond(tmp_path):
+    from mascot.pipeline.judge_reach import judge_reach, reach_sentence
+
+    words = [1.0, 3.0, 2.0, 5.0, 4.0, 1.5, 2.5, 3.5]  # what each episode's words happen to earn, whoever speaks
+    root = stage_2_folder(tmp_path, lambda c, seq, i: words[(c * 3 + i) % 8])
+    reach = judge_reach(root)
+    assert not reach["responds"] and reach["p"] > 0.05 and reach["explained"] < 0.2
+    assert "best_gain_over_base" not in reach  # no base evaluation in this folder
+    assert "does not respond to whom the Director picks" in reach_sentence(reach)
+
+
+def test_the_learning_figures_carry_the_judges_reach_and_none_before_stage_2(tmp_path):
+    for system in ("base", "trained"):
+        fake_system(tmp_path, system)
+    assert learning_figures(tmp_path)["judge_reach"] is None  # no Stage-2 episodes judged here
+    stage_2_folder(tmp_path, lambda c, seq, i: 3.0 + (seq == "A > B"))
+    (tmp_path / "group_pairs" / "group_pairs_judgments.jsonl").write_text("{not json\n", encoding="utf-8")
+    assert learning_figures(tmp_path)["judge_reach"] is None  # unreadable: left out with a logged reason
+    stage_2_folder(tmp_path / "again", lambda c, seq, i: 3.0 + (seq == "A > B") + 0.1 * (i % 2))
+    for system in ("base", "trained"):
+        fake_system(tmp_path / "again", system)
+    assert "### How far the Director's choices move the group judge" in learning_section(tmp_path / "again")

@@ -134,3 +134,18 @@ def test_holm_rejects_the_real_effects_and_keeps_the_nulls():
         assert rejected[:3] == [True, True, True]
         tables_with_a_false_rejection += any(rejected[3:])
     assert tables_with_a_false_rejection <= 5
+
+
+def test_factor_effect_finds_a_factor_within_blocks_and_not_a_block_difference():
+    from mascot.stats import factor_effect
+
+    blocks = [b for b in range(8) for _ in range(3)]
+    levels = [lvl for _ in range(8) for lvl in "xyz"]
+    wobble = [0.1, -0.1, 0.05, -0.05, 0.0, 0.1, -0.1, 0.05]
+    moved = factor_effect([b + (1.0 if lvl == "y" else 0.0) + wobble[(b + i) % 8] for i, (b, lvl) in enumerate(zip(blocks, levels))], blocks, levels)
+    assert moved["p"] < 1e-6 and moved["explained"] > 0.9 and moved["df_factor"] == 2 and moved["df_residual"] == 14
+    # blocks far apart, the factor adds nothing: the blocks' own levels are not the factor's effect
+    still = factor_effect([10.0 * b + wobble[(b + i) % 8] for i, b in enumerate(blocks)], blocks, levels)
+    assert still["p"] > 0.05 and still["explained"] < 0.5
+    assert factor_effect([1.0, 2.0], ["a", "b"], ["x", "x"])["p"] is None  # one level: nothing to test
+    assert factor_effect([1.0, 2.0], ["a", "a"], ["x", "y"])["p"] is None  # no residual left

@@ -364,3 +364,42 @@ def length_controlled_difference(differences: Sequence[float], covariate: Sequen
     (low, high), _ = fit.conf_int(alpha=1 - LEVEL)
     out.update(difference=float(fit.params[0]), ci_low=_finite(low), ci_high=_finite(high), slope=float(fit.params[1]))
     return out
+
+
+# --------------------------------------------------------------------------- effects within blocks
+
+
+def factor_effect(values: Sequence[float], blocks: Sequence[Hashable], levels: Sequence[Hashable]) -> dict[str, Any]:
+    """Does a factor move a score once each block's own level is taken out (e.g. the companion
+    sequence, within a context)? The F test of the factor in an additive linear model with block
+    fixed effects (two-way ANOVA without interaction, statsmodels OLS; unbalanced designs allowed)
+    and the share of the within-block sum of squares the factor explains. None where untestable:
+    fewer than two levels, or no residual degrees of freedom left."""
+    np = _np()
+    out: dict[str, Any] = {"f": None, "p": None, "df_factor": None, "df_residual": None, "explained": None, "n": len(values)}
+    if len(set(levels)) < 2 or len(values) != len(blocks) or len(values) != len(levels):
+        return out
+    import statsmodels.api as sm
+
+    y = np.asarray(values, dtype=float)
+    within_blocks = _dummies(np, blocks)
+    full = np.hstack([within_blocks, _dummies(np, levels)[:, 1:]])
+    reduced_fit, full_fit = sm.OLS(y, within_blocks).fit(), sm.OLS(y, full).fit()
+    if full_fit.df_resid < 1 or full_fit.df_model <= reduced_fit.df_model:
+        return out
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a perfect fit divides by a zero residual
+        f, p, df = full_fit.compare_f_test(reduced_fit)
+    within = float(reduced_fit.ssr)
+    out.update(f=_finite(f), p=_finite(p), df_factor=int(df), df_residual=int(full_fit.df_resid),
+               explained=(within - float(full_fit.ssr)) / within if within > 0 else None)  # fmt: skip
+    return out
+
+
+def _dummies(np, labels: Sequence[Hashable]):
+    """One indicator column per distinct label, in sorted order of their text."""
+    names = sorted(set(labels), key=str)
+    column = {name: i for i, name in enumerate(names)}
+    matrix = np.zeros((len(labels), len(names)))
+    matrix[np.arange(len(labels)), [column[label] for label in labels]] = 1.0
+    return matrix

@@ -4,7 +4,8 @@ Every evaluation system runs on the same contexts with the same seeds, so its ep
 with the base system's by (context id, episode index): the episode id itself names the system
 (`<context>:<system tag>:e<index>`) and differs between them. Per system: the Speaker's score (mean
 agent-scope `overall` of an episode's turns), the collective score (collective-scope `overall`),
-per-persona means and the Director's choices; per comparison with the base system: a paired
+per-persona means and the Director's choices; how far the Director's choices can move the group
+judge at all, from the Stage-2 episodes (`judge_reach`); per comparison with the base system: a paired
 bootstrap interval and a sign-flip permutation test of the mean difference. Everything is written
 to `<root>/learning.json` and shown as one section of report.md.
 """
@@ -20,6 +21,7 @@ from mascot.dialogue.turn_taking import runs as speaker_runs
 from mascot.errors import MascotError
 from mascot.eval.stats import paired_test
 from mascot.pipeline import figures as fig
+from mascot.pipeline.judge_reach import reach_lines, reach_or_none
 from mascot.runs.record import settings_view
 
 log = logging.getLogger(__name__)
@@ -238,7 +240,7 @@ def learning_figures(root: Path, *, seed: int = 0) -> dict[str, Any]:
             unreadable[system] = str(exc)
     comparisons = [_compare(systems, s, score, seed) for s, score in COMPARISONS if s in systems and "base" in systems]
     out = {"split": held_out_split(systems), "systems": systems, "comparisons": comparisons, "director_collapse": director_collapse(systems),
-           "identical_to_base": _identical_to_base(root, systems), "unreadable": unreadable}  # fmt: skip
+           "identical_to_base": _identical_to_base(root, systems), "unreadable": unreadable, "judge_reach": reach_or_none(root)}  # fmt: skip
     if systems or unreadable:  # a report before the evaluation (--until speaker) writes none
         write_json_atomic(root / LEARNING_FILE, out)
     return out
@@ -359,6 +361,11 @@ def learning_section(root: Path) -> str:
     comparisons = figures["comparisons"]
     if comparisons:
         lines += ["", *(f"- {comparison_sentence(c)}" for c in comparisons)]
-    lines += _comparison_tables(comparisons) + _director_table(figures["systems"]) + _persona_table(figures["systems"])
+    lines += (
+        _comparison_tables(comparisons)
+        + _director_table(figures["systems"])
+        + reach_lines(figures["judge_reach"])
+        + _persona_table(figures["systems"])
+    )
     notes = _notes(figures)
     return "\n".join(lines + ([""] + notes if notes else []))
