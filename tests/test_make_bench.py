@@ -12,7 +12,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 GPU_ONLY = {"gpu_train_profile"}  # gpu_speed.sh (not a .py) runs it with generation_paths on a GPU
-ON_A_PIPELINE_RUN = {"group_rm_probe_sweep", "group_rm_by_margin", "preset_grpo_stages"}  # read a finished pipeline folder, given by hand
+ON_A_PIPELINE_RUN = {
+    "group_rm_probe_sweep",
+    "group_rm_by_margin",
+    "preset_grpo_stages",
+    "director_reach",
+}  # read a finished pipeline folder, given by hand
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
