@@ -137,7 +137,8 @@ def reach_sentence(reach: dict[str, Any]) -> str:
     if reach["p"] is None:
         return head + "the companion sequence's effect on the group judge cannot be tested (too few conversations per sequence and context)."
     share = f"{reach['explained']:.0%}" if reach["explained"] >= 0.1 else f"{reach['explained']:.1%}"
-    how = f"{share} of the judge's variation within a context (F = {reach['f']:.2f}, p = {_p(reach['p'])})"
+    f = f"{reach['f']:.2f}" if reach["f"] < 1e4 else f"{reach['f']:.1e}"
+    how = f"{share} of the judge's variation within a context (F = {f}, p = {_p(reach['p'])})"
     if reach["responds"]:
         words = head + f"the companion sequence explains {how}: the group judge responds to whom the Director picks."
     else:
@@ -153,4 +154,6 @@ def reach_sentence(reach: dict[str, Any]) -> str:
 
 
 def _p(value: float) -> str:
+    if value == 0:
+        return "0 to float precision"
     return f"{value:.3f}" if value >= 0.001 else f"{value:.1e}"

@@ -66,6 +66,9 @@ class TrainingMetadata(Record):
     source_artefacts: dict[str, str] = Field(default_factory=dict)
     score_window: int = Field(0, description="a reward model's score reads the mean of its last N positions (0: the last token)")
     score_layers: int = Field(0, description="a reward model keeps the first N decoder layers of its base (0: all of them)")
+    score_turns: list[str] = Field(
+        default_factory=list, description="a group reward model reads the first and last turns of these companions side by side (empty: not)"
+    )
     trajectory_format: int | None = Field(
         None, description="a group reward model: how its pairs wrote a conversation (mascot.prefs.group; None: format 1, written before the field)"
     )

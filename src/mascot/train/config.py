@@ -172,6 +172,12 @@ class GroupRewardModelSettings(RewardModelSettings):
         2048,
         help="Longest tokenized (context, trajectory) sequence; a longer pair loses the middle of its context (the trajectory stays whole).",
     )
+    score_turns: bool = setting(
+        False,
+        "Score the first and the last companion turn side by side (the maximum of the final hidden states over each turn's "
+        "positions; a head of twice the width) instead of one pooled reading: the order the companions spoke in shows. "
+        "Not with --score-window or --full-weights.",
+    )
     max_per_device_batch: int = field(default=8, metadata={"cli": False})
 
 

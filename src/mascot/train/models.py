@@ -154,6 +154,7 @@ def load_reward_model(path: str, device=None):
     from transformers import AutoModelForSequenceClassification
 
     from mascot.train.artefact import read_metadata
+    from mascot.train.score_turns import install_turn_pooling
     from mascot.train.score_window import install_score_window
 
     tokenizer = load_tokenizer(path)
@@ -167,6 +168,7 @@ def load_reward_model(path: str, device=None):
             adapter_base_model(path), tokenizer.pad_token_id, new_head_expected=False, num_layers=layers
         )  # the adapter holds the head
         install_score_window(base, window)
+        install_turn_pooling(base, tokenizer, meta.score_turns if meta is not None else [])  # the head's width the adapter saved
         model = PeftModel.from_pretrained(base, model_ref(path))
         model = model.merge_and_unload()
     else:

@@ -25,6 +25,7 @@ from mascot.train.config import GroupRewardModelSettings, RewardModelSettings
 from mascot.train.head_probe import HEAD_INITS, fit_head_by_probe
 from mascot.train.models import base_model_id, count_parameters, load_sequence_classifier, load_tokenizer, lora_config
 from mascot.train.runtime import TrainingSetupError, derive_batch, trainer_arguments, world_size
+from mascot.train.score_turns import install_turn_pooling
 from mascot.train.score_window import install_score_window
 from mascot.train.scoring import RewardModelScorer, accuracy_of, pairwise_accuracy, score_pair_sides
 
@@ -50,8 +51,10 @@ def train_pairwise_reward_model(settings: RewardModelSettings, *, kind: str, rol
         raise TrainingSetupError(f"--score-window must be 0 (the last token) or a number of positions, got {settings.score_window}")
     if settings.score_layers < 0:
         raise TrainingSetupError(f"--score-layers must be 0 (all layers) or a number of layers, got {settings.score_layers}")
+    refuse_unscorable_turns(settings)
     data_file, pairs = data.load_pairs(settings.data_path, kind)
     trajectory_format = trajectory_format_of(pairs, data_file)  # before any model loads
+    turn_names = companion_names(pairs, data_file) if getattr(settings, "score_turns", False) else []
     run = data.run_settings(data_file)
     dataset = data.resolve_dataset(settings.dataset, run)
     plan = derive_batch(settings.batch_size, world_size(), per_device_cap(settings), settings.per_device_batch_size)
@@ -59,7 +62,7 @@ def train_pairwise_reward_model(settings: RewardModelSettings, *, kind: str, rol
     train_pairs = data.limit_records(train_pairs, settings.limit, settings.seed)
     data.require_records_left(len(train_pairs), what="preference pairs", source=data_file, read=len(pairs), held_out=len(held_out))
     output, checkpoint = open_output(settings, artefact.default_output_dir(role, dataset, settings.model_name))
-    trainer, tokenizer, num_cut, probe = _reward_trainer(settings, output, plan, train_pairs, resuming=checkpoint is not None)
+    trainer, tokenizer, num_cut, probe = _reward_trainer(settings, output, plan, train_pairs, turn_names, resuming=checkpoint is not None)
     skipped = len(train_pairs) - len(trainer.train_dataset)
     data.require_records_left(
         len(trainer.train_dataset),
@@ -100,10 +103,36 @@ def train_pairwise_reward_model(settings: RewardModelSettings, *, kind: str, rol
         train_metrics=figures,
         score_window=settings.score_window if settings.score_window > 1 else 0,
         score_layers=settings.score_layers,
+        score_turns=turn_names,
         trajectory_format=trajectory_format,
     )
     finish(trainer, output, meta, settings, plan)
     return TrainOutcome(output, meta)
+
+
+def refuse_unscorable_turns(settings: RewardModelSettings) -> None:
+    """--score-turns replaces the pooled reading, and its wider head is not one a stock classifier loads."""
+    if not getattr(settings, "score_turns", False):
+        return
+    if settings.score_window > 1:
+        raise TrainingSetupError("--score-turns reads the first and last turns instead of a window: leave --score-window at 0")
+    if settings.full_weights:
+        raise TrainingSetupError(
+            "--score-turns gives the score head twice the hidden size, which a stock classifier cannot load: leave out --full-weights"
+        )
+
+
+def companion_names(pairs: list[PreferencePair], source) -> list[str]:
+    """The companions of the pairs' rosters, whose turns --score-turns finds in a conversation."""
+    from mascot.rosters import RosterError, load_roster
+
+    rosters = sorted({p.roster for p in pairs if p.roster})
+    if not rosters:
+        raise TrainingSetupError(f"{source}: --score-turns needs pairs that name their roster (mascot prefs group writes it)")
+    try:
+        return sorted({name for roster in rosters for name in load_roster(roster).names})
+    except RosterError as exc:
+        raise TrainingSetupError(f"{source}: --score-turns cannot read the pairs' roster: {exc}") from exc
 
 
 def trajectory_format_of(pairs: list[PreferencePair], source) -> int | None:
@@ -118,7 +147,9 @@ def trajectory_format_of(pairs: list[PreferencePair], source) -> int | None:
     return formats.pop() if formats else None
 
 
-def _reward_trainer(settings: RewardModelSettings, output: Path, plan, train_pairs: list[PreferencePair], *, resuming: bool = False):
+def _reward_trainer(
+    settings: RewardModelSettings, output: Path, plan, train_pairs: list[PreferencePair], turn_names: list[str], *, resuming: bool = False
+):
     """TRL's RewardTrainer over the tokenized training pairs; also the tokenizer, how many pairs
     had the middle of their prompt cut to fit --max-length, and what fitting the head first did."""
     from trl import RewardConfig, RewardTrainer  # heavy: imported once the inputs are known to be usable
@@ -134,6 +165,7 @@ def _reward_trainer(settings: RewardModelSettings, output: Path, plan, train_pai
         )
     model = load_sequence_classifier(settings.model_name, tokenizer.pad_token_id, num_layers=settings.score_layers)
     install_score_window(model, settings.score_window)  # before LoRA wraps it and before the probe reads its pooling
+    install_turn_pooling(model, tokenizer, turn_names)  # the same: and the head it replaces is the one LoRA saves whole
     probe = {} if resuming else initial_head(settings, model, rows, tokenizer.pad_token_id)  # a checkpoint brings its own head
     trainer = RewardTrainer(
         model=model,
