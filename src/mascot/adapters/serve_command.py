@@ -173,14 +173,16 @@ def _run(plan, log_path: Path, timeout: float, served_adapters: Path | None, fol
     )
 
     typer.echo(f"starting: {shell_line(plan)}\nlog: {log_path}", err=True)
-    process = start_server(plan, log_path)
-    watchdog = start_watchdog(process)  # ends the server's group should this process be killed -9
+    # Before the server starts: a signal that arrives while the watchdog starts still stops it.
     signal.signal(signal.SIGTERM, _interrupt)  # a plain `kill` stops the vLLM server too
     # Ctrl-C (SIGINT) stops it even where this process inherited SIGINT ignored or blocked (started
     # from a script, a background job, a test runner): else the server would outlive every Ctrl-C.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    process = watchdog = None
     try:
+        process = start_server(plan, log_path)
+        watchdog = start_watchdog(process)  # ends the server's group should this process be killed -9
         served = wait_until_ready(process, plan, log_path, timeout)
         if served_adapters:
             served_adapters.parent.mkdir(parents=True, exist_ok=True)
@@ -195,10 +197,11 @@ def _run(plan, log_path: Path, timeout: float, served_adapters: Path | None, fol
         typer.echo("stopping the server", err=True)
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second `kill` must not cut the stopping short
-        if stop_server(process):
+        if process is not None and stop_server(process):
             typer.echo("the server's processes ignored SIGTERM: killed them", err=True)
-        watchdog.terminate()  # nothing left for it to guard
-        watchdog.wait()
+        if watchdog is not None:
+            watchdog.terminate()  # nothing left for it to guard
+            watchdog.wait()
 
 
 def _wait_following(process, follower, poll_s: float) -> int:
