@@ -96,6 +96,7 @@ def test_a_turn_reading_group_reward_model_records_its_names_and_reloads_to_the_
     outcome = train_group_reward_model(settings)
     meta = read_metadata(outcome.output_dir)
     assert meta.score_turns == NAMES and meta.hyperparameters["score_turns"] is True
+    assert meta.train_metrics["score_turns_unfound"] == 0  # every conversation opens its lines with a companion's name
     scorer = RewardModelScorer.from_path(str(outcome.output_dir), max_length=settings.max_length)
     _, held_out = split_by_prompt(pairs, 0.25, settings.seed)
     reloaded = pairwise_accuracy(scorer, held_out)

@@ -25,7 +25,7 @@ from mascot.train.config import GroupRewardModelSettings, RewardModelSettings
 from mascot.train.head_probe import HEAD_INITS, fit_head_by_probe
 from mascot.train.models import base_model_id, count_parameters, load_sequence_classifier, load_tokenizer, lora_config
 from mascot.train.runtime import TrainingSetupError, derive_batch, trainer_arguments, world_size
-from mascot.train.score_turns import install_turn_pooling
+from mascot.train.score_turns import install_turn_pooling, unfound_count
 from mascot.train.score_window import install_score_window
 from mascot.train.scoring import RewardModelScorer, accuracy_of, pairwise_accuracy, score_pair_sides
 
@@ -86,6 +86,8 @@ def train_pairwise_reward_model(settings: RewardModelSettings, *, kind: str, rol
     figures = run_training(trainer, checkpoint, selection)
     figures.update(count_parameters(trainer.model), **probe, num_truncated_pairs=num_cut, num_skipped_too_long=skipped)
     evaluation = evaluate_pairs(trainer.model, tokenizer, held_out, train_pairs, settings.max_length)
+    if turn_names:  # sequences read whole for want of a companion turn, in training and in the figures above
+        figures["score_turns_unfound"] = unfound_count(trainer.model)
     meta = TrainingMetadata(
         role=role,
         trainer="reward",

@@ -20,8 +20,11 @@ adapter scored in-process (`--full-weights` is refused).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 HOOK_ATTRIBUTE = "_mascot_score_turns"  # set on the classifier: the names whose turns it reads
 
@@ -50,6 +53,9 @@ class TurnFinder:
             end = _last_real_position(attention_mask, row, length) + 1
             starts = self.turn_starts(ids, end)
             if not starts:
+                if not self.unfound:
+                    log.warning("--score-turns: a sequence with no line opening with %s and a colon reads every position in both slots "
+                                "(counted in score_turns_unfound)", " / ".join(self.names))  # fmt: skip
                 self.unfound += 1
                 first[row, :end] = last[row, :end] = True
                 continue
@@ -109,3 +115,10 @@ def _masked_max(hidden, mask):
     import torch
 
     return hidden.masked_fill(~mask[:, :, None], torch.finfo(hidden.dtype).min).amax(dim=1)
+
+
+def unfound_count(model) -> int | None:
+    """How many sequences the turn reading of `model` (PEFT-wrapped or not) found no turn in; None without it."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    finder = getattr(base, HOOK_ATTRIBUTE, None)
+    return None if finder is None else finder.unfound
