@@ -526,7 +526,7 @@ def test_every_adapters_compare_flag_changes_the_comparison(tmp_path, persona_pa
     walk = Walk(
         CompareSettings, run_compare,
         {"registry": Path("reg"), "candidate": "speaker-v1", "reference": "speaker-v2", "data_file": str(ESCONV), "limit": 2, "output_dir": Path("out")},
-        values={"registry": Path("elsewhere"), "candidate": "speaker-v3", "reference": "current", "dataset": "QMSum", "data_file": str(QMSUM),
+        values={"registry": Path("elsewhere"), "candidate": "speaker-v3", "reference": "speaker-v1", "dataset": "QMSum", "data_file": str(QMSUM),
                 "split": "train", "limit": 1, "judge_model": "python:mascot.judge.rules:persona_rules", "episodes_config": episodes_config,
                 "pairs": persona_pairs_file, "output_dir": Path("elsewhere")},
         companions={"dataset": {"data_file": str(QMSUM)}, "data_file": {"dataset": "QMSum"}},
