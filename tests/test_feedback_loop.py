@@ -116,7 +116,9 @@ def test_people_s_ratings_train_a_reward_model_that_ranks_unseen_replies_by_thei
 
     model = train_reward_model(RewardModelSettings(data_path=str(tmp_path / "pairs"), model_name=str(base), dataset="ESConv", output_dir=str(tmp_path / "rm"),
                                                    batch_size=4, learning_rate=3e-3, max_steps=24, eval_fraction=0.2, head_init="random", eval_steps=0))  # fmt: skip
-    converse(tmp_path / "unseen", seed=3, sessions=3, consent=True)
+    converse(
+        tmp_path / "unseen", seed=3, sessions=6, consent=True
+    )  # enough pairs for p < 0.01 whatever order the replies come in (6 pairs cannot reach it)
     run_prefs_feedback(PrefsFeedbackSettings(session_dir=tmp_path / "unseen", output_dir=tmp_path / "unseen_pairs", max_pairs_per_reply=1))
     unseen = list(read_jsonl(tmp_path / "unseen_pairs" / "pairs.jsonl", PreferencePair))
     chosen, rejected = score_pair_sides(RewardModelScorer.from_path(str(model.output_dir), max_length=512), unseen)
