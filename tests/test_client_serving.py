@@ -38,14 +38,15 @@ async def many(client, count: int) -> list:
 
 
 def test_a_request_queued_behind_answered_ones_is_not_timed_out():
-    # The server works on 2 requests at once, 0.3 s each: the last of 12 waits 1.5 s in its queue,
-    # three times the timeout, while the server keeps answering the others.
-    with start_stub_server(latency_s=0.3, max_concurrency=2) as server:
-        client, inner = metered(server.url, timeout_s=0.5)
-        replies = asyncio.run(many(client, 12))
+    # The server works on 2 requests at once, 0.1 s each: the last of 40 waits about 1.9 s in its
+    # queue, nearly twice the timeout, while the server keeps answering the others. Each request's own
+    # 0.1 s leaves 0.9 s of the timeout to a loaded machine.
+    with start_stub_server(latency_s=0.1, max_concurrency=2) as server:
+        client, inner = metered(server.url, timeout_s=1.0)
+        replies = asyncio.run(many(client, 40))
     usage = client.meter.by_role["speaker"]
-    assert len(replies) == 12 and server.stats.chat_requests == 12  # nothing abandoned and sent again
-    assert usage.attempts == 12 and usage.retries == 0 and inner.endpoints[0].failures == 0
+    assert len(replies) == 40 and server.stats.chat_requests == 40  # nothing abandoned and sent again
+    assert usage.attempts == 40 and usage.retries == 0 and inner.endpoints[0].failures == 0
 
 
 def test_a_server_that_answers_nothing_still_times_out_and_the_retry_is_counted():
