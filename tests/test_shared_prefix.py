@@ -127,6 +127,23 @@ def test_rows_sharing_a_long_beginning_run_it_once_and_decode_as_without_it(temp
     assert sum(rows * width for rows, width in prefill) < sum(len(p) - 1 for p in prompts) / 2
 
 
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_repeated_prompts_that_share_rules_run_the_rules_once_and_each_distinct_ending_once(temperature):
+    """A GRPO generation batch: four Director prompts of one roster (the same rules, each its own
+    conversation), each repeated for its group's samples. The rules run once and each distinct
+    ending once, not once per row, and every row decodes what it decodes without sharing."""
+    from mascot.llm.base import ChatRequest
+
+    loaded = tiny_model()
+    rng = random.Random(6)
+    rules = [rng.randrange(2, 97) for _ in range(60)]
+    endings = [[rng.randrange(2, 97) for _ in range(n)] for n in (20, 14, 25, 9)]
+    prompts = [rules + ending for ending in endings for _ in range(4)]
+    requests = [ChatRequest(messages=[], temperature=temperature, max_tokens=6, seed=4) for _ in prompts]
+    _, prefill = decoded_alike_with_and_without_sharing(loaded, prompts, requests)
+    assert prefill == [(1, len(rules)), (4, max(map(len, endings)) - 1)]
+
+
 def test_rows_with_distinct_prompts_get_no_shared_cache():
     from mascot.llm.shared_prefix import shared_prompt_cache
 

@@ -183,24 +183,30 @@ def _group_pieces(loaded: LoadedModel, prompts: list[list[int]], shared: int, ro
 
 def shared_prompt_cache(loaded: LoadedModel, prompts: list[list[int]], width: int):
     """The keys and values of every prompt but its last token, for a `generate` call over the
-    prompts left-padded to `width`: each long beginning that rows share (a roster's Director rules,
-    a persona's Speaker rules, the n samples of one request) runs through the model once, then each
-    row's own ending; `generate` feeds each row only its last token. None when no two rows share a
-    long beginning (or a prompt has a single token). Short replies to long prompts spend most of
+    prompts left-padded to `width`: rows that repeat a prompt (the n samples of a request, a GRPO
+    group) share one copy of it, each long beginning that distinct prompts share (a roster's
+    Director rules, a persona's Speaker rules) runs through the model once, then each distinct
+    prompt's own ending; `generate` feeds each row only its last token. None when no two rows share
+    a long beginning (or a prompt has a single token). Short replies to long prompts spend most of
     their time in the prefill, so this is most of a batch's work saved where its rows share most."""
-    groups = prefix_groups(prompts)
-    if all(len(rows) == 1 for _, rows in groups) or min(len(p) for p in prompts) < 2:
+    distinct = list(dict.fromkeys(tuple(p) for p in prompts))
+    of_row = {prompt: index for index, prompt in enumerate(distinct)}
+    rows_of = [of_row[tuple(p)] for p in prompts]
+    groups = prefix_groups([list(p) for p in distinct])
+    if (len(distinct) == len(prompts) and all(len(members) == 1 for _, members in groups)) or min(len(p) for p in distinct) < 2:
         return None
+    repeated = {index for index in rows_of if rows_of.count(index) > 1}
+    unique = [list(p) for p in distinct]
     with torch.inference_mode():
-        alone = [rows[0] for _, rows in groups if len(rows) == 1]
+        alone = [members[0] for _, members in groups if len(members) == 1 and members[0] not in repeated]
         try:
-            pieces = _alone_pieces(loaded, prompts, alone) if alone else {}
-            for shared, rows in groups:
-                if len(rows) > 1:
-                    pieces.update(_group_pieces(loaded, prompts, shared, rows))
+            pieces = _alone_pieces(loaded, unique, alone) if alone else {}
+            for shared, members in groups:
+                if len(members) > 1 or members[0] in repeated:  # a repeated prompt alone: one pass, all but its last token
+                    pieces.update(_group_pieces(loaded, unique, shared, members))
         except _CacheNotCopyable:
             return None
-        return _assembled(pieces, len(prompts), width - 1)
+        return _assembled({row: pieces[index] for row, index in enumerate(rows_of)}, len(prompts), width - 1)
 
 
 def _assembled(pieces: dict[int, list], num_rows: int, columns: int):

@@ -246,6 +246,7 @@ def grpo_trainer_class(trainer_class: type, settings: GRPOSettings) -> type:
     shared.share_prompts = settings.share_prompts
     shared.merged_generation = settings.merged_generation
     shared.compiled_decode = settings.compiled_decode
+    shared.reuse_trunk = settings.reuse_frozen_trunk
     return shared
 
 
@@ -254,6 +255,8 @@ def generation_record(trainer, settings: GRPOSettings) -> dict:
     stats = getattr(trainer, "merge_stats", None)
     record = stats.as_record(settings.merged_generation) if stats is not None else {"enabled": settings.merged_generation, "merged_calls": 0}
     engine = "vllm" if settings.use_vllm else "transformers"
+    trunk = getattr(trainer, "frozen_trunk", None)
+    record["frozen_trunk"] = trunk.as_record() if trunk else {"layers": 0, "enabled": settings.reuse_frozen_trunk and settings.share_prompts}
     return {**record, "engine": engine, "compiled_decode": settings.compiled_decode, "steps_per_generation": settings.steps_per_generation}
 
 

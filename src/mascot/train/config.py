@@ -230,6 +230,13 @@ class GRPOSettings(BaseAnchorSettings, TrainSettings):
         "LoRA on the last N decoder layers only (0: every layer): the backward pass stops below the lowest adapted layer, so a step "
         "over long prompts costs a fraction of its gradient work; the layers kept are named in the adapter's config.",
     )
+    reuse_frozen_trunk: bool = setting(
+        True,
+        "With --lora-last-layers, run the layers below the adapters once per prompt in a generation batch: the first scoring pass "
+        "(the reference's) keeps their keys, values and output and the policy's pass replays them, computing the adapted layers "
+        "alone. The same numbers; part of the shared pass (off with --no-share-prompts too).",
+        flags=("--reuse-frozen-trunk/--no-reuse-frozen-trunk",),
+    )
     merged_generation: bool = setting(
         True,
         "Sample with each LoRA folded into its base weight (one matrix product per adapted layer, in eval mode) and the base weights "

@@ -60,15 +60,23 @@ def _expand(cache, index: torch.Tensor) -> None:
         layer.values = layer.values.index_select(0, index)
 
 
-def shared_prompt_logps(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int, *, autocast, cache_keyword: str):
+def shared_prompt_logps(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int, *, autocast, cache_keyword: str,
+                        trunk=None):  # fmt: skip
     """The fused head's output for the last `logits_to_keep` tokens of each row (its completion),
-    each distinct prompt run once. Positions follow the columns, as in the whole-sequence pass."""
+    each distinct prompt run once. Positions follow the columns, as in the whole-sequence pass.
+    With `trunk` (a `frozen_trunk.FrozenTrunk`), the layers below the adapters run once per prompt
+    in a generation batch: recorded by the first pass over it, replayed by the later ones."""
+    from contextlib import nullcontext
+
     split = input_ids.size(1) - logits_to_keep  # the prompt: every column before the completion
     firsts, index = distinct_rows(input_ids[:, :split], attention_mask[:, :split])
     head = torch.tensor(firsts, device=input_ids.device)
-    with autocast():  # the output layer at one position only: the cache is what is wanted
+    keys = [(tuple(input_ids[r, :split].tolist()), tuple(attention_mask[r, :split].tolist())) for r in firsts] if trunk is not None else []
+    with autocast(), trunk.pass_over(keys) if trunk is not None else nullcontext(lambda cache: None) as keep:
+        # the output layer at one position only: the cache is what is wanted
         prompt = model(input_ids=input_ids[head, : split - 1], attention_mask=attention_mask[head, : split - 1], use_cache=True, logits_to_keep=1)
     cache = _cache_of(prompt)
+    keep(cache)
     _expand(cache, index)
     tail = input_ids[:, split - 1 :]  # the prompt's last token, then the completion (the head scores what follows each position)
     labels = tail.masked_fill(attention_mask[:, split - 1 :] == 0, -100)
@@ -168,6 +176,20 @@ def _permuted(batch: dict, permutation: torch.Tensor) -> dict:
     return {key: permute(value) for key, value in batch.items()}
 
 
+def policy_trunk(trainer, model):
+    """The trainer's FrozenTrunk for a scoring pass over `model` when that is the policy's own model
+    (its adapter on or off) and the policy has a trunk; made on the first call."""
+    if not trainer.reuse_trunk:
+        return None
+    from mascot.train.frozen_trunk import FrozenTrunk, decoder_layers
+
+    if trainer.frozen_trunk is None:
+        trainer.frozen_trunk = FrozenTrunk.of(trainer.accelerator.unwrap_model(trainer.model)) or False
+    if not trainer.frozen_trunk:
+        return None
+    return trainer.frozen_trunk if decoder_layers(model) is trainer.frozen_trunk.layers else None
+
+
 def prompt_sharing(trainer_class: type) -> type:
     """`trainer_class` (TRL's GRPOTrainer) with the per-token log-probabilities computed as above
     over micro-batches of whole prompt groups, and its own sampling (transformers' generate) in eval
@@ -179,6 +201,13 @@ def prompt_sharing(trainer_class: type) -> type:
         merged_generation = True  # sample with the adapters folded in (mascot.train.merged_sampling)
         compiled_decode = False  # sample with a static cache and a compiled forward
         merge_stats = None  # a GenerationStats per trainer (merged_sampling.trainer_stats)
+        reuse_trunk = True  # the layers below the adapters once per prompt in a generation batch (mascot.train.frozen_trunk)
+        frozen_trunk = None  # its FrozenTrunk, made on the first shared pass (False: the model has none)
+
+        def _generate_and_score_completions(self, inputs):
+            if self.frozen_trunk:
+                self.frozen_trunk.forget()  # a new generation batch: new prompts
+            return super()._generate_and_score_completions(inputs)
 
         def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs):
             plain = not (self.use_vllm or self.use_transformers_continuous_batching or images or multimodal_fields)
@@ -231,7 +260,7 @@ def prompt_sharing(trainer_class: type) -> type:
             for start in range(0, input_ids.size(0), batch_size):
                 rows = slice(start, start + batch_size)
                 out = shared_prompt_logps(model, input_ids[rows], attention_mask[rows], logits_to_keep, autocast=self.accelerator.autocast,
-                                          cache_keyword=forward_cache_keyword(model))  # fmt: skip
+                                          cache_keyword=forward_cache_keyword(model), trunk=policy_trunk(self, model))  # fmt: skip
                 logps.append(out.log_probs[:, -logits_to_keep:])
                 if compute_entropy:
                     entropies.append(out.entropy[:, -logits_to_keep:])
