@@ -64,7 +64,7 @@ def sample(model: str, prompts, n: int) -> list[str]:
     from mascot.llm.local import LocalClient
 
     async def go():
-        client = LocalClient(model, max_batch_size=64)
+        client = LocalClient(model, max_batch_size=n)  # a batch is one request's rows, whatever the machine's load: the same numbers every run
         try:
             requests = [ChatRequest(messages=p, temperature=1.0, max_tokens=12, n=n, seed=i) for i, p in enumerate(prompts)]
             return [t for r in await asyncio.gather(*(client.chat(q) for q in requests)) for t in r.texts]

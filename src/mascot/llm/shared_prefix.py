@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections import Counter
 
 import torch
 
@@ -195,7 +196,7 @@ def shared_prompt_cache(loaded: LoadedModel, prompts: list[list[int]], width: in
     groups = prefix_groups([list(p) for p in distinct])
     if (len(distinct) == len(prompts) and all(len(members) == 1 for _, members in groups)) or min(len(p) for p in distinct) < 2:
         return None
-    repeated = {index for index in rows_of if rows_of.count(index) > 1}
+    repeated = {index for index, count in Counter(rows_of).items() if count > 1}
     unique = [list(p) for p in distinct]
     with torch.inference_mode():
         alone = [members[0] for _, members in groups if len(members) == 1 and members[0] not in repeated]

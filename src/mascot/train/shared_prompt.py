@@ -16,6 +16,10 @@ and no sharded parameters (ZeRO-3, FSDP); elsewhere TRL's own pass runs. `--no-s
 turns it off. With LoRA dropout on, a group's completions now see one dropout draw on their prompt
 instead of one each: both are unbiased.
 
+With --lora-last-layers, the layers below the adapters run once per prompt in a generation batch:
+the reference pass records their keys, values and output, the policy's pass replays them
+(`mascot.train.frozen_trunk`; --no-reuse-frozen-trunk turns it off).
+
 Sampling (TRL's transformers path) runs in eval mode, not with dropout on, with the adapters folded
 into the base weights (`mascot.train.merged_sampling`, unless --no-merged-generation), from a cache
 in which each shared prompt beginning ran once (or, with --compiled-decode, a static cache and a
@@ -71,9 +75,12 @@ def shared_prompt_logps(model, input_ids: torch.Tensor, attention_mask: torch.Te
     split = input_ids.size(1) - logits_to_keep  # the prompt: every column before the completion
     firsts, index = distinct_rows(input_ids[:, :split], attention_mask[:, :split])
     head = torch.tensor(firsts, device=input_ids.device)
-    keys = [(tuple(input_ids[r, :split].tolist()), tuple(attention_mask[r, :split].tolist())) for r in firsts] if trunk is not None else []
-    with autocast(), trunk.pass_over(keys) if trunk is not None else nullcontext(lambda cache: None) as keep:
-        # the output layer at one position only: the cache is what is wanted
+    if trunk is not None:
+        keys = [(tuple(input_ids[r, :split].tolist()), tuple(attention_mask[r, :split].tolist())) for r in firsts]
+        over_trunk = trunk.pass_over(keys)
+    else:
+        over_trunk = nullcontext(lambda cache: None)
+    with autocast(), over_trunk as keep:  # the output layer at one position only: the cache is what is wanted
         prompt = model(input_ids=input_ids[head, : split - 1], attention_mask=attention_mask[head, : split - 1], use_cache=True, logits_to_keep=1)
     cache = _cache_of(prompt)
     keep(cache)
