@@ -95,6 +95,9 @@ class FrozenTrunk:
         """Around a prompt pass (`use_cache=True`) over the rows `keys` name: replays the trunk when
         every row was recorded, otherwise runs it and records it. Yields a function to call with the
         pass's cache once the pass is done (it reads the trunk's keys and values from it)."""
+        if not keys:  # no rows: nothing to run or record
+            yield lambda cache: None
+            return
         if all(key in self.prompts for key in keys):
             with self._replaying(keys):
                 yield lambda cache: None
