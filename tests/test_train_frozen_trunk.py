@@ -11,7 +11,7 @@ from contextlib import nullcontext
 import pytest
 import torch
 from test_train_director import NoRepeat, context, tree_records, write_episode_run
-from test_train_shared_prompt import cache_keyword, grpo_batch, whole_logps
+from test_train_shared_prompt import cache_keyword, grpo_batch, lora_model, whole_logps
 from train_helpers import tiny_model
 
 from mascot.train.frozen_trunk import FrozenTrunk, trunk_depth
@@ -19,31 +19,7 @@ from mascot.train.shared_prompt import shared_prompt_logps
 
 
 def policy(adapted_last: int = 1, layers: int = 3, lora_dropout: float = 0.0, **config):
-    from peft import LoraConfig, get_peft_model
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-    from trl.trainer.utils import add_fused_lm_head
-
-    torch.manual_seed(0)
-    model = Qwen3ForCausalLM(
-        Qwen3Config(
-            vocab_size=97,
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=layers,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            head_dim=8,
-            **config,
-        )  # fmt: skip
-    )
-    add_fused_lm_head(model, outputs=("log_probs", "entropy"))
-    lora = LoraConfig(r=4, lora_alpha=8, lora_dropout=lora_dropout, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
-                      layers_to_transform=list(range(layers - adapted_last, layers)))  # fmt: skip
-    peft = get_peft_model(model, lora)
-    for name, param in peft.named_parameters():  # LoRA's B starts at zero: move it, so that the adapter matters
-        if "lora_B" in name:
-            param.data.normal_(0, 0.5)
-    return peft
+    return lora_model(lora_dropout, layers=layers, adapted_last=adapted_last, **config)
 
 
 def test_the_trunk_is_the_frozen_adapter_free_layers_below_the_lowest_adapter():

@@ -10,18 +10,29 @@ import torch
 from mascot.train.shared_prompt import distinct_rows, shared_prompt_logps
 
 
-def lora_model(dropout: float = 0.0):
+def lora_model(dropout: float = 0.0, *, layers: int = 2, adapted_last: int | None = None, **config):
+    """A tiny random Qwen3 with LoRA on q/k/v/o of every layer (`adapted_last`: of the last that many)."""
     from peft import LoraConfig, get_peft_model
     from transformers import Qwen3Config, Qwen3ForCausalLM
     from trl.trainer.utils import add_fused_lm_head
 
     torch.manual_seed(0)
-    config = Qwen3Config(
-        vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8
+    model = Qwen3ForCausalLM(
+        Qwen3Config(
+            vocab_size=97,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=layers,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=8,
+            **config,
+        )  # fmt: skip
     )
-    model = Qwen3ForCausalLM(config)
     add_fused_lm_head(model, outputs=("log_probs", "entropy"))
-    peft = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, lora_dropout=dropout, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]))
+    adapted = list(range(layers - adapted_last, layers)) if adapted_last else None
+    lora = LoraConfig(r=4, lora_alpha=8, lora_dropout=dropout, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"], layers_to_transform=adapted)
+    peft = get_peft_model(model, lora)
     for name, param in peft.named_parameters():  # LoRA's B starts at zero: move it, so that the adapter matters
         if "lora_B" in name:
             param.data.normal_(0, 0.5)

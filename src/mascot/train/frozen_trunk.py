@@ -51,13 +51,12 @@ def trunk_depth(model) -> int:
     layers = decoder_layers(model)
     if layers is None or len(layers) < 2:
         return 0
-    config = getattr(getattr(model, "module", model), "config", None)
+    inner = getattr(model, "module", model)
+    config = getattr(inner, "config", None)
     if getattr(config, "attention_dropout", 0.0) or getattr(config, "hidden_dropout", 0.0):
         return 0
-    first_layer = next(layers[0].parameters(), None)
-    inner = getattr(model, "module", model)
     embeddings = inner.get_input_embeddings() if hasattr(inner, "get_input_embeddings") else None
-    if first_layer is None or (embeddings is not None and not _frozen(embeddings)):
+    if embeddings is not None and not _frozen(embeddings):
         return 0
     depth = 0
     while depth < len(layers) - 1 and _frozen(layers[depth]):

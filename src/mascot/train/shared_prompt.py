@@ -41,16 +41,22 @@ _MULTIMODAL = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_
 
 def distinct_rows(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[list[int], torch.Tensor]:
     """The first row of each distinct (prompt, mask) and, per row, the index of its distinct row."""
-    firsts: list[int] = []
+    firsts, index, _ = _distinct(prompt_ids, prompt_mask)
+    return firsts, index
+
+
+def _distinct(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[list[int], torch.Tensor, list[tuple]]:
+    """`distinct_rows`, and each distinct row's (ids, mask) key."""
     seen: dict[tuple, int] = {}
     index = []
+    firsts: list[int] = []
     for row, (ids, mask) in enumerate(zip(prompt_ids.tolist(), prompt_mask.tolist(), strict=True)):
         key = (tuple(ids), tuple(mask))
         if key not in seen:
             seen[key] = len(firsts)
             firsts.append(row)
         index.append(seen[key])
-    return firsts, torch.tensor(index, device=prompt_ids.device)
+    return firsts, torch.tensor(index, device=prompt_ids.device), list(seen)
 
 
 def _cache_of(output) -> Any:
@@ -73,13 +79,9 @@ def shared_prompt_logps(model, input_ids: torch.Tensor, attention_mask: torch.Te
     from contextlib import nullcontext
 
     split = input_ids.size(1) - logits_to_keep  # the prompt: every column before the completion
-    firsts, index = distinct_rows(input_ids[:, :split], attention_mask[:, :split])
+    firsts, index, keys = _distinct(input_ids[:, :split], attention_mask[:, :split])
     head = torch.tensor(firsts, device=input_ids.device)
-    if trunk is not None:
-        keys = [(tuple(input_ids[r, :split].tolist()), tuple(attention_mask[r, :split].tolist())) for r in firsts]
-        over_trunk = trunk.pass_over(keys)
-    else:
-        over_trunk = nullcontext(lambda cache: None)
+    over_trunk = trunk.pass_over(keys) if trunk is not None else nullcontext(lambda cache: None)
     with autocast(), over_trunk as keep:  # the output layer at one position only: the cache is what is wanted
         prompt = model(input_ids=input_ids[head, : split - 1], attention_mask=attention_mask[head, : split - 1], use_cache=True, logits_to_keep=1)
     cache = _cache_of(prompt)
